@@ -1,0 +1,44 @@
+# fastlog developer commands. The README's Quick start is `make run` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check -q
+STAMP := $(VENV)/.fastlog-installed
+
+.PHONY: run test build lint perf clean system-deps venv
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --upgrade pip
+
+venv: $(PY)
+
+# Editable install: builds the Cython extensions in place and installs the runtime
+# dependencies pinned in pyproject.toml, plus the test and dev extras.
+$(STAMP): $(PY) pyproject.toml setup.py
+	$(PIP) install -e '.[test,dev]'
+	touch $(STAMP)
+
+# Rebuild the compiled modules after a .pyx/.pxd change.
+build: $(STAMP)
+	$(PY) setup.py -q build_ext --inplace
+
+run: build
+	$(VENV)/bin/fastlog-server --override listeners=PLAINTEXT://127.0.0.1:9092 --override log.dirs=./data
+
+# Debian packages some tests drive for real (kcat, ZooKeeper); installed only when missing.
+system-deps:
+	@bash scripts/install-system-deps.sh
+
+test: build system-deps
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check fastlog tests perf
+	$(VENV)/bin/cython-lint fastlog
+
+perf: build
+	$(PY) perf/run_all.py
+
+clean:
+	rm -rf build dist *.egg-info fastlog/*.c fastlog/*.so fastlog/*.html $(VENV)

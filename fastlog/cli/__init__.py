@@ -1,0 +1,1 @@
+"""Command-line entry points: ``fastlog-server`` and the ``fastlog`` admin/console tool."""

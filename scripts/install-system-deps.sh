@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs the Debian packages that integration tests run for real: kcat (librdkafka's
+# command-line client) and ZooKeeper. Does nothing when they are already present.
+set -euo pipefail
+need=()
+command -v kcat >/dev/null 2>&1 || need+=(kcat)
+[ -x /usr/share/zookeeper/bin/zkServer.sh ] || need+=(zookeeper)
+[ ${#need[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" != 0 ]; then
+  echo "missing Debian packages ${need[*]}: run 'sudo apt-get install ${need[*]}'" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
