@@ -1,0 +1,537 @@
+# fastlog/server/config.py — the broker's configuration (KafkaConfig).
+#
+# Owns: the table of broker keys we accept (Kafka's names, types and defaults), the parser
+# for Java-style `server.properties` files, `--override key=value` merging, and typed,
+# validated access. Derived values (effective retention ms, log dirs, listeners) are
+# computed here once so every other module reads one answer.
+# Read by: fastlog.cli.server (startup), the broker and its handlers (read-only after
+# startup; DescribeConfigs lists it). No I/O besides reading the properties file.
+"""Broker configuration with Kafka's key names, types and defaults."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+LONG_MAX = (1 << 63) - 1
+INT_MAX = (1 << 31) - 1
+
+
+class ConfigError(ValueError):
+    """A configuration key or value is wrong; the message is one sentence for the user."""
+
+
+# --------------------------------------------------------------------------- types
+
+
+def _parse_int(name: str, raw: str, bits: int) -> int:
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, not {raw!r}") from None
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    if not lo <= value <= hi:
+        raise ConfigError(f"{name} must be between {lo} and {hi}, not {value}")
+    return value
+
+
+def _parse_bool(name: str, raw: str) -> bool:
+    text = raw.strip().lower()
+    if text == "true":
+        return True
+    if text == "false":
+        return False
+    raise ConfigError(f"{name} must be true or false, not {raw!r}")
+
+
+def _parse_double(name: str, raw: str) -> float:
+    try:
+        return float(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{name} must be a number, not {raw!r}") from None
+
+
+def _parse_list(name: str, raw: str) -> list[str]:
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+_PARSERS: dict[str, Callable[[str, str], Any]] = {
+    "int": lambda n, r: _parse_int(n, r, 32),
+    "short": lambda n, r: _parse_int(n, r, 16),
+    "long": lambda n, r: _parse_int(n, r, 64),
+    "boolean": _parse_bool,
+    "double": _parse_double,
+    "string": lambda n, r: r.strip(),
+    "password": lambda n, r: r,
+    "list": _parse_list,
+    "class": lambda n, r: r.strip(),
+}
+
+# Kafka's DescribeConfigs config_type codes (KIP-226 / DescribeConfigsResponse v3).
+CONFIG_TYPE_CODES = {
+    "boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6,
+    "list": 7, "class": 8, "password": 9,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigKey:
+    name: str
+    type: str
+    default: Any
+    doc: str = ""
+    # Validator returns None when fine, else the reason (completing "<name> must ...").
+    check: Callable[[Any], str | None] | None = None
+    sensitive: bool = False
+    # Accepted for compatibility with Kafka property files but has no effect here.
+    inert: bool = False
+
+    def parse(self, raw: str) -> Any:
+        value = _PARSERS[self.type](self.name, raw)
+        if self.check is not None and value is not None:
+            problem = self.check(value)
+            if problem:
+                raise ConfigError(f"{self.name} {problem}, not {raw.strip()!r}")
+        return value
+
+
+def _at_least(lo: int) -> Callable[[Any], str | None]:
+    return lambda v: None if v >= lo else f"must be at least {lo}"
+
+
+def _one_of(*choices: str) -> Callable[[Any], str | None]:
+    def check(v):
+        items = v if isinstance(v, list) else [v]
+        for item in items:
+            if item not in choices:
+                return "must be one of " + ", ".join(choices)
+        return None
+
+    return check
+
+
+_LISTENER_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)://(\[[^\]]*\]|[^:/]*):(\d{1,5})$")
+
+
+def _check_listeners(v: list[str]) -> str | None:
+    for item in v:
+        m = _LISTENER_RE.match(item)
+        if not m or int(m.group(3)) > 65535:
+            return "must be a list like PLAINTEXT://host:port"
+        if m.group(1).upper() != "PLAINTEXT":
+            return "supports only PLAINTEXT listeners"
+    return None
+
+
+_TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+_COMPRESSION = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
+
+_KEYS: list[ConfigKey] = [
+    # identity and network
+    ConfigKey("broker.id", "int", -1, "This broker's id; -1 means node.id or the id stored in meta.properties (0 on a new single node)."),
+    ConfigKey("node.id", "int", -1, "Synonym of broker.id."),
+    ConfigKey("broker.id.generation.enable", "boolean", True, inert=True),
+    ConfigKey("broker.rack", "string", None, "Rack of this broker."),
+    ConfigKey("listeners", "list", ["PLAINTEXT://127.0.0.1:9092"], "Listeners this broker binds.", _check_listeners),
+    ConfigKey("advertised.listeners", "list", None, "Listeners published to clients; listeners when unset.", _check_listeners),
+    ConfigKey("listener.security.protocol.map", "string", None, inert=True),
+    ConfigKey("inter.broker.listener.name", "string", None, inert=True),
+    ConfigKey("num.network.threads", "int", 3, "Processor loops that read and write sockets.", _at_least(1)),
+    ConfigKey("num.io.threads", "int", 8, inert=True, check=_at_least(1)),
+    ConfigKey("socket.request.max.bytes", "int", 104857600, "Largest request frame accepted.", _at_least(1)),
+    ConfigKey("socket.send.buffer.bytes", "int", 102400, inert=True),
+    ConfigKey("socket.receive.buffer.bytes", "int", 102400, inert=True),
+    ConfigKey("queued.max.requests", "int", 500, inert=True, check=_at_least(1)),
+    ConfigKey("max.connections", "int", INT_MAX, "Most client connections at once.", _at_least(0)),
+    ConfigKey("max.connections.per.ip", "int", INT_MAX, inert=True),
+    ConfigKey("connections.max.idle.ms", "long", 600000, "Idle connections are closed after this.", _at_least(1)),
+    ConfigKey("request.timeout.ms", "int", 30000, inert=True),
+    # storage
+    ConfigKey("log.dir", "string", "./data", "Data directory when log.dirs is unset."),
+    ConfigKey("log.dirs", "list", None, "Data directories; log.dir when unset."),
+    ConfigKey("message.max.bytes", "int", 1048588, "Largest record batch (after compression).", _at_least(0)),
+    ConfigKey("num.partitions", "int", 1, "Partitions of an auto-created topic.", _at_least(1)),
+    ConfigKey("default.replication.factor", "int", 1, "Replication factor of an auto-created topic.", _at_least(1)),
+    ConfigKey("auto.create.topics.enable", "boolean", True, "Create a topic on first Metadata/Produce use."),
+    ConfigKey("delete.topic.enable", "boolean", True, "Allow DeleteTopics."),
+    ConfigKey("log.segment.bytes", "int", 1073741824, "Segment size before roll.", _at_least(14)),
+    ConfigKey("log.roll.ms", "long", None, "Roll after this age (overrides log.roll.hours).", _at_least(1)),
+    ConfigKey("log.roll.hours", "int", 168, "Roll after this age.", _at_least(1)),
+    ConfigKey("log.roll.jitter.ms", "long", None, check=_at_least(0)),
+    ConfigKey("log.roll.jitter.hours", "int", 0, check=_at_least(0)),
+    ConfigKey("log.retention.ms", "long", None, "Retention time; -1 keeps forever."),
+    ConfigKey("log.retention.minutes", "int", None, "Retention time in minutes."),
+    ConfigKey("log.retention.hours", "int", 168, "Retention time in hours."),
+    ConfigKey("log.retention.bytes", "long", -1, "Retention size per partition; -1 unlimited."),
+    ConfigKey("log.retention.check.interval.ms", "long", 300000, "How often retention runs.", _at_least(1)),
+    ConfigKey("log.flush.interval.messages", "long", LONG_MAX, "fsync after this many messages.", _at_least(1)),
+    ConfigKey("log.flush.interval.ms", "long", None, "fsync after this age of unflushed data."),
+    ConfigKey("log.flush.scheduler.interval.ms", "long", LONG_MAX, "How often the flusher checks logs."),
+    ConfigKey("log.flush.offset.checkpoint.interval.ms", "int", 60000, "How often recovery points are checkpointed.", _at_least(0)),
+    ConfigKey("log.flush.start.offset.checkpoint.interval.ms", "int", 60000, "How often log start offsets are checkpointed.", _at_least(0)),
+    ConfigKey("log.index.interval.bytes", "int", 4096, "Bytes between offset-index entries.", _at_least(0)),
+    ConfigKey("log.index.size.max.bytes", "int", 10485760, "Largest index file.", _at_least(4)),
+    ConfigKey("log.segment.delete.delay.ms", "long", 60000, "Delay before a deleted segment's files go.", _at_least(0)),
+    ConfigKey("log.cleanup.policy", "list", ["delete"], "delete and/or compact.", _one_of("delete", "compact")),
+    ConfigKey("log.cleaner.enable", "boolean", True),
+    ConfigKey("log.cleaner.threads", "int", 1, inert=True),
+    ConfigKey("log.cleaner.min.cleanable.ratio", "double", 0.5),
+    ConfigKey("log.cleaner.delete.retention.ms", "long", 86400000),
+    ConfigKey("log.cleaner.min.compaction.lag.ms", "long", 0),
+    ConfigKey("log.cleaner.max.compaction.lag.ms", "long", LONG_MAX),
+    ConfigKey("log.cleaner.backoff.ms", "long", 15000),
+    ConfigKey("log.preallocate", "boolean", False),
+    ConfigKey("log.message.timestamp.type", "string", "CreateTime", "CreateTime or LogAppendTime.", _one_of(*_TIMESTAMP_TYPES)),
+    ConfigKey("log.message.timestamp.difference.max.ms", "long", LONG_MAX),
+    ConfigKey("log.message.timestamp.before.max.ms", "long", LONG_MAX),
+    ConfigKey("log.message.timestamp.after.max.ms", "long", 3600000),
+    ConfigKey("log.message.downconversion.enable", "boolean", True, inert=True),
+    ConfigKey("num.recovery.threads.per.data.dir", "int", 1, inert=True),
+    ConfigKey("compression.type", "string", "producer", "Topic codec; producer keeps the producer's.", _one_of(*_COMPRESSION)),
+    ConfigKey("min.insync.replicas", "int", 1, "Replicas that must have a record for acks=all.", _at_least(1)),
+    ConfigKey("unclean.leader.election.enable", "boolean", False),
+    ConfigKey("fetch.max.bytes", "int", 57671680, "Largest Fetch response.", _at_least(0)),
+    ConfigKey("producer.id.expiration.ms", "int", 86400000, check=_at_least(1)),
+    ConfigKey("transactional.id.expiration.ms", "int", 604800000, inert=True),
+    ConfigKey("transaction.state.log.num.partitions", "int", 50, inert=True),
+    ConfigKey("transaction.state.log.replication.factor", "short", 3, inert=True),
+    ConfigKey("transaction.state.log.min.isr", "int", 2, inert=True),
+    # replication (cluster mode, later)
+    ConfigKey("replica.lag.time.max.ms", "long", 30000),
+    ConfigKey("replica.fetch.max.bytes", "int", 1048576),
+    ConfigKey("replica.fetch.wait.max.ms", "int", 500),
+    ConfigKey("num.replica.fetchers", "int", 1),
+    ConfigKey("controlled.shutdown.enable", "boolean", True, inert=True),
+    ConfigKey("auto.leader.rebalance.enable", "boolean", True, inert=True),
+    # groups and offsets (issue 5 reads these)
+    ConfigKey("offsets.topic.num.partitions", "int", 50, "Partitions of __consumer_offsets.", _at_least(1)),
+    ConfigKey("offsets.topic.replication.factor", "short", 3, "Replication factor of __consumer_offsets.", _at_least(1)),
+    ConfigKey("offsets.topic.segment.bytes", "int", 104857600, check=_at_least(1)),
+    ConfigKey("offsets.topic.compression.codec", "int", 0),
+    ConfigKey("offsets.load.buffer.size", "int", 5242880, check=_at_least(1)),
+    ConfigKey("offsets.retention.minutes", "int", 10080, "Committed offsets expire after this.", _at_least(1)),
+    ConfigKey("offsets.retention.check.interval.ms", "long", 600000, check=_at_least(1)),
+    ConfigKey("offsets.commit.timeout.ms", "int", 5000, check=_at_least(1)),
+    ConfigKey("offset.metadata.max.bytes", "int", 4096),
+    ConfigKey("group.initial.rebalance.delay.ms", "int", 3000, "Delay of a new group's first rebalance."),
+    ConfigKey("group.min.session.timeout.ms", "int", 6000),
+    ConfigKey("group.max.session.timeout.ms", "int", 1800000),
+    ConfigKey("group.max.size", "int", INT_MAX, check=_at_least(1)),
+    # cluster mode
+    ConfigKey("zookeeper.connect", "string", None, "ZooKeeper connect string; single-node embedded metadata when unset."),
+    ConfigKey("zookeeper.session.timeout.ms", "int", 18000),
+    ConfigKey("zookeeper.connection.timeout.ms", "int", None),
+    ConfigKey("zookeeper.set.acl", "boolean", False, inert=True),
+    ConfigKey("reserved.broker.max.id", "int", 1000, inert=True),
+]
+
+CONFIG_KEYS: dict[str, ConfigKey] = {k.name: k for k in _KEYS}
+
+
+def parse_properties(text: str) -> list[tuple[str, str]]:
+    """Parse Java .properties text into (key, raw value) pairs, in order.
+
+    Supports `#`/`!` comments, `=`/`:`/whitespace separators, backslash line continuation
+    and the usual escapes; that is all Kafka's own server.properties files use."""
+    pairs: list[tuple[str, str]] = []
+    logical: list[str] = []
+    for physical in text.splitlines():
+        line = physical.lstrip()
+        if not logical and (not line or line[0] in "#!"):
+            continue
+        # an odd number of trailing backslashes continues the line
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2 == 1:
+            logical.append(line[:-1])
+            continue
+        logical.append(line)
+        pairs.append(_split_property("".join(logical)))
+        logical = []
+    if logical:
+        pairs.append(_split_property("".join(logical)))
+    return [p for p in pairs if p[0]]
+
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _unescape(s: str) -> str:
+    out, i = [], 0
+    while i < len(s):
+        c = s[i]
+        if c == "\\" and i + 1 < len(s):
+            nxt = s[i + 1]
+            if nxt == "u" and i + 6 <= len(s):
+                try:
+                    out.append(chr(int(s[i + 2:i + 6], 16)))
+                    i += 6
+                    continue
+                except ValueError:
+                    pass
+            out.append(_ESCAPES.get(nxt, nxt))
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def _split_property(line: str) -> tuple[str, str]:
+    i = 0
+    while i < len(line):
+        c = line[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c in "=: \t":
+            break
+        i += 1
+    key = line[:i]
+    rest = line[i:].lstrip(" \t")
+    if rest[:1] in ("=", ":"):
+        rest = rest[1:].lstrip(" \t")
+    return _unescape(key), _unescape(rest)
+
+
+class KafkaConfig:
+    """Typed, validated broker configuration.
+
+    `values` holds every known key (defaults included); `explicit` is the set of keys the
+    user set (file or override) — DescribeConfigs reports those as STATIC_BROKER_CONFIG."""
+
+    def __init__(self, props: Mapping[str, str] | None = None):
+        self.values: dict[str, Any] = {k.name: k.default for k in _KEYS}
+        self.explicit: dict[str, str] = {}
+        for name, raw in (props or {}).items():
+            key = CONFIG_KEYS.get(name)
+            if key is None:
+                raise ConfigError(f"unknown configuration key {name!r}")
+            self.values[name] = key.parse(raw)
+            self.explicit[name] = raw
+        self._validate()
+
+    # -------------------------------------------------------------- construction
+    @classmethod
+    def from_sources(cls, path: str | None = None, overrides: Iterable[str] = ()) -> KafkaConfig:
+        props: dict[str, str] = {}
+        if path is not None:
+            try:
+                with open(path, encoding="utf-8") as f:
+                    text = f.read()
+            except OSError as e:
+                raise ConfigError(f"cannot read {path}: {e.strerror or e}") from None
+            except UnicodeDecodeError:
+                raise ConfigError(f"{path} is not a UTF-8 text file") from None
+            for key, value in parse_properties(text):
+                props[key] = value
+        for item in overrides:
+            if "=" not in item:
+                raise ConfigError(f"--override expects key=value, not {item!r}")
+            key, value = item.split("=", 1)
+            props[key.strip()] = value
+        return cls(props)
+
+    # -------------------------------------------------------------- access
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.values.get(name, default)
+
+    def _validate(self) -> None:
+        v = self.values
+        if v["broker.id"] >= 0 and v["node.id"] >= 0 and v["broker.id"] != v["node.id"]:
+            raise ConfigError("broker.id and node.id must be equal when both are set")
+        if not v["listeners"]:
+            raise ConfigError("listeners must name at least one listener")
+        if v["group.min.session.timeout.ms"] > v["group.max.session.timeout.ms"]:
+            raise ConfigError("group.min.session.timeout.ms must not exceed group.max.session.timeout.ms")
+        if not self.log_dirs:
+            raise ConfigError("log.dirs must name at least one directory")
+
+    @property
+    def node_id(self) -> int:
+        bid = self.values["broker.id"]
+        return bid if bid >= 0 else self.values["node.id"]
+
+    @property
+    def listeners(self) -> list[tuple[str, str, int]]:
+        return [_split_listener(x) for x in self.values["listeners"]]
+
+    @property
+    def advertised_listeners(self) -> list[tuple[str, str, int]]:
+        adv = self.values["advertised.listeners"]
+        return [_split_listener(x) for x in adv] if adv else self.listeners
+
+    @property
+    def log_dirs(self) -> list[str]:
+        dirs = self.values["log.dirs"]
+        return list(dirs) if dirs else [self.values["log.dir"]]
+
+    @property
+    def log_retention_ms(self) -> int:
+        v = self.values
+        if v["log.retention.ms"] is not None:
+            ms = v["log.retention.ms"]
+        elif v["log.retention.minutes"] is not None:
+            ms = v["log.retention.minutes"] * 60_000
+        else:
+            ms = v["log.retention.hours"] * 3_600_000
+        return -1 if ms < 0 else ms
+
+    @property
+    def log_roll_ms(self) -> int:
+        v = self.values
+        return v["log.roll.ms"] if v["log.roll.ms"] is not None else v["log.roll.hours"] * 3_600_000
+
+    @property
+    def log_roll_jitter_ms(self) -> int:
+        v = self.values
+        if v["log.roll.jitter.ms"] is not None:
+            return v["log.roll.jitter.ms"]
+        return v["log.roll.jitter.hours"] * 3_600_000
+
+    @property
+    def log_flush_interval_ms(self) -> int:
+        v = self.values
+        if v["log.flush.interval.ms"] is not None:
+            return v["log.flush.interval.ms"]
+        return v["log.flush.scheduler.interval.ms"]
+
+    @property
+    def min_insync_replicas(self) -> int:
+        return self.values["min.insync.replicas"]
+
+    @property
+    def default_replication_factor(self) -> int:
+        return self.values["default.replication.factor"]
+
+    def topic_defaults(self) -> dict[str, Any]:
+        """Topic-level config defaults derived from the broker keys (Kafka's synonyms)."""
+        v = self.values
+        return {
+            "cleanup.policy": list(v["log.cleanup.policy"]),
+            "compression.type": v["compression.type"],
+            "delete.retention.ms": v["log.cleaner.delete.retention.ms"],
+            "file.delete.delay.ms": v["log.segment.delete.delay.ms"],
+            "flush.messages": v["log.flush.interval.messages"],
+            "flush.ms": self.log_flush_interval_ms,
+            "index.interval.bytes": v["log.index.interval.bytes"],
+            "max.compaction.lag.ms": v["log.cleaner.max.compaction.lag.ms"],
+            "max.message.bytes": v["message.max.bytes"],
+            "message.downconversion.enable": v["log.message.downconversion.enable"],
+            "message.timestamp.after.max.ms": v["log.message.timestamp.after.max.ms"],
+            "message.timestamp.before.max.ms": v["log.message.timestamp.before.max.ms"],
+            "message.timestamp.difference.max.ms": v["log.message.timestamp.difference.max.ms"],
+            "message.timestamp.type": v["log.message.timestamp.type"],
+            "min.cleanable.dirty.ratio": v["log.cleaner.min.cleanable.ratio"],
+            "min.compaction.lag.ms": v["log.cleaner.min.compaction.lag.ms"],
+            "min.insync.replicas": v["min.insync.replicas"],
+            "preallocate": v["log.preallocate"],
+            "retention.bytes": v["log.retention.bytes"],
+            "retention.ms": self.log_retention_ms,
+            "segment.bytes": v["log.segment.bytes"],
+            "segment.index.bytes": v["log.index.size.max.bytes"],
+            "segment.jitter.ms": self.log_roll_jitter_ms,
+            "segment.ms": self.log_roll_ms,
+            "unclean.leader.election.enable": v["unclean.leader.election.enable"],
+        }
+
+
+# Topic config name -> the broker key that supplies its default (DescribeConfigs synonyms).
+TOPIC_CONFIG_SYNONYMS: dict[str, list[str]] = {
+    "cleanup.policy": ["log.cleanup.policy"],
+    "compression.type": ["compression.type"],
+    "delete.retention.ms": ["log.cleaner.delete.retention.ms"],
+    "file.delete.delay.ms": ["log.segment.delete.delay.ms"],
+    "flush.messages": ["log.flush.interval.messages"],
+    "flush.ms": ["log.flush.interval.ms", "log.flush.scheduler.interval.ms"],
+    "index.interval.bytes": ["log.index.interval.bytes"],
+    "max.compaction.lag.ms": ["log.cleaner.max.compaction.lag.ms"],
+    "max.message.bytes": ["message.max.bytes"],
+    "message.downconversion.enable": ["log.message.downconversion.enable"],
+    "message.timestamp.after.max.ms": ["log.message.timestamp.after.max.ms"],
+    "message.timestamp.before.max.ms": ["log.message.timestamp.before.max.ms"],
+    "message.timestamp.difference.max.ms": ["log.message.timestamp.difference.max.ms"],
+    "message.timestamp.type": ["log.message.timestamp.type"],
+    "min.cleanable.dirty.ratio": ["log.cleaner.min.cleanable.ratio"],
+    "min.compaction.lag.ms": ["log.cleaner.min.compaction.lag.ms"],
+    "min.insync.replicas": ["min.insync.replicas"],
+    "preallocate": ["log.preallocate"],
+    "retention.bytes": ["log.retention.bytes"],
+    "retention.ms": ["log.retention.ms", "log.retention.minutes", "log.retention.hours"],
+    "segment.bytes": ["log.segment.bytes"],
+    "segment.index.bytes": ["log.index.size.max.bytes"],
+    "segment.jitter.ms": ["log.roll.jitter.ms", "log.roll.jitter.hours"],
+    "segment.ms": ["log.roll.ms", "log.roll.hours"],
+    "unclean.leader.election.enable": ["unclean.leader.election.enable"],
+}
+
+# Types of topic-level configs (for parsing AlterConfigs/CreateTopics values).
+TOPIC_CONFIG_TYPES: dict[str, str] = {
+    "cleanup.policy": "list", "compression.type": "string", "delete.retention.ms": "long",
+    "file.delete.delay.ms": "long", "flush.messages": "long", "flush.ms": "long",
+    "index.interval.bytes": "int", "max.compaction.lag.ms": "long", "max.message.bytes": "int",
+    "message.downconversion.enable": "boolean", "message.timestamp.after.max.ms": "long",
+    "message.timestamp.before.max.ms": "long", "message.timestamp.difference.max.ms": "long",
+    "message.timestamp.type": "string", "min.cleanable.dirty.ratio": "double",
+    "min.compaction.lag.ms": "long", "min.insync.replicas": "int", "preallocate": "boolean",
+    "retention.bytes": "long", "retention.ms": "long", "segment.bytes": "int",
+    "segment.index.bytes": "int", "segment.jitter.ms": "long", "segment.ms": "long",
+    "unclean.leader.election.enable": "boolean",
+}
+
+_TOPIC_CHECKS: dict[str, Callable[[Any], str | None]] = {
+    "cleanup.policy": _one_of("delete", "compact"),
+    "compression.type": _one_of(*_COMPRESSION),
+    "message.timestamp.type": _one_of(*_TIMESTAMP_TYPES),
+    "segment.bytes": _at_least(14),
+    "segment.ms": _at_least(1),
+    "segment.index.bytes": _at_least(4),
+    "min.insync.replicas": _at_least(1),
+    "max.message.bytes": _at_least(0),
+    "index.interval.bytes": _at_least(0),
+    "flush.messages": _at_least(1),
+    "flush.ms": _at_least(0),
+    "file.delete.delay.ms": _at_least(0),
+    "delete.retention.ms": _at_least(0),
+}
+
+
+def parse_topic_config(name: str, raw: str | None) -> Any:
+    """Parse and validate one topic-level config value; ConfigError names the problem."""
+    kind = TOPIC_CONFIG_TYPES.get(name)
+    if kind is None:
+        raise ConfigError(f"unknown topic config {name!r}")
+    if raw is None:
+        raise ConfigError(f"{name} needs a value")
+    value = _PARSERS[kind](name, raw)
+    check = _TOPIC_CHECKS.get(name)
+    if check is not None:
+        problem = check(value)
+        if problem:
+            raise ConfigError(f"{name} {problem}, not {raw!r}")
+    if name == "min.cleanable.dirty.ratio" and not 0.0 <= value <= 1.0:
+        raise ConfigError(f"{name} must be between 0 and 1, not {raw!r}")
+    return value
+
+
+def format_config_value(value: Any) -> str | None:
+    """Render a typed value the way Kafka prints it in DescribeConfigs."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return ",".join(str(x) for x in value)
+    return str(value)
+
+
+def _split_listener(item: str) -> tuple[str, str, int]:
+    m = _LISTENER_RE.match(item)
+    if m is None:  # validated at parse time; defaults are well-formed
+        raise ConfigError(f"bad listener {item!r}")
+    host = m.group(2).strip("[]")
+    return m.group(1).upper(), host, int(m.group(3))

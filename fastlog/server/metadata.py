@@ -1,0 +1,230 @@
+# fastlog/server/metadata.py — cluster metadata: one interface, one embedded store.
+#
+# Owns: topics (name, id, partition assignment, leader epoch, per-topic config overrides),
+# producer-id blocks and the cluster id. `MetadataStore` is the interface the broker uses;
+# `EmbeddedMetadataStore` is the single-node implementation, persisted as one JSON file
+# `<first log dir>/fastlog-metadata.json` written atomically (write tmp, fsync, rename,
+# fsync dir) so a crash leaves either the old or the new version. The ZooKeeper store
+# (cluster mode) will implement the same interface over Kafka's znodes.
+# Called from: the broker's asyncio API loop only (reads are plain attribute reads of an
+# in-memory cache; mutations are coroutines so a ZooKeeper store can await its round trip).
+"""Cluster metadata interface and the embedded single-node store."""
+
+from __future__ import annotations
+
+import abc
+import base64
+import copy
+import dataclasses
+import json
+import os
+import uuid
+
+METADATA_FILE = "fastlog-metadata.json"
+FORMAT_VERSION = 1
+PRODUCER_ID_BLOCK_SIZE = 1000
+
+
+class MetadataError(Exception):
+    """The metadata file is unreadable or inconsistent; message is one sentence."""
+
+
+@dataclasses.dataclass
+class PartitionState:
+    replicas: list[int]
+    leader: int
+    leader_epoch: int = 0
+    isr: list[int] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class TopicState:
+    name: str
+    topic_id: str  # 22-char base64url of a UUID, like Kafka's Uuid.toString()
+    partitions: dict[int, PartitionState]
+    configs: dict[str, str]  # overrides only, raw strings as the user gave them
+    internal: bool = False
+
+    @property
+    def topic_id_bytes(self) -> bytes:
+        return base64.urlsafe_b64decode(self.topic_id + "==")
+
+    @property
+    def replication_factor(self) -> int:
+        first = self.partitions.get(0)
+        return len(first.replicas) if first else 0
+
+
+def new_kafka_uuid() -> str:
+    """A random id rendered like Kafka's Uuid.toString (base64url, no padding)."""
+    while True:
+        raw = uuid.uuid4().bytes
+        text = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        if not text.startswith("-"):  # Kafka avoids ids that look like CLI flags
+            return text
+
+
+class MetadataStore(abc.ABC):
+    """What the broker needs from cluster metadata, whoever stores it."""
+
+    cluster_id: str
+    controller_id: int
+
+    @abc.abstractmethod
+    def topic(self, name: str) -> TopicState | None: ...
+
+    @abc.abstractmethod
+    def topic_names(self) -> list[str]: ...
+
+    @abc.abstractmethod
+    async def create_topic(self, name: str, partitions: int, replicas: list[list[int]],
+                           configs: dict[str, str], internal: bool = False) -> TopicState: ...
+
+    @abc.abstractmethod
+    async def delete_topic(self, name: str) -> None: ...
+
+    @abc.abstractmethod
+    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        """Replace the topic's config overrides with `configs`."""
+
+    @abc.abstractmethod
+    async def allocate_producer_ids(self, block_size: int = PRODUCER_ID_BLOCK_SIZE) -> tuple[int, int]:
+        """Reserve a block of producer ids durably; returns (first, count)."""
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+
+class EmbeddedMetadataStore(MetadataStore):
+    """Single-node store: everything in one JSON document, rewritten atomically."""
+
+    def __init__(self, data_dir: str, node_id: int):
+        self.path = os.path.join(data_dir, METADATA_FILE)
+        self.node_id = node_id
+        self.controller_id = node_id
+        self._topics: dict[str, TopicState] = {}
+        self._next_producer_id = 0
+        self.cluster_id = ""
+        self._load()
+
+    # ------------------------------------------------------------ persistence
+    def _load(self) -> None:
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                doc = json.load(f)
+        except FileNotFoundError:
+            self.cluster_id = new_kafka_uuid()
+            self._write()
+            return
+        except (OSError, ValueError) as e:
+            raise MetadataError(f"cannot read metadata file {self.path}: {e}") from None
+        try:
+            if doc.get("version") != FORMAT_VERSION:
+                raise MetadataError(f"metadata file {self.path} has unknown version {doc.get('version')!r}")
+            self.cluster_id = doc["cluster_id"]
+            self._next_producer_id = int(doc["next_producer_id_block"])
+            for name, t in doc["topics"].items():
+                parts = {
+                    int(p): PartitionState(list(s["replicas"]), int(s["leader"]),
+                                           int(s.get("leader_epoch", 0)), list(s.get("isr", s["replicas"])))
+                    for p, s in t["partitions"].items()
+                }
+                self._topics[name] = TopicState(name, t["topic_id"], parts,
+                                                {str(k): str(v) for k, v in t.get("configs", {}).items()},
+                                                bool(t.get("internal", False)))
+        except (KeyError, TypeError, ValueError) as e:
+            raise MetadataError(f"metadata file {self.path} is malformed ({e!r})") from None
+
+    def _document(self) -> dict:
+        return {
+            "version": FORMAT_VERSION,
+            "cluster_id": self.cluster_id,
+            "next_producer_id_block": self._next_producer_id,
+            "topics": {
+                name: {
+                    "topic_id": t.topic_id,
+                    "internal": t.internal,
+                    "configs": t.configs,
+                    "partitions": {
+                        str(p): dataclasses.asdict(s) for p, s in sorted(t.partitions.items())
+                    },
+                }
+                for name, t in sorted(self._topics.items())
+            },
+        }
+
+    def _write(self) -> None:
+        directory = os.path.dirname(self.path) or "."
+        os.makedirs(directory, exist_ok=True)
+        tmp = self.path + ".tmp"
+        data = json.dumps(self._document(), indent=1, sort_keys=True).encode()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+    # ------------------------------------------------------------ reads
+    def topic(self, name: str) -> TopicState | None:
+        return self._topics.get(name)
+
+    def topic_names(self) -> list[str]:
+        return sorted(self._topics)
+
+    # ------------------------------------------------------------ mutations
+    async def create_topic(self, name, partitions, replicas, configs, internal=False):
+        if name in self._topics:
+            raise KeyError(name)
+        state = TopicState(
+            name, new_kafka_uuid(),
+            {p: PartitionState(list(replicas[p]), replicas[p][0], 0, list(replicas[p]))
+             for p in range(partitions)},
+            dict(configs), internal)
+        self._topics[name] = state
+        try:
+            self._write()
+        except BaseException:
+            del self._topics[name]
+            raise
+        return state
+
+    async def delete_topic(self, name):
+        old = self._topics.pop(name)
+        try:
+            self._write()
+        except BaseException:
+            self._topics[name] = old
+            raise
+
+    async def set_topic_configs(self, name, configs):
+        topic = self._topics[name]
+        old = copy.copy(topic.configs)
+        topic.configs = dict(configs)
+        try:
+            self._write()
+        except BaseException:
+            topic.configs = old
+            raise
+
+    async def allocate_producer_ids(self, block_size=PRODUCER_ID_BLOCK_SIZE):
+        first = self._next_producer_id
+        self._next_producer_id = first + block_size
+        try:
+            self._write()
+        except BaseException:
+            self._next_producer_id = first
+            raise
+        return first, block_size
