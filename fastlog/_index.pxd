@@ -1,0 +1,59 @@
+# fastlog._index declarations: the memory-mapped offset and time indexes of a log segment.
+# Byte-order helpers are `cdef inline` here so that the search loops compile to plain loads.
+
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+
+
+cdef inline uint32_t load_be32(const unsigned char* p) noexcept nogil:
+    return ((<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16)
+            | (<uint32_t>p[2] << 8) | <uint32_t>p[3])
+
+
+cdef inline uint64_t load_be64(const unsigned char* p) noexcept nogil:
+    return (<uint64_t>load_be32(p) << 32) | <uint64_t>load_be32(p + 4)
+
+
+cdef inline void store_be32(unsigned char* p, uint32_t v) noexcept nogil:
+    p[0] = <unsigned char>(v >> 24)
+    p[1] = <unsigned char>(v >> 16)
+    p[2] = <unsigned char>(v >> 8)
+    p[3] = <unsigned char>v
+
+
+cdef inline void store_be64(unsigned char* p, uint64_t v) noexcept nogil:
+    store_be32(p, <uint32_t>(v >> 32))
+    store_be32(p + 4, <uint32_t>v)
+
+
+cdef class AbstractIndex:
+    cdef readonly object path
+    cdef readonly int64_t base_offset
+    cdef readonly Py_ssize_t max_index_size
+    cdef readonly bint writable
+    cdef int _fd
+    cdef unsigned char* _data
+    cdef Py_ssize_t _length
+    cdef Py_ssize_t _entries
+    cdef Py_ssize_t _max_entries
+    cdef int _entry_size
+    cdef object _fd_lock
+
+    cdef int _map(self, Py_ssize_t length) except -1
+    cdef void _unmap(self) noexcept
+    cdef int _check_open(self) except -1
+    cdef int64_t _key(self, Py_ssize_t n) noexcept nogil
+    cdef int64_t _value(self, Py_ssize_t n) noexcept nogil
+    cdef Py_ssize_t _largest_lower_bound(self, int64_t target, bint by_value) noexcept nogil
+    cdef Py_ssize_t _smallest_upper_bound(self, int64_t target, bint by_value) noexcept nogil
+    cdef void _slot_range(self, int64_t target, bint by_value,
+                          Py_ssize_t* lower, Py_ssize_t* upper) noexcept nogil
+    cdef void _binary_search(self, Py_ssize_t begin, Py_ssize_t end, int64_t target,
+                             bint by_value, Py_ssize_t* lower, Py_ssize_t* upper) noexcept nogil
+
+
+cdef class OffsetIndex(AbstractIndex):
+    cdef int64_t _lookup(self, int64_t target, int64_t* position) noexcept nogil
+
+
+cdef class TimeIndex(AbstractIndex):
+    pass

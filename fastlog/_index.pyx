@@ -1,0 +1,541 @@
+# fastlog._index: the two per-segment indexes, kept in memory-mapped files.
+#
+# Formats (byte-compatible with Kafka's files; every field big-endian):
+#   <base>.index      8-byte entries:  int32 offset relative to the segment's base offset,
+#                                      int32 byte position of a batch in the .log file
+#   <base>.timeindex 12-byte entries:  int64 timestamp (ms), int32 relative offset
+# Entries are sparse (one per `index.interval.bytes` of log) and sorted on both fields, so a
+# lookup is a binary search run in C straight over the mapping (no Python object per probe).
+#
+# Threads: one owner thread (the broker's event-loop thread) appends, looks up, truncates,
+# resizes and closes. The only call allowed from another thread is flush(), which fsyncs the
+# file descriptor (on Linux that writes the dirty pages of our MAP_SHARED mapping too) and
+# never touches the mapping itself; a small lock keeps the descriptor open while it runs.
+
+import os
+import threading
+
+from libc.errno cimport errno
+from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint32_t, uint64_t
+from posix.mman cimport (
+    MAP_FAILED,
+    MAP_SHARED,
+    PROT_READ,
+    PROT_WRITE,
+    mmap,
+    munmap,
+)
+
+# Kafka's value for "no timestamp": the lookup answer when no time entry is <= the target.
+NO_TIMESTAMP = -1
+DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024
+
+# The page-cache-friendly search (the idea is Kafka's; the reasoning, in our words):
+#
+# A plain binary search over an index touches pages all over the file: the first probe is
+# the middle page, the next a quarter of the way in, and so on. Almost every lookup in a
+# broker is for an offset near the end (followers and caught-up consumers read the tail),
+# so those probes land on the same few last pages -- plus a handful of pages in the middle
+# of the file that only binary search ever visits. Those middle pages are read rarely, so
+# the OS evicts them; the next tail lookup then page-faults on a page it did not really
+# need, and a fault on a cold page costs a disk read on the hot produce/fetch path.
+#
+# Worked example: 4 KiB pages, an index of 13 pages. Lookups near the end probe pages
+# 12, 6, 9, 11, 12: page 6 and 9 are touched only as waypoints. As the index grows to 14
+# pages the waypoints move (7, 10, 12, 13) and the old ones go cold; any page that is cold
+# when touched stalls the request thread for a disk seek.
+#
+# So we split the entries in two: a "warm" tail covering the last 8192 bytes (two pages,
+# which every tail lookup touches anyway and hence stay in the page cache) and the cold
+# rest. If the target is at or after the first warm entry we search only the warm tail;
+# otherwise we search the cold part, which only readers far behind the head pay for.
+# 8192 bytes is small enough that the warm tail is always resident, and big enough that an
+# in-sync reader (a few MiB behind at worst, i.e. far fewer entries than fit in 8 KiB at
+# the default 4 KiB index interval) finds its target there.
+cdef Py_ssize_t WARM_SECTION_BYTES = 8192
+
+
+class CorruptIndexError(Exception):
+    """An index file that cannot be trusted; its segment must rebuild it."""
+
+
+class InvalidOffsetError(ValueError):
+    """An append or truncation that would break the index's ordering."""
+
+
+class IndexOffsetOverflowError(ValueError):
+    """An offset too far from the segment's base offset to fit a 4-byte relative offset."""
+
+
+class IndexFullError(Exception):
+    """An append to an index that has no free slot (the segment must roll first)."""
+
+
+cdef inline Py_ssize_t _round_down(Py_ssize_t n, Py_ssize_t factor) noexcept nogil:
+    if n < 0:
+        return 0
+    return factor * (n // factor)
+
+
+cdef class AbstractIndex:
+    """Owns one memory-mapped index file: mapping, resize/trim, search; not thread-safe."""
+
+    def __cinit__(self, *args, **kwargs):
+        self._fd = -1
+        self._data = NULL
+        self._length = 0
+        self._entries = 0
+        self._max_entries = 0
+        self._fd_lock = threading.Lock()
+
+    def __init__(self, path, int64_t base_offset, Py_ssize_t max_index_size=DEFAULT_MAX_INDEX_SIZE,
+                 bint writable=True):
+        self.path = os.fspath(path)
+        self.base_offset = base_offset
+        self.max_index_size = max_index_size
+        self.writable = writable
+        newly_created = not os.path.exists(self.path)
+        if writable:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        else:
+            self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            if newly_created and writable:
+                # Preallocate so that appends are plain stores into the mapping.
+                os.ftruncate(self._fd, _round_down(max_index_size, self._entry_size))
+            length = os.fstat(self._fd).st_size
+            self._map(length)
+        except BaseException:
+            os.close(self._fd)
+            self._fd = -1
+            raise
+        # An existing file holds exactly its entries (it was trimmed when its segment became
+        # inactive or was closed); a torn or zero-padded one is caught by sanity_check().
+        self._entries = 0 if newly_created else length // self._entry_size
+
+    def __dealloc__(self):
+        self._unmap()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    cdef int _map(self, Py_ssize_t length) except -1:
+        cdef void* p
+        cdef int prot = PROT_READ | (PROT_WRITE if self.writable else 0)
+        if length > 0:
+            with nogil:
+                p = mmap(NULL, <size_t>length, prot, MAP_SHARED, self._fd, 0)
+            if p == MAP_FAILED:
+                raise OSError(errno, os.strerror(errno), self.path)
+            self._data = <unsigned char*>p
+        else:
+            self._data = NULL
+        self._length = length
+        self._max_entries = length // self._entry_size
+        return 0
+
+    cdef void _unmap(self) noexcept:
+        if self._data != NULL:
+            munmap(self._data, <size_t>self._length)
+            self._data = NULL
+        self._length = 0
+        self._max_entries = 0
+
+    cdef int _check_open(self) except -1:
+        if self._fd < 0:
+            raise ValueError(f"index {self.path} is closed")
+        return 0
+
+    # Entry fields as signed integers: a negative one marks a corrupt file in sanity_check().
+    cdef int64_t _key(self, Py_ssize_t n) noexcept nogil:
+        cdef const unsigned char* p = self._data + n * self._entry_size
+        if self._entry_size == 8:
+            return <int32_t>load_be32(p)
+        return <int64_t>load_be64(p)
+
+    cdef int64_t _value(self, Py_ssize_t n) noexcept nogil:
+        cdef const unsigned char* p = self._data + n * self._entry_size
+        if self._entry_size == 8:
+            return <int32_t>load_be32(p + 4)
+        return <int32_t>load_be32(p + 8)
+
+    cdef void _binary_search(self, Py_ssize_t begin, Py_ssize_t end, int64_t target,
+                             bint by_value, Py_ssize_t* lower, Py_ssize_t* upper) noexcept nogil:
+        # Invariant: the entry at `lo` is <= target (the caller checked `begin`).
+        cdef Py_ssize_t lo = begin, hi = end, mid
+        cdef int64_t found
+        while lo < hi:
+            mid = (lo + hi + 1) >> 1
+            found = self._value(mid) if by_value else self._key(mid)
+            if found > target:
+                hi = mid - 1
+            elif found < target:
+                lo = mid
+            else:
+                lower[0] = mid
+                upper[0] = mid
+                return
+        lower[0] = lo
+        upper[0] = -1 if lo == self._entries - 1 else lo + 1
+
+    cdef void _slot_range(self, int64_t target, bint by_value,
+                          Py_ssize_t* lower, Py_ssize_t* upper) noexcept nogil:
+        # (largest slot <= target, smallest slot >= target); -1 where there is none.
+        cdef Py_ssize_t warm_entries = WARM_SECTION_BYTES // self._entry_size
+        cdef Py_ssize_t first_hot
+        cdef int64_t first
+        if self._entries == 0:
+            lower[0] = -1
+            upper[0] = -1
+            return
+        first_hot = self._entries - 1 - warm_entries
+        if first_hot < 0:
+            first_hot = 0
+        first = self._value(first_hot) if by_value else self._key(first_hot)
+        if first < target:
+            self._binary_search(first_hot, self._entries - 1, target, by_value, lower, upper)
+            return
+        first = self._value(0) if by_value else self._key(0)
+        if first > target:
+            lower[0] = -1
+            upper[0] = 0
+            return
+        self._binary_search(0, first_hot, target, by_value, lower, upper)
+
+    cdef Py_ssize_t _largest_lower_bound(self, int64_t target, bint by_value) noexcept nogil:
+        cdef Py_ssize_t lower, upper
+        self._slot_range(target, by_value, &lower, &upper)
+        return lower
+
+    cdef Py_ssize_t _smallest_upper_bound(self, int64_t target, bint by_value) noexcept nogil:
+        cdef Py_ssize_t lower, upper
+        self._slot_range(target, by_value, &lower, &upper)
+        return upper
+
+    # ---- housekeeping shared by both indexes ----
+
+    @property
+    def entries(self):
+        """Number of valid entries."""
+        return self._entries
+
+    @property
+    def max_entries(self):
+        return self._max_entries
+
+    @property
+    def length(self):
+        """Current size of the file (and of the mapping) in bytes."""
+        return self._length
+
+    @property
+    def size_in_bytes(self):
+        """Bytes taken by valid entries."""
+        return self._entries * self._entry_size
+
+    @property
+    def entry_size(self):
+        return self._entry_size
+
+    @property
+    def closed(self):
+        return self._fd < 0
+
+    @property
+    def is_full(self):
+        return self._entries >= self._max_entries
+
+    def resize(self, Py_ssize_t new_size):
+        """Remap the file at `new_size` bytes rounded down to whole entries; True if it changed.
+
+        Entries beyond the new size are dropped. Called with the max size when a segment
+        becomes active again and with the valid size when it becomes inactive."""
+        self._check_open()
+        cdef Py_ssize_t rounded = _round_down(new_size, self._entry_size)
+        if rounded == self._length:
+            return False
+        if not self.writable:
+            raise ValueError(f"cannot resize read-only index {self.path}")
+        cdef Py_ssize_t entries = self._entries
+        self._unmap()
+        os.ftruncate(self._fd, rounded)
+        self._map(rounded)
+        self._entries = min(entries, self._max_entries)
+        return True
+
+    def trim_to_valid_size(self):
+        """Shrink the file to exactly its entries (done when the segment stops being active)."""
+        return self.resize(self._entries * self._entry_size)
+
+    def truncate(self):
+        """Drop every entry (the file keeps its size)."""
+        self._entries = 0
+
+    def reset(self):
+        """Drop every entry and regrow the file to its maximum size (before a rebuild)."""
+        self._entries = 0
+        self.resize(self.max_index_size)
+
+    def flush(self):
+        """Make the entries durable. Callable from a background thread."""
+        with self._fd_lock:
+            if self._fd >= 0:
+                os.fsync(self._fd)
+
+    def close_handler(self):
+        """Release the mapping and the descriptor without trimming (idempotent)."""
+        self._unmap()
+        with self._fd_lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+    def close(self):
+        """Trim to the valid entries, then release the mapping and the descriptor."""
+        if self._fd >= 0 and self.writable:
+            self.trim_to_valid_size()
+        self.close_handler()
+
+    def delete(self):
+        """Close and remove the file; True if a file was removed."""
+        self.close_handler()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def rename_to(self, new_path):
+        """Rename the file (used to mark a segment `.deleted`); the mapping stays valid."""
+        new_path = os.fspath(new_path)
+        try:
+            os.rename(self.path, new_path)
+        except FileNotFoundError:
+            pass
+        self.path = new_path
+
+    def update_parent_dir(self, new_dir):
+        """Follow a rename of the partition directory (files move with it)."""
+        self.path = os.path.join(os.fspath(new_dir), os.path.basename(self.path))
+
+    def __repr__(self):
+        return (f"{type(self).__name__}({self.path!r}, base_offset={self.base_offset}, "
+                f"entries={self._entries}/{self._max_entries})")
+
+
+cdef class OffsetIndex(AbstractIndex):
+    """Sparse map from offset to the file position of the batch ending at that offset.
+
+    All public methods take and return absolute offsets; the file stores them relative to
+    `base_offset`. Owner thread only, except flush()."""
+
+    def __cinit__(self, *args, **kwargs):
+        self._entry_size = 8
+
+    cdef int64_t _lookup(self, int64_t target, int64_t* position) noexcept nogil:
+        cdef Py_ssize_t slot = self._largest_lower_bound(target - self.base_offset, False)
+        if slot < 0:
+            position[0] = 0
+            return self.base_offset
+        position[0] = self._value(slot)
+        return self.base_offset + self._key(slot)
+
+    def lookup(self, int64_t target_offset):
+        """(offset, position) of the largest entry <= target_offset, or (base_offset, 0)."""
+        self._check_open()
+        cdef int64_t position
+        cdef int64_t offset = self._lookup(target_offset, &position)
+        return offset, position
+
+    def lookup_many(self, const int64_t[::1] targets, int64_t[::1] out_offsets,
+                    int64_t[::1] out_positions):
+        """lookup() for every target in one call (benchmarks, bulk readers); returns count."""
+        self._check_open()
+        cdef Py_ssize_t n = targets.shape[0], i
+        if out_offsets.shape[0] < n or out_positions.shape[0] < n:
+            raise ValueError("output arrays are shorter than the targets")
+        with nogil:
+            for i in range(n):
+                out_offsets[i] = self._lookup(targets[i], &out_positions[i])
+        return n
+
+    def entry(self, Py_ssize_t n):
+        """The n-th entry as (offset, position)."""
+        self._check_open()
+        if n < 0 or n >= self._entries:
+            raise IndexError(f"entry {n} out of range for {self._entries} entries in {self.path}")
+        return self.base_offset + self._key(n), self._value(n)
+
+    @property
+    def last_offset(self):
+        """Offset of the last entry, or base_offset when empty."""
+        if self._entries == 0 or self._data == NULL:
+            return self.base_offset
+        return self.base_offset + self._key(self._entries - 1)
+
+    def append(self, int64_t offset, int64_t position):
+        """Add an entry; the offset must be larger than every offset already present."""
+        self._check_open()
+        if self._entries >= self._max_entries:
+            raise IndexFullError(f"attempt to append to the full index {self.path} "
+                                 f"({self._entries} entries)")
+        if self._entries > 0 and offset <= self.base_offset + self._key(self._entries - 1):
+            raise InvalidOffsetError(
+                f"attempt to append offset {offset} to position {self._entries} no larger than "
+                f"the last offset {self.last_offset} in {self.path}")
+        cdef int64_t relative = offset - self.base_offset
+        if relative < 0 or relative > INT32_MAX:
+            raise IndexOffsetOverflowError(
+                f"offset {offset} does not fit a relative offset from {self.base_offset}")
+        if position < 0 or position > INT32_MAX:
+            raise ValueError(f"position {position} out of range for {self.path}")
+        cdef unsigned char* p = self._data + self._entries * 8
+        store_be32(p, <uint32_t>relative)
+        store_be32(p + 4, <uint32_t>position)
+        self._entries += 1
+
+    def truncate_to(self, int64_t offset):
+        """Remove every entry whose offset is >= `offset`."""
+        self._check_open()
+        cdef int64_t relative = offset - self.base_offset
+        cdef Py_ssize_t slot = self._largest_lower_bound(relative, False)
+        if slot < 0:
+            self._entries = 0
+        elif self._key(slot) == relative:
+            self._entries = slot
+        else:
+            self._entries = slot + 1
+
+    def fetch_upper_bound_offset(self, int64_t fetch_position, int64_t fetch_size):
+        """Offset of the first entry at or beyond fetch_position + fetch_size, or None."""
+        self._check_open()
+        cdef Py_ssize_t slot = self._smallest_upper_bound(fetch_position + fetch_size, True)
+        if slot < 0:
+            return None
+        return self.base_offset + self._key(slot)
+
+    def sanity_check(self, segment_size=None):
+        """Raise CorruptIndexError unless the entries are well formed.
+
+        Stricter than a header check: offsets and positions must strictly increase and stay
+        within the segment, which rejects zero-padded tails and garbage files."""
+        self._check_open()
+        if self._length % 8 != 0:
+            raise CorruptIndexError(
+                f"index file {self.path} has size {self._length}, not a multiple of 8")
+        cdef Py_ssize_t i, bad = -1
+        cdef int64_t prev_key = -1, prev_pos = -1, key, pos
+        cdef int64_t limit = INT32_MAX if segment_size is None else segment_size
+        with nogil:
+            for i in range(self._entries):
+                key = self._key(i)
+                pos = self._value(i)
+                if key <= prev_key or pos <= prev_pos or pos >= limit:
+                    bad = i
+                    break
+                prev_key = key
+                prev_pos = pos
+        if bad >= 0:
+            raise CorruptIndexError(
+                f"index file {self.path} entry {bad} is out of order or out of range "
+                f"({self.base_offset + self._key(bad)}, {self._value(bad)})")
+
+
+cdef class TimeIndex(AbstractIndex):
+    """Sparse map from timestamp to the offset of the batch holding the largest timestamp
+    seen so far; timestamps strictly increase. The last slot is kept for the entry written
+    when the segment rolls. Owner thread only, except flush()."""
+
+    def __cinit__(self, *args, **kwargs):
+        self._entry_size = 12
+
+    @property
+    def is_full(self):
+        return self._entries >= self._max_entries - 1
+
+    def lookup(self, int64_t timestamp):
+        """(timestamp, offset) of the largest entry with timestamp <= target, or
+        (NO_TIMESTAMP, base_offset)."""
+        self._check_open()
+        cdef Py_ssize_t slot = self._largest_lower_bound(timestamp, False)
+        if slot < 0:
+            return NO_TIMESTAMP, self.base_offset
+        return self._key(slot), self.base_offset + self._value(slot)
+
+    def entry(self, Py_ssize_t n):
+        """The n-th entry as (timestamp, offset)."""
+        self._check_open()
+        if n < 0 or n >= self._entries:
+            raise IndexError(f"entry {n} out of range for {self._entries} entries in {self.path}")
+        return self._key(n), self.base_offset + self._value(n)
+
+    @property
+    def last_entry(self):
+        """The last (timestamp, offset), or (NO_TIMESTAMP, base_offset) when empty."""
+        if self._entries == 0 or self._data == NULL:
+            return NO_TIMESTAMP, self.base_offset
+        return self._key(self._entries - 1), self.base_offset + self._value(self._entries - 1)
+
+    def maybe_append(self, int64_t timestamp, int64_t offset, bint skip_full_check=False):
+        """Add (timestamp, offset) if the timestamp is larger than the last one."""
+        self._check_open()
+        if not skip_full_check and self.is_full:
+            raise IndexFullError(f"attempt to append to the full time index {self.path}")
+        if self._entries >= self._max_entries:
+            raise IndexFullError(f"no slot left in the time index {self.path}")
+        last_ts, last_offset = self.last_entry
+        if self._entries > 0 and offset < last_offset:
+            raise InvalidOffsetError(
+                f"attempt to append offset {offset} to slot {self._entries} smaller than the "
+                f"last offset {last_offset} in {self.path}")
+        if self._entries > 0 and timestamp < last_ts:
+            raise InvalidOffsetError(
+                f"attempt to append timestamp {timestamp} to slot {self._entries} smaller than "
+                f"the last timestamp {last_ts} in {self.path}")
+        if timestamp <= last_ts:
+            return False
+        cdef int64_t relative = offset - self.base_offset
+        if relative < 0 or relative > INT32_MAX:
+            raise IndexOffsetOverflowError(
+                f"offset {offset} does not fit a relative offset from {self.base_offset}")
+        cdef unsigned char* p = self._data + self._entries * 12
+        store_be64(p, <uint64_t>timestamp)
+        store_be32(p + 8, <uint32_t>relative)
+        self._entries += 1
+        return True
+
+    def truncate_to(self, int64_t offset):
+        """Remove every entry whose offset is >= `offset`."""
+        self._check_open()
+        cdef int64_t relative = offset - self.base_offset
+        cdef Py_ssize_t slot = self._largest_lower_bound(relative, True)
+        if slot < 0:
+            self._entries = 0
+        elif self._value(slot) == relative:
+            self._entries = slot
+        else:
+            self._entries = slot + 1
+
+    def sanity_check(self, next_offset=None):
+        """Raise CorruptIndexError unless timestamps strictly increase and offsets never
+        decrease (and stay below next_offset when given)."""
+        self._check_open()
+        if self._length % 12 != 0:
+            raise CorruptIndexError(
+                f"time index file {self.path} has size {self._length}, not a multiple of 12")
+        cdef Py_ssize_t i, bad = -1
+        cdef int64_t prev_ts = NO_TIMESTAMP, prev_off = 0, ts, off
+        cdef int64_t limit = INT32_MAX if next_offset is None else next_offset - self.base_offset
+        with nogil:
+            for i in range(self._entries):
+                ts = self._key(i)
+                off = self._value(i)
+                if ts <= prev_ts or off < prev_off or off >= limit:
+                    bad = i
+                    break
+                prev_ts = ts
+                prev_off = off
+        if bad >= 0:
+            raise CorruptIndexError(
+                f"time index file {self.path} entry {bad} is out of order or out of range "
+                f"({self._key(bad)}, {self.base_offset + self._value(bad)})")
