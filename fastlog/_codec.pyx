@@ -1,0 +1,871 @@
+# fastlog/_codec.pyx: the bottom layer every byte of fastlog passes through.
+#
+# Owns Kafka's binary formats exactly as Kafka defines them: unsigned and zig-zag varints,
+# CRC-32C (batches) and CRC-32 (legacy messages), record batch v2 (header, validation,
+# scanning, in-place offset stamping, record iteration, building), legacy message sets v0/v1
+# and conversion to/from v2, and the protocol primitives (Reader/Writer) that every request
+# and response is encoded with. It knows nothing of the server, files or sockets (FileRegion
+# is only a description of bytes in a file).
+#
+# Callers: the protocol layer and handlers (event-loop threads), storage (log recovery,
+# append), clients and tools. All functions are reentrant; none keeps global state beyond
+# the CRC kernel pointer chosen at import. Bad input raises a CodecError subclass that says
+# what was wrong and at which byte offset; nothing reads outside the buffer it was given,
+# and no allocation is ever sized from an untrusted length before that length has been
+# bounded by the bytes actually present.
+
+cimport cython
+from cpython.buffer cimport (
+    PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer,
+)
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.mem cimport PyMem_Free, PyMem_Realloc
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport (
+    int8_t, int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t,
+)
+from libc.string cimport memcpy
+
+import os
+import zlib
+
+cdef extern from "Python.h":
+    const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
+
+cdef extern from "<dlfcn.h>" nogil:
+    void *dlopen(const char *filename, int flags)
+    void *dlsym(void *handle, const char *symbol)
+    int RTLD_NOW
+    int RTLD_NOLOAD
+
+
+# ---------------------------------------------------------------------------------------
+# Exceptions
+
+class CodecError(ValueError):
+    """Bad bytes: says what was wrong; ``position`` is the byte offset where it was found."""
+
+    def __init__(self, message, position=None):
+        super().__init__(message)
+        self.position = position
+
+
+class TruncatedError(CodecError):
+    """The buffer ends before the structure being read does."""
+
+
+class CorruptRecordError(CodecError):
+    """A checksum does not match the bytes it covers."""
+
+
+class InvalidMagicError(CodecError):
+    """A record batch or message has a magic (format version) this call does not accept."""
+
+
+class InvalidRecordError(CodecError):
+    """Structurally wrong: bad lengths, counts, attributes, varints, or a forbidden batch."""
+
+
+class RecordTooLargeError(InvalidRecordError):
+    """A batch is larger than the size limit the caller gave."""
+
+
+class UnsupportedCodecError(CodecError):
+    """A compression codec that is unknown or not allowed here."""
+
+
+class DecompressionLimitError(CodecError):
+    """Decompressed data would exceed the caller's cap."""
+
+
+# ---------------------------------------------------------------------------------------
+# Constants
+
+BATCH_HEADER_SIZE = 61
+LOG_OVERHEAD = 12
+COMPRESSION_NONE = 0
+COMPRESSION_GZIP = 1
+COMPRESSION_SNAPPY = 2
+COMPRESSION_LZ4 = 3
+COMPRESSION_ZSTD = 4
+TIMESTAMP_CREATE_TIME = 0
+TIMESTAMP_LOG_APPEND_TIME = 1
+NO_PRODUCER_ID = -1
+NO_TIMESTAMP = -1
+
+# Byte offsets inside a v2 batch (Kafka's DefaultRecordBatch layout).
+cdef enum:
+    OFF_BASE_OFFSET = 0
+    OFF_LENGTH = 8
+    OFF_LEADER_EPOCH = 12
+    OFF_MAGIC = 16
+    OFF_CRC = 17
+    OFF_ATTRIBUTES = 21
+    OFF_LAST_OFFSET_DELTA = 23
+    OFF_FIRST_TIMESTAMP = 27
+    OFF_MAX_TIMESTAMP = 35
+    OFF_PRODUCER_ID = 43
+    OFF_PRODUCER_EPOCH = 51
+    OFF_BASE_SEQUENCE = 53
+    OFF_RECORD_COUNT = 57
+    HEADER_SIZE = 61
+    OVERHEAD = 12
+    # batchLength counts everything after itself, so a batch with no records has this.
+    MIN_BATCH_LENGTH = 49
+    ATTR_CODEC_MASK = 0x07
+    ATTR_TIMESTAMP_TYPE = 0x08
+    ATTR_TRANSACTIONAL = 0x10
+    ATTR_CONTROL = 0x20
+    # Bit 6 marks a delete horizon (set by compaction, KIP-534); bits 7..15 are unused.
+    ATTR_DELETE_HORIZON = 0x40
+    ATTR_UNUSED_MASK = 0xFF80
+
+DEFAULT_DECOMPRESS_LIMIT = 64 * 1024 * 1024
+
+
+# ---------------------------------------------------------------------------------------
+# Small raising helpers (kept out of line so that hot loops stay small)
+
+cdef int _raise_truncated(str what, Py_ssize_t pos, Py_ssize_t need,
+                          Py_ssize_t have) except -1:
+    raise TruncatedError(
+        f"truncated {what} at byte {pos}: need {need} bytes, {max(have, 0)} left", pos)
+
+
+cdef int raise_varint_error(Py_ssize_t code, Py_ssize_t pos, str what) except -1:
+    if code == VARINT_TRUNCATED:
+        raise TruncatedError(f"truncated varint ({what}) at byte {pos}", pos)
+    raise InvalidRecordError(f"varint too long ({what}) at byte {pos}", pos)
+
+
+cdef inline int _get_buffer(object obj, Py_buffer *view, bint writable) except -1:
+    PyObject_GetBuffer(obj, view, PyBUF_WRITABLE if writable else PyBUF_SIMPLE)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------
+# Varints (Python API)
+
+def encode_uvarint(n):
+    """Unsigned varint of 0 <= n < 2**32 (as Kafka's unsigned varint, at most 5 bytes)."""
+    if n < 0 or n > 0xFFFFFFFF:
+        raise ValueError(f"unsigned varint out of range: {n}")
+    cdef unsigned char tmp[10]
+    cdef int k = write_uvarint(tmp, <uint64_t>n)
+    return PyBytes_FromStringAndSize(<char *>tmp, k)
+
+
+def encode_varint(n):
+    """Zig-zag varint of a signed 32-bit value (at most 5 bytes)."""
+    if n < -0x80000000 or n > 0x7FFFFFFF:
+        raise ValueError(f"varint out of 32-bit range: {n}")
+    cdef unsigned char tmp[10]
+    cdef int k = write_uvarint(tmp, zigzag32(<int32_t>n))
+    return PyBytes_FromStringAndSize(<char *>tmp, k)
+
+
+def encode_varlong(n):
+    """Zig-zag varint of a signed 64-bit value (at most 10 bytes)."""
+    if n < -0x8000000000000000 or n > 0x7FFFFFFFFFFFFFFF:
+        raise ValueError(f"varlong out of 64-bit range: {n}")
+    cdef unsigned char tmp[10]
+    cdef int k = write_uvarint(tmp, zigzag64(<int64_t>n))
+    return PyBytes_FromStringAndSize(<char *>tmp, k)
+
+
+def decode_uvarint(buf, Py_ssize_t pos=0):
+    """Return (value, next_pos) of the unsigned varint at pos."""
+    cdef Py_buffer view
+    cdef uint32_t value = 0
+    cdef Py_ssize_t nxt
+    _get_buffer(buf, &view, False)
+    try:
+        if pos < 0:
+            raise ValueError("negative position")
+        nxt = read_uvarint32(<const unsigned char *>view.buf, pos, view.len, &value)
+        if nxt < 0:
+            raise_varint_error(nxt, pos, "uvarint")
+        return value, nxt
+    finally:
+        PyBuffer_Release(&view)
+
+
+def decode_varint(buf, Py_ssize_t pos=0):
+    """Return (value, next_pos) of the zig-zag 32-bit varint at pos."""
+    cdef Py_buffer view
+    cdef int32_t value = 0
+    cdef Py_ssize_t nxt
+    _get_buffer(buf, &view, False)
+    try:
+        if pos < 0:
+            raise ValueError("negative position")
+        nxt = read_varint32(<const unsigned char *>view.buf, pos, view.len, &value)
+        if nxt < 0:
+            raise_varint_error(nxt, pos, "varint")
+        return value, nxt
+    finally:
+        PyBuffer_Release(&view)
+
+
+def decode_varlong(buf, Py_ssize_t pos=0):
+    """Return (value, next_pos) of the zig-zag 64-bit varint at pos."""
+    cdef Py_buffer view
+    cdef int64_t value = 0
+    cdef Py_ssize_t nxt
+    _get_buffer(buf, &view, False)
+    try:
+        if pos < 0:
+            raise ValueError("negative position")
+        nxt = read_varint64(<const unsigned char *>view.buf, pos, view.len, &value)
+        if nxt < 0:
+            raise_varint_error(nxt, pos, "varlong")
+        return value, nxt
+    finally:
+        PyBuffer_Release(&view)
+
+
+# ---------------------------------------------------------------------------------------
+# CRC-32C through the crc32c package's own kernel.
+#
+# The package picks a hardware kernel (SSE4.2, three interleaved streams) at import. We
+# look the same symbol up in its shared object once, so that batch validation calls the
+# kernel directly (no Python call per batch, GIL released for big buffers). If the lookup
+# fails we fall back to calling the package's Python function, which is the same kernel.
+
+ctypedef uint32_t (*crc_kernel_t)(uint32_t, const unsigned char *, unsigned long) noexcept nogil
+
+cdef crc_kernel_t _crc_kernel = NULL
+cdef object _py_crc32c = None
+# Buffers at least this long are checksummed without the GIL.
+cdef Py_ssize_t _NOGIL_CRC_MIN = 32 * 1024
+
+
+cdef void _load_crc_kernel() noexcept:
+    global _crc_kernel, _py_crc32c
+    import crc32c as _pkg
+    import crc32c._crc32c as _ext
+    _py_crc32c = _pkg.crc32c
+    cdef bytes path = os.fsencode(_ext.__file__)
+    cdef void *handle = dlopen(path, RTLD_NOW | RTLD_NOLOAD)
+    cdef void *sym = NULL
+    if handle == NULL:
+        return
+    if _pkg.hardware_based:
+        sym = dlsym(handle, b"_crc32c_hw_adler")
+    else:
+        sym = dlsym(handle, b"_crc32c_sw_slicing_by_8")
+    if sym != NULL:
+        _crc_kernel = <crc_kernel_t>sym
+        # Self-check against the package before trusting the symbol.
+        if (crc32c_update(0, <const unsigned char *>b"123456789", 9)
+                != _py_crc32c(b"123456789")):
+            _crc_kernel = NULL
+
+
+cdef uint32_t crc32c_update(uint32_t crc, const unsigned char *data,
+                            size_t length) noexcept nogil:
+    if _crc_kernel != NULL:
+        return _crc_kernel(crc ^ 0xFFFFFFFFu, data, length) ^ 0xFFFFFFFFu
+    with gil:
+        return _py_crc32c(
+            PyBytes_FromStringAndSize(<const char *>data, length), crc)
+
+
+cdef inline uint32_t _crc32c_maybe_nogil(const unsigned char *data, Py_ssize_t length):
+    cdef uint32_t r
+    if length >= _NOGIL_CRC_MIN and _crc_kernel != NULL:
+        with nogil:
+            r = crc32c_update(0, data, length)
+        return r
+    return crc32c_update(0, data, length)
+
+
+_load_crc_kernel()
+# True when batches are checksummed by calling the package's kernel directly (expected).
+CRC32C_DIRECT = _crc_kernel != NULL
+
+
+def crc32c(data, value=0):
+    """CRC-32C (Castagnoli) of data, continuing from value (Kafka's batch checksum)."""
+    cdef Py_buffer view
+    cdef uint32_t r
+    cdef uint32_t start = value
+    _get_buffer(data, &view, False)
+    try:
+        if view.len >= _NOGIL_CRC_MIN and _crc_kernel != NULL:
+            with nogil:
+                r = crc32c_update(start, <const unsigned char *>view.buf, view.len)
+        else:
+            r = crc32c_update(start, <const unsigned char *>view.buf, view.len)
+        return r
+    finally:
+        PyBuffer_Release(&view)
+
+
+def crc32(data):
+    """CRC-32 (zlib polynomial) of data: the checksum of legacy v0/v1 messages."""
+    return zlib.crc32(data) & 0xFFFFFFFF
+
+
+# ---------------------------------------------------------------------------------------
+# FileRegion
+
+cdef class FileRegion:
+    """``length`` bytes of ``file`` starting at ``position``.
+
+    Storage returns these for fetch reads; the network layer sends them with sendfile.
+    The region keeps ``file`` referenced so its descriptor stays open while in use.
+    """
+
+    def __init__(self, file, Py_ssize_t position, Py_ssize_t length):
+        if position < 0 or length < 0:
+            raise ValueError(f"bad file region: position={position} length={length}")
+        self.file = file
+        self.position = position
+        self.length = length
+
+    def read(self):
+        """The region's bytes (a copy, through pread): for tests and tools, not hot paths."""
+        data = os.pread(self.file.fileno(), self.length, self.position)
+        if len(data) != self.length:
+            raise TruncatedError(
+                f"file region {self.position}+{self.length} extends past the end of the file",
+                self.position + len(data))
+        return data
+
+    def __repr__(self):
+        return f"FileRegion({self.file!r}, position={self.position}, length={self.length})"
+
+
+# ---------------------------------------------------------------------------------------
+# Protocol primitives: Reader
+
+@cython.final
+cdef class Reader:
+    """Zero-copy reader of Kafka protocol primitives over any buffer (bytes, mmap, ...).
+
+    ``pos`` is an absolute position in the buffer; reading past ``end`` raises
+    TruncatedError. One Reader belongs to one thread at a time.
+    """
+
+    def __cinit__(self, buf, Py_ssize_t pos=0, end=None):
+        cdef Py_ssize_t e
+        _get_buffer(buf, &self._view, False)
+        self._has_view = True
+        self._obj = buf
+        self._data = <const unsigned char *>self._view.buf
+        e = self._view.len if end is None else end
+        if e < 0 or e > self._view.len or pos < 0 or pos > e:
+            raise ValueError(f"bad reader range pos={pos} end={end} for {self._view.len} bytes")
+        self._pos = pos
+        self._end = e
+
+    def __dealloc__(self):
+        if self._has_view:
+            PyBuffer_Release(&self._view)
+            self._has_view = False
+
+    @property
+    def pos(self):
+        return self._pos
+
+    @pos.setter
+    def pos(self, Py_ssize_t value):
+        if value < 0 or value > self._end:
+            raise ValueError(f"position {value} outside 0..{self._end}")
+        self._pos = value
+
+    @property
+    def end(self):
+        return self._end
+
+    @property
+    def remaining(self):
+        return self._end - self._pos
+
+    cdef const unsigned char *_take(self, Py_ssize_t n, str what) except NULL:
+        cdef const unsigned char *p
+        if n > self._end - self._pos:
+            _raise_truncated(what, self._pos, n, self._end - self._pos)
+        p = self._data + self._pos
+        self._pos += n
+        return p
+
+    def skip(self, Py_ssize_t n):
+        if n < 0:
+            raise ValueError("negative skip")
+        self._take(n, "skip")
+
+    def int8(self):
+        return <int8_t>self._take(1, "int8")[0]
+
+    def boolean(self):
+        return self._take(1, "boolean")[0] != 0
+
+    def int16(self):
+        return <int16_t>fl_be16(self._take(2, "int16"))
+
+    def uint16(self):
+        return fl_be16(self._take(2, "uint16"))
+
+    def int32(self):
+        return <int32_t>fl_be32(self._take(4, "int32"))
+
+    def uint32(self):
+        return fl_be32(self._take(4, "uint32"))
+
+    def int64(self):
+        return <int64_t>fl_be64(self._take(8, "int64"))
+
+    def float64(self):
+        cdef uint64_t raw = fl_be64(self._take(8, "float64"))
+        cdef double d
+        memcpy(&d, &raw, 8)
+        return d
+
+    def uuid(self):
+        return PyBytes_FromStringAndSize(<const char *>self._take(16, "uuid"), 16)
+
+    cdef uint32_t _uvarint(self) except? 0xFFFFFFFF:
+        cdef uint32_t v = 0
+        cdef Py_ssize_t nxt = read_uvarint32(self._data, self._pos, self._end, &v)
+        if nxt < 0:
+            raise_varint_error(nxt, self._pos, "uvarint")
+        self._pos = nxt
+        return v
+
+    def uvarint(self):
+        return self._uvarint()
+
+    def varint(self):
+        cdef int32_t v = 0
+        cdef Py_ssize_t nxt = read_varint32(self._data, self._pos, self._end, &v)
+        if nxt < 0:
+            raise_varint_error(nxt, self._pos, "varint")
+        self._pos = nxt
+        return v
+
+    def varlong(self):
+        cdef int64_t v = 0
+        cdef Py_ssize_t nxt = read_varint64(self._data, self._pos, self._end, &v)
+        if nxt < 0:
+            raise_varint_error(nxt, self._pos, "varlong")
+        self._pos = nxt
+        return v
+
+    cdef object _utf8(self, Py_ssize_t n, str what):
+        cdef Py_ssize_t at = self._pos
+        cdef const unsigned char *p = self._take(n, what)
+        try:
+            return PyUnicode_DecodeUTF8(<const char *>p, n, NULL)
+        except UnicodeDecodeError as exc:
+            raise InvalidRecordError(f"{what} at byte {at} is not UTF-8: {exc}", at) from None
+
+    def string(self):
+        cdef Py_ssize_t at = self._pos
+        cdef int16_t n = <int16_t>fl_be16(self._take(2, "string length"))
+        if n < 0:
+            raise InvalidRecordError(f"null or negative string length {n} at byte {at}", at)
+        return self._utf8(n, "string")
+
+    def nullable_string(self):
+        cdef Py_ssize_t at = self._pos
+        cdef int16_t n = <int16_t>fl_be16(self._take(2, "string length"))
+        if n == -1:
+            return None
+        if n < 0:
+            raise InvalidRecordError(f"negative string length {n} at byte {at}", at)
+        return self._utf8(n, "string")
+
+    def compact_string(self):
+        cdef Py_ssize_t at = self._pos
+        cdef uint32_t n = self._uvarint()
+        if n == 0:
+            raise InvalidRecordError(f"null compact string at byte {at}", at)
+        return self._utf8(<Py_ssize_t>n - 1, "compact string")
+
+    def compact_nullable_string(self):
+        cdef uint32_t n = self._uvarint()
+        if n == 0:
+            return None
+        return self._utf8(<Py_ssize_t>n - 1, "compact string")
+
+    cdef Py_ssize_t _bytes_len(self, bint nullable, bint compact) except -2:
+        # Returns -1 for null (only when nullable), else the byte count.
+        cdef Py_ssize_t at = self._pos
+        cdef int32_t n
+        cdef uint32_t u
+        if compact:
+            u = self._uvarint()
+            if u == 0:
+                if not nullable:
+                    raise InvalidRecordError(f"null compact bytes at byte {at}", at)
+                return -1
+            return <Py_ssize_t>u - 1
+        n = <int32_t>fl_be32(self._take(4, "bytes length"))
+        if n == -1 and nullable:
+            return -1
+        if n < 0:
+            raise InvalidRecordError(f"invalid bytes length {n} at byte {at}", at)
+        return n
+
+    cdef object _copy(self, Py_ssize_t n):
+        if n < 0:
+            return None
+        return PyBytes_FromStringAndSize(<const char *>self._take(n, "bytes"), n)
+
+    cdef object _view_of(self, Py_ssize_t n):
+        cdef Py_ssize_t start
+        if n < 0:
+            return None
+        start = self._pos
+        self._take(n, "bytes")
+        if self._mv is None:
+            mv = memoryview(self._obj)
+            if mv.ndim != 1 or mv.itemsize != 1 or mv.format != "B":
+                mv = mv.cast("B")
+            self._mv = mv
+        return self._mv[start:start + n]
+
+    def bytes_(self):
+        return self._copy(self._bytes_len(False, False))
+
+    def nullable_bytes(self):
+        return self._copy(self._bytes_len(True, False))
+
+    def compact_bytes(self):
+        return self._copy(self._bytes_len(False, True))
+
+    def compact_nullable_bytes(self):
+        return self._copy(self._bytes_len(True, True))
+
+    def bytes_view(self):
+        return self._view_of(self._bytes_len(False, False))
+
+    def nullable_bytes_view(self):
+        return self._view_of(self._bytes_len(True, False))
+
+    def compact_bytes_view(self):
+        return self._view_of(self._bytes_len(False, True))
+
+    def compact_nullable_bytes_view(self):
+        return self._view_of(self._bytes_len(True, True))
+
+    def array_len(self):
+        """Element count of an array (-1 for null); bounded by the bytes left."""
+        cdef Py_ssize_t at = self._pos
+        cdef int32_t n = <int32_t>fl_be32(self._take(4, "array length"))
+        if n == -1:
+            return -1
+        if n < 0:
+            raise InvalidRecordError(f"invalid array length {n} at byte {at}", at)
+        if n > self._end - self._pos:
+            raise TruncatedError(
+                f"array of {n} elements at byte {at} cannot fit in the "
+                f"{self._end - self._pos} bytes left", at)
+        return n
+
+    def compact_array_len(self):
+        """Element count of a compact array (-1 for null); bounded by the bytes left."""
+        cdef Py_ssize_t at = self._pos
+        cdef uint32_t u = self._uvarint()
+        if u == 0:
+            return -1
+        if <Py_ssize_t>u - 1 > self._end - self._pos:
+            raise TruncatedError(
+                f"compact array of {u - 1} elements at byte {at} cannot fit in the "
+                f"{self._end - self._pos} bytes left", at)
+        return <Py_ssize_t>u - 1
+
+    def tagged_fields(self):
+        """Tagged fields of a flexible version as {tag: raw bytes} (usually empty)."""
+        cdef uint32_t count = self._uvarint()
+        cdef uint32_t _i, tag, size
+        cdef dict out = {}
+        cdef Py_ssize_t at
+        if count == 0:
+            return out
+        if count > self._end - self._pos:
+            raise TruncatedError(
+                f"{count} tagged fields cannot fit in the {self._end - self._pos} bytes left",
+                self._pos)
+        for _i in range(count):
+            at = self._pos
+            tag = self._uvarint()
+            size = self._uvarint()
+            if tag in out:
+                raise InvalidRecordError(f"duplicate tagged field {tag} at byte {at}", at)
+            out[tag] = self._copy(size)
+        return out
+
+    def __repr__(self):
+        return f"Reader(pos={self._pos}, end={self._end})"
+
+
+# ---------------------------------------------------------------------------------------
+# Protocol primitives: Writer
+
+@cython.final
+cdef class Writer:
+    """Growable encoder of Kafka protocol primitives.
+
+    ``external(obj, length)`` inserts a part (FileRegion, large memoryview) without
+    copying; ``getparts()`` returns the written bytes interleaved with those parts, for a
+    vectored or sendfile write. ``len()`` counts both.
+    """
+
+    def __cinit__(self, Py_ssize_t capacity=256):
+        if capacity < 16:
+            capacity = 16
+        self._buf = <unsigned char *>PyMem_Realloc(NULL, capacity)
+        if self._buf == NULL:
+            raise MemoryError()
+        self._cap = capacity
+        self._len = 0
+        self._externals = []
+        self._external_len = 0
+
+    def __dealloc__(self):
+        if self._buf != NULL:
+            PyMem_Free(self._buf)
+            self._buf = NULL
+
+    cdef int _grow(self, Py_ssize_t need) except -1:
+        cdef Py_ssize_t cap = self._cap * 2
+        cdef unsigned char *nb
+        while cap < self._len + need:
+            cap *= 2
+        nb = <unsigned char *>PyMem_Realloc(self._buf, cap)
+        if nb == NULL:
+            raise MemoryError()
+        self._buf = nb
+        self._cap = cap
+        return 0
+
+    cdef unsigned char *_room(self, Py_ssize_t n) except NULL:
+        cdef unsigned char *p
+        if self._len + n > self._cap:
+            self._grow(n)
+        p = self._buf + self._len
+        self._len += n
+        return p
+
+    def __len__(self):
+        return self._len + self._external_len
+
+    def int8(self, int8_t v):
+        self._room(1)[0] = <unsigned char>v
+
+    def boolean(self, v):
+        self._room(1)[0] = 1 if v else 0
+
+    def int16(self, int16_t v):
+        fl_put_be16(self._room(2), <uint16_t>v)
+
+    def uint16(self, uint16_t v):
+        fl_put_be16(self._room(2), v)
+
+    def int32(self, int32_t v):
+        fl_put_be32(self._room(4), <uint32_t>v)
+
+    def uint32(self, uint32_t v):
+        fl_put_be32(self._room(4), v)
+
+    def int64(self, int64_t v):
+        fl_put_be64(self._room(8), <uint64_t>v)
+
+    def float64(self, double v):
+        cdef uint64_t raw
+        memcpy(&raw, &v, 8)
+        fl_put_be64(self._room(8), raw)
+
+    def uuid(self, v):
+        cdef Py_buffer view
+        _get_buffer(v, &view, False)
+        try:
+            if view.len != 16:
+                raise ValueError(f"uuid must be 16 bytes, got {view.len}")
+            memcpy(self._room(16), view.buf, 16)
+        finally:
+            PyBuffer_Release(&view)
+
+    cdef int _uvarint(self, uint64_t v) except -1:
+        if self._len + 10 > self._cap:
+            self._grow(10)
+        self._len += write_uvarint(self._buf + self._len, v)
+        return 0
+
+    def uvarint(self, uint32_t v):
+        self._uvarint(v)
+
+    def varint(self, int32_t v):
+        self._uvarint(zigzag32(v))
+
+    def varlong(self, int64_t v):
+        self._uvarint(zigzag64(v))
+
+    cdef int _raw(self, const void *p, Py_ssize_t n) except -1:
+        if n:
+            memcpy(self._room(n), p, n)
+        return 0
+
+    cdef int _text(self, s, bint compact, bint nullable) except -1:
+        cdef const char *p
+        cdef Py_ssize_t n
+        if s is None:
+            if not nullable:
+                raise ValueError("None for a non-nullable string")
+            if compact:
+                self._uvarint(0)
+            else:
+                fl_put_be16(self._room(2), 0xFFFF)
+            return 0
+        p = PyUnicode_AsUTF8AndSize(s, &n)
+        if compact:
+            self._uvarint(<uint64_t>n + 1)
+        else:
+            if n > 0x7FFF:
+                raise ValueError(f"string of {n} bytes is too long for int16 length")
+            fl_put_be16(self._room(2), <uint16_t>n)
+        self._raw(p, n)
+        return 0
+
+    def string(self, s):
+        self._text(s, False, False)
+
+    def nullable_string(self, s):
+        self._text(s, False, True)
+
+    def compact_string(self, s):
+        self._text(s, True, False)
+
+    def compact_nullable_string(self, s):
+        self._text(s, True, True)
+
+    cdef int _blob(self, b, bint compact, bint nullable) except -1:
+        cdef Py_buffer view
+        if b is None:
+            if not nullable:
+                raise ValueError("None for non-nullable bytes")
+            if compact:
+                self._uvarint(0)
+            else:
+                fl_put_be32(self._room(4), 0xFFFFFFFFu)
+            return 0
+        if type(b) is bytes:
+            if compact:
+                self._uvarint(<uint64_t>len(<bytes>b) + 1)
+            else:
+                fl_put_be32(self._room(4), <uint32_t>len(<bytes>b))
+            self._raw(PyBytes_AS_STRING(b), len(<bytes>b))
+            return 0
+        _get_buffer(b, &view, False)
+        try:
+            if compact:
+                self._uvarint(<uint64_t>view.len + 1)
+            else:
+                fl_put_be32(self._room(4), <uint32_t>view.len)
+            self._raw(view.buf, view.len)
+        finally:
+            PyBuffer_Release(&view)
+        return 0
+
+    def bytes_(self, b):
+        self._blob(b, False, False)
+
+    def nullable_bytes(self, b):
+        self._blob(b, False, True)
+
+    def compact_bytes(self, b):
+        self._blob(b, True, False)
+
+    def compact_nullable_bytes(self, b):
+        self._blob(b, True, True)
+
+    def write(self, b):
+        """Append raw bytes (no length prefix)."""
+        cdef Py_buffer view
+        _get_buffer(b, &view, False)
+        try:
+            self._raw(view.buf, view.len)
+        finally:
+            PyBuffer_Release(&view)
+
+    def array_len(self, int32_t n):
+        if n < -1:
+            raise ValueError(f"invalid array length {n}")
+        fl_put_be32(self._room(4), <uint32_t>n)
+
+    def compact_array_len(self, Py_ssize_t n):
+        if n < -1:
+            raise ValueError(f"invalid array length {n}")
+        self._uvarint(<uint64_t>(n + 1))
+
+    def tagged_fields(self, fields=None):
+        """Write tagged fields ({tag: bytes}); None or {} writes the single 0 byte."""
+        if not fields:
+            self._room(1)[0] = 0
+            return
+        self._uvarint(len(fields))
+        cdef Py_buffer view
+        for tag in sorted(fields):
+            self._uvarint(<uint32_t>tag)
+            _get_buffer(fields[tag], &view, False)
+            try:
+                self._uvarint(<uint64_t>view.len)
+                self._raw(view.buf, view.len)
+            finally:
+                PyBuffer_Release(&view)
+
+    def external(self, obj, Py_ssize_t length):
+        """Insert obj (FileRegion, memoryview, bytes) of length bytes as its own part."""
+        if length < 0:
+            raise ValueError("negative length")
+        self._externals.append((self._len, obj, length))
+        self._external_len += length
+
+    def patch_int32(self, Py_ssize_t pos, int32_t value):
+        """Overwrite the int32 at absolute output position pos (e.g. a size prefix)."""
+        cdef Py_ssize_t internal = pos
+        cdef Py_ssize_t at, length
+        for at, _obj, length in self._externals:
+            if at <= internal:
+                if internal < at + length:
+                    raise ValueError(f"position {pos} lies inside an external part")
+                internal -= length
+            else:
+                break
+        if internal < 0 or internal + 4 > self._len:
+            raise ValueError(f"position {pos} outside the written bytes")
+        for at, _obj, _length in self._externals:
+            if internal < at < internal + 4:
+                raise ValueError(f"int32 at {pos} straddles an external part")
+        fl_put_be32(self._buf + internal, <uint32_t>value)
+
+    def getparts(self):
+        """Written bytes interleaved with the external parts, in output order."""
+        cdef list parts = []
+        cdef Py_ssize_t start = 0, at
+        for at, obj, _length in self._externals:
+            if at > start:
+                parts.append(PyBytes_FromStringAndSize(<char *>self._buf + start, at - start))
+                start = at
+            parts.append(obj)
+        if self._len > start or not parts:
+            parts.append(PyBytes_FromStringAndSize(<char *>self._buf + start, self._len - start))
+        return parts
+
+    def getvalue(self):
+        """Everything as one bytes object (FileRegions are read from their files)."""
+        if not self._externals:
+            return PyBytes_FromStringAndSize(<char *>self._buf, self._len)
+        chunks = []
+        for part in self.getparts():
+            if isinstance(part, FileRegion):
+                chunks.append((<FileRegion>part).read())
+            else:
+                chunks.append(part)
+        return b"".join(chunks)
+
+    def __repr__(self):
+        return f"Writer(len={self._len + self._external_len}, parts={len(self._externals)})"
