@@ -1,0 +1,46 @@
+"""Fixtures for the ZooKeeper layer: one real ZooKeeper per test session, a chroot per test.
+
+`zk_server` (session) is shared and never disrupted; tests that stop, kill or restart
+ZooKeeper take `own_zk_server` (function scope) instead. `zk_hosts` is a
+`zookeeper.connect` string with a fresh chroot, so tests are isolated without restarts.
+"""
+
+import pytest
+
+from tests.zk_fixture import ZooKeeperServer, make_chroot, zookeeper_available
+
+
+@pytest.fixture(scope="session")
+def zk_server(tmp_path_factory):
+    if not zookeeper_available():
+        pytest.skip("Debian package 'zookeeper' (and java) not installed: "
+                    "run scripts/install-system-deps.sh")
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper")).start()
+    yield server
+    server.kill()
+
+
+@pytest.fixture
+def zk_hosts(zk_server):
+    return make_chroot(zk_server.hosts)
+
+
+@pytest.fixture
+def own_zk_server(tmp_path):
+    if not zookeeper_available():
+        pytest.skip("Debian package 'zookeeper' (and java) not installed")
+    server = ZooKeeperServer(tmp_path / "own-zookeeper").start()
+    yield server
+    server.kill()
+
+
+@pytest.fixture
+def kazoo(zk_hosts):
+    """A plain kazoo client inside the test's chroot, for inspecting what the code wrote."""
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=zk_hosts, timeout=5.0)
+    client.start(timeout=15)
+    yield client
+    client.stop()
+    client.close()
