@@ -1,0 +1,445 @@
+"""fastlog._net.SocketServer over real sockets on 127.0.0.1: framing, order, bad frames,
+file regions, acks=0, handler errors, idle timeout, max connections and shutdown.
+
+Every test runs in both processor modes (inline on the API loop, and two processor
+threads); every wait is bounded by asyncio.wait_for.
+"""
+
+import asyncio
+import logging
+import os
+import socket
+import struct
+import tempfile
+
+import pytest
+import uvloop
+from fastlog._net import CloseConnection, Connection, SocketServer
+
+try:
+    from fastlog._codec import FileRegion
+except ImportError:  # the codec's FileRegion not built yet: the server duck-types regions
+    class FileRegion:
+        def __init__(self, file, position, length):
+            self.file, self.position, self.length = file, position, length
+
+TIMEOUT = 20
+
+MODES = [
+    pytest.param({"num_network_threads": 1}, id="inline"),
+    pytest.param({"num_network_threads": 2}, id="threads"),
+]
+
+
+def run(coro):
+    async def bounded():
+        return await asyncio.wait_for(coro, TIMEOUT)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(bounded())
+
+
+class Echo:
+    """Test handler; the first byte of a frame says what to do with the rest."""
+
+    def __init__(self):
+        self.release = None          # asyncio.Event a parked handler waits for
+        self.seen = []
+        self.regions = {}            # name -> list of parts, for b"F" requests
+
+    async def __call__(self, conn: Connection, frame: memoryview):
+        assert isinstance(conn, Connection)
+        data = bytes(frame)
+        self.seen.append(data)
+        op, body = data[:1], data[1:]
+        if op == b"E":
+            return [body]
+        if op == b"S":               # S<ms>:<payload>: sleep, then echo the payload
+            ms, payload = body.split(b":", 1)
+            await asyncio.sleep(int(ms) / 1000)
+            return [memoryview(payload)]
+        if op == b"N":
+            return None
+        if op == b"X":
+            raise ValueError("handler bug")
+        if op == b"C":
+            raise CloseConnection("told to close")
+        if op == b"P":
+            await self.release.wait()
+            return [b"released"]
+        if op == b"F":
+            return self.regions[body.decode()]
+        if op == b"I":
+            conn.state["hits"] = conn.state.get("hits", 0) + 1
+            return [f"{conn.id} {conn.peer[0]} {conn.state['hits']}".encode()]
+        raise AssertionError(f"unknown op {op!r}")
+
+
+def frame(payload: bytes) -> bytes:
+    return struct.pack(">i", len(payload)) + payload
+
+
+async def read_frame(reader) -> bytes:
+    (size,) = struct.unpack(">i", await reader.readexactly(4))
+    return await reader.readexactly(size)
+
+
+async def start(handler, **kw):
+    server = SocketServer(handler, host="127.0.0.1", port=0, **kw)
+    await server.start()
+    assert server.port > 0
+    return server
+
+
+async def connect(server):
+    return await asyncio.open_connection("127.0.0.1", server.port)
+
+
+async def closed_by_server(reader, limit=1 << 30) -> bool:
+    """True once the server closed the connection (EOF or reset) after at most
+    ``limit`` more bytes; False if it stays open for 5 s."""
+    got = 0
+    try:
+        while got <= limit:
+            data = await asyncio.wait_for(reader.read(1 << 20), 5)
+            if not data:
+                return True
+            got += len(data)
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except TimeoutError:
+        return False
+    return False
+
+
+async def still_serves(server):
+    r, w = await connect(server)
+    w.write(frame(b"Eok"))
+    assert await read_frame(r) == b"ok"
+    w.close()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_pipelined_frames_round_trip_in_order(mode):
+    async def main():
+        server = await start(Echo(), **mode)
+        r, w = await connect(server)
+        payloads = [b"E" + os.urandom(i % 300) + str(i).encode() for i in range(500)]
+        w.write(b"".join(frame(p) for p in payloads))
+        for p in payloads:
+            assert await read_frame(r) == p[1:]
+        w.close()
+        await server.stop()
+    run(main())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_slow_first_request_still_answered_first(mode):
+    async def main():
+        server = await start(Echo(), **mode)
+        r, w = await connect(server)
+        w.write(frame(b"S150:first") + frame(b"S0:second") + frame(b"Ethird"))
+        assert [await read_frame(r) for _ in range(3)] == [b"first", b"second", b"third"]
+        await server.stop()
+    run(main())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_many_concurrent_connections(mode):
+    async def main():
+        server = await start(Echo(), **mode)
+
+        async def client(i):
+            r, w = await connect(server)
+            for j in range(20):
+                msg = f"{i}-{j}".encode()
+                w.write(frame(b"S1:" + msg) if j % 5 == 0 else frame(b"E" + msg))
+                assert await read_frame(r) == msg
+            w.close()
+        await asyncio.gather(*(client(i) for i in range(50)))
+        await server.stop()
+    run(main())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_parked_handler_does_not_delay_other_connections(mode):
+    async def main():
+        echo = Echo()
+        echo.release = asyncio.Event()
+        server = await start(echo, **mode)
+        ra, wa = await connect(server)
+        wa.write(frame(b"P"))
+        rb, wb = await connect(server)
+        for i in range(50):
+            wb.write(frame(b"E%d" % i))
+            assert await read_frame(rb) == b"%d" % i
+        assert not echo.release.is_set()
+        echo.release.set()
+        assert await read_frame(ra) == b"released"
+        await server.stop()
+    run(main())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_large_request_frame_arrives_whole(mode):
+    async def main():
+        server = await start(Echo(), max_request_size=8 * 1024 * 1024, **mode)
+        r, w = await connect(server)
+        big = os.urandom(5 * 1024 * 1024)
+        w.write(frame(b"E" + big) + frame(b"Esmall"))
+        assert await read_frame(r) == big
+        assert await read_frame(r) == b"small"
+        await server.stop()
+    run(main())
+
+
+BAD_PREFIXES = [
+    pytest.param(struct.pack(">i", -1) + b"xxxx", id="negative"),
+    pytest.param(struct.pack(">i", 0), id="zero"),
+    pytest.param(struct.pack(">i", 1025) + b"x" * 100, id="over-max"),
+    pytest.param(struct.pack(">I", 0x80000000), id="2GiB-negative"),
+    pytest.param(struct.pack(">i", 0x7FFFFFFF), id="absurd"),
+    pytest.param(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", id="http"),
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("bad", BAD_PREFIXES)
+def test_bad_frame_size_closes_only_that_connection(mode, bad, caplog):
+    async def main():
+        echo = Echo()
+        server = await start(echo, max_request_size=1024, **mode)
+        good_r, good_w = await connect(server)
+        r, w = await connect(server)
+        w.write(bad)
+        assert await closed_by_server(r, limit=0)
+        good_w.write(frame(b"Estill here"))
+        assert await read_frame(good_r) == b"still here"
+        await still_serves(server)
+        await server.stop()
+        return echo
+    with caplog.at_level(logging.WARNING, logger="fastlog.net"):
+        echo = run(main())
+    assert echo.seen == [b"Estill here", b"Eok"]   # the bad frame never reached the handler
+    assert any("request size" in rec.getMessage() for rec in caplog.records)
+
+
+def test_absurd_size_allocates_nothing():
+    """A 2 GiB claim over a small bound closes at once: no buffer grows from the claim."""
+    import tracemalloc
+
+    async def main():
+        server = await start(Echo(), max_request_size=4096)
+        r, w = await connect(server)
+        tracemalloc.start()
+        try:
+            w.write(struct.pack(">i", 0x7FFFFFF0) + b"y" * 1000)
+            assert await closed_by_server(r)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert peak < 1024 * 1024
+        await server.stop()
+    run(main())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_claimed_but_unsent_frame_grows_with_received_bytes_only(mode):
+    """A legal but huge claimed size, then a trickle of bytes and EOF: closes, stays up."""
+    async def main():
+        server = await start(Echo(), max_request_size=100 * 1024 * 1024, **mode)
+        r, w = await connect(server)
+        w.write(struct.pack(">i", 90 * 1024 * 1024) + b"E" + b"z" * 50000)
+        await w.drain()
+        w.write_eof()   # truncated frame, then EOF
+        assert await closed_by_server(r)
+        await still_serves(server)
+        await server.stop()
+    run(main())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_reset_mid_response_leaves_server_up(mode):
+    async def main():
+        echo = Echo()
+        server = await start(echo, max_request_size=1024, **mode)
+        with tempfile.TemporaryFile() as f:
+            f.write(os.urandom(64 * 1024 * 1024))
+            f.flush()
+            echo.regions["big"] = [FileRegion(f, 0, 64 * 1024 * 1024)]
+            s = socket.create_connection(("127.0.0.1", server.port))
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.sendall(frame(b"Fbig"))
+            await asyncio.sleep(0.1)
+            # RST instead of FIN: SO_LINGER 0, close with unread data.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            s.close()
+            await asyncio.sleep(0.1)
+            await still_serves(server)
+        await server.stop()
+    run(main())
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("zero_copy", [True, False], ids=["sendfile", "pread"])
+def test_file_region_parts_arrive_byte_exact(mode, zero_copy):
+    async def main():
+        echo = Echo()
+        server = await start(echo, zero_copy=zero_copy, **mode)
+        content = os.urandom(3 * 1024 * 1024 + 17)
+        with tempfile.NamedTemporaryFile() as f:
+            f.write(content)
+            f.flush()
+            echo.regions["mix"] = [b"head", FileRegion(f, 5, 2 * 1024 * 1024 + 3),
+                                   bytearray(b"-mid-"), FileRegion(f, 0, 0),
+                                   FileRegion(f, 100, 1000), memoryview(b"tail")]
+            r, w = await connect(server)
+            w.write(frame(b"Fmix") + frame(b"Eafter"))
+            expect = (b"head" + content[5:5 + 2 * 1024 * 1024 + 3] + b"-mid-"
+                      + content[100:1100] + b"tail")
+            assert await read_frame(r) == expect
+            assert await read_frame(r) == b"after"
+        await server.stop()
+    run(main())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_file_region_of_unlinked_file_still_arrives(mode):
+    async def main():
+        echo = Echo()
+        server = await start(echo, **mode)
+        content = os.urandom(1024 * 1024)
+        d = tempfile.mkdtemp()
+        path = os.path.join(d, "00000000000000000000.log")
+        with open(path, "wb") as out:
+            out.write(content)
+        f = open(path, "rb")
+        echo.regions["gone"] = [b"<", FileRegion(f, 0, len(content)), b">"]
+        del f
+        r, w = await connect(server)
+        w.write(frame(b"S50:x") + frame(b"Fgone"))
+        assert await read_frame(r) == b"x"
+        os.unlink(path)   # while the region's response is queued behind the slow one
+        os.rmdir(d)
+        assert await read_frame(r) == b"<" + content + b">"
+        await server.stop()
+    run(main())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_region_past_end_of_file_closes_connection(mode):
+    async def main():
+        echo = Echo()
+        server = await start(echo, **mode)
+        with tempfile.TemporaryFile() as f:
+            f.write(b"short")
+            f.flush()
+            echo.regions["short"] = [FileRegion(f, 0, 100)]
+            r, w = await connect(server)
+            w.write(frame(b"Fshort"))
+            # the 4-byte size and the 5 bytes there are, never the whole frame
+            assert await closed_by_server(r, limit=9)
+            await still_serves(server)
+        await server.stop()
+    run(main())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_no_response_then_next_request_served(mode):
+    async def main():
+        echo = Echo()
+        server = await start(echo, **mode)
+        r, w = await connect(server)
+        w.write(frame(b"N1") + frame(b"N2") + frame(b"Enext"))
+        assert await read_frame(r) == b"next"
+        assert echo.seen == [b"N1", b"N2", b"Enext"]
+        await server.stop()
+    run(main())
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("op", [b"X", b"C"], ids=["exception", "CloseConnection"])
+def test_handler_error_closes_only_that_connection(mode, op, caplog):
+    async def main():
+        server = await start(Echo(), **mode)
+        good_r, good_w = await connect(server)
+        r, w = await connect(server)
+        w.write(frame(op) + frame(b"Enever"))
+        assert await closed_by_server(r, limit=0)
+        good_w.write(frame(b"Efine"))
+        assert await read_frame(good_r) == b"fine"
+        await server.stop()
+    with caplog.at_level(logging.INFO, logger="fastlog.net"):
+        run(main())
+    text = caplog.text
+    assert ("handler bug" in text) if op == b"X" else ("told to close" in text)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_connection_identity_and_state(mode):
+    async def main():
+        server = await start(Echo(), **mode)
+        r1, w1 = await connect(server)
+        r2, w2 = await connect(server)
+        replies = []
+        for r, w in ((r1, w1), (r1, w1), (r2, w2)):
+            w.write(frame(b"I"))
+            replies.append((await read_frame(r)).split())
+        assert replies[0][1] == b"127.0.0.1"
+        assert replies[0][0] == replies[1][0] != replies[2][0]
+        assert [x[2] for x in replies] == [b"1", b"2", b"1"]
+        await server.stop()
+    run(main())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_idle_connection_is_closed(mode):
+    async def main():
+        server = await start(Echo(), idle_timeout_ms=200, **mode)
+        r, w = await connect(server)
+        w.write(frame(b"Ehi"))
+        assert await read_frame(r) == b"hi"
+        assert await closed_by_server(r)
+        await still_serves(server)
+        await server.stop()
+    run(main())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_max_connections_refuses_extra(mode):
+    async def main():
+        server = await start(Echo(), max_connections=2, **mode)
+        conns = [await connect(server) for _ in range(2)]
+        for r, w in conns:
+            w.write(frame(b"Eup"))
+            assert await read_frame(r) == b"up"
+        r3, w3 = await connect(server)
+        assert await closed_by_server(r3)
+        conns[0][1].close()
+        for _ in range(100):   # the slot frees once the server saw the close
+            if server.connection_count < 2:
+                break
+            await asyncio.sleep(0.02)
+        await still_serves(server)
+        await server.stop()
+    run(main())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_stop_with_open_connections_and_parked_handler_is_prompt(mode):
+    async def main():
+        echo = Echo()
+        echo.release = asyncio.Event()
+        server = await start(echo, **mode)
+        r, w = await connect(server)
+        w.write(frame(b"P"))
+        idle_r, idle_w = await connect(server)
+        await asyncio.sleep(0.05)
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        await server.stop(drain_timeout=0.2)
+        assert loop.time() - t0 < 3
+        assert await closed_by_server(r)
+        assert await closed_by_server(idle_r)
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
+    run(main())
