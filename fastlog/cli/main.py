@@ -1,0 +1,155 @@
+# fastlog/cli/main.py: the `fastlog` command, a dispatcher over subcommand modules.
+#
+# Each subcommand lives in its own module exposing add_parser(subparsers) and
+# run(args) -> int; COMMANDS maps the command name to that module and a one-line summary,
+# so `fastlog --help` lists every command without importing any of them (a slow import,
+# e.g. of pyspark, only costs the command that needs it). The dispatcher is also the last
+# line of defence for the "one sentence on stderr, non-zero exit, never a traceback" rule:
+# expected failures are FastlogError (printed as is), anything else is reported in one line
+# (set FASTLOG_DEBUG=1 to see the traceback). Runs on the main thread of its own process.
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+# name -> (module[:add_parser function], summary). Modules are imported only when their
+# command runs; the function defaults to add_parser (console.py serves two commands).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "topics": ("fastlog.cli.topics", "create, list, describe, alter and delete topics"),
+    "produce": ("fastlog.cli.console:add_produce_parser",
+                "console producer: write lines from stdin to a topic"),
+    "consume": ("fastlog.cli.console:add_consume_parser",
+                "console consumer: print a topic's records"),
+    "consumer-groups": ("fastlog.cli.consumer_groups",
+                        "list and describe consumer groups, reset their offsets"),
+    "dump-log": ("fastlog.cli.dump_log", "print the batches and records of log segment files"),
+    "perf": ("fastlog.cli.perf", "produce/consume load tests"),
+}
+
+
+class CliError(Exception):
+    """A bad command line or input: printed as one sentence, exit status 2."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one sentence and never exit with a traceback."""
+
+    def error(self, message):  # noqa: D401 - argparse's hook
+        self.exit(2, f"{self.prog}: {message} (see '{self.prog} --help')\n")
+
+
+def _build_parser(command: str | None):
+    parser = ArgumentParser(
+        prog="fastlog",
+        description="fastlog admin and console tools (Kafka-compatible).",
+        epilog="Run 'fastlog COMMAND --help' for a command's options.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND",
+                                parser_class=ArgumentParser)
+    for name, (module_name, summary) in COMMANDS.items():
+        if name != command:
+            sub.add_parser(name, help=summary, add_help=False)
+            continue
+        module_name, _, function = module_name.partition(":")
+        module = importlib.import_module(module_name)
+        before = set(sub.choices)
+        getattr(module, function or "add_parser")(sub)
+        for added in set(sub.choices) - before:
+            sub.choices[added].set_defaults(_module=module)
+    return parser
+
+
+def _find_command(argv: list[str]) -> str | None:
+    for arg in argv:
+        if arg in COMMANDS:
+            return arg
+        if not arg.startswith("-"):
+            return None
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = _find_command(argv)
+    try:
+        parser = _build_parser(command)
+    except ImportError as exc:
+        print(f"fastlog {command}: this command is not available ({exc})", file=sys.stderr)
+        return 1
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help(sys.stderr)
+        return 2
+    module = getattr(args, "_module", None)
+    if module is None:
+        print(f"fastlog {args.command}: this command is not available", file=sys.stderr)
+        return 1
+    return _run(args.command, module, args)
+
+
+def _run(command: str, module, args) -> int:
+    from fastlog.client.errors import FastlogError
+
+    try:
+        status = module.run(args)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # The reader of our stdout went away (e.g. `| head`): not an error of ours.
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the final flush
+        except OSError:
+            pass
+        return 0
+    except (FastlogError, CliError) as exc:
+        print(f"fastlog {command}: {_sentence(exc)}", file=sys.stderr)
+        return 2 if isinstance(exc, CliError) else 1
+    except Exception as exc:  # noqa: BLE001 - the promise is: never a traceback
+        if os.environ.get("FASTLOG_DEBUG"):
+            raise
+        print(f"fastlog {command}: unexpected error: {type(exc).__name__}: {_sentence(exc)}",
+              file=sys.stderr)
+        return 1
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+    return int(status or 0)
+
+
+# -- helpers shared by subcommand modules ------------------------------------------------
+
+def add_bootstrap_option(parser) -> None:
+    parser.add_argument("--bootstrap-server", default="127.0.0.1:9092", metavar="HOST:PORT",
+                        help="broker to connect to (default: %(default)s)")
+
+
+def parse_key_value(text: str, what: str = "--config") -> tuple[str, str]:
+    """'k=v' -> ('k', 'v'); CliError with one sentence otherwise."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise CliError(f"bad {what} value '{text}': expected KEY=VALUE")
+    return key.strip(), value
+
+
+def run_async(coro):
+    """Run a coroutine on a fresh event loop (uvloop when available) and return its result."""
+    import asyncio
+
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
+def _sentence(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text
+
+
+if __name__ == "__main__":
+    sys.exit(main())

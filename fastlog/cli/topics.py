@@ -1,0 +1,142 @@
+# fastlog/cli/topics.py: `fastlog topics`, the kafka-topics.sh of fastlog.
+#
+# One action per invocation (--create, --list, --describe, --alter, --delete) carried out
+# with fastlog.client.Admin; output follows kafka-topics.sh so scripts and habits carry
+# over. Runs on the CLI's main thread with its own event loop.
+
+from __future__ import annotations
+
+import sys
+
+from fastlog.cli.main import CliError, add_bootstrap_option, parse_key_value, run_async
+
+ACTIONS = ("create", "list", "describe", "alter", "delete")
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "topics", help="create, list, describe, alter and delete topics",
+        description="Create, list, describe, alter and delete topics (like kafka-topics.sh).")
+    add_bootstrap_option(p)
+    actions = p.add_mutually_exclusive_group(required=True)
+    for action in ACTIONS:
+        actions.add_argument(f"--{action}", dest="action", action="store_const", const=action,
+                             help=f"{action} topics" if action != "alter"
+                             else "change the partition count or configs of a topic")
+    p.add_argument("--topic", help="topic name")
+    p.add_argument("--partitions", type=_positive_int, metavar="N",
+                   help="number of partitions (create, or grow with --alter)")
+    p.add_argument("--replication-factor", type=_positive_int, metavar="R",
+                   help="replicas per partition (create)")
+    p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                   help="topic config override (create, alter); repeatable")
+    p.add_argument("--delete-config", action="append", default=[], metavar="KEY",
+                   help="remove a topic config override (alter); repeatable")
+    p.add_argument("--if-not-exists", action="store_true",
+                   help="with --create: do nothing if the topic exists")
+    p.add_argument("--if-exists", action="store_true",
+                   help="with --alter/--delete/--describe: do nothing if the topic is absent")
+    p.add_argument("--exclude-internal", action="store_true",
+                   help="with --list/--describe: leave out internal topics")
+    p.set_defaults(run=run)
+
+
+def _positive_int(text: str) -> int:
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"'{text}' must be at least 1")
+    return value
+
+
+def run(args) -> int:
+    if args.action in ("create", "alter", "delete") and not args.topic:
+        raise CliError(f"--{args.action} needs --topic")
+    configs = dict(parse_key_value(c, "--config") for c in args.config)
+    if args.action == "alter" and not (args.partitions or configs or args.delete_config):
+        raise CliError("--alter needs --partitions, --config or --delete-config")
+    return run_async(_run(args, configs))
+
+
+async def _run(args, configs) -> int:
+    from fastlog.client import Admin, errors
+
+    out = sys.stdout
+    async with Admin(args.bootstrap_server, client_id="fastlog-topics") as admin:
+        if args.action == "list":
+            for name in await admin.list_topics(include_internal=not args.exclude_internal):
+                out.write(name + "\n")
+        elif args.action == "create":
+            try:
+                await admin.create_topic(args.topic, args.partitions or -1,
+                                         args.replication_factor or -1, configs)
+            except errors.KafkaError as exc:
+                if args.if_not_exists and exc.code == errors.TOPIC_ALREADY_EXISTS:
+                    return 0
+                raise
+            out.write(f"Created topic {args.topic}.\n")
+        elif args.action == "delete":
+            try:
+                await admin.delete_topic(args.topic)
+            except errors.UnknownTopic:
+                if args.if_exists:
+                    return 0
+                raise
+            out.write(f"Deleted topic {args.topic}.\n")
+        elif args.action == "alter":
+            try:
+                info = (await admin.describe_topics([args.topic]))[0]
+            except errors.UnknownTopic:
+                if args.if_exists:
+                    return 0
+                raise
+            if args.partitions:
+                have = len(info.partitions)
+                if args.partitions < have:
+                    raise CliError(f"topic '{args.topic}' has {have} partitions; the count "
+                                   f"can only grow")
+                if args.partitions > have:
+                    await admin.create_partitions(args.topic, args.partitions)
+                    out.write(f"Topic {args.topic} now has {args.partitions} partitions.\n")
+            if configs or args.delete_config:
+                await admin.alter_configs(args.topic, configs, args.delete_config)
+                out.write(f"Completed updating config for topic {args.topic}.\n")
+        elif args.action == "describe":
+            names = [args.topic] if args.topic else None
+            try:
+                topics = await admin.describe_topics(names)
+            except errors.UnknownTopic:
+                if args.if_exists:
+                    return 0
+                raise
+            for info in topics:
+                if args.exclude_internal and info.internal:
+                    continue
+                await _describe(admin, info, out)
+    return 0
+
+
+async def _describe(admin, info, out) -> None:
+    from fastlog.client import errors
+
+    try:
+        entries = await admin.describe_configs(info.name)
+    except errors.FastlogError:
+        entries = []
+    overrides = ",".join(f"{c.name}={c.value}" for c in entries
+                         if c.source == "DYNAMIC_TOPIC_CONFIG")
+    parts = [info.partitions[p] for p in sorted(info.partitions)]
+    rf = max((len(p.replicas) for p in parts), default=0)
+    out.write(f"Topic: {info.name}\tPartitionCount: {len(parts)}\tReplicationFactor: {rf}\t"
+              f"Configs: {overrides}\n")
+    for p in parts:
+        out.write(f"\tTopic: {info.name}\tPartition: {p.partition}\tLeader: "
+                  f"{p.leader if p.leader >= 0 else 'none'}\t"
+                  f"Replicas: {','.join(map(str, p.replicas))}\t"
+                  f"Isr: {','.join(map(str, p.isr))}"
+                  + (f"\tOffline: {','.join(map(str, p.offline))}" if p.offline else "")
+                  + "\n")

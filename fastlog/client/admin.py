@@ -1,0 +1,393 @@
+# fastlog/client/admin.py: the asyncio admin client.
+#
+# Owns the administrative requests: CreateTopics/DeleteTopics/CreatePartitions (sent to the
+# controller), Metadata for listing and describing topics, DescribeConfigs and
+# IncrementalAlterConfigs (AlterConfigs as a fallback) for topic configs, ListOffsets
+# (earliest, latest, by timestamp) and DeleteRecords (sent to each partition's leader), and
+# the group requests the consumer-groups tool needs: ListGroups, DescribeGroups,
+# FindCoordinator, OffsetFetch, OffsetCommit, DeleteGroups. Answers become small Python
+# values; a Kafka error code becomes KafkaError naming the topic, partition or group.
+#
+# Use from the event loop that created it; sync.SyncAdmin wraps it for threads.
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+from fastlog.client import errors
+from fastlog.client.cluster import DEFAULT_BOOTSTRAP, Cluster, TopicInfo, TopicPartition
+from fastlog.client.versions import ApiKey
+
+# ListOffsets special timestamps (Kafka's numbering).
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+# IncrementalAlterConfigs operations.
+OP_SET, OP_DELETE = 0, 1
+# DescribeConfigs config_source values.
+CONFIG_SOURCES = {
+    -1: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG",
+    3: "DYNAMIC_DEFAULT_BROKER_CONFIG", 4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG",
+    6: "DYNAMIC_BROKER_LOGGER_CONFIG", 7: "CLIENT_METRICS_CONFIG", 8: "GROUP_CONFIG",
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    name: str
+    value: str | None
+    source: str
+    read_only: bool = False
+    sensitive: bool = False
+
+    @property
+    def is_default(self) -> bool:
+        return self.source in ("DEFAULT_CONFIG", "STATIC_BROKER_CONFIG", "UNKNOWN")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OffsetAndTimestamp:
+    offset: int
+    timestamp: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GroupMember:
+    member_id: str
+    client_id: str
+    client_host: str
+    group_instance_id: str | None
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GroupDescription:
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    members: list[GroupMember]
+    coordinator: int
+
+
+def _tp_tree(tps):
+    """{tp: x} or [tp] grouped by topic -> {topic: [(partition, x)]}."""
+    tree = collections.defaultdict(list)
+    items = tps.items() if isinstance(tps, dict) else ((tp, None) for tp in tps)
+    for tp, value in items:
+        tree[tp.topic].append((tp.partition, value))
+    return tree
+
+
+class Admin:
+    """Asyncio admin client. `async with Admin("host:port") as admin: ...`."""
+
+    def __init__(self, bootstrap_servers=DEFAULT_BOOTSTRAP, *, client_id: str = "fastlog-admin",
+                 request_timeout_ms: int = 30000, cluster: Cluster | None = None):
+        self._own_cluster = cluster is None
+        self.cluster = cluster or Cluster(bootstrap_servers, client_id=client_id,
+                                          request_timeout_ms=request_timeout_ms)
+        self.request_timeout_ms = request_timeout_ms
+
+    async def __aenter__(self) -> Admin:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        await self.cluster.refresh_metadata([])
+
+    async def close(self) -> None:
+        if self._own_cluster:
+            await self.cluster.close()
+
+    # -- topics -----------------------------------------------------------------------
+
+    async def create_topic(self, name: str, num_partitions: int = -1,
+                           replication_factor: int = -1, configs: dict | None = None, *,
+                           validate_only: bool = False) -> None:
+        """Create one topic (-1: the broker's default partitions / replication factor)."""
+        conn = await self.cluster.controller_connection()
+        if conn.version(ApiKey.CREATE_TOPICS) < 4 and (num_partitions < 0 or
+                                                       replication_factor < 0):
+            num_partitions = 1 if num_partitions < 0 else num_partitions
+            replication_factor = 1 if replication_factor < 0 else replication_factor
+        resp = await conn.request(ApiKey.CREATE_TOPICS, {
+            "topics": [{
+                "name": name, "num_partitions": num_partitions,
+                "replication_factor": replication_factor, "assignments": [],
+                "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()],
+            }],
+            "timeout_ms": self.request_timeout_ms, "validate_only": validate_only,
+        })
+        for t in resp.topics:
+            if t.error_code == errors.TOPIC_ALREADY_EXISTS:
+                raise errors.KafkaError(t.error_code, f"topic '{name}' already exists")
+            errors.raise_for(t.error_code, f"cannot create topic '{name}'",
+                             getattr(t, "error_message", None))
+        await self._await_metadata(name, present=True)
+
+    async def delete_topic(self, name: str) -> None:
+        conn = await self.cluster.controller_connection()
+        resp = await conn.request(ApiKey.DELETE_TOPICS, {
+            "topic_names": [name], "timeout_ms": self.request_timeout_ms})
+        for t in resp.responses:
+            if t.error_code == errors.UNKNOWN_TOPIC_OR_PARTITION:
+                raise errors.UnknownTopic(name)
+            errors.raise_for(t.error_code, f"cannot delete topic '{name}'")
+        await self._await_metadata(name, present=False)
+
+    async def _await_metadata(self, name: str, present: bool) -> None:
+        """Wait (briefly) until metadata shows the change, as Kafka's tools do."""
+        import asyncio
+
+        for attempt in range(20):
+            await self.cluster.refresh_metadata([name])
+            info = self.cluster.topics.get(name)
+            if (info is not None and bool(info.partitions)) == present:
+                return
+            await asyncio.sleep(min(0.02 * (attempt + 1), 0.2))
+
+    async def create_partitions(self, name: str, total: int) -> None:
+        """Grow topic `name` to `total` partitions."""
+        conn = await self.cluster.controller_connection()
+        if not conn.supports(ApiKey.CREATE_PARTITIONS):
+            raise errors.ProtocolMismatch(
+                "changing the partition count is not supported by this broker")
+        resp = await conn.request(ApiKey.CREATE_PARTITIONS, {
+            "topics": [{"name": name, "count": total, "assignments": None}],
+            "timeout_ms": self.request_timeout_ms, "validate_only": False})
+        for r in resp.results:
+            errors.raise_for(r.error_code, f"cannot change partitions of topic '{name}'",
+                             getattr(r, "error_message", None))
+
+    async def list_topics(self, include_internal: bool = False) -> list[str]:
+        await self.cluster.refresh_metadata(None)
+        return sorted(n for n, t in self.cluster.topics.items()
+                      if include_internal or not t.internal)
+
+    async def describe_topics(self, names: list[str] | None = None) -> list[TopicInfo]:
+        """TopicInfo for each named topic (UnknownTopic if one is absent), or for all."""
+        await self.cluster.refresh_metadata(names)
+        if names is None:
+            return [self.cluster.topics[n] for n in sorted(self.cluster.topics)]
+        out = []
+        for n in names:
+            info = self.cluster.topics.get(n)
+            if info is None:
+                raise errors.UnknownTopic(n)
+            out.append(info)
+        return out
+
+    # -- configs ----------------------------------------------------------------------
+
+    async def describe_configs(self, topic: str, keys: list[str] | None = None,
+                               resource_type: int = RESOURCE_TOPIC) -> list[ConfigEntry]:
+        conn = await self._node_for_configs(resource_type, topic)
+        resp = await conn.request(ApiKey.DESCRIBE_CONFIGS, {
+            "resources": [{"resource_type": resource_type, "resource_name": topic,
+                           "configuration_keys": keys}],
+            "include_synonyms": False, "include_documentation": False})
+        out = []
+        for r in resp.results:
+            if r.error_code == errors.UNKNOWN_TOPIC_OR_PARTITION:
+                raise errors.UnknownTopic(topic)
+            errors.raise_for(r.error_code, f"cannot describe configs of '{topic}'",
+                             getattr(r, "error_message", None))
+            for c in r.configs:
+                source = CONFIG_SOURCES.get(getattr(c, "config_source", -1), "UNKNOWN")
+                out.append(ConfigEntry(c.name, c.value, source, c.read_only, c.is_sensitive))
+        return out
+
+    async def _node_for_configs(self, resource_type: int, name: str):
+        if resource_type == RESOURCE_BROKER and name.isdigit():
+            return await self.cluster.connection(int(name))
+        return await self.cluster.bootstrap_connection()
+
+    async def alter_configs(self, topic: str, set_configs: dict | None = None,
+                            delete: list[str] | None = None) -> None:
+        """Set some keys and remove others (back to the default) on one topic."""
+        set_configs = dict(set_configs or {})
+        delete = list(delete or [])
+        conn = await self._node_for_configs(RESOURCE_TOPIC, topic)
+        if conn.supports(ApiKey.INCREMENTAL_ALTER_CONFIGS):
+            ops = [{"name": k, "config_operation": OP_SET, "value": str(v)}
+                   for k, v in set_configs.items()]
+            ops += [{"name": k, "config_operation": OP_DELETE, "value": None} for k in delete]
+            resp = await conn.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, {
+                "resources": [{"resource_type": RESOURCE_TOPIC, "resource_name": topic,
+                               "configs": ops}], "validate_only": False})
+        else:
+            # AlterConfigs replaces the whole set: start from the topic's own overrides.
+            current = {c.name: c.value for c in await self.describe_configs(topic)
+                       if c.source == "DYNAMIC_TOPIC_CONFIG"}
+            current.update({k: str(v) for k, v in set_configs.items()})
+            for k in delete:
+                current.pop(k, None)
+            resp = await conn.request(ApiKey.ALTER_CONFIGS, {
+                "resources": [{"resource_type": RESOURCE_TOPIC, "resource_name": topic,
+                               "configs": [{"name": k, "value": v}
+                                           for k, v in current.items()]}],
+                "validate_only": False})
+        for r in resp.responses:
+            if r.error_code == errors.UNKNOWN_TOPIC_OR_PARTITION:
+                raise errors.UnknownTopic(topic)
+            errors.raise_for(r.error_code, f"cannot alter configs of topic '{topic}'",
+                             getattr(r, "error_message", None))
+
+    # -- offsets and records ----------------------------------------------------------
+
+    async def _by_leader(self, tps) -> dict[int, list[TopicPartition]]:
+        by_node = collections.defaultdict(list)
+        for tp in tps:
+            by_node[await self.cluster.leader_for(tp)].append(tp)
+        return by_node
+
+    async def list_offsets(self, specs: dict[TopicPartition, int], *,
+                           isolation_level: int = 0) -> dict[TopicPartition, OffsetAndTimestamp]:
+        """For each partition: the offset for a timestamp, or EARLIEST / LATEST / MAX_TIMESTAMP.
+
+        By timestamp, the answer is the first offset whose timestamp is >= the one asked
+        for; offset -1 means there is no such record.
+        """
+        result: dict[TopicPartition, OffsetAndTimestamp] = {}
+
+        async def attempt():
+            todo = {tp: ts for tp, ts in specs.items() if tp not in result}
+            for node, tps in (await self._by_leader(todo)).items():
+                conn = await self.cluster.connection(node)
+                resp = await conn.request(ApiKey.LIST_OFFSETS, {
+                    "replica_id": -1, "isolation_level": isolation_level,
+                    "topics": [{"name": t, "partitions": [
+                        {"partition_index": p, "current_leader_epoch": -1, "timestamp": ts}
+                        for p, ts in parts]}
+                        for t, parts in _tp_tree({tp: todo[tp] for tp in tps}).items()]})
+                failure = None
+                for t in resp.topics:
+                    for p in t.partitions:
+                        tp = TopicPartition(t.name, p.partition_index)
+                        if p.error_code:
+                            failure = failure or errors.KafkaError(
+                                p.error_code, f"list offsets of {tp}")
+                            continue
+                        result[tp] = OffsetAndTimestamp(p.offset, p.timestamp)
+                if failure is not None:
+                    raise failure
+            return result
+
+        await self.cluster.retry(attempt, what="ListOffsets")
+        return result
+
+    async def delete_records(self, before: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Delete every record below the given offset (-1: the high watermark) per partition.
+
+        Returns each partition's new log start offset (low watermark).
+        """
+        result = {}
+        for node, tps in (await self._by_leader(before)).items():
+            conn = await self.cluster.connection(node)
+            resp = await conn.request(ApiKey.DELETE_RECORDS, {
+                "topics": [{"name": t, "partitions": [
+                    {"partition_index": p, "offset": off} for p, off in parts]}
+                    for t, parts in _tp_tree({tp: before[tp] for tp in tps}).items()],
+                "timeout_ms": self.request_timeout_ms})
+            for t in resp.topics:
+                for p in t.partitions:
+                    tp = TopicPartition(t.name, p.partition_index)
+                    errors.raise_for(p.error_code, f"delete records of {tp}")
+                    result[tp] = p.low_watermark
+        return result
+
+    # -- groups -----------------------------------------------------------------------
+
+    async def find_coordinator(self, group_id: str) -> int:
+        async def attempt():
+            conn = await self.cluster.bootstrap_connection()
+            resp = await conn.request(ApiKey.FIND_COORDINATOR, {"key": group_id, "key_type": 0})
+            errors.raise_for(resp.error_code, f"find coordinator of group '{group_id}'",
+                             getattr(resp, "error_message", None))
+            return resp.node_id
+
+        node = await self.cluster.retry(attempt, what="FindCoordinator")
+        if node not in self.cluster.brokers:
+            await self.cluster.refresh_metadata([])
+        return node
+
+    async def list_groups(self) -> list[tuple[str, str]]:
+        """[(group_id, protocol_type)] over every broker, sorted by group id."""
+        await self.cluster.refresh_metadata([])
+        groups = {}
+        for node in list(self.cluster.brokers):
+            conn = await self.cluster.connection(node)
+            resp = await conn.request(ApiKey.LIST_GROUPS, {})
+            errors.raise_for(resp.error_code, f"list groups on broker {node}")
+            for g in resp.groups:
+                groups[g.group_id] = g.protocol_type
+        return sorted(groups.items())
+
+    async def describe_groups(self, group_ids: list[str]) -> list[GroupDescription]:
+        out = []
+        for gid in group_ids:
+            node = await self.find_coordinator(gid)
+            conn = await self.cluster.connection(node)
+            resp = await conn.request(ApiKey.DESCRIBE_GROUPS, {
+                "groups": [gid], "include_authorized_operations": False})
+            for g in resp.groups:
+                errors.raise_for(g.error_code, f"describe group '{g.group_id}'")
+                members = [GroupMember(m.member_id, m.client_id, m.client_host,
+                                       getattr(m, "group_instance_id", None),
+                                       bytes(m.member_metadata or b""),
+                                       bytes(m.member_assignment or b""))
+                           for m in g.members]
+                out.append(GroupDescription(g.group_id, g.group_state, g.protocol_type,
+                                            g.protocol_data, members, node))
+        return out
+
+    async def fetch_offsets(self, group_id: str, tps: list[TopicPartition] | None = None
+                            ) -> dict[TopicPartition, tuple[int, str | None]]:
+        """Committed (offset, metadata) per partition of a group; None tps: all it has."""
+        conn = await self.cluster.connection(await self.find_coordinator(group_id))
+        topics = None if tps is None else [
+            {"name": t, "partition_indexes": [p for p, _ in parts]}
+            for t, parts in _tp_tree(tps).items()]
+        resp = await conn.request(ApiKey.OFFSET_FETCH, {"group_id": group_id, "topics": topics})
+        errors.raise_for(getattr(resp, "error_code", 0), f"fetch offsets of group '{group_id}'")
+        out = {}
+        for t in resp.topics:
+            for p in t.partitions:
+                tp = TopicPartition(t.name, p.partition_index)
+                errors.raise_for(p.error_code, f"fetch offset of group '{group_id}' for {tp}")
+                if p.committed_offset >= 0:
+                    out[tp] = (p.committed_offset, p.metadata)
+        return out
+
+    async def commit_offsets(self, group_id: str, offsets: dict[TopicPartition, int], *,
+                             generation_id: int = -1, member_id: str = "",
+                             metadata: str | None = "") -> None:
+        """Commit offsets for a group (generation -1: a group with no active members)."""
+        conn = await self.cluster.connection(await self.find_coordinator(group_id))
+        resp = await conn.request(ApiKey.OFFSET_COMMIT, {
+            "group_id": group_id, "generation_id_or_member_epoch": generation_id,
+            "member_id": member_id, "group_instance_id": None, "retention_time_ms": -1,
+            "topics": [{"name": t, "partitions": [
+                {"partition_index": p, "committed_offset": off, "committed_leader_epoch": -1,
+                 "commit_timestamp": -1, "committed_metadata": metadata}
+                for p, off in parts]} for t, parts in _tp_tree(offsets).items()]})
+        for t in resp.topics:
+            for p in t.partitions:
+                errors.raise_for(p.error_code, f"commit offset of group '{group_id}' for "
+                                               f"{t.name}-{p.partition_index}")
+
+    async def delete_groups(self, group_ids: list[str]) -> None:
+        for gid in group_ids:
+            conn = await self.cluster.connection(await self.find_coordinator(gid))
+            resp = await conn.request(ApiKey.DELETE_GROUPS, {"groups_names": [gid]})
+            for r in resp.results:
+                errors.raise_for(r.error_code, f"delete group '{r.group_id}'")

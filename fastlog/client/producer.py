@@ -1,0 +1,478 @@
+# fastlog/client/producer.py: the asyncio producer.
+#
+# Owns the record accumulator (one queue of pending records per partition), the choice of
+# partition (partitioner.py), batch building (one fastlog._codec call per batch, which
+# writes a v2 record batch with CRC-32C and the chosen compression), and a sender task
+# that groups ready batches by leader broker into Produce requests, pipelines up to
+# max_in_flight requests per broker and handles their answers: success resolves the
+# records' handles with base offset + index, a stale-metadata error refreshes metadata and
+# re-sends the same batch bytes (same producer id/epoch/sequence, so an idempotent broker
+# drops a duplicate), anything else fails the batch's records.
+#
+# Idempotence (enable_idempotence=True): one InitProducerId at start, then per partition a
+# sequence counter starting at 0 that each built batch advances by its record count.
+#
+# Use from the event loop that created the producer; sync.SyncProducer wraps it for
+# threads.
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import collections
+import dataclasses
+import itertools
+import time
+
+from fastlog import _codec
+from fastlog.client import errors
+from fastlog.client.cluster import DEFAULT_BOOTSTRAP, Cluster, TopicPartition
+from fastlog.client.partitioner import StickyPartitioner, partition_for_key
+from fastlog.client.versions import ApiKey
+
+COMPRESSION = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+# Bytes a record adds beyond key and value inside a batch (length, attributes, deltas,
+# header count varints): used only to decide when a batch is full.
+_RECORD_OVERHEAD = 12
+_BATCH_OVERHEAD = 61
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecordMetadata:
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+
+
+def compression_code(name) -> int:
+    if isinstance(name, int):
+        if name in COMPRESSION.values():
+            return name
+    elif name is None:
+        return 0
+    elif str(name).lower() in COMPRESSION:
+        return COMPRESSION[str(name).lower()]
+    raise errors.FastlogError(
+        f"unknown compression '{name}': expected one of {', '.join(COMPRESSION)}")
+
+
+class _Batch:
+    """Records that go out together as one record batch to one partition."""
+
+    __slots__ = ("tp", "records", "size", "future", "created", "data", "count", "base_sequence",
+                 "order", "attempts", "first_timestamp")
+
+    def __init__(self, tp: TopicPartition, order: int):
+        self.tp = tp
+        self.records: list = []
+        self.size = _BATCH_OVERHEAD
+        self.future: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.created = time.monotonic()
+        self.data: bytes | None = None
+        self.count = 0
+        self.base_sequence = -1
+        self.order = order
+        self.attempts = 0
+        self.first_timestamp = -1
+
+    def __lt__(self, other: _Batch) -> bool:
+        return self.order < other.order
+
+
+class RecordHandle:
+    """What send() returns: await it for the record's RecordMetadata once acknowledged."""
+
+    __slots__ = ("_batch", "_index", "timestamp")
+
+    def __init__(self, batch: _Batch, index: int, timestamp: int):
+        self._batch = batch
+        self._index = index
+        self.timestamp = timestamp
+
+    def done(self) -> bool:
+        return self._batch.future.done()
+
+    def result(self) -> RecordMetadata:
+        base = self._batch.future.result()
+        tp = self._batch.tp
+        offset = base + self._index if base >= 0 else -1
+        return RecordMetadata(tp.topic, tp.partition, offset, self.timestamp)
+
+    def __await__(self):
+        yield from asyncio.shield(self._batch.future).__await__()
+        return self.result()
+
+
+class _PartitionState:
+    __slots__ = ("open", "ready", "in_flight", "next_sequence")
+
+    def __init__(self) -> None:
+        self.open: _Batch | None = None
+        self.ready: list[_Batch] = []  # built batches waiting to be sent, in order
+        self.in_flight = 0
+        self.next_sequence = 0
+
+
+class Producer:
+    """Asyncio Kafka producer. Start with `await start()` or `async with Producer(...)`."""
+
+    def __init__(self, bootstrap_servers=DEFAULT_BOOTSTRAP, *, client_id: str = "fastlog-producer",
+                 acks=1, compression=None, linger_ms: float = 5, batch_size: int = 16384,
+                 max_request_size: int = 1048576, max_in_flight: int = 5,
+                 enable_idempotence: bool = False, request_timeout_ms: int = 30000,
+                 delivery_timeout_ms: int = 120000, max_buffered_bytes: int = 64 << 20,
+                 allow_auto_create_topics: bool = True, cluster: Cluster | None = None):
+        if acks in ("all", -1, "-1"):
+            acks = -1
+        try:
+            acks = int(acks)
+        except (TypeError, ValueError):
+            acks = 99
+        if acks not in (-1, 0, 1):
+            raise errors.FastlogError("acks must be 0, 1 or all")
+        if enable_idempotence and acks != -1:
+            raise errors.FastlogError("an idempotent producer needs acks=all")
+        self.acks = acks
+        self.compression = compression_code(compression)
+        self.linger = max(0.0, linger_ms / 1000.0)
+        self.batch_size = max(1, batch_size)
+        self.max_request_size = max_request_size
+        self.max_in_flight = max(1, max_in_flight)
+        self.idempotent = enable_idempotence
+        self.request_timeout_ms = request_timeout_ms
+        self.delivery_timeout = delivery_timeout_ms / 1000.0
+        self.max_buffered_bytes = max_buffered_bytes
+        self.allow_auto_create = allow_auto_create_topics
+        self._own_cluster = cluster is None
+        self.cluster = cluster or Cluster(bootstrap_servers, client_id=client_id,
+                                          request_timeout_ms=request_timeout_ms)
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self._sticky = StickyPartitioner()
+        self._partitions: dict[TopicPartition, _PartitionState] = collections.defaultdict(
+            _PartitionState)
+        self._order = itertools.count()
+        self._wake: asyncio.Event | None = None
+        self._sender: asyncio.Task | None = None
+        self._inflight_tasks: set[asyncio.Task] = set()
+        self._buffered = 0
+        self._space: asyncio.Event | None = None
+        self._flushing = 0
+        self._closed = False
+        self._started = False
+        self._fatal: Exception | None = None
+
+    async def __aenter__(self) -> Producer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        self._wake = asyncio.Event()
+        self._space = asyncio.Event()
+        await self.cluster.refresh_metadata([])
+        if self.idempotent:
+            await self._init_producer_id()
+        self._sender = asyncio.get_running_loop().create_task(self._send_loop())
+        self._started = True
+
+    async def _init_producer_id(self) -> None:
+        async def attempt():
+            conn = await self.cluster.bootstrap_connection()
+            resp = await conn.request(ApiKey.INIT_PRODUCER_ID, {
+                "transactional_id": None, "transaction_timeout_ms": 60000,
+                "producer_id": -1, "producer_epoch": -1})
+            errors.raise_for(resp.error_code, "InitProducerId")
+            return resp
+        resp = await self.cluster.retry(attempt, what="InitProducerId")
+        self.producer_id, self.producer_epoch = resp.producer_id, resp.producer_epoch
+
+    # -- accumulating -----------------------------------------------------------------
+
+    async def send(self, topic: str, value: bytes | None = None, key: bytes | None = None, *,
+                   partition: int | None = None, headers=None,
+                   timestamp_ms: int | None = None) -> RecordHandle:
+        """Queue one record; the returned handle resolves when the broker acknowledged it."""
+        if not self._started:
+            await self.start()
+        if self._closed:
+            raise errors.FastlogError("the producer is closed")
+        if self._fatal is not None:
+            raise self._fatal
+        if partition is None:
+            info = await self.cluster.topic(topic, allow_auto_create=self.allow_auto_create)
+            n = len(info.partitions)
+            if key is not None:
+                partition = partition_for_key(key, n)
+            else:
+                partition = self._sticky.partition(topic, n)
+        elif partition < 0:
+            raise errors.FastlogError(f"bad partition {partition}")
+        tp = TopicPartition(topic, partition)
+        size = (len(key) if key else 0) + (len(value) if value else 0) + _RECORD_OVERHEAD
+        if headers:
+            size += sum(len(k) + (len(v) if v else 0) + 4 for k, v in headers)
+        while self._buffered + size > self.max_buffered_bytes and self._buffered > 0:
+            self._space.clear()
+            self._wake.set()
+            await self._space.wait()
+        if timestamp_ms is None:
+            timestamp_ms = int(time.time() * 1000)
+        state = self._partitions[tp]
+        batch = state.open
+        if batch is not None and batch.records and batch.size + size > self.batch_size:
+            self._close_batch(state)
+            batch = None
+        if batch is None:
+            batch = state.open = _Batch(tp, next(self._order))
+            if self.linger > 0:
+                asyncio.get_running_loop().call_later(self.linger, self._wake.set)
+        index = len(batch.records)
+        batch.records.append((timestamp_ms, key, value, headers or ()))
+        batch.size += size
+        self._buffered += size
+        if batch.size >= self.batch_size or self.linger == 0:
+            self._close_batch(state)
+            self._wake.set()
+        return RecordHandle(batch, index, timestamp_ms)
+
+    async def send_and_wait(self, topic: str, value=None, key=None, **kw) -> RecordMetadata:
+        handle = await self.send(topic, value, key, **kw)
+        await self.flush_partition_soon()
+        return await handle
+
+    async def flush_partition_soon(self) -> None:
+        self._wake.set()
+
+    def _close_batch(self, state: _PartitionState) -> None:
+        """Turn the open batch of a partition into record-batch bytes, ready to send."""
+        batch = state.open
+        state.open = None
+        if batch is None or not batch.records:
+            return
+        batch.count = len(batch.records)
+        if self.idempotent:
+            batch.base_sequence = state.next_sequence
+            state.next_sequence = (state.next_sequence + batch.count) & 0x7FFFFFFF
+        batch.data = build_batch(batch.records, self.compression, self.producer_id,
+                                 self.producer_epoch, batch.base_sequence)
+        batch.first_timestamp = batch.records[0][0]
+        self._buffered -= batch.size
+        batch.size = len(batch.data)
+        self._buffered += batch.size
+        batch.records = None  # the bytes are all we keep
+        state.ready.append(batch)
+        info = self.cluster.topics.get(batch.tp.topic)
+        if info is not None:
+            self._sticky.next_batch(batch.tp.topic, len(info.partitions))
+
+    # -- sending ----------------------------------------------------------------------
+
+    async def _send_loop(self) -> None:
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                await self._drain_ready()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - reported to every waiting record
+            self._fatal = exc if isinstance(exc, errors.FastlogError) else \
+                errors.FastlogError(f"producer stopped: {exc}")
+            self._fail_all(self._fatal)
+
+    async def _drain_ready(self) -> None:
+        now = time.monotonic()
+        for state in list(self._partitions.values()):
+            b = state.open
+            if b is not None and (self._flushing or now - b.created >= self.linger):
+                self._close_batch(state)
+        by_node: dict[int, list[_Batch]] = collections.defaultdict(list)
+        for tp, state in list(self._partitions.items()):
+            while state.ready and state.in_flight < self.max_in_flight:
+                if self.idempotent and state.in_flight and state.ready[0].attempts:
+                    break  # a retried batch goes alone, after its predecessors settled
+                try:
+                    leader = await self.cluster.leader_for(tp)
+                except errors.FastlogError as exc:
+                    if not self._retry_later(state.ready[0], exc):
+                        self._fail_batch(state.ready.pop(0), exc)
+                        continue
+                    break
+                batch = state.ready.pop(0)
+                state.in_flight += 1
+                by_node[leader].append(batch)
+        for node, batches in by_node.items():
+            for request_batches in self._split_requests(batches):
+                task = asyncio.get_running_loop().create_task(
+                    self._produce(node, request_batches))
+                self._inflight_tasks.add(task)
+                task.add_done_callback(self._inflight_tasks.discard)
+
+    def _split_requests(self, batches: list[_Batch]):
+        chunk, size = [], 0
+        for b in batches:
+            if chunk and size + b.size > self.max_request_size:
+                yield chunk
+                chunk, size = [], 0
+            chunk.append(b)
+            size += b.size
+        if chunk:
+            yield chunk
+
+    async def _produce(self, node: int, batches: list[_Batch]) -> None:
+        topics: dict[str, list] = collections.defaultdict(list)
+        for b in batches:
+            topics[b.tp.topic].append({"index": b.tp.partition, "records": b.data})
+            b.attempts += 1
+        request = {
+            "transactional_id": None, "acks": self.acks, "timeout_ms": self.request_timeout_ms,
+            "topic_data": [{"name": t, "partition_data": parts} for t, parts in topics.items()],
+        }
+        try:
+            conn = await self.cluster.connection(node)
+            fut = conn.submit(ApiKey.PRODUCE, request, expect_response=self.acks != 0)
+            await conn.drain()
+            resp = await conn.wait(fut)
+        except errors.FastlogError as exc:
+            for b in batches:
+                self._settle(b, exc)
+            self._after_response()
+            return
+        if resp is None:  # acks=0: nothing comes back, offsets are unknown
+            for b in batches:
+                self._settle(b, None, -1)
+            self._after_response()
+            return
+        results = {}
+        for t in resp.responses:
+            for p in t.partition_responses:
+                results[(t.name, p.index)] = p
+        for b in batches:
+            p = results.get((b.tp.topic, b.tp.partition))
+            if p is None:
+                self._settle(b, errors.ProtocolMismatch(
+                    f"the broker's Produce answer has no partition {b.tp}"))
+            elif p.error_code == 0:
+                self._settle(b, None, p.base_offset)
+            elif p.error_code == errors.DUPLICATE_SEQUENCE_NUMBER:
+                self._settle(b, None, p.base_offset if p.base_offset >= 0 else -1)
+            else:
+                msg = getattr(p, "error_message", None)
+                self._settle(b, errors.KafkaError(p.error_code, f"produce to {b.tp}", msg))
+        self._after_response()
+
+    def _after_response(self) -> None:
+        self._space.set()
+        self._wake.set()
+
+    def _settle(self, batch: _Batch, exc: Exception | None, base_offset: int = -1) -> None:
+        state = self._partitions[batch.tp]
+        state.in_flight -= 1
+        if exc is None:
+            self._buffered -= batch.size
+            if not batch.future.done():
+                batch.future.set_result(base_offset)
+            return
+        if self._retry_later(batch, exc):
+            bisect.insort(state.ready, batch)
+            if isinstance(exc, errors.KafkaError) and exc.code in errors.STALE_METADATA or \
+                    not isinstance(exc, errors.KafkaError):
+                self.cluster.topics.pop(batch.tp.topic, None)  # refreshed on next leader_for
+            asyncio.get_running_loop().call_later(self.cluster.backoff(batch.attempts - 1),
+                                                  self._wake.set)
+            return
+        self._fail_batch(batch, exc)
+
+    def _retry_later(self, batch: _Batch, exc: Exception) -> bool:
+        if time.monotonic() - batch.created > self.delivery_timeout:
+            return False
+        if isinstance(exc, errors.KafkaError):
+            if exc.code == errors.OUT_OF_ORDER_SEQUENCE_NUMBER and self.idempotent:
+                return batch.attempts < 10  # an earlier batch is being retried
+            return exc.retriable
+        if isinstance(exc, errors.UnknownTopic):
+            return False
+        return isinstance(exc, errors.BrokerUnavailable | errors.ClientTimeout)
+
+    def _fail_batch(self, batch: _Batch, exc: Exception) -> None:
+        self._buffered -= batch.size
+        if not batch.future.done():
+            batch.future.set_exception(exc)
+            batch.future.exception()  # retrieved: handles re-raise it on await
+
+    def _fail_all(self, exc: Exception) -> None:
+        for state in self._partitions.values():
+            if state.open is not None:
+                self._fail_batch(state.open, exc)
+                state.open = None
+            for b in state.ready:
+                self._fail_batch(b, exc)
+            state.ready.clear()
+
+    # -- flushing and closing ---------------------------------------------------------
+
+    def _pending_futures(self) -> list[asyncio.Future]:
+        futs = []
+        for state in self._partitions.values():
+            if state.open is not None:
+                futs.append(state.open.future)
+            futs.extend(b.future for b in state.ready)
+        for task in self._inflight_tasks:
+            futs.append(task)
+        return futs
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Send everything queued so far and wait until each record is acknowledged or failed."""
+        if not self._started:
+            return
+        self._flushing += 1
+        try:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while True:
+                futs = [f for f in self._pending_futures() if not f.done()]
+                if not futs:
+                    return
+                self._wake.set()
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise errors.ClientTimeout("flush did not complete in time")
+                await asyncio.wait(futs, timeout=left)
+        finally:
+            self._flushing -= 1
+
+    async def close(self, timeout: float | None = None) -> None:
+        if self._closed:
+            return
+        try:
+            if self._started and self._fatal is None:
+                await self.flush(timeout)
+        finally:
+            self._closed = True
+            if self._sender is not None:
+                self._sender.cancel()
+                try:
+                    await self._sender
+                except (asyncio.CancelledError, Exception):  # noqa: BLE001 - closing
+                    pass
+            for task in list(self._inflight_tasks):
+                task.cancel()
+            self._fail_all(errors.FastlogError("the producer is closed"))
+            if self._own_cluster:
+                await self.cluster.close()
+
+
+def build_batch(records, compression: int, producer_id: int = -1, producer_epoch: int = -1,
+                base_sequence: int = -1) -> bytes:
+    """One v2 record batch (base offset 0) from [(timestamp_ms, key, value, headers)]."""
+    builder = _codec.BatchBuilder(compression=compression, producer_id=producer_id,
+                                  producer_epoch=producer_epoch, base_sequence=base_sequence)
+    append = builder.append
+    for ts, key, value, headers in records:
+        append(ts, key, value, headers)
+    return builder.build()
