@@ -1,0 +1,107 @@
+# fastlog/cli/server.py — the `fastlog-server` entry point (Kafka's kafka-server-start).
+#
+# Owns: the command line (`fastlog-server [server.properties] [--override key=value ...]`),
+# logging setup, the asyncio (uvloop) API loop that runs BrokerServer, and signal handling:
+# SIGTERM/SIGINT trigger an orderly shutdown (checkpoints and the clean-shutdown marker,
+# so the next start needs no recovery). A bad config key or value, or a startup problem,
+# prints one sentence on stderr and exits non-zero (2 for configuration, 1 for startup).
+# Prints one line on stdout once the broker is serving:
+#   fastlog-server: listening on PLAINTEXT://HOST:PORT (node N, cluster C), data in DIR
+# (tests parse it to learn the port when listeners use port 0).
+"""fastlog-server command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from fastlog.server.config import ConfigError, KafkaConfig
+
+EXIT_CONFIG = 2
+EXIT_STARTUP = 1
+
+_DESCRIPTION = """\
+Run a fastlog broker: a Kafka-wire-compatible commit log that Kafka clients
+(confluent-kafka, kcat, kafka-python, aiokafka, Java) use unchanged.
+
+Configuration uses Kafka's server.properties key names (broker.id, listeners,
+advertised.listeners, log.dirs, num.partitions, log.retention.hours, ...), read from
+the optional properties file, then from --override options. With no arguments the
+broker listens on PLAINTEXT://127.0.0.1:9092 and keeps its data in ./data.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="fastlog-server", description=_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("config", nargs="?", metavar="server.properties",
+                   help="Java-style properties file with Kafka broker keys")
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="set one config key, overriding the file (repeatable)")
+    p.add_argument("--log-level", default="INFO",
+                   choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                   help="broker log verbosity on stderr (default INFO)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        config = KafkaConfig.from_sources(args.config, args.override)
+    except ConfigError as e:
+        print(f"fastlog-server: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    logging.basicConfig(
+        level=getattr(logging, args.log_level),
+        format="[%(asctime)s] %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr)
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a runtime dependency
+        uvloop = None
+    runner = asyncio.Runner(loop_factory=uvloop.new_event_loop if uvloop else None)
+    try:
+        with runner:
+            return runner.run(_serve(config))
+    except KeyboardInterrupt:
+        return 130
+
+
+async def _serve(config: KafkaConfig) -> int:
+    from fastlog.server.broker import BrokerServer, BrokerStartupError
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    broker = BrokerServer(config)
+    try:
+        await broker.startup()
+    except BrokerStartupError as e:
+        print(f"fastlog-server: {e}", file=sys.stderr)
+        await broker.shutdown()
+        return EXIT_STARTUP
+    except OSError as e:
+        print(f"fastlog-server: cannot start: {e.strerror or e}"
+              f"{' (' + e.filename + ')' if getattr(e, 'filename', None) else ''}",
+              file=sys.stderr)
+        await broker.shutdown()
+        return EXIT_STARTUP
+    listeners = ", ".join(f"{proto}://{host}:{port}" for proto, host, port in broker.bound)
+    print(f"fastlog-server: listening on {listeners} (node {broker.node_id}, cluster "
+          f"{broker.metadata.cluster_id}), data in {', '.join(broker.log_dirs)}", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await broker.shutdown()
+    print("fastlog-server: stopped cleanly", flush=True)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,724 @@
+# fastlog/server/apis.py — KafkaApis: one handle_<api> per API key behind a dispatch table.
+#
+# Owns: turning a decoded request into a response, per Kafka's semantics and error codes.
+# Reads/writes: nothing on disk — handlers reach storage only through the broker's
+# ReplicaManager / LogManager / metadata store.
+# Called from: the broker's asyncio API loop only (fastlog._net runs every handler
+# coroutine there), so broker state needs no locks; a handler may await (parked fetch)
+# without blocking other connections.
+#
+# Handler contract (other modules — the group coordinator — register handlers with it):
+#
+#     async def handle_xxx(ctx: RequestContext, request) -> response | None
+#
+#   ctx.broker      BrokerServer (.config, .log_manager, .replica_manager, .metadata,
+#                   .group_coordinator, .node_id, .advertised_host, .advertised_port)
+#   ctx.header      RequestHeader(api_key, api_version, correlation_id, client_id)
+#   ctx.api_version shortcut for ctx.header.api_version
+#   ctx.connection  the fastlog._net Connection the request came on
+#   request         the decoded request (fastlog.protocol structs, snake_case fields)
+#   returns         a response body fastlog.protocol.encode_response accepts (dict or
+#                   struct; missing fields take the spec default), or None for no
+#                   response at all (Produce acks=0). Raising CloseConnection closes the
+#                   connection; any other exception is logged and closes it too.
+"""Kafka API request handlers and the dispatch from frames to them."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+
+from fastlog import protocol
+from fastlog._net import CloseConnection
+from fastlog.protocol import ApiKey, Errors
+from fastlog.server.config import (
+    CONFIG_KEYS,
+    CONFIG_TYPE_CODES,
+    TOPIC_CONFIG_SYNONYMS,
+    TOPIC_CONFIG_TYPES,
+    ConfigError,
+    format_config_value,
+    parse_topic_config,
+)
+
+log = logging.getLogger("fastlog.server.apis")
+
+INT32_MIN = -(1 << 31)
+
+# DescribeConfigs resource types and config sources (Kafka's numbers).
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+RESOURCE_BROKER_LOGGER = 8
+SOURCE_DYNAMIC_TOPIC = 1
+SOURCE_STATIC_BROKER = 4
+SOURCE_DEFAULT = 5
+# IncrementalAlterConfigs operations.
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+
+LIST_OFFSETS_LATEST = -1
+LIST_OFFSETS_EARLIEST = -2
+LIST_OFFSETS_MAX_TIMESTAMP = -3
+
+
+@dataclasses.dataclass
+class RequestContext:
+    broker: object
+    header: protocol.RequestHeader
+    connection: object
+
+    @property
+    def api_version(self) -> int:
+        return self.header.api_version
+
+    @property
+    def api_key(self) -> int:
+        return self.header.api_key
+
+    @property
+    def client_id(self) -> str | None:
+        return self.header.client_id
+
+
+def _check_leader_epoch(current: int, ours: int) -> Errors:
+    """Kafka's fencing of a client that knows a different leader epoch."""
+    if current < 0 or current == ours:
+        return Errors.NONE
+    return Errors.FENCED_LEADER_EPOCH if current < ours else Errors.UNKNOWN_LEADER_EPOCH
+
+
+class KafkaApis:
+    """Dispatch table ApiKey → handler; `handle` is the fastlog._net handler."""
+
+    def __init__(self, broker):
+        self.broker = broker
+        self.handlers = {
+            ApiKey.API_VERSIONS: self.handle_api_versions,
+            ApiKey.METADATA: self.handle_metadata,
+            ApiKey.PRODUCE: self.handle_produce,
+            ApiKey.FETCH: self.handle_fetch,
+            ApiKey.LIST_OFFSETS: self.handle_list_offsets,
+            ApiKey.CREATE_TOPICS: self.handle_create_topics,
+            ApiKey.DELETE_TOPICS: self.handle_delete_topics,
+            ApiKey.DELETE_RECORDS: self.handle_delete_records,
+            ApiKey.DESCRIBE_CONFIGS: self.handle_describe_configs,
+            ApiKey.ALTER_CONFIGS: self.handle_alter_configs,
+            ApiKey.INCREMENTAL_ALTER_CONFIGS: self.handle_incremental_alter_configs,
+            ApiKey.INIT_PRODUCER_ID: self.handle_init_producer_id,
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: self.handle_offset_for_leader_epoch,
+        }
+        # ---- group coordinator hook (issue 5): its handlers use the same contract.
+        # GROUP HOOK: `self.handlers.update(fastlog.server.group.GROUP_HANDLERS)` once it lands.
+
+    # ------------------------------------------------------------------ dispatch
+    async def handle(self, conn, frame):
+        try:
+            header, body_offset = protocol.decode_request_header(frame)
+        except protocol.UnsupportedVersionError as e:
+            parts = protocol.unsupported_version_response(e.header)
+            if parts is None:
+                log.info("closing %r: %s", conn, e)
+                raise CloseConnection(str(e)) from None
+            return parts
+        except protocol.InvalidRequestError as e:
+            log.info("closing %r: %s", conn, e)
+            raise CloseConnection(str(e)) from None
+        handler = self.handlers.get(header.api_key)
+        if handler is None:
+            log.info("closing %r: no handler for %s", conn, ApiKey(header.api_key).name)
+            raise CloseConnection(f"API {header.api_key} is not served")
+        try:
+            request = protocol.decode_request(header.api_key, header.api_version, frame, body_offset)
+        except protocol.InvalidRequestError as e:
+            log.info("closing %r (client %r): %s", conn, header.client_id, e)
+            raise CloseConnection(str(e)) from None
+        ctx = RequestContext(self.broker, header, conn)
+        try:
+            response = await handler(ctx, request)
+        except CloseConnection:
+            raise
+        except Exception:
+            log.exception("%s v%d from client %r failed", ApiKey(header.api_key).name,
+                          header.api_version, header.client_id)
+            raise CloseConnection("handler failed") from None
+        if response is None:
+            return None
+        return protocol.encode_response(header.api_key, header.api_version,
+                                        header.correlation_id, response)
+
+    # ------------------------------------------------------------------ ApiVersions
+    async def handle_api_versions(self, ctx, request):
+        return protocol.api_versions_response()
+
+    # ------------------------------------------------------------------ Metadata
+    async def handle_metadata(self, ctx, request):
+        broker = self.broker
+        v = ctx.api_version
+        md = broker.metadata
+        if request.topics is None or (v == 0 and not request.topics):
+            names = md.topic_names()
+        else:
+            names = [t.name for t in request.topics]
+        auto_create = broker.config["auto.create.topics.enable"] and (
+            v < 4 or request.allow_auto_topic_creation)
+        topics = []
+        for name in names:
+            state = md.topic(name)
+            error = Errors.NONE
+            if state is None:
+                problem = broker.topic_name_problem(name)
+                if problem is not None:
+                    error = Errors.INVALID_TOPIC_EXCEPTION
+                elif auto_create and not name.startswith("__"):
+                    try:
+                        state = await broker.create_topic(
+                            name, broker.config["num.partitions"],
+                            broker.config["default.replication.factor"], {})
+                    except Exception as e:  # noqa: BLE001 - answer, don't crash
+                        log.warning("auto-creating topic %r failed: %s", name, e)
+                        error = Errors.LEADER_NOT_AVAILABLE
+                else:
+                    error = Errors.UNKNOWN_TOPIC_OR_PARTITION
+            if state is None:
+                topics.append({"error_code": error, "name": name, "is_internal": False,
+                               "partitions": []})
+                continue
+            topics.append({
+                "error_code": Errors.NONE,
+                "name": name,
+                "is_internal": state.internal,
+                "partitions": [
+                    {
+                        "error_code": Errors.NONE,
+                        "partition_index": p,
+                        "leader_id": ps.leader,
+                        "leader_epoch": ps.leader_epoch,
+                        "replica_nodes": ps.replicas,
+                        "isr_nodes": ps.isr,
+                        "offline_replicas": [],
+                    }
+                    for p, ps in sorted(state.partitions.items())
+                ],
+                "topic_authorized_operations": INT32_MIN,
+            })
+        return {
+            "throttle_time_ms": 0,
+            "brokers": [{"node_id": broker.node_id, "host": broker.advertised_host,
+                         "port": broker.advertised_port, "rack": broker.config["broker.rack"]}],
+            "cluster_id": md.cluster_id,
+            "controller_id": md.controller_id,
+            "topics": topics,
+            "cluster_authorized_operations": INT32_MIN,
+        }
+
+    # ------------------------------------------------------------------ Produce
+    async def handle_produce(self, ctx, request):
+        v = ctx.api_version
+        acks = request.acks
+        responses = []
+        if v < protocol.PRODUCE_MIN_IMPLEMENTED:
+            # Advertised from v0 for old librdkafka's feature checks; never served (Kafka 4).
+            for t in request.topic_data:
+                responses.append({"name": t.name, "partition_responses": [
+                    {"index": p.index, "error_code": Errors.UNSUPPORTED_VERSION,
+                     "base_offset": -1} for p in t.partition_data]})
+            if acks == 0:
+                raise CloseConnection("Produce below v3 is not supported")
+            return {"responses": responses, "throttle_time_ms": 0}
+        if request.transactional_id is not None:
+            err = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            for t in request.topic_data:
+                responses.append({"name": t.name, "partition_responses": [
+                    {"index": p.index, "error_code": err, "base_offset": -1,
+                     "error_message": "transactions are not supported"}
+                    for p in t.partition_data]})
+            if acks == 0:
+                raise CloseConnection("transactional produce")
+            return {"responses": responses, "throttle_time_ms": 0}
+        entries = [(t.name, p.index, p.records) for t in request.topic_data for p in t.partition_data]
+        results = await self.broker.replica_manager.append_records(
+            entries, acks=acks, api_version=v, timeout_ms=request.timeout_ms)
+        if acks == 0:
+            # No response; like Kafka, close the connection on an error so the client notices.
+            if any(r.error != Errors.NONE for r in results.values()):
+                raise CloseConnection("acks=0 produce failed")
+            return None
+        for t in request.topic_data:
+            parts = []
+            for p in t.partition_data:
+                r = results[(t.name, p.index)]
+                parts.append({
+                    "index": p.index,
+                    "error_code": r.error,
+                    "base_offset": r.base_offset,
+                    "log_append_time_ms": r.log_append_time,
+                    "log_start_offset": r.log_start_offset,
+                    "record_errors": r.record_errors,
+                    "error_message": r.error_message if r.error != Errors.NONE else None,
+                })
+            responses.append({"name": t.name, "partition_responses": parts})
+        return {"responses": responses, "throttle_time_ms": 0}
+
+    # ------------------------------------------------------------------ Fetch
+    async def handle_fetch(self, ctx, request):
+        v = ctx.api_version
+        rm = self.broker.replica_manager
+        if v >= 7 and request.session_id != 0:
+            return {"throttle_time_ms": 0, "error_code": Errors.FETCH_SESSION_ID_NOT_FOUND,
+                    "session_id": 0, "responses": []}
+        if v >= 7 and request.session_epoch not in (-1, 0):
+            return {"throttle_time_ms": 0, "error_code": Errors.INVALID_FETCH_SESSION_EPOCH,
+                    "session_id": 0, "responses": []}
+        from_follower = request.replica_id >= 0
+        read_committed = request.isolation_level == 1
+        max_bytes = min(request.max_bytes, self.broker.config["fetch.max.bytes"])
+        if max_bytes <= 0:
+            max_bytes = 0
+        keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(request.max_wait_ms, 0) / 1000.0
+        while True:
+            responses, total, errored = self._read_fetch(request, v, max_bytes, from_follower,
+                                                         read_committed)
+            remaining = deadline - loop.time()
+            if total >= request.min_bytes or errored or remaining <= 0 or not keys:
+                break
+            woken = await rm.fetch_purgatory.wait(keys, remaining)
+            if not woken:
+                responses, total, errored = self._read_fetch(request, v, max_bytes, from_follower,
+                                                             read_committed)
+                break
+        return {"throttle_time_ms": 0, "error_code": Errors.NONE, "session_id": 0,
+                "responses": responses}
+
+    def _read_fetch(self, request, v, max_bytes, from_follower, read_committed):
+        rm = self.broker.replica_manager
+        responses = []
+        total = 0
+        errored = False
+        for t in request.topics:
+            parts = []
+            for fp in t.partitions:
+                entry = {"partition_index": fp.partition, "error_code": Errors.NONE,
+                         "high_watermark": -1, "last_stable_offset": -1, "log_start_offset": -1,
+                         "aborted_transactions": [] if read_committed else None,
+                         "preferred_read_replica": -1, "records": b""}
+                parts.append(entry)
+                p = rm.get_partition(t.topic, fp.partition)
+                if p is None:
+                    entry["error_code"] = Errors.UNKNOWN_TOPIC_OR_PARTITION
+                    errored = True
+                    continue
+                if from_follower and request.replica_id not in p.replicas:
+                    # Only assigned replicas may fetch as followers (CVE-2018-1288).
+                    entry["error_code"] = Errors.NOT_LEADER_OR_FOLLOWER
+                    errored = True
+                    continue
+                epoch_error = _check_leader_epoch(fp.current_leader_epoch, p.leader_epoch)
+                if epoch_error != Errors.NONE:
+                    entry["error_code"] = epoch_error
+                    errored = True
+                    continue
+                budget = min(fp.partition_max_bytes, max_bytes - total)
+                res = rm.read_partition(p, fp.fetch_offset, max(budget, 0),
+                                        min_one_batch=(total == 0), from_follower=from_follower,
+                                        api_version=v)
+                entry["error_code"] = res.error
+                entry["high_watermark"] = res.high_watermark
+                entry["last_stable_offset"] = res.last_stable_offset
+                entry["log_start_offset"] = res.log_start_offset
+                if res.error != Errors.NONE:
+                    errored = True
+                elif res.regions:
+                    entry["records"] = (res.regions, res.size)
+                    total += res.size
+            responses.append({"topic": t.topic, "partitions": parts})
+        return responses, total, errored
+
+    # ------------------------------------------------------------------ ListOffsets
+    async def handle_list_offsets(self, ctx, request):
+        rm = self.broker.replica_manager
+        v = ctx.api_version
+        topics = []
+        for t in request.topics:
+            parts = []
+            for lp in t.partitions:
+                entry = {"partition_index": lp.partition_index, "error_code": Errors.NONE,
+                         "timestamp": -1, "offset": -1, "leader_epoch": -1}
+                parts.append(entry)
+                p = rm.get_partition(t.name, lp.partition_index)
+                if p is None:
+                    entry["error_code"] = Errors.UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                err = _check_leader_epoch(lp.current_leader_epoch if v >= 4 else -1, p.leader_epoch)
+                if err != Errors.NONE:
+                    entry["error_code"] = err
+                    continue
+                log_ = p.log
+                ts = lp.timestamp
+                if ts == LIST_OFFSETS_EARLIEST:
+                    entry["offset"] = log_.log_start_offset
+                    entry["leader_epoch"] = p.leader_epoch
+                elif ts == LIST_OFFSETS_LATEST:
+                    # read_committed sees up to the last stable offset (= high watermark
+                    # without transactions); read_uncommitted up to the high watermark.
+                    entry["offset"] = p.high_watermark
+                    entry["leader_epoch"] = p.leader_epoch
+                elif ts < 0 and ts != LIST_OFFSETS_MAX_TIMESTAMP:
+                    entry["error_code"] = Errors.INVALID_REQUEST
+                else:
+                    found = log_.fetch_offset_by_timestamp(ts)
+                    if found is not None:
+                        off, found_ts, epoch = _timestamp_offset(found, p.leader_epoch)
+                        if off < p.high_watermark:
+                            entry["offset"] = off
+                            entry["timestamp"] = found_ts
+                            entry["leader_epoch"] = epoch
+            topics.append({"name": t.name, "partitions": parts})
+        return {"throttle_time_ms": 0, "topics": topics}
+
+    # ------------------------------------------------------------------ CreateTopics
+    async def handle_create_topics(self, ctx, request):
+        broker = self.broker
+        v = ctx.api_version
+        seen: dict[str, int] = {}
+        for t in request.topics:
+            seen[t.name] = seen.get(t.name, 0) + 1
+        results = []
+        for t in request.topics:
+            error, message = Errors.NONE, None
+            name = t.name
+            try:
+                if seen[name] > 1:
+                    raise _ApiError(Errors.INVALID_REQUEST, f"topic {name!r} appears more than once")
+                problem = broker.topic_name_problem(name)
+                if problem is not None:
+                    raise _ApiError(Errors.INVALID_TOPIC_EXCEPTION, problem)
+                if broker.metadata.topic(name) is not None:
+                    raise _ApiError(Errors.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+                partitions, rf = self._creation_shape(t, v)
+                configs = self._parse_topic_configs({c.name: c.value for c in t.configs})
+                if not request.validate_only:
+                    await broker.create_topic(name, partitions, rf, configs)
+            except _ApiError as e:
+                error, message = e.code, e.message
+            except Exception as e:  # noqa: BLE001 - one bad topic must not fail the rest
+                log.exception("creating topic %r failed", name)
+                error, message = Errors.UNKNOWN_SERVER_ERROR, str(e)
+            results.append({"name": name, "error_code": error, "error_message": message})
+        return {"throttle_time_ms": 0, "topics": results}
+
+    def _creation_shape(self, t, v) -> tuple[int, int]:
+        cfg = self.broker.config
+        live = [self.broker.node_id]
+        if t.assignments:
+            if t.num_partitions != -1 or t.replication_factor != -1:
+                raise _ApiError(Errors.INVALID_REQUEST,
+                                "both partition assignments and a partition count were given")
+            indexes = sorted(a.partition_index for a in t.assignments)
+            if indexes != list(range(len(indexes))):
+                raise _ApiError(Errors.INVALID_REPLICA_ASSIGNMENT,
+                                "partition assignments must number partitions 0..n-1")
+            sizes = {len(a.broker_ids) for a in t.assignments}
+            for a in t.assignments:
+                if not a.broker_ids or len(set(a.broker_ids)) != len(a.broker_ids) or \
+                        any(b not in live for b in a.broker_ids):
+                    raise _ApiError(Errors.INVALID_REPLICA_ASSIGNMENT,
+                                    f"partition {a.partition_index} names unknown or repeated brokers")
+            if len(sizes) != 1:
+                raise _ApiError(Errors.INVALID_REPLICA_ASSIGNMENT,
+                                "all partitions need the same replication factor")
+            return len(indexes), sizes.pop()
+        partitions = t.num_partitions
+        rf = t.replication_factor
+        if partitions == -1 and v >= 4:
+            partitions = cfg["num.partitions"]
+        if rf == -1 and v >= 4:
+            rf = cfg["default.replication.factor"]
+        if partitions <= 0:
+            raise _ApiError(Errors.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
+        if rf <= 0:
+            raise _ApiError(Errors.INVALID_REPLICATION_FACTOR,
+                            "Replication factor must be larger than 0.")
+        if rf > len(live):
+            raise _ApiError(Errors.INVALID_REPLICATION_FACTOR,
+                            f"Replication factor: {rf} larger than available brokers: {len(live)}.")
+        return partitions, rf
+
+    def _parse_topic_configs(self, raw: dict[str, str | None]) -> dict[str, str]:
+        out = {}
+        for name, value in raw.items():
+            try:
+                parse_topic_config(name, value)
+            except ConfigError as e:
+                raise _ApiError(Errors.INVALID_CONFIG, str(e)) from None
+            out[name] = value.strip()
+        try:
+            self.broker.build_log_config(out)
+        except ValueError as e:
+            raise _ApiError(Errors.INVALID_CONFIG, str(e)) from None
+        return out
+
+    # ------------------------------------------------------------------ DeleteTopics
+    async def handle_delete_topics(self, ctx, request):
+        broker = self.broker
+        results = []
+        for name in request.topic_names:
+            error = Errors.NONE
+            if not broker.config["delete.topic.enable"]:
+                error = Errors.TOPIC_DELETION_DISABLED
+            elif broker.metadata.topic(name) is None:
+                error = Errors.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                try:
+                    await broker.delete_topic(name)
+                except Exception:  # noqa: BLE001
+                    log.exception("deleting topic %r failed", name)
+                    error = Errors.UNKNOWN_SERVER_ERROR
+            results.append({"name": name, "error_code": error})
+        return {"throttle_time_ms": 0, "responses": results}
+
+    # ------------------------------------------------------------------ DeleteRecords
+    async def handle_delete_records(self, ctx, request):
+        rm = self.broker.replica_manager
+        topics = []
+        for t in request.topics:
+            parts = []
+            for dp in t.partitions:
+                error, low = rm.delete_records(t.name, dp.partition_index, dp.offset)
+                parts.append({"partition_index": dp.partition_index, "low_watermark": low,
+                              "error_code": error})
+            topics.append({"name": t.name, "partitions": parts})
+        return {"throttle_time_ms": 0, "topics": topics}
+
+    # ------------------------------------------------------------------ DescribeConfigs
+    async def handle_describe_configs(self, ctx, request):
+        results = []
+        for res in request.resources:
+            result = {"error_code": Errors.NONE, "error_message": None,
+                      "resource_type": res.resource_type, "resource_name": res.resource_name,
+                      "configs": []}
+            results.append(result)
+            keys = None if res.configuration_keys is None else set(res.configuration_keys)
+            try:
+                if res.resource_type == RESOURCE_TOPIC:
+                    result["configs"] = self._describe_topic(res.resource_name, keys,
+                                                             request.include_synonyms,
+                                                             request.include_documentation)
+                elif res.resource_type == RESOURCE_BROKER:
+                    result["configs"] = self._describe_broker(res.resource_name, keys,
+                                                              request.include_synonyms,
+                                                              request.include_documentation)
+                else:
+                    raise _ApiError(Errors.INVALID_REQUEST,
+                                    f"resource type {res.resource_type} is not supported")
+            except _ApiError as e:
+                result["error_code"], result["error_message"] = e.code, e.message
+        return {"throttle_time_ms": 0, "results": results}
+
+    def _describe_topic(self, name, keys, synonyms, documentation):
+        broker = self.broker
+        state = broker.metadata.topic(name)
+        if state is None:
+            problem = broker.topic_name_problem(name)
+            if problem is not None:
+                raise _ApiError(Errors.INVALID_TOPIC_EXCEPTION, problem)
+            raise _ApiError(Errors.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist")
+        defaults = broker.config.topic_defaults()
+        out = []
+        for key in sorted(TOPIC_CONFIG_TYPES):
+            if keys is not None and key not in keys:
+                continue
+            syn = self._broker_synonyms(key)
+            if key in state.configs:
+                value, source = state.configs[key], SOURCE_DYNAMIC_TOPIC
+                syn.insert(0, {"name": key, "value": value, "source": SOURCE_DYNAMIC_TOPIC})
+            else:
+                value = format_config_value(defaults[key])
+                source = syn[0]["source"] if syn else SOURCE_DEFAULT
+            out.append({
+                "name": key, "value": value, "read_only": False, "config_source": source,
+                "is_sensitive": False, "synonyms": syn if synonyms else [],
+                "config_type": CONFIG_TYPE_CODES[TOPIC_CONFIG_TYPES[key]],
+                "documentation": None,
+            })
+        return out
+
+    def _broker_synonyms(self, topic_key: str) -> list[dict]:
+        cfg = self.broker.config
+        syn = []
+        names = TOPIC_CONFIG_SYNONYMS.get(topic_key, [])
+        for bkey in names:
+            if bkey in cfg.explicit:
+                syn.append({"name": bkey, "value": format_config_value(cfg[bkey]),
+                            "source": SOURCE_STATIC_BROKER})
+        for bkey in names:
+            if CONFIG_KEYS[bkey].default is not None:
+                syn.append({"name": bkey, "value": format_config_value(CONFIG_KEYS[bkey].default),
+                            "source": SOURCE_DEFAULT})
+                break
+        return syn
+
+    def _describe_broker(self, name, keys, synonyms, documentation):
+        broker = self.broker
+        if name not in ("", str(broker.node_id)):
+            raise _ApiError(Errors.INVALID_REQUEST, f"broker {name} is not this broker ({broker.node_id})")
+        cfg = broker.config
+        out = []
+        for key, spec in sorted(CONFIG_KEYS.items()):
+            if keys is not None and key not in keys:
+                continue
+            explicit = key in cfg.explicit
+            source = SOURCE_STATIC_BROKER if explicit else SOURCE_DEFAULT
+            value = format_config_value(cfg[key])
+            syn = []
+            if synonyms:
+                if explicit:
+                    syn.append({"name": key, "value": value, "source": SOURCE_STATIC_BROKER})
+                if spec.default is not None:
+                    syn.append({"name": key, "value": format_config_value(spec.default),
+                                "source": SOURCE_DEFAULT})
+            out.append({
+                "name": key, "value": None if spec.sensitive else value, "read_only": True,
+                "config_source": source, "is_sensitive": spec.sensitive, "synonyms": syn,
+                "config_type": CONFIG_TYPE_CODES[spec.type],
+                "documentation": (spec.doc or None) if documentation else None,
+            })
+        return out
+
+    # ------------------------------------------------------------------ AlterConfigs
+    async def handle_alter_configs(self, ctx, request):
+        responses = []
+        for res in request.resources:
+            error, message = Errors.NONE, None
+            try:
+                self._check_alterable(res)
+                new = {c.name: c.value for c in res.configs}
+                await self._apply_topic_configs(res.resource_name, new, request.validate_only)
+            except _ApiError as e:
+                error, message = e.code, e.message
+            responses.append({"error_code": error, "error_message": message,
+                              "resource_type": res.resource_type,
+                              "resource_name": res.resource_name})
+        return {"throttle_time_ms": 0, "responses": responses}
+
+    async def handle_incremental_alter_configs(self, ctx, request):
+        responses = []
+        for res in request.resources:
+            error, message = Errors.NONE, None
+            try:
+                self._check_alterable(res)
+                state = self.broker.metadata.topic(res.resource_name)
+                new = dict(state.configs)
+                defaults = self.broker.config.topic_defaults()
+                for c in res.configs:
+                    op = c.config_operation
+                    if c.name not in TOPIC_CONFIG_TYPES:
+                        raise _ApiError(Errors.INVALID_CONFIG, f"unknown topic config {c.name!r}")
+                    if op == OP_SET:
+                        new[c.name] = c.value
+                    elif op == OP_DELETE:
+                        new.pop(c.name, None)
+                    elif op in (OP_APPEND, OP_SUBTRACT):
+                        if TOPIC_CONFIG_TYPES[c.name] != "list":
+                            raise _ApiError(Errors.INVALID_CONFIG,
+                                            f"{c.name} is not a list, so it cannot be appended to")
+                        cur = new.get(c.name)
+                        items = ([x.strip() for x in cur.split(",") if x.strip()] if cur is not None
+                                 else list(defaults[c.name]))
+                        given = [x.strip() for x in (c.value or "").split(",") if x.strip()]
+                        if op == OP_APPEND:
+                            items += [x for x in given if x not in items]
+                        else:
+                            items = [x for x in items if x not in given]
+                        new[c.name] = ",".join(items)
+                    else:
+                        raise _ApiError(Errors.INVALID_REQUEST, f"unknown config operation {op}")
+                await self._apply_topic_configs(res.resource_name, new, request.validate_only)
+            except _ApiError as e:
+                error, message = e.code, e.message
+            responses.append({"error_code": error, "error_message": message,
+                              "resource_type": res.resource_type,
+                              "resource_name": res.resource_name})
+        return {"throttle_time_ms": 0, "responses": responses}
+
+    def _check_alterable(self, res) -> None:
+        if res.resource_type == RESOURCE_BROKER:
+            raise _ApiError(Errors.INVALID_REQUEST,
+                            "broker configs are static here; edit server.properties and restart")
+        if res.resource_type != RESOURCE_TOPIC:
+            raise _ApiError(Errors.INVALID_REQUEST,
+                            f"resource type {res.resource_type} is not supported")
+        if self.broker.metadata.topic(res.resource_name) is None:
+            raise _ApiError(Errors.UNKNOWN_TOPIC_OR_PARTITION,
+                            f"Topic {res.resource_name} does not exist")
+
+    async def _apply_topic_configs(self, topic: str, new: dict, validate_only: bool) -> None:
+        configs = self._parse_topic_configs(new)
+        if not validate_only:
+            await self.broker.set_topic_configs(topic, configs)
+
+    # ------------------------------------------------------------------ InitProducerId
+    async def handle_init_producer_id(self, ctx, request):
+        if request.transactional_id is not None:
+            return {"throttle_time_ms": 0, "error_code": Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    "producer_id": -1, "producer_epoch": -1}
+        pid, epoch = -1, 0
+        if ctx.api_version >= 3 and request.producer_id >= 0:
+            # KIP-360: an idempotent producer bumps its epoch to reset its sequences.
+            if request.producer_epoch < 0:
+                return {"throttle_time_ms": 0, "error_code": Errors.INVALID_REQUEST,
+                        "producer_id": -1, "producer_epoch": -1}
+            if request.producer_epoch < 32766:
+                pid, epoch = request.producer_id, request.producer_epoch + 1
+        if pid < 0:
+            pid = await self.broker.producer_id_manager.generate_producer_id()
+            epoch = 0
+        return {"throttle_time_ms": 0, "error_code": Errors.NONE, "producer_id": pid,
+                "producer_epoch": epoch}
+
+    # ------------------------------------------------------------------ OffsetForLeaderEpoch
+    async def handle_offset_for_leader_epoch(self, ctx, request):
+        rm = self.broker.replica_manager
+        topics = []
+        for t in request.topics:
+            parts = []
+            for op in t.partitions:
+                entry = {"error_code": Errors.NONE, "partition": op.partition,
+                         "leader_epoch": -1, "end_offset": -1}
+                parts.append(entry)
+                p = rm.get_partition(t.topic, op.partition)
+                if p is None:
+                    entry["error_code"] = Errors.UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                err = _check_leader_epoch(op.current_leader_epoch, p.leader_epoch)
+                if err != Errors.NONE:
+                    entry["error_code"] = err
+                    continue
+                epoch, end = self.broker.end_offset_for_epoch(p, op.leader_epoch)
+                entry["leader_epoch"], entry["end_offset"] = epoch, end
+            topics.append({"topic": t.topic, "partitions": parts})
+        return {"throttle_time_ms": 0, "topics": topics}
+
+
+class _ApiError(Exception):
+    def __init__(self, code: Errors, message: str | None = None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _timestamp_offset(found, default_epoch: int) -> tuple[int, int, int]:
+    """Normalise what Log.fetch_offset_by_timestamp returns: an object with offset /
+    timestamp (/ leader_epoch) attributes, or an (offset, timestamp[, epoch]) tuple."""
+    if isinstance(found, tuple):
+        off, ts = found[0], found[1]
+        epoch = found[2] if len(found) > 2 and found[2] is not None else default_epoch
+        return off, ts, epoch
+    epoch = getattr(found, "leader_epoch", None)
+    return found.offset, found.timestamp, default_epoch if epoch is None or epoch < 0 else epoch
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,342 @@
+# fastlog/server/replica_manager.py — the partitions this broker hosts (Kafka's ReplicaManager).
+#
+# Owns: one `Partition` per hosted (topic, partition): its Log (through LogManager), its
+# leader epoch, in-sync replicas, high watermark and idempotent-producer state; the fetch
+# and produce purgatories. `append_records` validates client record sets with the codec
+# (Kafka's error codes), checks producer sequences, appends once and wakes parked
+# fetches; `fetch_messages` reads file regions (never copies record bytes) and parks in the
+# purgatory for min_bytes / max_wait_ms. Single node today: this broker leads every
+# partition and is its only in-sync replica, so the high watermark is the log end offset
+# after every append; replication will add followers behind the same methods.
+# Called from: the broker's asyncio API loop only (handlers and the group coordinator);
+# it never touches files itself except producer-state snapshots in the partition dir.
+"""Hosted partitions: append with validation and idempotence, fetch with long polling."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+
+from fastlog import _codec
+from fastlog.protocol.errors import Errors
+from fastlog.server.log import OffsetOutOfRangeError
+from fastlog.server.producer_state import (
+    NO_PRODUCER_ID,
+    ProducerStateError,
+    ProducerStateManager,
+)
+from fastlog.server.purgatory import Purgatory
+
+log = logging.getLogger("fastlog.server.replica_manager")
+
+COMPRESSION_ZSTD = 4
+# Record bytes read per step when replaying the log tail into producer state.
+_REPLAY_CHUNK = 1 << 20
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclasses.dataclass
+class PartitionResult:
+    """Outcome of one partition's append (what the Produce response needs)."""
+
+    error: Errors = Errors.NONE
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    error_message: str | None = None
+    record_errors: list = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class FetchPartitionResult:
+    error: Errors = Errors.NONE
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    regions: list | None = None
+    size: int = 0
+
+
+class Partition:
+    """One hosted partition. `leader_epoch` is stamped into every appended batch."""
+
+    def __init__(self, topic: str, partition: int, log_, leader_epoch: int, replicas: list[int]):
+        self.topic = topic
+        self.partition = partition
+        self.key = (topic, partition)
+        self.log = log_
+        self.leader_epoch = leader_epoch
+        self.replicas = list(replicas)
+        self.isr = list(replicas)
+        self.producer_state = ProducerStateManager(topic, partition)
+        # zstd may only go to Fetch >= 10: remember whether this log has any.
+        self.has_zstd = False
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
+    def __repr__(self) -> str:
+        return f"Partition({self.topic}-{self.partition})"
+
+
+# Codec exception -> Kafka error code for a client record set (order matters: subclasses first).
+_CODEC_ERRORS: list[tuple[type, Errors]] = [
+    (_codec.CorruptRecordError, Errors.CORRUPT_MESSAGE),
+    (_codec.RecordTooLargeError, Errors.MESSAGE_TOO_LARGE),
+    (_codec.UnsupportedCodecError, Errors.UNSUPPORTED_COMPRESSION_TYPE),
+    (_codec.DecompressionLimitError, Errors.INVALID_RECORD),
+    (_codec.InvalidMagicError, Errors.INVALID_RECORD),
+    (_codec.InvalidRecordError, Errors.INVALID_RECORD),
+    (_codec.TruncatedError, Errors.CORRUPT_MESSAGE),
+    (_codec.CodecError, Errors.CORRUPT_MESSAGE),
+]
+
+
+def codec_error_code(exc: Exception) -> Errors:
+    for cls, code in _CODEC_ERRORS:
+        if isinstance(exc, cls):
+            return code
+    return Errors.UNKNOWN_SERVER_ERROR
+
+
+class ReplicaManager:
+    def __init__(self, broker):
+        self.broker = broker
+        self.node_id = broker.node_id
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self.fetch_purgatory = Purgatory("Fetch")
+        self.produce_purgatory = Purgatory("Produce")
+
+    # ------------------------------------------------------------------ partitions
+    def get_partition(self, topic: str, partition: int) -> Partition | None:
+        return self.partitions.get((topic, partition))
+
+    def get_log(self, topic: str, partition: int):
+        p = self.partitions.get((topic, partition))
+        return p.log if p is not None else None
+
+    def make_leader(self, topic: str, partition: int, log_config, leader_epoch: int,
+                    replicas: list[int]) -> Partition:
+        """Open (or create) the partition's log and become its leader."""
+        p = self.partitions.get((topic, partition))
+        if p is not None:
+            p.leader_epoch = leader_epoch
+            return p
+        log_ = self.broker.log_manager.get_or_create_log(topic, partition, log_config)
+        p = Partition(topic, partition, log_, leader_epoch, replicas)
+        self._load_producer_state(p)
+        self.partitions[p.key] = p
+        return p
+
+    def delete_partition(self, topic: str, partition: int) -> None:
+        p = self.partitions.pop((topic, partition), None)
+        self.fetch_purgatory.check_and_complete((topic, partition))
+        if p is not None:
+            self.broker.log_manager.delete_log(topic, partition)
+
+    def update_config(self, topic: str, log_config) -> None:
+        for (t, _), p in self.partitions.items():
+            if t == topic:
+                p.log.update_config(log_config)
+
+    # ------------------------------------------------------------------ producer state
+    def _load_producer_state(self, p: Partition) -> None:
+        """Snapshot at or below the log end, then replay the batches after it."""
+        ps = p.producer_state
+        leo = p.log.log_end_offset
+        start = ps.load_latest_snapshot(p.log.dir, leo)
+        offset = max(start, p.log.log_start_offset)
+        steps = 0
+        while offset < leo:
+            try:
+                info = p.log.read(offset, _REPLAY_CHUNK, min_one_batch=True)
+            except OffsetOutOfRangeError:
+                break
+            if not info.regions:
+                break
+            data = b"".join(bytes(r.read()) for r in info.regions)
+            try:
+                batches = _codec.validate_record_set(data, verify_records=False)
+            except _codec.CodecError as e:
+                log.warning("%s: stopping producer-state replay at %d: %s", p, offset, e)
+                break
+            last = offset
+            for b in batches:
+                if b.compression == COMPRESSION_ZSTD:
+                    p.has_zstd = True
+                if b.last_offset < offset:
+                    continue
+                if b.producer_id != NO_PRODUCER_ID and not b.is_control:
+                    ps.update(b.producer_id, b.producer_epoch, b.base_sequence, b.record_count,
+                              b.base_offset, b.last_offset, b.max_timestamp)
+                last = b.last_offset + 1
+            if last <= offset:
+                break
+            offset = last
+            steps += 1
+        ps.update_map_end_offset(leo)
+        if steps:
+            log.debug("%s: producer state rebuilt from %d batch reads", p, steps)
+
+    def checkpoint_producer_state(self) -> None:
+        """Write a producer snapshot for every partition whose state moved (periodic and
+        at shutdown), so a restart replays only the tail after it."""
+        for p in self.partitions.values():
+            ps = p.producer_state
+            if not ps.producers:
+                continue
+            try:
+                ps.write_snapshot(p.log.dir)
+            except OSError as e:
+                log.warning("%s: cannot write producer snapshot: %s", p, e)
+
+    # ------------------------------------------------------------------ produce
+    async def append_records(self, entries, *, acks: int, api_version: int,
+                             timeout_ms: int = 0) -> dict[tuple[str, int], PartitionResult]:
+        """Append client record sets. `entries` is an iterable of (topic, partition, records)
+        where records is a (zero-copy) memoryview of the request frame or None."""
+        results: dict[tuple[str, int], PartitionResult] = {}
+        for topic, partition, records in entries:
+            key = (topic, partition)
+            if acks not in (0, 1, -1):
+                results[key] = PartitionResult(Errors.INVALID_REQUIRED_ACKS)
+                continue
+            p = self.partitions.get(key)
+            if p is None:
+                results[key] = PartitionResult(Errors.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            results[key] = self._append_one(p, records, acks, api_version)
+        return results
+
+    def _append_one(self, p: Partition, records, acks: int, api_version: int) -> PartitionResult:
+        topic_cfg = self.broker.log_config(p.topic)
+        if acks == -1 and len(p.isr) < topic_cfg.min_insync_replicas:
+            return PartitionResult(
+                Errors.NOT_ENOUGH_REPLICAS,
+                error_message=f"{len(p.isr)} in-sync replicas, min.insync.replicas is "
+                              f"{topic_cfg.min_insync_replicas}")
+        if records is None or len(records) == 0:
+            return PartitionResult(Errors.NONE, -1, -1, p.log.log_start_offset)
+        try:
+            batches = _codec.validate_record_set(
+                records,
+                max_batch_size=topic_cfg.max_message_bytes,
+                allow_zstd=api_version >= 7,
+                verify_records=True,
+            )
+        except _codec.CodecError as e:
+            code = codec_error_code(e)
+            log.info("%s: rejected produce v%d: %s (%s)", p, api_version, e, code.name)
+            return PartitionResult(code, error_message=str(e))
+        if len(batches) != 1:
+            return PartitionResult(Errors.INVALID_RECORD,
+                                   error_message="a produce request must carry one batch per partition")
+        b = batches[0]
+        if b.is_control:
+            return PartitionResult(Errors.INVALID_RECORD,
+                                   error_message="clients may not send control batches")
+        if b.is_transactional:
+            return PartitionResult(Errors.INVALID_RECORD,
+                                   error_message="transactions are not supported")
+        if b.producer_id != NO_PRODUCER_ID and b.base_sequence < 0:
+            return PartitionResult(Errors.INVALID_RECORD,
+                                   error_message="an idempotent batch needs a base sequence")
+        ps = p.producer_state
+        try:
+            dup = ps.check(b.producer_id, b.producer_epoch, b.base_sequence, b.record_count)
+        except ProducerStateError as e:
+            return PartitionResult(Errors[e.code], error_message=str(e),
+                                   log_start_offset=p.log.log_start_offset)
+        if dup is not None:
+            # A retried batch already in the log: answer with its original offset.
+            return PartitionResult(Errors.NONE, dup.first_offset, -1, p.log.log_start_offset)
+        # The frame buffer is reused after this request: copy the batch exactly once.
+        buf = bytearray(records)
+        info = p.log.append(buf, batches, p.leader_epoch)
+        if b.compression == COMPRESSION_ZSTD:
+            p.has_zstd = True
+        ps.update(b.producer_id, b.producer_epoch, b.base_sequence, b.record_count,
+                  info.first_offset, info.last_offset, b.max_timestamp)
+        ps.update_map_end_offset(info.last_offset + 1)
+        self._after_append(p)
+        return PartitionResult(Errors.NONE, info.first_offset,
+                               getattr(info, "log_append_time", -1), p.log.log_start_offset)
+
+    def _after_append(self, p: Partition) -> None:
+        # Single node: we are the whole ISR, so the high watermark follows the log end.
+        p.log.update_high_watermark(p.log.log_end_offset)
+        self.fetch_purgatory.check_and_complete(p.key)
+
+    async def append_internal(self, topic: str, partition: int, record_set: bytearray):
+        """Append broker-built batches (group coordinator: __consumer_offsets). Validates
+        structure, assigns offsets, advances the high watermark. Raises KeyError for an
+        unknown partition and codec errors for bad input."""
+        p = self.partitions.get((topic, partition))
+        if p is None:
+            raise KeyError(f"{topic}-{partition} is not hosted here")
+        batches = _codec.validate_record_set(record_set, verify_records=False)
+        if not batches:
+            raise ValueError("empty record set")
+        info = p.log.append(record_set, batches, p.leader_epoch)
+        self._after_append(p)
+        return info
+
+    # ------------------------------------------------------------------ fetch
+    def read_partition(self, p: Partition, fetch_offset: int, max_bytes: int, *,
+                       min_one_batch: bool, from_follower: bool, api_version: int) -> FetchPartitionResult:
+        log_ = p.log
+        hw = log_.high_watermark
+        res = FetchPartitionResult(Errors.NONE, hw, hw, log_.log_start_offset)
+        if p.has_zstd and api_version < 10:
+            res.error = Errors.UNSUPPORTED_COMPRESSION_TYPE
+            return res
+        # Consumers see up to the high watermark only; followers up to the log end.
+        limit = log_.log_end_offset if from_follower else hw
+        if fetch_offset == limit and fetch_offset >= log_.log_start_offset:
+            return res
+        if fetch_offset > limit and fetch_offset <= log_.log_end_offset:
+            return res  # above the high watermark but in the log: nothing visible yet
+        try:
+            info = log_.read(fetch_offset, max_bytes, min_one_batch=min_one_batch,
+                             **self._hw_bound(log_, limit))
+        except OffsetOutOfRangeError:
+            res.error = Errors.OFFSET_OUT_OF_RANGE
+            return res
+        res.regions = info.regions
+        res.size = info.size
+        return res
+
+    @staticmethod
+    def _hw_bound(log_, limit: int) -> dict:
+        if limit >= log_.log_end_offset:
+            return {}
+        return {"max_offset": limit}
+
+    def wake_fetchers(self, topic: str, partition: int) -> None:
+        self.fetch_purgatory.check_and_complete((topic, partition))
+
+    # ------------------------------------------------------------------ other APIs
+    def delete_records(self, topic: str, partition: int, offset: int) -> tuple[Errors, int]:
+        p = self.partitions.get((topic, partition))
+        if p is None:
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION, -1
+        log_ = p.log
+        target = log_.high_watermark if offset == -1 else offset
+        if target < 0 or target > log_.high_watermark:
+            return Errors.OFFSET_OUT_OF_RANGE, -1
+        try:
+            log_.delete_records_before(target)
+        except OffsetOutOfRangeError:
+            return Errors.OFFSET_OUT_OF_RANGE, -1
+        self.fetch_purgatory.check_and_complete(p.key)
+        return Errors.NONE, log_.log_start_offset
+
+    def shutdown(self) -> None:
+        self.checkpoint_producer_state()
+        self.fetch_purgatory.wake_all()
+        self.produce_purgatory.wake_all()
