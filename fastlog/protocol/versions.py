@@ -1,0 +1,59 @@
+"""The ApiVersions table fastlog advertises, and the replies built from it.
+
+Ranges follow shared/reference/client-compatibility.md §3 and §5: Produce is advertised
+from v0 although only v3+ is implemented (KAFKA-18659: librdkafka < 2.11.1 silently drops
+compression unless it sees Produce v0), OffsetCommit from v1 (librdkafka 2.0.2 needs a
+range overlapping 1-2), and nothing flexible except ApiVersions 3-4 and InitProducerId
+2-4. Pure data and small builders, any thread.
+"""
+
+from .api_keys import ApiKey
+from .errors import Errors
+
+SUPPORTED_VERSIONS = {
+    ApiKey.PRODUCE: (0, 8),
+    ApiKey.FETCH: (4, 11),
+    ApiKey.LIST_OFFSETS: (1, 5),
+    ApiKey.METADATA: (0, 8),
+    ApiKey.OFFSET_COMMIT: (1, 7),
+    ApiKey.OFFSET_FETCH: (1, 5),
+    ApiKey.FIND_COORDINATOR: (0, 2),
+    ApiKey.JOIN_GROUP: (0, 5),
+    ApiKey.HEARTBEAT: (0, 3),
+    ApiKey.LEAVE_GROUP: (0, 3),
+    ApiKey.SYNC_GROUP: (0, 3),
+    ApiKey.DESCRIBE_GROUPS: (0, 4),
+    ApiKey.LIST_GROUPS: (0, 2),
+    ApiKey.API_VERSIONS: (0, 4),
+    ApiKey.CREATE_TOPICS: (2, 4),
+    ApiKey.DELETE_TOPICS: (1, 3),
+    ApiKey.DELETE_RECORDS: (0, 1),
+    ApiKey.INIT_PRODUCER_ID: (0, 4),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 3),
+    ApiKey.DESCRIBE_CONFIGS: (1, 3),
+    ApiKey.ALTER_CONFIGS: (0, 1),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.DELETE_GROUPS: (0, 1),
+    ApiKey.OFFSET_DELETE: (0, 0),
+}
+
+# Produce v0-2 are advertised and decodable, but a handler answers them with
+# UNSUPPORTED_VERSION per partition, as Kafka 4 does (they carry magic 0/1 message sets).
+PRODUCE_MIN_IMPLEMENTED = 3
+
+
+def is_supported(api_key, api_version):
+    rng = SUPPORTED_VERSIONS.get(api_key)
+    return rng is not None and rng[0] <= api_version <= rng[1]
+
+
+def api_versions_response(error_code=Errors.NONE, throttle_time_ms=0):
+    """The ApiVersions response body (a dict for encode_response) listing our table."""
+    return {
+        "error_code": int(error_code),
+        "api_keys": [
+            {"api_key": int(k), "min_version": lo, "max_version": hi}
+            for k, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())
+        ],
+        "throttle_time_ms": throttle_time_ms,
+    }
