@@ -1,0 +1,883 @@
+"""GroupCoordinator: Kafka's classic consumer-group protocol and offset storage.
+
+Owns every group whose ``__consumer_offsets`` partition this broker leads: membership and
+rebalances (JoinGroup/SyncGroup/Heartbeat/LeaveGroup), committed offsets (OffsetCommit,
+OffsetFetch, OffsetDelete) and the admin views (ListGroups, DescribeGroups, DeleteGroups).
+State changes follow Kafka's GroupCoordinator; where Kafka parks a request in a purgatory
+we park an asyncio future and use loop timers:
+
+* a JoinGroup waits on ``member.join_waiter`` until the rebalance completes: when every
+  member has rejoined, when the rebalance timeout fires, or, for a new group, after
+  ``group.initial.rebalance.delay.ms`` (extended while members keep arriving);
+* a SyncGroup waits on ``member.sync_waiter`` until the leader's assignment is written;
+* each member has a session timer, reset by every heartbeat, join, sync and commit;
+  when it fires the member is removed and the group rebalances.
+
+Offsets and group metadata are acknowledged only after the record reached the log (the
+``GroupStore``); the in-memory cache is then updated and serves OffsetFetch. At startup
+the cache is rebuilt from the topic; groups in a partition being loaded answer
+COORDINATOR_LOAD_IN_PROGRESS.
+
+Event-loop thread only: every method runs on the broker's asyncio loop, and nothing here
+blocks (no I/O other than awaiting the store).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import uuid
+from typing import Any
+
+from fastlog.protocol.errors import Errors
+
+from .group import GroupMetadata, GroupState, MemberMetadata, now_ms
+from .offsets import (
+    GROUP_METADATA_TOPIC,
+    GroupStore,
+    LogGroupStore,
+    StoreError,
+    partition_for,
+)
+from .schemas import (
+    GroupKey,
+    OffsetAndMetadata,
+    OffsetKey,
+    SchemaError,
+    decode_group_value,
+    decode_key,
+    decode_offset_value,
+    encode_group_key,
+    encode_group_value,
+    encode_offset_key,
+    encode_offset_value,
+)
+
+log = logging.getLogger(__name__)
+
+UNKNOWN_MEMBER_ID = ""
+NO_GENERATION = -1
+OFFSET_METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes default
+
+
+@dataclasses.dataclass
+class JoinResult:
+    error: Errors
+    generation_id: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str = ""
+    member_id: str = ""
+    members: list[tuple[str, str | None, bytes]] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class SyncResult:
+    error: Errors
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: bytes = b""
+
+
+@dataclasses.dataclass
+class GroupSummary:
+    group_id: str
+    error: Errors
+    state: str = "Dead"
+    protocol_type: str = ""
+    protocol: str = ""
+    # (member id, instance id, client id, client host, metadata, assignment)
+    members: list[tuple[str, str | None, str, str, bytes, bytes]] = dataclasses.field(
+        default_factory=list)
+
+
+class GroupCoordinator:
+    """See the module comment. ``broker`` provides ``config`` (KafkaConfig) and, for the
+    default store and topic creation, ``replica_manager`` and ``create_internal_topic``."""
+
+    def __init__(self, broker: Any, store: GroupStore | None = None):
+        self.broker = broker
+        cfg = broker.config
+        self.num_partitions = int(cfg["offsets.topic.num.partitions"])
+        self.initial_rebalance_delay_ms = int(cfg["group.initial.rebalance.delay.ms"])
+        self.min_session_timeout_ms = int(cfg["group.min.session.timeout.ms"])
+        self.max_session_timeout_ms = int(cfg["group.max.session.timeout.ms"])
+        self.max_group_size = int(_cfg(cfg, "group.max.size", 2**31 - 1))
+        self.retention_ms = int(cfg["offsets.retention.minutes"]) * 60_000
+        self.retention_check_ms = int(_cfg(cfg, "offsets.retention.check.interval.ms", 600_000))
+        self.store: GroupStore = store if store is not None else LogGroupStore(broker)
+        self.groups: dict[str, GroupMetadata] = {}
+        self.owned: set[int] = set()
+        self.loading: set[int] = set()
+        self.active = False
+        self._tasks: set[asyncio.Task] = set()
+
+    # ================================================================ lifecycle
+    async def startup(self, load: bool = True) -> None:
+        """Ensure __consumer_offsets exists (compacted) and start loading every partition
+        this broker leads; returns before loading ends (clients retry meanwhile)."""
+        create = getattr(self.broker, "create_internal_topic", None)
+        if create is not None:
+            await _maybe_await(create(GROUP_METADATA_TOPIC, self.num_partitions, {
+                "cleanup.policy": "compact",
+                "compression.type": "producer",
+                "segment.bytes": str(_cfg(self.broker.config, "offsets.topic.segment.bytes",
+                                          104857600)),
+            }))
+        self.active = True
+        partitions = [p for p in range(self.num_partitions) if self._leads(p)]
+        self.owned.update(partitions)
+        self.loading.update(partitions)
+        if load:
+            self._spawn(self._load_partitions(partitions))
+        else:
+            self.loading.clear()
+        self._spawn(self._expire_offsets_loop())
+
+    async def shutdown(self) -> None:
+        self.active = False
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(BaseException):
+                await task
+        for group in self.groups.values():
+            self._cancel_join_timer(group)
+            for m in group.members.values():
+                _cancel(m.heartbeat_timer)
+                m.heartbeat_timer = None
+                self._complete_join(m, JoinResult(Errors.NOT_COORDINATOR, member_id=m.member_id))
+                self._complete_sync(m, SyncResult(Errors.NOT_COORDINATOR))
+        self.groups.clear()
+        self.owned.clear()
+
+    def _spawn(self, coro) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _leads(self, partition: int) -> bool:
+        rm = getattr(self.broker, "replica_manager", None)
+        fn = getattr(rm, "is_leader", None)
+        if fn is None:
+            return True
+        try:
+            return bool(fn(GROUP_METADATA_TOPIC, partition))
+        except Exception:  # noqa: BLE001 - unknown partition: not ours
+            return False
+
+    async def _load_partitions(self, partitions: list[int]) -> None:
+        for p in partitions:
+            try:
+                await self.load_partition(p)
+            except Exception:
+                log.exception("loading %s-%d failed", GROUP_METADATA_TOPIC, p)
+            finally:
+                self.loading.discard(p)
+
+    async def load_partition(self, partition: int) -> None:
+        """Rebuild the groups of one partition from its records (last record per key wins,
+        a null value deletes). Loaded groups with members come back Stable with their
+        assignments; the members' session timers start now."""
+        offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
+        records: dict[str, Any] = {}
+        for key, value in await self.store.load(partition):
+            try:
+                k = decode_key(key)
+                if isinstance(k, OffsetKey):
+                    om = decode_offset_value(value)
+                    tps = offsets.setdefault(k.group, {})
+                    if om is None:
+                        tps.pop((k.topic, k.partition), None)
+                    else:
+                        tps[(k.topic, k.partition)] = om
+                elif isinstance(k, GroupKey):
+                    records[k.group] = decode_group_value(value)
+            except SchemaError as e:
+                log.warning("skipping a bad record in %s-%d: %s", GROUP_METADATA_TOPIC,
+                            partition, e)
+        for group_id in set(offsets) | set(records):
+            rec = records.get(group_id)
+            tps = offsets.get(group_id, {})
+            if rec is None and group_id in records and not tps:
+                continue  # deleted group
+            if rec is None and not tps:
+                continue
+            if rec is not None:
+                group = GroupMetadata.from_record(group_id, rec)
+            else:
+                group = GroupMetadata(group_id)
+            group.offsets.update(tps)
+            old = self.groups.get(group_id)
+            if old is not None and old.members:
+                continue  # a live group already formed here (cannot happen while loading)
+            self.groups[group_id] = group
+            for m in group.members.values():
+                self._schedule_heartbeat(group, m)
+        log.info("loaded %s-%d", GROUP_METADATA_TOPIC, partition)
+
+    # ================================================================ routing
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.num_partitions)
+
+    def _check_status(self, group_id: str | None) -> Errors:
+        """Kafka's validateGroupStatus: may this broker serve the group right now?"""
+        if not group_id:
+            return Errors.INVALID_GROUP_ID
+        if not self.active:
+            return Errors.COORDINATOR_NOT_AVAILABLE
+        p = self.partition_for(group_id)
+        if p not in self.owned:
+            return Errors.NOT_COORDINATOR
+        if p in self.loading:
+            return Errors.COORDINATOR_LOAD_IN_PROGRESS
+        return Errors.NONE
+
+    def is_coordinator_for(self, group_id: str) -> bool:
+        return self.partition_for(group_id) in self.owned
+
+    # ================================================================ JoinGroup
+    async def join_group(self, group_id: str, member_id: str, group_instance_id: str | None,
+                         require_known_member_id: bool, client_id: str, client_host: str,
+                         rebalance_timeout_ms: int, session_timeout_ms: int,
+                         protocol_type: str, protocols: list[tuple[str, bytes]]) -> JoinResult:
+        err = self._check_status(group_id)
+        if err is not Errors.NONE:
+            return JoinResult(err, member_id=member_id)
+        if not (self.min_session_timeout_ms <= session_timeout_ms <= self.max_session_timeout_ms):
+            return JoinResult(Errors.INVALID_SESSION_TIMEOUT, member_id=member_id)
+        if rebalance_timeout_ms < 0:
+            rebalance_timeout_ms = session_timeout_ms  # JoinGroup v0 has none
+        is_unknown = member_id == UNKNOWN_MEMBER_ID
+        group = self.groups.get(group_id)
+        if group is None:
+            if not is_unknown:
+                return JoinResult(Errors.UNKNOWN_MEMBER_ID, member_id=member_id)
+            group = self.groups[group_id] = GroupMetadata(group_id)
+        if group.is_(GroupState.DEAD):
+            # The group was deleted or unloaded since the lookup: client rediscovers.
+            return JoinResult(Errors.COORDINATOR_NOT_AVAILABLE, member_id=member_id)
+        if (len(group.members) >= self.max_group_size and is_unknown
+                and not group.has_static_member(group_instance_id)):
+            return JoinResult(Errors.GROUP_MAX_SIZE_REACHED, member_id=member_id)
+        if not group.supports_protocols(protocol_type, [n for n, _ in protocols]):
+            return JoinResult(Errors.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
+
+        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        if is_unknown:
+            new_id = f"{client_id}-{uuid.uuid4()}"
+            if group_instance_id is not None:
+                self._static_member_join(group, new_id, group_instance_id, client_id,
+                                         client_host, rebalance_timeout_ms, session_timeout_ms,
+                                         protocol_type, protocols, fut)
+            elif require_known_member_id:
+                # KIP-394: hand out the id first; the member rejoins with it.
+                group.pending_members.add(new_id)
+                self._schedule_pending_expiry(group, new_id, session_timeout_ms)
+                return JoinResult(Errors.MEMBER_ID_REQUIRED, member_id=new_id,
+                                  generation_id=group.generation_id)
+            else:
+                self._add_member_and_rebalance(group, new_id, None, client_id, client_host,
+                                               rebalance_timeout_ms, session_timeout_ms,
+                                               protocol_type, protocols, fut)
+        else:
+            res = self._current_member_join(group, member_id, group_instance_id, client_id,
+                                            client_host, rebalance_timeout_ms,
+                                            session_timeout_ms, protocol_type, protocols, fut)
+            if res is not None:
+                return res
+        if group.is_(GroupState.PREPARING_REBALANCE):
+            self._try_complete_join(group)
+        return await fut
+
+    def _current_member_join(self, group, member_id, group_instance_id, client_id, client_host,
+                             rebalance_timeout_ms, session_timeout_ms, protocol_type, protocols,
+                             fut) -> JoinResult | None:
+        if group.is_pending_member(member_id):
+            if group_instance_id is not None:
+                return JoinResult(Errors.UNKNOWN_MEMBER_ID, member_id=member_id)
+            self._add_member_and_rebalance(group, member_id, None, client_id, client_host,
+                                           rebalance_timeout_ms, session_timeout_ms,
+                                           protocol_type, protocols, fut)
+            return None
+        err = self._validate_member(group, member_id, group_instance_id)
+        if err is not Errors.NONE:
+            return JoinResult(err, member_id=member_id)
+        member = group.get(member_id)
+        if group.is_(GroupState.PREPARING_REBALANCE):
+            self._update_member_and_rebalance(group, member, protocols, rebalance_timeout_ms,
+                                              session_timeout_ms, fut)
+        elif group.is_(GroupState.COMPLETING_REBALANCE):
+            if member.matches(protocols):
+                # A resent JoinGroup (e.g. the response was lost): answer it again.
+                self._schedule_heartbeat(group, member)
+                return self._join_result_for(group, member)
+            self._update_member_and_rebalance(group, member, protocols, rebalance_timeout_ms,
+                                              session_timeout_ms, fut)
+        elif group.is_(GroupState.STABLE):
+            if group.is_leader(member_id) or not member.matches(protocols):
+                # The leader rejoining means it wants a new assignment (e.g. metadata
+                # changed); a changed subscription needs one too.
+                self._update_member_and_rebalance(group, member, protocols,
+                                                  rebalance_timeout_ms, session_timeout_ms, fut)
+            else:
+                self._schedule_heartbeat(group, member)
+                return self._join_result_for(group, member, with_members=False)
+        else:
+            return JoinResult(Errors.UNKNOWN_MEMBER_ID, member_id=member_id)
+        return None
+
+    def _static_member_join(self, group, new_id, instance_id, client_id, client_host,
+                            rebalance_timeout_ms, session_timeout_ms, protocol_type, protocols,
+                            fut) -> None:
+        old_id = group.static_member_id(instance_id)
+        if old_id is None:
+            self._add_member_and_rebalance(group, new_id, instance_id, client_id, client_host,
+                                           rebalance_timeout_ms, session_timeout_ms,
+                                           protocol_type, protocols, fut)
+            return
+        # A known static member restarted: it takes over its old place under a new id, and
+        # whatever the old incarnation was waiting for is fenced.
+        old = group.get(old_id)
+        self._complete_join(old, JoinResult(Errors.FENCED_INSTANCE_ID, member_id=old_id))
+        self._complete_sync(old, SyncResult(Errors.FENCED_INSTANCE_ID))
+        was_leader = group.is_leader(old_id)
+        member = group.replace_static_member(instance_id, old_id, new_id)
+        member.client_id = client_id
+        member.client_host = client_host
+        unchanged = member.matches(protocols)
+        if group.is_(GroupState.STABLE) and unchanged and not was_leader:
+            member.rebalance_timeout_ms = rebalance_timeout_ms
+            member.session_timeout_ms = session_timeout_ms
+            self._schedule_heartbeat(group, member)
+            self._spawn(self._store_group_quietly(group))
+            fut.set_result(self._join_result_for(group, member, with_members=False))
+            return
+        self._update_member_and_rebalance(group, member, protocols, rebalance_timeout_ms,
+                                          session_timeout_ms, fut)
+
+    def _join_result_for(self, group: GroupMetadata, member: MemberMetadata,
+                         with_members: bool = True) -> JoinResult:
+        members = (group.current_member_metadata()
+                   if with_members and group.is_leader(member.member_id) else [])
+        return JoinResult(Errors.NONE, group.generation_id, group.protocol_type,
+                          group.protocol_name, group.leader_id or "", member.member_id, members)
+
+    def _add_member_and_rebalance(self, group, member_id, instance_id, client_id, client_host,
+                                  rebalance_timeout_ms, session_timeout_ms, protocol_type,
+                                  protocols, fut) -> None:
+        member = MemberMetadata(member_id, instance_id, client_id, client_host,
+                                rebalance_timeout_ms, session_timeout_ms, protocol_type,
+                                protocols)
+        member.is_new = True
+        member.join_waiter = fut
+        if group.is_(GroupState.PREPARING_REBALANCE) and group.generation_id == 0:
+            group.new_member_added = True
+        group.add(member)
+        self._schedule_heartbeat(group, member)
+        self._maybe_prepare_rebalance(group, f"member {member_id} joined")
+
+    def _update_member_and_rebalance(self, group, member, protocols, rebalance_timeout_ms,
+                                     session_timeout_ms, fut) -> None:
+        member.protocols = list(protocols)
+        member.rebalance_timeout_ms = rebalance_timeout_ms
+        member.session_timeout_ms = session_timeout_ms
+        if member.join_waiter is not None and member.join_waiter is not fut:
+            # An older JoinGroup of the same member is superseded by this one.
+            self._complete_join(member, JoinResult(Errors.REBALANCE_IN_PROGRESS,
+                                                   member_id=member.member_id))
+        member.join_waiter = fut
+        self._schedule_heartbeat(group, member)
+        self._maybe_prepare_rebalance(group, f"member {member.member_id} rejoined")
+
+    # ================================================================ rebalance
+    def _maybe_prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
+        if group.can_rebalance():
+            self._prepare_rebalance(group, reason)
+
+    def _prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
+        if group.is_(GroupState.COMPLETING_REBALANCE):
+            self._reset_and_propagate_assignment_error(group, Errors.REBALANCE_IN_PROGRESS)
+        was_empty = group.is_(GroupState.EMPTY)
+        group.transition_to(GroupState.PREPARING_REBALANCE)
+        log.info("group %s: rebalancing (generation %d): %s", group.group_id,
+                 group.generation_id, reason)
+        self._cancel_join_timer(group)
+        loop = asyncio.get_running_loop()
+        if was_empty:
+            delay = min(self.initial_rebalance_delay_ms, group.rebalance_timeout_ms())
+            remaining = max(group.rebalance_timeout_ms() - delay, 0)
+            group.join_timer = loop.call_later(
+                delay / 1000, self._initial_join_expired, group, delay, remaining)
+            group.initial_join_pending = True
+        else:
+            group.join_timer = loop.call_later(
+                group.rebalance_timeout_ms() / 1000, self._complete_join_phase, group)
+
+    def _initial_join_expired(self, group: GroupMetadata, delay: int, remaining: int) -> None:
+        group.join_timer = None
+        if group.new_member_added and remaining > 0:
+            # Members are still arriving: wait one more delay (bounded by the rebalance
+            # timeout) so a starting group of N consumers forms in one generation.
+            group.new_member_added = False
+            nxt = min(delay, remaining)
+            group.join_timer = asyncio.get_running_loop().call_later(
+                nxt / 1000, self._initial_join_expired, group, delay, remaining - nxt)
+        else:
+            group.initial_join_pending = False
+            self._complete_join_phase(group)
+
+    def _try_complete_join(self, group: GroupMetadata) -> None:
+        """Kafka's DelayedJoin.tryComplete: done when everyone rejoined. The initial delay
+        of a new group only ends by its timer."""
+        if not group.is_(GroupState.PREPARING_REBALANCE):
+            return
+        if group.initial_join_pending:
+            return
+        if group.all_members_joined():
+            self._complete_join_phase(group)
+
+    def _cancel_join_timer(self, group: GroupMetadata) -> None:
+        _cancel(group.join_timer)
+        group.join_timer = None
+        group.initial_join_pending = False
+
+    def _complete_join_phase(self, group: GroupMetadata) -> None:
+        """Kafka's onCompleteJoin: drop members that did not rejoin, start the next
+        generation and answer every parked JoinGroup."""
+        self._cancel_join_timer(group)
+        if not group.is_(GroupState.PREPARING_REBALANCE):
+            return
+        for m in group.not_yet_rejoined():
+            log.info("group %s: removing member %s, it did not rejoin in time",
+                     group.group_id, m.member_id)
+            self._remove_member(group, m)
+        group.init_next_generation()
+        log.info("group %s: generation %d with %d members, protocol %s", group.group_id,
+                 group.generation_id, len(group.members), group.protocol_name)
+        if group.is_(GroupState.EMPTY):
+            self._spawn(self._store_group_quietly(group))
+            return
+        for m in list(group.members.values()):
+            self._complete_join(m, self._join_result_for(group, m))
+            m.is_new = False
+            self._schedule_heartbeat(group, m)
+
+    def _complete_join(self, member: MemberMetadata, result: JoinResult) -> None:
+        fut, member.join_waiter = member.join_waiter, None
+        if fut is not None and not fut.done():
+            fut.set_result(result)
+
+    def _complete_sync(self, member: MemberMetadata, result: SyncResult) -> None:
+        fut, member.sync_waiter = member.sync_waiter, None
+        if fut is not None and not fut.done():
+            fut.set_result(result)
+
+    def _reset_and_propagate_assignment_error(self, group: GroupMetadata, error: Errors) -> None:
+        for m in group.members.values():
+            m.assignment = b""
+            self._complete_sync(m, SyncResult(error))
+
+    def _set_and_propagate_assignment(self, group: GroupMetadata,
+                                      assignment: dict[str, bytes]) -> None:
+        for m in group.members.values():
+            m.assignment = assignment.get(m.member_id, b"")
+        for m in group.members.values():
+            self._complete_sync(m, SyncResult(Errors.NONE, group.protocol_type,
+                                              group.protocol_name, m.assignment))
+            self._schedule_heartbeat(group, m)
+
+    # ================================================================ members, timers
+    def _validate_member(self, group: GroupMetadata, member_id: str,
+                         group_instance_id: str | None,
+                         generation_id: int | None = None) -> Errors:
+        """Kafka's validateCurrentMember: fenced static instance, unknown member, stale
+        generation, in that order."""
+        if group_instance_id is not None:
+            known = group.static_member_id(group_instance_id)
+            if known is not None and known != member_id:
+                return Errors.FENCED_INSTANCE_ID
+        if not group.has(member_id):
+            return Errors.UNKNOWN_MEMBER_ID
+        if generation_id is not None and generation_id != group.generation_id:
+            return Errors.ILLEGAL_GENERATION
+        return Errors.NONE
+
+    def _schedule_heartbeat(self, group: GroupMetadata, member: MemberMetadata) -> None:
+        _cancel(member.heartbeat_timer)
+        member.heartbeat_timer = asyncio.get_running_loop().call_later(
+            member.session_timeout_ms / 1000, self._heartbeat_expired, group, member)
+
+    def _schedule_pending_expiry(self, group: GroupMetadata, member_id: str,
+                                 session_timeout_ms: int) -> None:
+        asyncio.get_running_loop().call_later(
+            session_timeout_ms / 1000, self._pending_expired, group, member_id)
+
+    def _pending_expired(self, group: GroupMetadata, member_id: str) -> None:
+        if member_id in group.pending_members:
+            group.pending_members.discard(member_id)
+            self._try_complete_join(group)
+
+    def _heartbeat_expired(self, group: GroupMetadata, member: MemberMetadata) -> None:
+        member.heartbeat_timer = None
+        if group.members.get(member.member_id) is not member:
+            return
+        if (member.is_awaiting_join and not member.is_new) or member.is_awaiting_sync:
+            # A member waiting in a rebalance needs no heartbeats; the rebalance timeout
+            # governs it, and its session restarts when the rebalance answers it.
+            return
+        log.info("group %s: member %s session expired", group.group_id, member.member_id)
+        self._remove_member_and_update_group(group, member)
+
+    def _remove_member(self, group: GroupMetadata, member: MemberMetadata) -> None:
+        _cancel(member.heartbeat_timer)
+        member.heartbeat_timer = None
+        self._complete_join(member, JoinResult(Errors.UNKNOWN_MEMBER_ID,
+                                               member_id=member.member_id))
+        self._complete_sync(member, SyncResult(Errors.UNKNOWN_MEMBER_ID))
+        group.remove(member.member_id)
+
+    def _remove_member_and_update_group(self, group: GroupMetadata,
+                                        member: MemberMetadata) -> None:
+        self._remove_member(group, member)
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._maybe_prepare_rebalance(group, f"member {member.member_id} left")
+        elif group.is_(GroupState.PREPARING_REBALANCE):
+            self._try_complete_join(group)
+
+    # ================================================================ SyncGroup
+    async def sync_group(self, group_id: str, generation_id: int, member_id: str,
+                         group_instance_id: str | None, protocol_type: str | None,
+                         protocol_name: str | None,
+                         assignments: dict[str, bytes]) -> SyncResult:
+        err = self._check_status(group_id)
+        if err is not Errors.NONE:
+            return SyncResult(err)
+        group = self.groups.get(group_id)
+        if group is None:
+            return SyncResult(Errors.UNKNOWN_MEMBER_ID)
+        if group.is_(GroupState.DEAD):
+            return SyncResult(Errors.COORDINATOR_NOT_AVAILABLE)
+        err = self._validate_member(group, member_id, group_instance_id, generation_id)
+        if err is not Errors.NONE:
+            return SyncResult(err)
+        if ((protocol_type is not None and protocol_type != group.protocol_type)
+                or (protocol_name is not None and protocol_name != group.protocol_name)):
+            return SyncResult(Errors.INCONSISTENT_GROUP_PROTOCOL)
+        member = group.get(member_id)
+        if group.is_(GroupState.EMPTY):
+            return SyncResult(Errors.UNKNOWN_MEMBER_ID)
+        if group.is_(GroupState.PREPARING_REBALANCE):
+            return SyncResult(Errors.REBALANCE_IN_PROGRESS)
+        if group.is_(GroupState.STABLE):
+            self._schedule_heartbeat(group, member)
+            return SyncResult(Errors.NONE, group.protocol_type, group.protocol_name,
+                              member.assignment)
+        # CompletingRebalance: park until the leader's assignment is stored.
+        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        if member.sync_waiter is not None:
+            self._complete_sync(member, SyncResult(Errors.REBALANCE_IN_PROGRESS))
+        member.sync_waiter = fut
+        self._schedule_heartbeat(group, member)
+        if group.is_leader(member_id):
+            self._spawn(self._store_assignment(group, group.generation_id, dict(assignments)))
+        return await fut
+
+    async def _store_assignment(self, group: GroupMetadata, generation: int,
+                                assignments: dict[str, bytes]) -> None:
+        for m in group.members.values():
+            m.assignment = assignments.get(m.member_id, b"")
+        error = Errors.NONE
+        try:
+            await self._store_group(group)
+        except StoreError as e:
+            error = e.error
+        if not (group.is_(GroupState.COMPLETING_REBALANCE)
+                and group.generation_id == generation):
+            return  # a member left or joined meanwhile; that rebalance answers everyone
+        if error is not Errors.NONE:
+            self._reset_and_propagate_assignment_error(group, error)
+            self._maybe_prepare_rebalance(group, f"storing the assignment failed: {error.name}")
+            return
+        self._set_and_propagate_assignment(group, assignments)
+        group.transition_to(GroupState.STABLE)
+
+    async def _store_group(self, group: GroupMetadata) -> None:
+        p = self.partition_for(group.group_id)
+        await self.store.append(p, [(encode_group_key(group.group_id),
+                                     encode_group_value(group.to_record()))])
+
+    async def _store_group_quietly(self, group: GroupMetadata) -> None:
+        try:
+            await self._store_group(group)
+        except StoreError as e:
+            log.warning("group %s: storing metadata failed: %s", group.group_id, e.error.name)
+
+    # ================================================================ Heartbeat
+    async def heartbeat(self, group_id: str, member_id: str, group_instance_id: str | None,
+                        generation_id: int) -> Errors:
+        err = self._check_status(group_id)
+        if err is not Errors.NONE:
+            return err
+        group = self.groups.get(group_id)
+        if group is None:
+            return Errors.UNKNOWN_MEMBER_ID
+        if group.is_(GroupState.DEAD):
+            return Errors.COORDINATOR_NOT_AVAILABLE
+        if group.is_(GroupState.EMPTY):
+            return Errors.UNKNOWN_MEMBER_ID
+        err = self._validate_member(group, member_id, group_instance_id, generation_id)
+        if err is not Errors.NONE:
+            return err
+        self._schedule_heartbeat(group, group.get(member_id))
+        if group.is_(GroupState.PREPARING_REBALANCE):
+            return Errors.REBALANCE_IN_PROGRESS
+        return Errors.NONE
+
+    # ================================================================ LeaveGroup
+    async def leave_group(self, group_id: str, members: list[tuple[str, str | None]]
+                          ) -> tuple[Errors, list[tuple[str, str | None, Errors]]]:
+        err = self._check_status(group_id)
+        if err is not Errors.NONE:
+            return err, [(m, i, err) for m, i in members]
+        group = self.groups.get(group_id)
+        if group is None:
+            return Errors.NONE, [(m, i, Errors.UNKNOWN_MEMBER_ID) for m, i in members]
+        if group.is_(GroupState.DEAD):
+            return Errors.COORDINATOR_NOT_AVAILABLE, []
+        out = []
+        for member_id, instance_id in members:
+            if member_id == UNKNOWN_MEMBER_ID and instance_id is not None:
+                known = group.static_member_id(instance_id)
+                if known is None:
+                    out.append((member_id, instance_id, Errors.UNKNOWN_MEMBER_ID))
+                    continue
+                member_id = known
+            if group.is_pending_member(member_id):
+                group.pending_members.discard(member_id)
+                self._try_complete_join(group)
+                out.append((member_id, instance_id, Errors.NONE))
+                continue
+            err = self._validate_member(group, member_id, instance_id)
+            if err is not Errors.NONE:
+                out.append((member_id, instance_id, err))
+                continue
+            log.info("group %s: member %s leaves", group_id, member_id)
+            self._remove_member_and_update_group(group, group.get(member_id))
+            out.append((member_id, instance_id, Errors.NONE))
+        return Errors.NONE, out
+
+    # ================================================================ offsets
+    async def commit_offsets(self, group_id: str, member_id: str, group_instance_id: str | None,
+                             generation_id: int,
+                             offsets: dict[tuple[str, int], OffsetAndMetadata]
+                             ) -> dict[tuple[str, int], Errors]:
+        err = self._check_status(group_id)
+        if err is not Errors.NONE:
+            return dict.fromkeys(offsets, err)
+        group = self.groups.get(group_id)
+        if group is None:
+            if generation_id >= 0:
+                # A group member committing to a group this coordinator does not know.
+                return dict.fromkeys(offsets, Errors.ILLEGAL_GENERATION)
+            group = self.groups[group_id] = GroupMetadata(group_id)
+        if group.is_(GroupState.DEAD):
+            return dict.fromkeys(offsets, Errors.COORDINATOR_NOT_AVAILABLE)
+        if not (generation_id < 0 and group.is_(GroupState.EMPTY)):
+            # Commits from group members: check who and which generation (admin and
+            # standalone consumers commit with generation -1 to an empty group).
+            if group.is_(GroupState.COMPLETING_REBALANCE):
+                return dict.fromkeys(offsets, Errors.REBALANCE_IN_PROGRESS)
+            err = self._validate_member(group, member_id, group_instance_id, generation_id)
+            if err is not Errors.NONE:
+                return dict.fromkeys(offsets, err)
+            self._schedule_heartbeat(group, group.get(member_id))
+        result: dict[tuple[str, int], Errors] = {}
+        records = []
+        accepted = {}
+        now = now_ms()
+        for tp, om in offsets.items():
+            if om.metadata is not None and len(om.metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
+                result[tp] = Errors.OFFSET_METADATA_TOO_LARGE
+                continue
+            if om.commit_timestamp < 0:
+                om.commit_timestamp = now
+            om.metadata = om.metadata or ""
+            records.append((encode_offset_key(group_id, tp[0], tp[1]), encode_offset_value(om)))
+            accepted[tp] = om
+        if records:
+            try:
+                await self.store.append(self.partition_for(group_id), records)
+            except StoreError as e:
+                result.update(dict.fromkeys(accepted, e.error))
+                return result
+            if not group.is_(GroupState.DEAD):
+                for tp, om in accepted.items():
+                    group.commit_offset(tp[0], tp[1], om)
+            result.update(dict.fromkeys(accepted, Errors.NONE))
+        return result
+
+    async def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
+                            ) -> tuple[Errors, dict[tuple[str, int], OffsetAndMetadata | None]]:
+        """Committed offsets of the listed partitions (None: all the group has); a partition
+        without a commit maps to None."""
+        err = self._check_status(group_id)
+        if err is not Errors.NONE:
+            return err, {}
+        group = self.groups.get(group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            return Errors.NONE, dict.fromkeys(partitions or [])
+        if partitions is None:
+            return Errors.NONE, dict(group.offsets)
+        return Errors.NONE, {tp: group.offsets.get(tp) for tp in partitions}
+
+    async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]
+                             ) -> tuple[Errors, dict[tuple[str, int], Errors]]:
+        err = self._check_status(group_id)
+        if err is not Errors.NONE:
+            return err, {}
+        group = self.groups.get(group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            return Errors.GROUP_ID_NOT_FOUND, {}
+        if group.protocol_type not in (None, "", "consumer") and not group.is_(GroupState.EMPTY):
+            return Errors.NON_EMPTY_GROUP, {}
+        subscribed = group.subscribed_topics() if not group.is_(GroupState.EMPTY) else set()
+        result: dict[tuple[str, int], Errors] = {}
+        deletable = []
+        for tp in partitions:
+            if subscribed is None or tp[0] in subscribed:
+                result[tp] = Errors.GROUP_SUBSCRIBED_TO_TOPIC
+            else:
+                result[tp] = Errors.NONE
+                deletable.append(tp)
+        present = [tp for tp in deletable if tp in group.offsets]
+        if present:
+            try:
+                await self.store.append(self.partition_for(group_id), [
+                    (encode_offset_key(group_id, t, p), None) for t, p in present])
+            except StoreError as e:
+                return e.error, {}
+            for t, p in present:
+                group.remove_offset(t, p)
+        return Errors.NONE, result
+
+    # ================================================================ admin views
+    def list_groups(self) -> tuple[Errors, list[tuple[str, str, str]]]:
+        """(group id, protocol type, state) of every live group; COORDINATOR_LOAD_IN_PROGRESS
+        while any partition is loading, like Kafka."""
+        if not self.active:
+            return Errors.COORDINATOR_NOT_AVAILABLE, []
+        if self.loading:
+            return Errors.COORDINATOR_LOAD_IN_PROGRESS, []
+        return Errors.NONE, [(g.group_id, g.protocol_type or "", g.state.value)
+                             for g in self.groups.values() if not g.is_(GroupState.DEAD)]
+
+    def describe_group(self, group_id: str) -> GroupSummary:
+        err = self._check_status(group_id)
+        if err is not Errors.NONE:
+            return GroupSummary(group_id, err)
+        group = self.groups.get(group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            return GroupSummary(group_id, Errors.NONE)
+        stable = group.is_(GroupState.STABLE)
+        members = []
+        for m in group.members.values():
+            meta = b""
+            if stable and group.protocol_name:
+                with contextlib.suppress(KeyError):
+                    meta = m.metadata(group.protocol_name)
+            members.append((m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                            meta, m.assignment if stable else b""))
+        return GroupSummary(group_id, Errors.NONE, group.state.value, group.protocol_type or "",
+                            group.protocol_or_empty() if stable else "", members)
+
+    async def delete_groups(self, group_ids: list[str]) -> dict[str, Errors]:
+        out: dict[str, Errors] = {}
+        for group_id in group_ids:
+            err = self._check_status(group_id)
+            if err is not Errors.NONE:
+                out[group_id] = err
+                continue
+            group = self.groups.get(group_id)
+            if group is None or group.is_(GroupState.DEAD):
+                out[group_id] = Errors.GROUP_ID_NOT_FOUND
+                continue
+            if not group.is_(GroupState.EMPTY):
+                out[group_id] = Errors.NON_EMPTY_GROUP
+                continue
+            records = [(encode_offset_key(group_id, t, p), None) for t, p in group.offsets]
+            records.append((encode_group_key(group_id), None))
+            try:
+                await self.store.append(self.partition_for(group_id), records)
+            except StoreError as e:
+                out[group_id] = e.error
+                continue
+            group.transition_to(GroupState.DEAD)
+            group.offsets.clear()
+            self._cancel_join_timer(group)
+            if self.groups.get(group_id) is group:
+                del self.groups[group_id]
+            out[group_id] = Errors.NONE
+        return out
+
+    # ================================================================ retention
+    async def _expire_offsets_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.retention_check_ms / 1000)
+            try:
+                await self.expire_offsets()
+            except Exception:
+                log.exception("offset expiration failed")
+
+    async def expire_offsets(self, now: int | None = None) -> int:
+        """Write tombstones for offsets past offsets.retention.minutes (Empty groups only);
+        an Empty group left with no offsets is deleted too. Returns how many expired."""
+        now = now_ms() if now is None else now
+        removed = 0
+        for group in list(self.groups.values()):
+            p = self.partition_for(group.group_id)
+            if p in self.loading or p not in self.owned:
+                continue
+            expired = group.expired_offsets(now, self.retention_ms)
+            records = [(encode_offset_key(group.group_id, t, q), None) for t, q in expired]
+            drop_group = (group.is_(GroupState.EMPTY) and not group.members
+                          and len(expired) == len(group.offsets))
+            if drop_group:
+                records.append((encode_group_key(group.group_id), None))
+            if not records:
+                continue
+            try:
+                await self.store.append(p, records)
+            except StoreError as e:
+                log.warning("group %s: expiring offsets failed: %s", group.group_id,
+                            e.error.name)
+                continue
+            for t, q in expired:
+                group.remove_offset(t, q)
+            removed += len(expired)
+            if drop_group and group.is_(GroupState.EMPTY) and not group.offsets:
+                group.transition_to(GroupState.DEAD)
+                self.groups.pop(group.group_id, None)
+        return removed
+
+
+def _cancel(timer: Any) -> None:
+    if timer is not None:
+        timer.cancel()
+
+
+def _cfg(cfg: Any, key: str, default: Any) -> Any:
+    try:
+        v = cfg[key]
+    except (KeyError, TypeError):
+        return default
+    return default if v is None else v
+
+
+async def _maybe_await(x: Any) -> Any:
+    if asyncio.iscoroutine(x) or isinstance(x, asyncio.Future):
+        return await x
+    return x

@@ -1,0 +1,197 @@
+"""Where group state lives: the internal topic ``__consumer_offsets``.
+
+A group belongs to one partition of the topic, chosen as Kafka does
+(``Utils.abs(groupId.hashCode) % offsets.topic.num.partitions``, Java's String.hashCode over
+UTF-16 code units), so a data directory and client expectations line up with Kafka's.
+
+``GroupStore`` is the narrow interface the coordinator writes and loads through:
+``append(partition, [(key, value|None)])`` returns once the records are in the log (or
+raises StoreError carrying the Kafka error code the client should see) and
+``load(partition)`` yields every (key, value) of a partition in offset order.
+``LogGroupStore`` implements it over the broker's replica manager; ``MemoryGroupStore`` is
+an in-process stand-in with the same semantics for tests of the coordinator alone.
+
+Called from the broker's event loop only.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Iterator
+from typing import Any, Protocol
+
+from fastlog.protocol.errors import Errors
+
+log = logging.getLogger(__name__)
+
+GROUP_METADATA_TOPIC = "__consumer_offsets"
+
+
+def java_string_hashcode(s: str) -> int:
+    """Java's String.hashCode: 31-polynomial over UTF-16 code units, as a signed int32."""
+    h = 0
+    data = s.encode("utf-16-be", "surrogatepass")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for(group_id: str, num_partitions: int) -> int:
+    """Kafka's partitionFor(groupId); Utils.abs maps Integer.MIN_VALUE to 0."""
+    h = java_string_hashcode(group_id)
+    h = 0 if h == -(1 << 31) else abs(h)
+    return h % num_partitions
+
+
+class StoreError(Exception):
+    """A write to __consumer_offsets failed; ``error`` is what the client is told."""
+
+    def __init__(self, error: Errors, message: str = ""):
+        super().__init__(message or error.name)
+        self.error = error
+
+
+class GroupStore(Protocol):
+    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None: ...
+
+    async def load(self, partition: int) -> Iterable[tuple[bytes | None, bytes | None]]: ...
+
+
+class MemoryGroupStore:
+    """An in-memory __consumer_offsets (list of records per partition) for unit tests.
+
+    ``fail_with`` makes the next appends raise StoreError with that code."""
+
+    def __init__(self) -> None:
+        self.partitions: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        self.fail_with: Errors | None = None
+
+    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
+        if self.fail_with is not None:
+            raise StoreError(self.fail_with)
+        self.partitions.setdefault(partition, []).extend(records)
+
+    async def load(self, partition: int) -> list[tuple[bytes, bytes | None]]:
+        return list(self.partitions.get(partition, []))
+
+
+# What a failed append of the offsets topic tells a group client (Kafka's
+# GroupMetadataManager maps storage errors the same way).
+_APPEND_ERROR_MAP = {
+    Errors.UNKNOWN_TOPIC_OR_PARTITION: Errors.COORDINATOR_NOT_AVAILABLE,
+    Errors.NOT_ENOUGH_REPLICAS: Errors.COORDINATOR_NOT_AVAILABLE,
+    Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND: Errors.COORDINATOR_NOT_AVAILABLE,
+    Errors.REQUEST_TIMED_OUT: Errors.COORDINATOR_NOT_AVAILABLE,
+    Errors.NOT_LEADER_OR_FOLLOWER: Errors.NOT_COORDINATOR,
+    Errors.MESSAGE_TOO_LARGE: Errors.UNKNOWN_SERVER_ERROR,
+    Errors.RECORD_LIST_TOO_LARGE: Errors.UNKNOWN_SERVER_ERROR,
+    Errors.INVALID_FETCH_SIZE: Errors.UNKNOWN_SERVER_ERROR,
+}
+
+
+def map_append_error(code: int) -> Errors:
+    err = Errors.for_code(code) if hasattr(Errors, "for_code") else Errors(code)
+    return _APPEND_ERROR_MAP.get(err, err)
+
+
+class LogGroupStore:
+    """__consumer_offsets through the broker's replica manager (see module comment)."""
+
+    LOAD_CHUNK = 1 << 20
+
+    def __init__(self, broker: Any):
+        self.broker = broker
+
+    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
+        from fastlog import _codec
+
+        batch = _build_batch(_codec, records)
+        try:
+            info = await self.broker.replica_manager.append_internal(
+                GROUP_METADATA_TOPIC, partition, batch)
+        except StoreError:
+            raise
+        except Exception as e:  # noqa: BLE001 - any storage failure becomes a client error
+            code = getattr(e, "error_code", None) or getattr(e, "error", None)
+            if isinstance(code, int):
+                raise StoreError(map_append_error(int(code)), str(e)) from None
+            log.warning("append to %s-%d failed: %r", GROUP_METADATA_TOPIC, partition, e)
+            raise StoreError(Errors.COORDINATOR_NOT_AVAILABLE, str(e)) from None
+        code = getattr(info, "error_code", 0) or getattr(info, "error", 0) or 0
+        if int(code) != 0:
+            raise StoreError(map_append_error(int(code)))
+
+    async def load(self, partition: int) -> Iterator[tuple[bytes | None, bytes | None]]:
+        """Every record of the partition, read from the log's file regions in chunks."""
+        from fastlog import _codec
+
+        log_ = self.broker.replica_manager.get_log(GROUP_METADATA_TOPIC, partition)
+        if log_ is None:
+            return iter(())
+        out: list[tuple[bytes | None, bytes | None]] = []
+        offset = _attr(log_, "log_start_offset", 0)
+        end = _attr(log_, "log_end_offset", None)
+        while end is None or offset < end:
+            data = _read_bytes(log_.read(offset, self.LOAD_CHUNK))
+            if not data:
+                break
+            next_offset = offset
+            for rec_offset, key, value in _iter_records(_codec, data):
+                if rec_offset >= offset:
+                    out.append((key, value))
+                next_offset = max(next_offset, rec_offset + 1)
+            if next_offset == offset:
+                break  # a batch larger than the chunk would loop forever; never happens
+            offset = next_offset
+        return iter(out)
+
+
+def _attr(obj: Any, name: str, default: Any) -> Any:
+    v = getattr(obj, name, default)
+    return v() if callable(v) else v
+
+
+def _read_bytes(result: Any) -> bytes:
+    """Concatenate what Log.read returned: FileRegions (file/fd, position, length),
+    buffers, or an object with ``.regions``/``.records``."""
+    if result is None:
+        return b""
+    if isinstance(result, (bytes, bytearray, memoryview)):
+        return bytes(result)
+    for name in ("regions", "records", "parts"):
+        inner = getattr(result, name, None)
+        if inner is not None and not callable(inner):
+            return _read_bytes(inner)
+    if hasattr(result, "position") and hasattr(result, "length"):
+        f = getattr(result, "file", None)
+        if f is None:
+            f = getattr(result, "fd", None)
+        fd = f if isinstance(f, int) else f.fileno()
+        return os.pread(fd, result.length, result.position)
+    chunks = [_read_bytes(part) for part in result]
+    return b"".join(chunks)
+
+
+def _build_batch(codec: Any, records: list[tuple[bytes, bytes | None]]) -> bytearray:
+    import time
+
+    ts = int(time.time() * 1000)
+    fn = getattr(codec, "build_batch", None)
+    if fn is not None:
+        return bytearray(fn([(ts, k, v) for k, v in records]))
+    builder = codec.BatchBuilder()
+    for k, v in records:
+        builder.append(ts, k, v)
+    return bytearray(builder.build())
+
+
+def _iter_records(codec: Any, data: bytes) -> Iterator[tuple[int, bytes | None, bytes | None]]:
+    """(offset, key, value) of every record in a chunk of log bytes; a partial last batch
+    (the chunk boundary) is dropped, the next read starts at its offset."""
+    fn = getattr(codec, "iter_records", None) or codec.read_records
+    for rec in fn(data):
+        if isinstance(rec, tuple):
+            yield rec[0], rec[-2], rec[-1]
+        else:
+            yield rec.offset, rec.key, rec.value
