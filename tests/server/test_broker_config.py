@@ -1,0 +1,105 @@
+"""KafkaConfig: Kafka key names, types, defaults, properties files, overrides; and the
+fastlog-server command line's handling of bad configuration (one sentence, exit 2)."""
+
+import subprocess
+
+import pytest
+
+from fastlog.server.config import (
+    ConfigError,
+    KafkaConfig,
+    parse_properties,
+    parse_topic_config,
+)
+from tests.broker_fixture import server_command
+
+
+def test_defaults_are_kafkas():
+    c = KafkaConfig()
+    assert c.listeners == [("PLAINTEXT", "127.0.0.1", 9092)]
+    assert c.log_dirs == ["./data"]
+    assert c["message.max.bytes"] == 1048588
+    assert c["num.partitions"] == 1
+    assert c["log.segment.bytes"] == 1073741824
+    assert c.log_retention_ms == 168 * 3600 * 1000
+    assert c["socket.request.max.bytes"] == 104857600
+    assert c["auto.create.topics.enable"] is True
+    assert c["offsets.topic.num.partitions"] == 50
+
+
+def test_retention_precedence_ms_over_minutes_over_hours():
+    assert KafkaConfig({"log.retention.hours": "1"}).log_retention_ms == 3_600_000
+    assert KafkaConfig({"log.retention.hours": "1", "log.retention.minutes": "2"}).log_retention_ms == 120_000
+    assert KafkaConfig({"log.retention.minutes": "2", "log.retention.ms": "5"}).log_retention_ms == 5
+    assert KafkaConfig({"log.retention.ms": "-1"}).log_retention_ms == -1
+
+
+def test_log_dirs_overrides_log_dir():
+    assert KafkaConfig({"log.dir": "/a"}).log_dirs == ["/a"]
+    assert KafkaConfig({"log.dir": "/a", "log.dirs": "/b,/c"}).log_dirs == ["/b", "/c"]
+
+
+def test_properties_file_syntax():
+    text = "# comment\n! also\nbroker.id=3\nnum.partitions : 4\nlog.dirs /x,\\\n  /y\n\n"
+    assert parse_properties(text) == [("broker.id", "3"), ("num.partitions", "4"),
+                                      ("log.dirs", "/x,/y")]
+
+
+@pytest.mark.parametrize("props, needle", [
+    ({"no.such.key": "1"}, "unknown configuration key 'no.such.key'"),
+    ({"num.partitions": "many"}, "num.partitions must be an integer"),
+    ({"num.partitions": "0"}, "num.partitions must be at least 1"),
+    ({"auto.create.topics.enable": "yes"}, "must be true or false"),
+    ({"listeners": "127.0.0.1:9092"}, "listeners must be a list like PLAINTEXT://host:port"),
+    ({"log.message.timestamp.type": "Now"}, "must be one of CreateTime, LogAppendTime"),
+    ({"broker.id": "1", "node.id": "2"}, "broker.id and node.id must be equal"),
+])
+def test_bad_values_raise_one_sentence(props, needle):
+    with pytest.raises(ConfigError) as e:
+        KafkaConfig(props)
+    assert needle in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_overrides_win_over_file(tmp_path):
+    f = tmp_path / "server.properties"
+    f.write_text("num.partitions=2\nbroker.id=5\n")
+    c = KafkaConfig.from_sources(str(f), ["num.partitions=7"])
+    assert c["num.partitions"] == 7 and c.node_id == 5
+    assert set(c.explicit) == {"num.partitions", "broker.id"}
+
+
+def test_topic_config_parsing():
+    assert parse_topic_config("retention.ms", "1000") == 1000
+    assert parse_topic_config("cleanup.policy", "compact,delete") == ["compact", "delete"]
+    with pytest.raises(ConfigError):
+        parse_topic_config("retention.ms", "soon")
+    with pytest.raises(ConfigError):
+        parse_topic_config("no.such", "1")
+    with pytest.raises(ConfigError):
+        parse_topic_config("cleanup.policy", "shred")
+
+
+def _run(*args, timeout=30):
+    return subprocess.run(server_command() + list(args), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_cli_help():
+    r = _run("--help")
+    assert r.returncode == 0
+    assert "--override" in r.stdout and "server.properties" in r.stdout
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--override", "bogus.key=1"], "unknown configuration key 'bogus.key'"),
+    (["--override", "num.network.threads=zero"], "num.network.threads must be an integer"),
+    (["--override", "nothing"], "--override expects key=value"),
+    (["/nonexistent/server.properties"], "cannot read /nonexistent/server.properties"),
+])
+def test_cli_bad_config_exits_2_with_one_sentence(args, needle):
+    r = _run(*args)
+    assert r.returncode == 2
+    assert needle in r.stderr
+    assert "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
