@@ -93,8 +93,12 @@ def main(argv: list[str] | None = None) -> int:
 def _run(command: str, module, args) -> int:
     from fastlog.client.errors import FastlogError
 
+    # A parser may name its function with set_defaults(run=...) (one module, two commands).
+    runner = getattr(args, "run", None)
+    if not callable(runner):
+        runner = module.run
     try:
-        status = module.run(args)
+        status = runner(args)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

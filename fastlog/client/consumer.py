@@ -327,7 +327,9 @@ class Consumer:
                                 attempt += 1
                                 self._retry_or_report(exc)
                             else:
-                                raise exc
+                                self._report(errors.FastlogError(
+                                    f"fetch failed: {type(exc).__name__}: {exc}"))
+                                return
                         else:
                             attempt = 0
         finally:
@@ -376,7 +378,12 @@ class Consumer:
                     self._partition_error(tp, p.error_code, offset)
                     continue
                 self._high_watermark[tp] = p.high_watermark
-                records, next_pos = decode_records(p.records, offset, self.check_crcs)
+                try:
+                    records, next_pos = decode_records(p.records, offset, self.check_crcs)
+                except _codec.CodecError as exc:
+                    self._report(errors.ProtocolMismatch(
+                        f"bad record data for {tp} at offset {offset}: {exc}"))
+                    continue
                 if next_pos > offset:
                     self._fetch_pos[tp] = next_pos
                     self._buffer.append((tp, epoch, records, next_pos))
@@ -429,7 +436,15 @@ def decode_records(buf, fetch_offset: int, check_crcs: bool = True):
     """
     if not buf:
         return [], fetch_offset
-    records, next_offset = _codec.read_records(buf, verify_crc=check_crcs)
+    # Two compiled passes: headers only (for the position after the last complete batch,
+    # which also steps over control batches), then every record.
+    scan = _codec.scan_batches(buf, verify_crc=False)
+    if not scan.batches:
+        if scan.error is not None and not isinstance(scan.error, _codec.TruncatedError):
+            raise errors.ProtocolMismatch(f"bad record batch in fetch answer: {scan.error}")
+        return [], fetch_offset
+    next_offset = scan.batches[-1].next_offset
+    records = _codec.read_records(buf, verify_crc=check_crcs)
     if records and records[0].offset < fetch_offset:
         # A batch may start below the offset asked for; skip what was already consumed.
         lo, hi = 0, len(records)

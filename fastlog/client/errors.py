@@ -98,10 +98,8 @@ class KafkaError(FastlogError):
         self.name = error_name(code)
         self.context = context
         self.broker_message = message
-        text = f"{context}: {self.name}" if context else self.name
-        if message:
-            text += f" ({message})"
-        super().__init__(text)
+        detail = f"{self.name}: {message}" if message else self.name
+        super().__init__(f"{context} ({detail})" if context else detail)
 
     @property
     def retriable(self) -> bool:

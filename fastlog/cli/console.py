@@ -1,0 +1,363 @@
+# fastlog/cli/console.py: `fastlog produce` and `fastlog consume`, the console producer and
+# consumer (kafka-console-producer.sh / kafka-console-consumer.sh).
+#
+# produce: stdin lines (bytes, newline stripped) become records; with parse.key=true the
+# text before key.separator is the key. consume: records are written to stdout as bytes,
+# formatted by a template (%k key, %v value, %o offset, %p partition, %t topic,
+# %T timestamp, %h headers, %% percent; \t \n \\ escapes) or as JSON lines. Both use
+# fastlog.client on an event loop of their own, on the CLI's main thread.
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import sys
+import time
+
+from fastlog.cli.main import CliError, add_bootstrap_option, parse_key_value, run_async
+
+# -- produce ------------------------------------------------------------------------------
+
+
+def add_produce_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "produce", help="console producer: write lines from stdin to a topic",
+        description="Read lines from stdin and produce each as one record.")
+    add_bootstrap_option(p)
+    p.add_argument("--topic", required=True, help="topic to write to")
+    p.add_argument("--partition", type=_non_negative, metavar="P",
+                   help="write every record to this partition (default: by key / sticky)")
+    p.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
+                   help="parse.key=true|false, key.separator=SEP (default TAB); repeatable")
+    p.add_argument("--header", action="append", default=[], metavar="KEY=VALUE",
+                   help="header added to every record; repeatable")
+    p.add_argument("--compression", default="none",
+                   choices=("none", "gzip", "snappy", "lz4", "zstd"),
+                   help="compression codec (default: %(default)s)")
+    p.add_argument("--acks", default="all", choices=("0", "1", "all", "-1"),
+                   help="acknowledgements to wait for (default: %(default)s)")
+    p.add_argument("--idempotence", action="store_true",
+                   help="idempotent producer (needs --acks all)")
+    p.add_argument("--linger-ms", type=_non_negative, default=5, metavar="MS",
+                   help="batching delay (default: %(default)s)")
+    p.add_argument("--batch-size", type=_positive, default=16384, metavar="BYTES",
+                   help="batch size (default: %(default)s)")
+    p.add_argument("--timeout-ms", type=_positive, default=30000, metavar="MS",
+                   help="give up on a record after this long (default: %(default)s)")
+    p.set_defaults(run=run_produce)
+
+
+def _non_negative(text: str) -> int:
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"'{text}' must not be negative")
+    return value
+
+
+def _positive(text: str) -> int:
+    import argparse
+
+    value = _non_negative(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"'{text}' must be at least 1")
+    return value
+
+
+_PRODUCE_PROPERTIES = {"parse.key", "key.separator", "ignore.error"}
+
+
+def run_produce(args) -> int:
+    props = dict(parse_key_value(p, "--property") for p in args.property)
+    unknown = set(props) - _PRODUCE_PROPERTIES
+    if unknown:
+        raise CliError(f"unknown --property {sorted(unknown)[0]!r} (known: "
+                       f"{', '.join(sorted(_PRODUCE_PROPERTIES))})")
+    parse_key = props.get("parse.key", "false").lower()
+    if parse_key not in ("true", "false"):
+        raise CliError(f"bad parse.key value '{props['parse.key']}': expected true or false")
+    separator = _unescape(props.get("key.separator", "\t")).encode()
+    if not separator:
+        raise CliError("key.separator must not be empty")
+    headers = [(k, v.encode()) for k, v in
+               (parse_key_value(h, "--header") for h in args.header)]
+    if args.idempotence and args.acks not in ("all", "-1"):
+        raise CliError("--idempotence needs --acks all")
+    return run_async(_produce(args, parse_key == "true", separator, headers))
+
+
+async def _produce(args, parse_key: bool, separator: bytes, headers) -> int:
+    from fastlog.client import Producer, errors
+
+    producer = Producer(args.bootstrap_server, client_id="fastlog-console-producer",
+                        acks=args.acks, compression=args.compression,
+                        linger_ms=args.linger_ms, batch_size=args.batch_size,
+                        enable_idempotence=args.idempotence,
+                        delivery_timeout_ms=args.timeout_ms,
+                        request_timeout_ms=min(args.timeout_ms, 30000),
+                        allow_auto_create_topics=True)
+    handles = []
+    failure: Exception | None = None
+    sent = 0
+    try:
+        await producer.start()
+        await producer.cluster.topic(args.topic, allow_auto_create=True)
+        async for line in _stdin_lines():
+            key = None
+            if parse_key:
+                key, sep, value = line.partition(separator)
+                if not sep:
+                    raise CliError(f"line {sent + 1} has no key separator "
+                                   f"{separator.decode()!r}")
+            else:
+                value = line
+            handles.append(await producer.send(args.topic, value, key,
+                                               partition=args.partition,
+                                               headers=headers or None))
+            sent += 1
+            if len(handles) >= 10000:
+                failure = failure or _first_failure(handles)
+                handles = [h for h in handles if not h.done()]
+                if failure is not None:
+                    break
+        await producer.flush()
+        failure = failure or _first_failure(handles)
+    finally:
+        await producer.close()
+    if failure is not None:
+        if isinstance(failure, errors.FastlogError):
+            raise failure
+        raise errors.FastlogError(f"a record was not written: {failure}")
+    return 0
+
+
+def _first_failure(handles):
+    for h in handles:
+        if h.done():
+            try:
+                h.result()
+            except Exception as exc:  # noqa: BLE001 - reported as one sentence
+                return exc
+    return None
+
+
+async def _stdin_lines():
+    """Lines of stdin as bytes without their line ending, read off the event loop."""
+    loop = asyncio.get_running_loop()
+    stream = sys.stdin.buffer
+    reader = getattr(stream, "read1", stream.read)
+    tail = b""
+    while True:
+        chunk = await loop.run_in_executor(None, reader, 1 << 16)
+        if not chunk:
+            break
+        lines = (tail + chunk).split(b"\n")
+        tail = lines.pop()
+        for line in lines:
+            yield line[:-1] if line.endswith(b"\r") else line
+    if tail:
+        yield tail[:-1] if tail.endswith(b"\r") else tail
+
+
+def _unescape(text: str) -> str:
+    return (text.replace("\\\\", "\x00").replace("\\t", "\t").replace("\\n", "\n")
+            .replace("\\r", "\r").replace("\x00", "\\"))
+
+
+# -- consume ------------------------------------------------------------------------------
+
+
+def add_consume_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "consume", help="console consumer: print a topic's records",
+        description="Print records of a topic to stdout.")
+    add_bootstrap_option(p)
+    p.add_argument("--topic", required=True, help="topic to read")
+    p.add_argument("--partition", type=_non_negative, metavar="P",
+                   help="read only this partition (default: all)")
+    p.add_argument("--offset", default=None, metavar="N|earliest|latest",
+                   help="where to start in each partition read (default: latest)")
+    p.add_argument("--from-beginning", action="store_true",
+                   help="start at the earliest offset (same as --offset earliest)")
+    p.add_argument("--max-messages", type=_positive, metavar="N",
+                   help="exit after printing N records")
+    p.add_argument("--timeout-ms", type=_positive, metavar="MS",
+                   help="exit when no record arrived for this long")
+    p.add_argument("--print-key", action="store_true", help="print the key before the value")
+    p.add_argument("--print-headers", action="store_true", help="print the headers")
+    p.add_argument("--print-offset", action="store_true", help="print the offset")
+    p.add_argument("--print-partition", action="store_true", help="print the partition")
+    p.add_argument("--print-timestamp", action="store_true", help="print the timestamp")
+    p.add_argument("--key-separator", default="\\t", metavar="SEP",
+                   help="between printed fields (default: TAB)")
+    p.add_argument("--format", default=None, metavar="TEMPLATE|json",
+                   help="output template, e.g. '%%k:%%v\\n' (%%k key, %%v value, %%o offset, "
+                        "%%p partition, %%t topic, %%T timestamp, %%h headers), or 'json'")
+    p.add_argument("--isolation-level", default="read_uncommitted",
+                   choices=("read_uncommitted", "read_committed"))
+    p.set_defaults(run=run_consume)
+
+
+def run_consume(args) -> int:
+    start = args.offset
+    if args.from_beginning:
+        if start not in (None, "earliest"):
+            raise CliError("--from-beginning and --offset conflict")
+        start = "earliest"
+    start = start or "latest"
+    if start not in ("earliest", "latest"):
+        try:
+            start = int(start)
+        except ValueError:
+            raise CliError(f"bad --offset value '{args.offset}': expected a number, "
+                           f"earliest or latest") from None
+        if start < 0:
+            raise CliError(f"bad --offset value '{args.offset}': must not be negative")
+        if args.partition is None:
+            raise CliError("--offset N needs --partition")
+    formatter = _make_formatter(args)
+    return run_async(_consume(args, start, formatter))
+
+
+async def _consume(args, start, formatter) -> int:
+    from fastlog.client import Consumer, TopicPartition, errors
+
+    out = sys.stdout.buffer
+    count = 0
+    async with Consumer(args.bootstrap_server, client_id="fastlog-console-consumer",
+                        auto_offset_reset="earliest" if start == "earliest" else "latest",
+                        isolation_level=args.isolation_level) as consumer:
+        if args.partition is None:
+            await consumer.assign_topic(args.topic)
+        else:
+            parts = await consumer.cluster.partitions_for(args.topic)
+            if args.partition not in parts:
+                raise errors.UnknownTopic(args.topic, args.partition)
+            consumer.assign([TopicPartition(args.topic, args.partition)])
+        if start == "earliest":
+            await consumer.seek_to_beginning()
+        elif start == "latest":
+            await consumer.seek_to_end()
+        else:
+            consumer.seek(TopicPartition(args.topic, args.partition), start)
+        idle_deadline = None if args.timeout_ms is None else \
+            time.monotonic() + args.timeout_ms / 1000.0
+        while args.max_messages is None or count < args.max_messages:
+            wait_ms = 1000.0 if idle_deadline is None else \
+                max(0.0, (idle_deadline - time.monotonic()) * 1000.0)
+            left = None if args.max_messages is None else args.max_messages - count
+            batch = await consumer.getmany(wait_ms, max_records=left)
+            if batch:
+                for tp, records in batch.items():
+                    out.write(b"".join(formatter(tp, r) for r in records))
+                    count += len(records)
+                out.flush()
+                if idle_deadline is not None:
+                    idle_deadline = time.monotonic() + args.timeout_ms / 1000.0
+            elif idle_deadline is not None and time.monotonic() >= idle_deadline:
+                break
+    print(f"Processed a total of {count} messages", file=sys.stderr)
+    return 0
+
+
+def _text(b) -> str:
+    return "null" if b is None else bytes(b).decode("utf-8", "backslashreplace")
+
+
+def _make_formatter(args):
+    if args.format == "json":
+        def as_json(tp, r) -> bytes:
+            doc = {"topic": tp.topic, "partition": tp.partition, "offset": r.offset,
+                   "timestamp": r.timestamp, "key": _json_bytes(r.key),
+                   "value": _json_bytes(r.value),
+                   "headers": [[k, _json_bytes(v)] for k, v in (r.headers or ())]}
+            return json.dumps(doc, ensure_ascii=False).encode() + b"\n"
+        return as_json
+    if args.format is None:
+        sep = _unescape(args.key_separator)
+        fields = []
+        if args.print_timestamp:
+            fields.append("CreateTime:%T")
+        if args.print_partition:
+            fields.append("Partition:%p")
+        if args.print_offset:
+            fields.append("Offset:%o")
+        if args.print_headers:
+            fields.append("%h")
+        if args.print_key:
+            fields.append("%k")
+        fields.append("%v")
+        template = sep.replace("%", "%%").join(fields) + "\n"
+    else:
+        template = _unescape(args.format)
+    return _compile_template(template)
+
+
+def _raw(x) -> bytes:
+    return x.encode() if isinstance(x, str) else bytes(x)
+
+
+def _json_bytes(b):
+    if b is None:
+        return None
+    raw = _raw(b)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(raw).decode()}
+
+
+def _compile_template(template: str):
+    """Template -> function(tp, record) -> bytes; checks the template once, up front."""
+    pieces: list = []
+    literal = []
+    i = 0
+    while i < len(template):
+        c = template[i]
+        if c == "%":
+            if i + 1 >= len(template):
+                raise CliError("bad --format: it ends with a lone '%'")
+            code = template[i + 1]
+            if code == "%":
+                literal.append("%")
+            elif code in "kvopthT":
+                if literal:
+                    pieces.append("".join(literal).encode())
+                    literal = []
+                pieces.append(code)
+            else:
+                raise CliError(f"bad --format: unknown field '%{code}'")
+            i += 2
+            continue
+        literal.append(c)
+        i += 1
+    if literal:
+        pieces.append("".join(literal).encode())
+
+    def headers(r) -> bytes:
+        if not r.headers:
+            return b"NO_HEADERS"
+        return b",".join(_raw(k) + b":" + (b"null" if v is None else _raw(v))
+                         for k, v in r.headers)
+
+    getters = {
+        "k": lambda tp, r: b"null" if r.key is None else bytes(r.key),
+        "v": lambda tp, r: b"null" if r.value is None else bytes(r.value),
+        "o": lambda tp, r: str(r.offset).encode(),
+        "p": lambda tp, r: str(tp.partition).encode(),
+        "t": lambda tp, r: tp.topic.encode(),
+        "T": lambda tp, r: str(r.timestamp).encode(),
+        "h": lambda tp, r: headers(r),
+    }
+    if pieces == ["v", b"\n"]:
+        return lambda tp, r: (b"null" if r.value is None else bytes(r.value)) + b"\n"
+    parts = [getters[p] if isinstance(p, str) else p for p in pieces]
+
+    def render(tp, r) -> bytes:
+        return b"".join(p(tp, r) if callable(p) else p for p in parts)
+    return render
