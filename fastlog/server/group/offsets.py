@@ -174,24 +174,21 @@ def _read_bytes(result: Any) -> bytes:
 
 
 def _build_batch(codec: Any, records: list[tuple[bytes, bytes | None]]) -> bytearray:
+    """One uncompressed v2 batch of the records, timestamped now."""
     import time
 
     ts = int(time.time() * 1000)
-    fn = getattr(codec, "build_batch", None)
-    if fn is not None:
-        return bytearray(fn([(ts, k, v) for k, v in records]))
     builder = codec.BatchBuilder()
     for k, v in records:
-        builder.append(ts, k, v)
+        builder.append(ts, k, v, None)
     return bytearray(builder.build())
 
 
 def _iter_records(codec: Any, data: bytes) -> Iterator[tuple[int, bytes | None, bytes | None]]:
     """(offset, key, value) of every record in a chunk of log bytes; a partial last batch
     (the chunk boundary) is dropped, the next read starts at its offset."""
-    fn = getattr(codec, "iter_records", None) or codec.read_records
-    for rec in fn(data):
-        if isinstance(rec, tuple):
-            yield rec[0], rec[-2], rec[-1]
-        else:
-            yield rec.offset, rec.key, rec.value
+    got = codec.read_records(data)
+    if isinstance(got, tuple):  # (records, next offset)
+        got = got[0]
+    for rec in got:
+        yield rec.offset, rec.key, rec.value

@@ -1,0 +1,287 @@
+"""Kafka API handlers of the group coordinator: GROUP_HANDLERS (ApiKey -> handler).
+
+Each ``async def handle_xxx(ctx, request)`` follows the broker's handler contract
+(fastlog/server/apis.py): ``request`` is the decoded struct with Kafka's snake_case names,
+the return value a dict that fastlog.protocol encodes for ``ctx.api_version`` (fields
+the version lacks are ignored). The handlers only translate between the wire and
+``ctx.broker.group_coordinator``; every decision is the coordinator's.
+
+FindCoordinator 0-2, JoinGroup 0-5, SyncGroup 0-3, Heartbeat 0-3, LeaveGroup 0-3,
+OffsetCommit 1-7, OffsetFetch 1-5, ListGroups 0-2, DescribeGroups 0-4, DeleteGroups 0-1,
+OffsetDelete 0. Run on the broker's event loop; a JoinGroup/SyncGroup handler awaits
+the rebalance without blocking anything else.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastlog.protocol.api_keys import ApiKey
+from fastlog.protocol.errors import Errors
+
+from .coordinator import GroupCoordinator
+from .offsets import GROUP_METADATA_TOPIC
+from .schemas import OffsetAndMetadata
+
+KEY_TYPE_GROUP = 0
+
+
+def _coordinator(ctx) -> GroupCoordinator | None:
+    return getattr(ctx.broker, "group_coordinator", None)
+
+
+def _client_host(ctx) -> str:
+    peer = getattr(ctx.connection, "peer", None)
+    if isinstance(peer, (tuple, list)) and peer:
+        return f"/{peer[0]}"
+    return f"/{peer}" if peer else ""
+
+
+def _by_topic(pairs: dict[tuple[str, int], Any], make) -> list[dict]:
+    topics: dict[str, list] = {}
+    for (t, p), v in pairs.items():
+        topics.setdefault(t, []).append(make(p, v))
+    return [{"name": t, "partitions": ps} for t, ps in topics.items()]
+
+
+# ------------------------------------------------------------------ FindCoordinator
+async def handle_find_coordinator(ctx, request):
+    c = _coordinator(ctx)
+    broker = ctx.broker
+
+    def fail(err: Errors, msg: str):
+        return {"throttle_time_ms": 0, "error_code": err, "error_message": msg,
+                "node_id": -1, "host": "", "port": -1}
+
+    if request.key_type != KEY_TYPE_GROUP:
+        return fail(Errors.COORDINATOR_NOT_AVAILABLE, "transactions are not supported")
+    if c is None or not c.active:
+        return fail(Errors.COORDINATOR_NOT_AVAILABLE, "the group coordinator is not running")
+    if not request.key:
+        return fail(Errors.INVALID_REQUEST, "empty group id")
+    if c.is_coordinator_for(request.key):
+        return {"throttle_time_ms": 0, "error_code": Errors.NONE, "error_message": None,
+                "node_id": broker.node_id, "host": broker.advertised_host,
+                "port": broker.advertised_port}
+    # Another broker leads the group's partition (cluster mode): point the client there.
+    endpoint = _leader_endpoint(broker, c.partition_for(request.key))
+    if endpoint is None:
+        return fail(Errors.COORDINATOR_NOT_AVAILABLE, "no leader for the group's partition")
+    node, host, port = endpoint
+    return {"throttle_time_ms": 0, "error_code": Errors.NONE, "error_message": None,
+            "node_id": node, "host": host, "port": port}
+
+
+def _leader_endpoint(broker, partition: int) -> tuple[int, str, int] | None:
+    md = getattr(broker, "metadata", None)
+    try:
+        state = md.topic(GROUP_METADATA_TOPIC)
+        leader = state.partitions[partition].leader
+        find = getattr(broker, "broker_endpoint", None) or getattr(md, "broker_endpoint", None)
+        if find is None or leader < 0:
+            return None
+        host, port = find(leader)
+        return leader, host, port
+    except Exception:  # noqa: BLE001 - unknown topology means "not available"
+        return None
+
+
+# ------------------------------------------------------------------ membership
+async def handle_join_group(ctx, request):
+    c = _coordinator(ctx)
+    v = ctx.api_version
+    if c is None:
+        return {"throttle_time_ms": 0, "error_code": Errors.COORDINATOR_NOT_AVAILABLE,
+                "generation_id": -1, "protocol_name": "", "leader": "",
+                "member_id": request.member_id, "members": []}
+    res = await c.join_group(
+        request.group_id, request.member_id, request.group_instance_id,
+        require_known_member_id=v >= 4,
+        client_id=ctx.header.client_id or "",
+        client_host=_client_host(ctx),
+        rebalance_timeout_ms=request.rebalance_timeout_ms if v >= 1 else -1,
+        session_timeout_ms=request.session_timeout_ms,
+        protocol_type=request.protocol_type,
+        protocols=[(p.name, bytes(p.metadata)) for p in request.protocols])
+    return {
+        "throttle_time_ms": 0,
+        "error_code": res.error,
+        "generation_id": res.generation_id,
+        "protocol_name": res.protocol_name or "",
+        "leader": res.leader_id,
+        "member_id": res.member_id,
+        "members": [{"member_id": m, "group_instance_id": i, "metadata": md}
+                    for m, i, md in res.members],
+    }
+
+
+async def handle_sync_group(ctx, request):
+    c = _coordinator(ctx)
+    if c is None:
+        return {"throttle_time_ms": 0, "error_code": Errors.COORDINATOR_NOT_AVAILABLE,
+                "assignment": b""}
+    res = await c.sync_group(
+        request.group_id, request.generation_id, request.member_id, request.group_instance_id,
+        getattr(request, "protocol_type", None), getattr(request, "protocol_name", None),
+        {a.member_id: bytes(a.assignment) for a in request.assignments})
+    return {"throttle_time_ms": 0, "error_code": res.error,
+            "protocol_type": res.protocol_type, "protocol_name": res.protocol_name,
+            "assignment": res.assignment}
+
+
+async def handle_heartbeat(ctx, request):
+    c = _coordinator(ctx)
+    if c is None:
+        return {"throttle_time_ms": 0, "error_code": Errors.COORDINATOR_NOT_AVAILABLE}
+    err = await c.heartbeat(request.group_id, request.member_id, request.group_instance_id,
+                            request.generation_id)
+    return {"throttle_time_ms": 0, "error_code": err}
+
+
+async def handle_leave_group(ctx, request):
+    c = _coordinator(ctx)
+    v = ctx.api_version
+    if v >= 3:
+        members = [(m.member_id, m.group_instance_id) for m in request.members]
+    else:
+        members = [(request.member_id, None)]
+    if c is None:
+        return {"throttle_time_ms": 0, "error_code": Errors.COORDINATOR_NOT_AVAILABLE,
+                "members": []}
+    err, per = await c.leave_group(request.group_id, members)
+    if v < 3 and err is Errors.NONE and per:
+        err = per[0][2]  # one member, one error code
+    return {"throttle_time_ms": 0, "error_code": err,
+            "members": [{"member_id": m, "group_instance_id": i, "error_code": e}
+                        for m, i, e in per]}
+
+
+# ------------------------------------------------------------------ offsets
+async def handle_offset_commit(ctx, request):
+    c = _coordinator(ctx)
+    v = ctx.api_version
+    offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
+    retention = getattr(request, "retention_time_ms", -1) if 2 <= v <= 4 else -1
+    for t in request.topics:
+        for p in t.partitions:
+            om = OffsetAndMetadata(
+                offset=p.committed_offset,
+                leader_epoch=p.committed_leader_epoch if v >= 6 else -1,
+                metadata=p.committed_metadata,
+                commit_timestamp=p.commit_timestamp if v == 1 else -1)
+            offsets[(t.name, p.partition_index)] = om
+    if c is None:
+        result = dict.fromkeys(offsets, Errors.COORDINATOR_NOT_AVAILABLE)
+    else:
+        if retention is not None and retention >= 0:
+            from .group import now_ms
+
+            now = now_ms()
+            for om in offsets.values():
+                om.commit_timestamp = now
+                om.expire_timestamp = now + retention
+        result = await c.commit_offsets(
+            request.group_id, request.member_id, getattr(request, "group_instance_id", None),
+            request.generation_id_or_member_epoch, offsets)
+    return {"throttle_time_ms": 0,
+            "topics": _by_topic(result, lambda p, e: {"partition_index": p, "error_code": e})}
+
+
+async def handle_offset_fetch(ctx, request):
+    c = _coordinator(ctx)
+    v = ctx.api_version
+    wanted = None
+    if request.topics is not None:
+        wanted = [(t.name, p) for t in request.topics for p in t.partition_indexes]
+    if c is None:
+        err, got = Errors.COORDINATOR_NOT_AVAILABLE, {}
+    else:
+        err, got = await c.fetch_offsets(request.group_id, wanted)
+    if err is not Errors.NONE:
+        if v < 2:
+            # v1 has no top-level error: every partition carries it.
+            got = dict.fromkeys(wanted or [], None)
+            return {"throttle_time_ms": 0, "topics": _by_topic(got, lambda p, _: {
+                "partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1,
+                "metadata": "", "error_code": err})}
+        return {"throttle_time_ms": 0, "error_code": err, "topics": []}
+
+    def part(p, om):
+        if om is None:
+            return {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1,
+                    "metadata": "", "error_code": Errors.NONE}
+        return {"partition_index": p, "committed_offset": om.offset,
+                "committed_leader_epoch": om.leader_epoch, "metadata": om.metadata,
+                "error_code": Errors.NONE}
+    return {"throttle_time_ms": 0, "error_code": Errors.NONE, "topics": _by_topic(got, part)}
+
+
+async def handle_offset_delete(ctx, request):
+    c = _coordinator(ctx)
+    tps = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    if c is None:
+        return {"error_code": Errors.COORDINATOR_NOT_AVAILABLE, "throttle_time_ms": 0,
+                "topics": []}
+    err, per = await c.delete_offsets(request.group_id, tps)
+    return {"error_code": err, "throttle_time_ms": 0,
+            "topics": _by_topic(per, lambda p, e: {"partition_index": p, "error_code": e})}
+
+
+# ------------------------------------------------------------------ admin
+async def handle_list_groups(ctx, request):
+    c = _coordinator(ctx)
+    if c is None:
+        return {"throttle_time_ms": 0, "error_code": Errors.COORDINATOR_NOT_AVAILABLE,
+                "groups": []}
+    err, groups = c.list_groups()
+    return {"throttle_time_ms": 0, "error_code": err,
+            "groups": [{"group_id": g, "protocol_type": t, "group_state": s}
+                       for g, t, s in groups]}
+
+
+async def handle_describe_groups(ctx, request):
+    c = _coordinator(ctx)
+    out = []
+    for group_id in request.groups:
+        if c is None:
+            out.append({"error_code": Errors.COORDINATOR_NOT_AVAILABLE, "group_id": group_id,
+                        "group_state": "", "protocol_type": "", "protocol_data": "",
+                        "members": []})
+            continue
+        s = c.describe_group(group_id)
+        out.append({
+            "error_code": s.error, "group_id": group_id, "group_state": s.state,
+            "protocol_type": s.protocol_type, "protocol_data": s.protocol,
+            "members": [{"member_id": m, "group_instance_id": i, "client_id": cid,
+                         "client_host": host, "member_metadata": md,
+                         "member_assignment": asg}
+                        for m, i, cid, host, md, asg in s.members],
+            "authorized_operations": -(1 << 31),
+        })
+    return {"throttle_time_ms": 0, "groups": out}
+
+
+async def handle_delete_groups(ctx, request):
+    c = _coordinator(ctx)
+    names = list(request.groups_names)
+    if c is None:
+        result = dict.fromkeys(names, Errors.COORDINATOR_NOT_AVAILABLE)
+    else:
+        result = await c.delete_groups(names)
+    return {"throttle_time_ms": 0,
+            "results": [{"group_id": g, "error_code": e} for g, e in result.items()]}
+
+
+GROUP_HANDLERS = {
+    ApiKey.FIND_COORDINATOR: handle_find_coordinator,
+    ApiKey.JOIN_GROUP: handle_join_group,
+    ApiKey.SYNC_GROUP: handle_sync_group,
+    ApiKey.HEARTBEAT: handle_heartbeat,
+    ApiKey.LEAVE_GROUP: handle_leave_group,
+    ApiKey.OFFSET_COMMIT: handle_offset_commit,
+    ApiKey.OFFSET_FETCH: handle_offset_fetch,
+    ApiKey.LIST_GROUPS: handle_list_groups,
+    ApiKey.DESCRIBE_GROUPS: handle_describe_groups,
+    ApiKey.DELETE_GROUPS: handle_delete_groups,
+    ApiKey.OFFSET_DELETE: handle_offset_delete,
+}
