@@ -678,6 +678,13 @@ class KafkaZkClient:
                 # the tree changed under us: look again
         raise ZkError(f"could not delete the znodes of topic {topic!r}")
 
+    def delete_topic_deletion_flag(self, epoch: ControllerEpoch, topic: str) -> None:
+        """Controller: drop a deletion request it will not carry out."""
+        try:
+            self._fenced(epoch, lambda tx: tx.delete(paths.delete_topic_path(topic)))
+        except _TxFailed:
+            pass  # already gone
+
     def _subtree(self, root: str) -> list[str]:
         """All nodes under and including `root`, children before parents."""
         out: list[str] = []

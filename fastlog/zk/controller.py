@@ -1,0 +1,536 @@
+# ZkController: the cluster controller of a ZooKeeper-mode cluster, as Kafka's
+# KafkaController is. Every broker runs one; the one that wins the /controller election
+# (KafkaZkClient.register_controller_and_increment_epoch) is active: it loads the cluster
+# state, watches /brokers/ids, /brokers/topics, /admin/delete_topics and
+# /isr_change_notification, creates the partition states of new topics, elects leaders from
+# the live ISR when brokers leave or return (offline, leader -1, when no ISR member is live
+# unless unclean election is allowed), runs preferred-leader and controlled-shutdown
+# elections, and deletes topics. Every one of its writes is fenced by its controller epoch;
+# a ControllerMovedError makes it resign.
+#
+# Threading: ZooKeeper watches only enqueue events; one controller thread handles them in
+# order (Kafka's ControllerEventManager), so the controller context needs no locks. Public
+# methods may be called from any thread: they enqueue a call and wait for its result.
+# Listeners (add_listener) run on the controller thread and must hand work off quickly
+# (e.g. loop.call_soon_threadsafe); they are independent of the broker's request handling.
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from kazoo.exceptions import BadVersionError, ConnectionLoss, NoNodeError, SessionExpiredError
+
+from fastlog.zk import paths
+from fastlog.zk.assignment import assign_replicas
+from fastlog.zk.client import (
+    ControllerEpoch,
+    ControllerMovedError,
+    KafkaZkClient,
+    TopicPartition,
+    UnknownTopicError,
+    ZkError,
+    generate_cluster_id,
+)
+from fastlog.zk.paths import NO_LEADER, BrokerInfo, LeaderAndIsr, TopicAssignment
+
+log = logging.getLogger("fastlog.zk.controller")
+
+
+class NotControllerError(ZkError):
+    """The operation needs the active controller and this broker is not it."""
+
+
+# -- events delivered to listeners ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class ControllerElected:
+    broker_id: int
+    epoch: int
+
+
+@dataclass(frozen=True)
+class ControllerResigned:
+    broker_id: int
+
+
+@dataclass(frozen=True)
+class LeadershipChanged:
+    """New recorded leadership of some partitions (leader -1: offline)."""
+    states: Mapping[TopicPartition, LeaderAndIsr]
+
+
+@dataclass(frozen=True)
+class TopicDeleted:
+    topic: str
+
+
+_SHUTDOWN = object()
+
+
+class ZkController:
+    def __init__(self, zk: KafkaZkClient, broker_id: int, *,
+                 unclean_leader_election: bool | Callable[[str], bool] = False,
+                 delete_topic_enable: bool = True,
+                 auto_leader_rebalance_interval: float | None = None,
+                 leader_imbalance_percentage: int = 10):
+        self.zk = zk
+        self.broker_id = broker_id
+        self._unclean = unclean_leader_election
+        self.delete_topic_enable = delete_topic_enable
+        self._rebalance_interval = auto_leader_rebalance_interval
+        self._imbalance_pct = leader_imbalance_percentage
+        self._events: queue.Queue = queue.Queue()
+        self._listeners: list[Callable] = []
+        self._thread: threading.Thread | None = None
+        self._stopped = threading.Event()
+        # office
+        self.epoch: ControllerEpoch | None = None
+        # controller context: only meaningful while active, only touched by the thread
+        self._live: dict[int, BrokerInfo] = {}
+        self._assignments: dict[str, TopicAssignment] = {}
+        self._states: dict[TopicPartition, LeaderAndIsr] = {}
+        self._shutting_down: set[int] = set()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def is_active(self) -> bool:
+        return self.epoch is not None
+
+    def add_listener(self, fn: Callable) -> None:
+        self._listeners.append(fn)
+
+    def start(self) -> ZkController:
+        """Start the event thread and watches; the election runs right away."""
+        self.zk.create_top_level_paths()
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f"zk-controller-{self.broker_id}")
+        self._thread.start()
+        kz = self.zk.kazoo
+        self.zk.on_session_lost(lambda: self._events.put(("session_lost",)))
+        self.zk.on_new_session(lambda: self._events.put(("controller_change",)))
+        kz.DataWatch(paths.CONTROLLER, self._watch("controller_change"))
+        kz.ChildrenWatch(paths.BROKER_IDS, self._watch("broker_change"))
+        kz.ChildrenWatch(paths.BROKER_TOPICS, self._watch("topic_change"))
+        kz.ChildrenWatch(paths.DELETE_TOPICS, self._watch("topic_deletion"))
+        kz.ChildrenWatch(paths.ISR_CHANGE_NOTIFICATION, self._watch("isr_change"))
+        if self._rebalance_interval:
+            threading.Thread(target=self._rebalance_timer, daemon=True,
+                             name=f"zk-controller-rebalance-{self.broker_id}").start()
+        return self
+
+    def stop(self, resign: bool = True) -> None:
+        """Stop handling events; give up the office if held (another broker takes over)."""
+        if self._thread is None:
+            return
+        self._events.put(("resign",) if resign else ("noop",))
+        self._events.put(_SHUTDOWN)
+        self._stopped.set()
+        self._thread.join(10)
+        self._thread = None
+
+    def _watch(self, kind: str):
+        def fire(*_args):
+            if self._stopped.is_set():
+                return False
+            self._events.put((kind,))
+            return None
+        return fire
+
+    def _rebalance_timer(self) -> None:
+        while not self._stopped.wait(self._rebalance_interval):
+            self._events.put(("auto_rebalance",))
+
+    def _call(self, fn, *args, timeout: float = 30.0):
+        """Run fn(*args) on the controller thread and return its result."""
+        fut: Future = Future()
+        self._events.put(("call", fn, args, fut))
+        return fut.result(timeout)
+
+    def _emit(self, event) -> None:
+        for fn in list(self._listeners):
+            try:
+                fn(event)
+            except Exception:
+                log.exception("controller listener %r failed on %r", fn, event)
+
+    # -- the event loop -----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            ev = self._events.get()
+            if ev is _SHUTDOWN:
+                return
+            kind = ev[0]
+            try:
+                if kind == "call":
+                    _, fn, args, fut = ev
+                    if fut.set_running_or_notify_cancel():
+                        try:
+                            fut.set_result(fn(*args))
+                        except BaseException as e:
+                            fut.set_exception(e)
+                    continue
+                handler = getattr(self, f"_on_{kind}", None)
+                if handler is not None:
+                    handler()
+            except ControllerMovedError:
+                log.info("broker %d: controller moved, resigning", self.broker_id)
+                self._resign_locally()
+                self._events.put(("controller_change",))
+            except (ConnectionLoss, SessionExpiredError) as e:
+                # ZooKeeper unreachable: try again once it is back (watches re-fire then too).
+                log.info("broker %d: controller event %s interrupted: %r", self.broker_id, kind, e)
+                if not self._stopped.is_set():
+                    time.sleep(0.2)
+                    self._events.put((kind,) if kind != "call" else ("noop",))
+            except Exception:
+                log.exception("broker %d: controller event %s failed", self.broker_id, kind)
+
+    def _on_noop(self) -> None:
+        pass
+
+    def _on_session_lost(self) -> None:
+        # Our /controller went with the session; a new session re-runs the election.
+        self._resign_locally()
+
+    def _on_resign(self) -> None:
+        if self.epoch is not None:
+            self.zk.resign_controller(self.epoch)
+            self._resign_locally()
+
+    def _resign_locally(self) -> None:
+        if self.epoch is not None:
+            self.epoch = None
+            self._live, self._assignments, self._states = {}, {}, {}
+            self._shutting_down = set()
+            self._emit(ControllerResigned(self.broker_id))
+
+    def _on_controller_change(self) -> None:
+        if self._stopped.is_set():
+            return
+        got = self.zk.kazoo.exists(paths.CONTROLLER)
+        if got is not None:
+            if self.epoch is not None and got.ephemeralOwner != self.zk.session_id:
+                self._resign_locally()  # someone else holds the office now
+            return
+        if self.epoch is not None:
+            self._resign_locally()
+        won = self.zk.register_controller_and_increment_epoch(self.broker_id)
+        if won is not None:
+            self.epoch = won
+            log.info("broker %d is the controller, epoch %d", self.broker_id, won.epoch)
+            self._on_controller_failover()
+
+    # -- becoming the controller -------------------------------------------------------------
+
+    def _on_controller_failover(self) -> None:
+        """Load the cluster state and bring every partition to a consistent leadership."""
+        self.zk.ensure_feature_node()
+        self.zk.get_or_create_cluster_id(generate_cluster_id())
+        self._live = self.zk.get_all_brokers()
+        topics = self.zk.get_all_topics()
+        self._assignments = self.zk.get_topic_assignments(topics)
+        tps = [(t, p) for t, a in self._assignments.items() for p in a.partitions]
+        self._states = self.zk.get_partition_states(tps)
+        self._emit(ControllerElected(self.broker_id, self.epoch.epoch))
+        self._on_topic_deletion()
+        self._initialize_new_partitions()
+        self._elect_and_shrink()
+        self._on_isr_change()
+
+    # -- event handlers (active controller only) --------------------------------------------------
+
+    def _on_broker_change(self) -> None:
+        if self.epoch is None:
+            return
+        old = set(self._live)
+        self._live = self.zk.get_all_brokers()
+        gone, came = old - set(self._live), set(self._live) - old
+        self._shutting_down &= set(self._live)
+        if gone or came:
+            log.info("controller %d: brokers left %s, joined %s", self.broker_id,
+                     sorted(gone), sorted(came))
+        self._initialize_new_partitions()
+        self._elect_and_shrink()
+
+    def _on_topic_change(self) -> None:
+        if self.epoch is None:
+            return
+        topics = self.zk.get_all_topics()
+        new = topics - set(self._assignments)
+        for t in set(self._assignments) - topics:
+            self._forget_topic(t)
+        if new:
+            self._assignments.update(self.zk.get_topic_assignments(new))
+        # partitions added to existing topics show up as assignment changes; re-read all
+        # topics lacking a state for some partition
+        self._initialize_new_partitions(refresh=new)
+
+    def _on_topic_deletion(self) -> None:
+        if self.epoch is None:
+            return
+        for topic in self.zk.get_topics_marked_for_deletion():
+            if not self.delete_topic_enable or topic not in self._assignments:
+                if not self.delete_topic_enable:
+                    log.warning("topic %s marked for deletion but delete.topic.enable=false",
+                                topic)
+                self.zk.delete_topic_deletion_flag(self.epoch, topic)
+                continue
+            self.zk.delete_topic_znodes(self.epoch, topic)
+            self._forget_topic(topic)
+            self._emit(TopicDeleted(topic))
+
+    def _forget_topic(self, topic: str) -> None:
+        self._assignments.pop(topic, None)
+        for tp in [tp for tp in self._states if tp[0] == topic]:
+            del self._states[tp]
+
+    def _on_isr_change(self) -> None:
+        """Leaders changed ISRs in ZooKeeper: refresh those partitions, drop the notices."""
+        if self.epoch is None:
+            return
+        names = self.zk.get_isr_change_notifications()
+        if not names:
+            return
+        tps = set()
+        for n in names:
+            tps.update(self.zk.read_isr_change_notification(n))
+        fresh = self.zk.get_partition_states([tp for tp in tps if tp[0] in self._assignments])
+        self._states.update(fresh)
+        self.zk.delete_isr_change_notifications(self.epoch, names)
+        if fresh:
+            self._emit(LeadershipChanged(dict(fresh)))
+
+    def _on_auto_rebalance(self) -> None:
+        if self.epoch is None:
+            return
+        # Kafka: a broker whose preferred partitions are led elsewhere for more than
+        # leader.imbalance.per.broker.percentage of them gets them back.
+        preferred: dict[int, list[TopicPartition]] = {}
+        for tp in self._states:
+            replicas = self._replicas(tp)
+            if replicas:
+                preferred.setdefault(replicas[0], []).append(tp)
+        todo = []
+        for broker, tps in preferred.items():
+            if broker not in self._live or broker in self._shutting_down:
+                continue
+            off = [tp for tp in tps if self._states[tp].leader != broker]
+            if off and 100 * len(off) / len(tps) > self._imbalance_pct:
+                todo.extend(off)
+        if todo:
+            self._preferred_election(todo)
+
+    # -- elections ---------------------------------------------------------------------------------
+
+    def _replicas(self, tp: TopicPartition) -> list[int]:
+        a = self._assignments.get(tp[0])
+        return list(a.partitions.get(tp[1], ())) if a else []
+
+    def _unclean_allowed(self, topic: str) -> bool:
+        if callable(self._unclean):
+            return bool(self._unclean(topic))
+        return bool(self._unclean)
+
+    def _eligible(self, broker: int) -> bool:
+        return broker in self._live and broker not in self._shutting_down
+
+    def _initialize_new_partitions(self, refresh=()) -> None:
+        """Create leader/ISR for partitions that have none yet (new topics, added partitions):
+        leader = first live replica, ISR = live replicas. A partition none of whose replicas
+        is live waits for one (Kafka leaves it in NewPartition)."""
+        if refresh:
+            self._assignments.update(self.zk.get_topic_assignments(refresh))
+        new_states = {}
+        for topic, a in self._assignments.items():
+            for p, replicas in a.partitions.items():
+                if (topic, p) in self._states:
+                    continue
+                live = [r for r in replicas if self._eligible(r)]
+                if not live:
+                    continue
+                new_states[(topic, p)] = LeaderAndIsr(live[0], paths.INITIAL_LEADER_EPOCH,
+                                                      tuple(live), self.epoch.epoch)
+        if not new_states:
+            return
+        done, failed = self.zk.create_partition_states(self.epoch, new_states)
+        if failed:
+            # Already there (a previous controller got that far): take what ZooKeeper has.
+            done.update(self.zk.get_partition_states(list(failed)))
+        self._states.update(done)
+        self._emit(LeadershipChanged(done))
+
+    def _decide(self, tp: TopicPartition, st: LeaderAndIsr) -> LeaderAndIsr | None:
+        """The state `tp` should move to given the live brokers, or None to leave it."""
+        replicas = self._replicas(tp)
+        live_isr = [b for b in st.isr if self._eligible(b)]
+        ep = self.epoch.epoch
+        if st.leader != NO_LEADER and self._eligible(st.leader):
+            if len(live_isr) == len(st.isr):
+                return None
+            # a follower left: drop it from the ISR, the leader stays
+            return st.new_leader_and_isr(st.leader, live_isr, ep)
+        # the leader is gone (or the partition is offline): the first live ISR member in
+        # assignment order leads (Kafka's offline-partition election)
+        candidates = [r for r in replicas if r in live_isr]
+        if candidates:
+            leader = candidates[0]
+            return st.new_leader_and_isr(leader, [leader] + [b for b in live_isr if b != leader],
+                                         ep)
+        if self._unclean_allowed(tp[0]):
+            live = [r for r in replicas if self._eligible(r)]
+            if live:
+                log.warning("unclean leader election for %s-%d: %d leads without being in the "
+                            "ISR %s; acknowledged records may be lost", tp[0], tp[1], live[0],
+                            list(st.isr))
+                return st.new_leader_and_isr(live[0], [live[0]], ep)
+        if st.leader == NO_LEADER:
+            return None
+        # offline until an ISR member returns; the ISR is kept as the record of who may lead
+        return st.new_leader_and_isr(NO_LEADER, st.isr, ep)
+
+    def _elect_and_shrink(self, only=None) -> dict[TopicPartition, LeaderAndIsr]:
+        changes = {}
+        for tp, st in self._states.items():
+            if only is not None and tp not in only:
+                continue
+            new = self._decide(tp, st)
+            if new is not None:
+                changes[tp] = new
+        return self._write_states(changes, self._decide)
+
+    def _write_states(self, changes, redecide) -> dict[TopicPartition, LeaderAndIsr]:
+        """Write decided states; a partition whose znode moved meanwhile (a leader changed
+        its ISR) is re-read and decided again, a bounded number of times."""
+        written: dict[TopicPartition, LeaderAndIsr] = {}
+        for _ in range(5):
+            if not changes:
+                break
+            done, failed = self.zk.update_leader_and_isr(self.epoch, changes)
+            self._states.update(done)
+            written.update(done)
+            retry = [tp for tp, e in failed.items() if isinstance(e, BadVersionError)]
+            for tp, e in failed.items():
+                if isinstance(e, NoNodeError):
+                    self._states.pop(tp, None)
+            fresh = self.zk.get_partition_states(retry)
+            self._states.update(fresh)
+            changes = {}
+            for tp, st in fresh.items():
+                new = redecide(tp, st)
+                if new is not None:
+                    changes[tp] = new
+        if written:
+            self._emit(LeadershipChanged(dict(written)))
+        return written
+
+    def _preferred_election(self, tps) -> dict[TopicPartition, LeaderAndIsr]:
+        def decide(tp, st):
+            replicas = self._replicas(tp)
+            if not replicas:
+                return None
+            pref = replicas[0]
+            if st.leader == pref or pref not in st.isr or not self._eligible(pref):
+                return None
+            return st.new_leader_and_isr(pref, st.isr, self.epoch.epoch)
+        changes = {}
+        for tp in tps:
+            st = self._states.get(tp)
+            new = decide(tp, st) if st else None
+            if new is not None:
+                changes[tp] = new
+        return self._write_states(changes, decide)
+
+    # -- public operations ---------------------------------------------------------------------------
+
+    def _require_active(self):
+        if self.epoch is None:
+            raise NotControllerError(f"broker {self.broker_id} is not the controller")
+
+    def elect_preferred_leaders(self, partitions=None) -> dict[TopicPartition, LeaderAndIsr]:
+        """Move leadership back to each partition's first replica where it is live and in
+        the ISR (all partitions when `partitions` is None). Active controller only."""
+        def run():
+            self._require_active()
+            return self._preferred_election(
+                list(self._states) if partitions is None else list(partitions))
+        return self._call(run)
+
+    def controlled_shutdown(self, broker_id: int) -> set[TopicPartition]:
+        """Move leadership off `broker_id` before it stops, and take it out of ISRs where
+        others remain. Returns the partitions it still leads (no other live ISR member):
+        the broker may retry or stop anyway. Active controller only."""
+        def run():
+            self._require_active()
+            if broker_id not in self._live:
+                return set()
+            self._shutting_down.add(broker_id)
+            involved = {tp for tp, st in self._states.items() if broker_id in st.isr}
+
+            def decide(tp, st):
+                if broker_id not in st.isr:
+                    return None
+                if st.leader == broker_id:
+                    others = [r for r in self._replicas(tp)
+                              if r in st.isr and r != broker_id and self._eligible(r)]
+                    if not others:
+                        return None  # stays leader until it really goes
+                    leader = others[0]
+                    return st.new_leader_and_isr(
+                        leader, [leader] + [b for b in st.isr if b not in (leader, broker_id)],
+                        self.epoch.epoch)
+                if len(st.isr) > 1:
+                    return st.new_leader_and_isr(
+                        st.leader, [b for b in st.isr if b != broker_id], self.epoch.epoch)
+                return None
+            changes = {tp: d for tp in involved if (d := decide(tp, self._states[tp]))}
+            self._write_states(changes, decide)
+            return {tp for tp, st in self._states.items() if st.leader == broker_id}
+        return self._call(run)
+
+    def create_topic(self, topic: str, num_partitions: int, replication_factor: int,
+                     config: dict[str, str] | None = None, *,
+                     assignment: dict[int, list[int]] | None = None,
+                     topic_id: str | None = None, rack_aware: str = "safe",
+                     wait: float = 10.0) -> dict[int, LeaderAndIsr]:
+        """Create a topic from any broker: assignment over the live brokers (rack-aware when
+        they have racks) unless given, written to /brokers/topics/<t> with its config; the
+        active controller (this one or another) then writes the initial partition states.
+        Waits up to `wait` seconds for them and returns partition -> state."""
+        paths.validate_topic(topic)
+        if assignment is None:
+            brokers = self.zk.get_all_brokers()
+            assignment = assign_replicas(num_partitions, replication_factor,
+                                         {b: i.rack for b, i in brokers.items()},
+                                         rack_aware=rack_aware)
+        self.zk.create_topic(TopicAssignment(topic, dict(assignment), topic_id), config)
+        return self.wait_for_partition_states(topic, len(assignment), wait)
+
+    def wait_for_partition_states(self, topic: str, num_partitions: int, timeout: float
+                                  ) -> dict[int, LeaderAndIsr]:
+        deadline = time.monotonic() + timeout
+        while True:
+            got = self.zk.get_partition_states([(topic, p) for p in range(num_partitions)])
+            if len(got) == num_partitions or time.monotonic() >= deadline:
+                return {p: st for (_, p), st in got.items()}
+            time.sleep(0.02)
+
+    def delete_topic(self, topic: str) -> None:
+        """Ask for deletion (/admin/delete_topics/<t>); the active controller carries it out."""
+        if not self.zk.topic_exists(topic):
+            raise UnknownTopicError(f"topic {topic!r} does not exist")
+        self.zk.mark_topic_for_deletion(topic)
+
+    def snapshot(self) -> dict[TopicPartition, LeaderAndIsr]:
+        """The active controller's view of all partition states (tests, diagnostics)."""
+        return self._call(lambda: dict(self._states))
+
+    def live_brokers(self) -> list[int]:
+        return self._call(lambda: sorted(self._live))
