@@ -869,3 +869,661 @@ cdef class Writer:
 
     def __repr__(self):
         return f"Writer(len={self._len + self._external_len}, parts={len(self._externals)})"
+
+
+# ---------------------------------------------------------------------------------------
+# Record batch v2: header, validation, scanning, stamping
+
+@cython.final
+cdef class BatchHeader:
+    """The fixed 61-byte header of one v2 record batch at ``position`` in some buffer.
+
+    Created by read_batch_header/validate_batch/scan_batches/validate_record_set; holds
+    numbers only (no reference to the buffer).
+    """
+
+    @property
+    def size(self):
+        """Bytes of the whole batch: batchLength + 12 (baseOffset and batchLength)."""
+        return <Py_ssize_t>self.batch_length + OVERHEAD
+
+    @property
+    def end(self):
+        """Position just after the batch."""
+        return self.position + <Py_ssize_t>self.batch_length + OVERHEAD
+
+    @property
+    def compression(self):
+        return self.attributes & ATTR_CODEC_MASK
+
+    @property
+    def timestamp_type(self):
+        return 1 if self.attributes & ATTR_TIMESTAMP_TYPE else 0
+
+    @property
+    def is_transactional(self):
+        return (self.attributes & ATTR_TRANSACTIONAL) != 0
+
+    @property
+    def is_control(self):
+        return (self.attributes & ATTR_CONTROL) != 0
+
+    @property
+    def last_offset(self):
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self):
+        return self.base_offset + self.last_offset_delta + 1
+
+    def __repr__(self):
+        return (
+            f"BatchHeader(position={self.position}, base_offset={self.base_offset}, "
+            f"last_offset_delta={self.last_offset_delta}, records={self.record_count}, "
+            f"size={self.size}, magic={self.magic}, crc=0x{self.crc:08x}, "
+            f"attributes=0x{self.attributes:x}, leader_epoch={self.partition_leader_epoch}, "
+            f"timestamps={self.first_timestamp}..{self.max_timestamp}, "
+            f"producer={self.producer_id}/{self.producer_epoch}/{self.base_sequence})"
+        )
+
+
+@cython.final
+cdef class ScanResult:
+    """What scan_batches found: the good batches, where they end, and the first error."""
+    cdef readonly list batches
+    cdef readonly Py_ssize_t valid_end
+    cdef readonly object error
+
+    def __repr__(self):
+        return (f"ScanResult(batches={len(self.batches)}, valid_end={self.valid_end}, "
+                f"error={self.error!r})")
+
+
+cdef BatchHeader _read_header(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t end):
+    """Parse the header of the batch at pos; structural checks only (no CRC)."""
+    cdef Py_ssize_t avail = end - pos
+    cdef const unsigned char *p = buf + pos
+    cdef int32_t length
+    cdef int magic
+    cdef BatchHeader h
+    if avail < OVERHEAD:
+        _raise_truncated("batch header", pos, OVERHEAD, avail)
+    length = <int32_t>fl_be32(p + OFF_LENGTH)
+    if avail > OFF_MAGIC:
+        magic = <int8_t>p[OFF_MAGIC]
+        if magic != 2:
+            raise InvalidMagicError(
+                f"record batch at byte {pos} has magic {magic}, expected 2", pos + OFF_MAGIC)
+    if length < MIN_BATCH_LENGTH:
+        raise InvalidRecordError(
+            f"record batch at byte {pos} has batchLength {length}, below the minimum "
+            f"{MIN_BATCH_LENGTH}", pos + OFF_LENGTH)
+    if <Py_ssize_t>length > avail - OVERHEAD:
+        _raise_truncated("record batch", pos, <Py_ssize_t>length + OVERHEAD, avail)
+    h = BatchHeader.__new__(BatchHeader)
+    h.position = pos
+    h.base_offset = <int64_t>fl_be64(p)
+    h.batch_length = length
+    h.partition_leader_epoch = <int32_t>fl_be32(p + OFF_LEADER_EPOCH)
+    h.magic = 2
+    h.crc = fl_be32(p + OFF_CRC)
+    h.attributes = fl_be16(p + OFF_ATTRIBUTES)
+    h.last_offset_delta = <int32_t>fl_be32(p + OFF_LAST_OFFSET_DELTA)
+    h.first_timestamp = <int64_t>fl_be64(p + OFF_FIRST_TIMESTAMP)
+    h.max_timestamp = <int64_t>fl_be64(p + OFF_MAX_TIMESTAMP)
+    h.producer_id = <int64_t>fl_be64(p + OFF_PRODUCER_ID)
+    h.producer_epoch = <int16_t>fl_be16(p + OFF_PRODUCER_EPOCH)
+    h.base_sequence = <int32_t>fl_be32(p + OFF_BASE_SEQUENCE)
+    h.record_count = <int32_t>fl_be32(p + OFF_RECORD_COUNT)
+    if h.record_count < 0:
+        raise InvalidRecordError(
+            f"record batch at byte {pos} has negative record count {h.record_count}",
+            pos + OFF_RECORD_COUNT)
+    return h
+
+
+cdef int _check_batch(const unsigned char *buf, BatchHeader h, bint verify_crc) except -1:
+    """CRC and consistency checks of a parsed batch (as Kafka's log validation does)."""
+    cdef Py_ssize_t pos = h.position
+    cdef Py_ssize_t size = <Py_ssize_t>h.batch_length + OVERHEAD
+    cdef uint32_t crc
+    cdef int codec = h.attributes & ATTR_CODEC_MASK
+    if verify_crc:
+        crc = _crc32c_maybe_nogil(buf + pos + OFF_ATTRIBUTES, size - OFF_ATTRIBUTES)
+        if crc != h.crc:
+            raise CorruptRecordError(
+                f"record batch at byte {pos} (base offset {h.base_offset}) fails its CRC: "
+                f"stored 0x{h.crc:08x}, computed 0x{crc:08x}", pos + OFF_CRC)
+    if h.attributes & ATTR_UNUSED_MASK:
+        raise InvalidRecordError(
+            f"record batch at byte {pos} sets unused attribute bits (0x{h.attributes:04x})",
+            pos + OFF_ATTRIBUTES)
+    if codec > 4:
+        raise UnsupportedCodecError(
+            f"record batch at byte {pos} uses unknown compression codec {codec}",
+            pos + OFF_ATTRIBUTES)
+    # Compaction may remove records but keeps lastOffsetDelta, so count <= delta + 1.
+    if h.last_offset_delta < -1 or h.record_count > <int64_t>h.last_offset_delta + 1:
+        raise InvalidRecordError(
+            f"record batch at byte {pos} has {h.record_count} records but lastOffsetDelta "
+            f"{h.last_offset_delta}", pos + OFF_LAST_OFFSET_DELTA)
+    # Every record takes at least 7 bytes uncompressed (length, attributes, three
+    # deltas/lengths, value length, header count).
+    if codec == 0 and <int64_t>h.record_count * 7 > size - HEADER_SIZE:
+        raise InvalidRecordError(
+            f"record batch at byte {pos} claims {h.record_count} records in "
+            f"{size - HEADER_SIZE} bytes", pos + OFF_RECORD_COUNT)
+    if (h.attributes & ATTR_TRANSACTIONAL) and (h.producer_id < 0 or h.producer_epoch < 0):
+        raise InvalidRecordError(
+            f"transactional record batch at byte {pos} has no producer id/epoch "
+            f"({h.producer_id}/{h.producer_epoch})", pos + OFF_PRODUCER_ID)
+    return 0
+
+
+def read_batch_header(buf, Py_ssize_t pos=0):
+    """Parse the v2 batch header at pos (magic, sizes, count); the CRC is not checked."""
+    cdef Py_buffer view
+    _get_buffer(buf, &view, False)
+    try:
+        if pos < 0 or pos > view.len:
+            raise ValueError(f"position {pos} outside the buffer")
+        return _read_header(<const unsigned char *>view.buf, pos, view.len)
+    finally:
+        PyBuffer_Release(&view)
+
+
+def validate_batch(buf, Py_ssize_t pos=0):
+    """Parse and validate the v2 batch at pos: header, CRC-32C, counts, attributes."""
+    cdef Py_buffer view
+    cdef BatchHeader h
+    _get_buffer(buf, &view, False)
+    try:
+        if pos < 0 or pos > view.len:
+            raise ValueError(f"position {pos} outside the buffer")
+        h = _read_header(<const unsigned char *>view.buf, pos, view.len)
+        _check_batch(<const unsigned char *>view.buf, h, True)
+        return h
+    finally:
+        PyBuffer_Release(&view)
+
+
+def scan_batches(buf, Py_ssize_t start=0, end=None, bint verify_crc=True):
+    """Validate consecutive v2 batches in buf[start:end] (log recovery, segment checks).
+
+    Never raises for bad data: stops at the first bad or partial batch and reports it in
+    ``.error``; ``.valid_end`` is the position just after the last good batch. buf may be
+    an mmap or memoryview; it is not copied.
+    """
+    cdef Py_buffer view
+    cdef ScanResult result = ScanResult.__new__(ScanResult)
+    cdef list batches = []
+    cdef Py_ssize_t pos, stop
+    cdef const unsigned char *data
+    cdef BatchHeader h
+    _get_buffer(buf, &view, False)
+    try:
+        stop = view.len if end is None else end
+        if start < 0 or stop > view.len or start > stop:
+            raise ValueError(f"bad scan range {start}..{end} for {view.len} bytes")
+        data = <const unsigned char *>view.buf
+        pos = start
+        result.error = None
+        try:
+            while pos < stop:
+                h = _read_header(data, pos, stop)
+                _check_batch(data, h, verify_crc)
+                batches.append(h)
+                pos += <Py_ssize_t>h.batch_length + OVERHEAD
+        except CodecError as exc:
+            result.error = exc
+        result.batches = batches
+        result.valid_end = pos
+        return result
+    finally:
+        PyBuffer_Release(&view)
+
+
+def validate_record_set(buf, *, max_batch_size=None, bint allow_zstd=True,
+                        bint verify_records=False,
+                        Py_ssize_t decompress_limit=DEFAULT_DECOMPRESS_LIMIT):
+    """Validate a produced records blob: one or more complete v2 batches from a client.
+
+    Checks everything validate_batch does, plus what Kafka requires of client batches
+    (not control, count == lastOffsetDelta + 1 > 0, size and codec limits); with
+    verify_records also decompresses (capped) and walks every record. Raises on the
+    first problem; magic 0/1 sets raise InvalidMagicError (see convert_to_v2).
+    """
+    cdef Py_buffer view
+    cdef list batches = []
+    cdef Py_ssize_t pos = 0, limit = -1
+    cdef const unsigned char *data
+    cdef BatchHeader h
+    if max_batch_size is not None:
+        limit = max_batch_size
+    _get_buffer(buf, &view, False)
+    try:
+        data = <const unsigned char *>view.buf
+        if view.len == 0:
+            raise InvalidRecordError("empty record set", 0)
+        while pos < view.len:
+            h = _read_header(data, pos, view.len)
+            if limit >= 0 and <Py_ssize_t>h.batch_length + OVERHEAD > limit:
+                raise RecordTooLargeError(
+                    f"record batch at byte {pos} is {h.batch_length + OVERHEAD} bytes, "
+                    f"over the limit of {limit}", pos)
+            _check_batch(data, h, True)
+            if h.attributes & ATTR_CONTROL:
+                raise InvalidRecordError(
+                    f"control batch at byte {pos}: clients may not produce control records",
+                    pos + OFF_ATTRIBUTES)
+            if not allow_zstd and (h.attributes & ATTR_CODEC_MASK) == 4:
+                raise UnsupportedCodecError(
+                    f"record batch at byte {pos} is zstd-compressed, not allowed for this "
+                    f"request version", pos + OFF_ATTRIBUTES)
+            if h.record_count == 0 or h.last_offset_delta != h.record_count - 1:
+                raise InvalidRecordError(
+                    f"record batch at byte {pos} has {h.record_count} records but "
+                    f"lastOffsetDelta {h.last_offset_delta}", pos + OFF_LAST_OFFSET_DELTA)
+            if verify_records:
+                _verify_records(buf, data, h, decompress_limit)
+            batches.append(h)
+            pos += <Py_ssize_t>h.batch_length + OVERHEAD
+        return batches
+    finally:
+        PyBuffer_Release(&view)
+
+
+def stamp_batches(buf, batches, int64_t first_offset, int32_t leader_epoch):
+    """Assign offsets: write baseOffset and partitionLeaderEpoch of each batch in place.
+
+    buf must be writable and ``batches`` the headers found in this same buf. Both fields
+    lie outside the CRC. Returns the offset after the last record.
+    """
+    cdef Py_buffer view
+    cdef int64_t offset = first_offset
+    cdef BatchHeader h
+    cdef unsigned char *data
+    _get_buffer(buf, &view, True)
+    try:
+        data = <unsigned char *>view.buf
+        for obj in batches:
+            h = <BatchHeader?>obj
+            if h.position < 0 or h.position + HEADER_SIZE > view.len:
+                raise ValueError(f"batch at {h.position} is not inside this buffer")
+            fl_put_be64(data + h.position, <uint64_t>offset)
+            fl_put_be32(data + h.position + OFF_LEADER_EPOCH, <uint32_t>leader_epoch)
+            h.base_offset = offset
+            h.partition_leader_epoch = leader_epoch
+            offset += <int64_t>h.last_offset_delta + 1
+        return offset
+    finally:
+        PyBuffer_Release(&view)
+
+
+# ---------------------------------------------------------------------------------------
+# Records inside a v2 batch
+
+cdef struct RecordSpan:
+    # One record located inside a records region (positions are absolute in that region).
+    Py_ssize_t next          # position after the record
+    int64_t timestamp_delta
+    int32_t offset_delta
+    Py_ssize_t key_pos
+    int32_t key_len          # -1: null key
+    Py_ssize_t value_pos
+    int32_t value_len        # -1: null value
+    Py_ssize_t headers_pos
+    int32_t header_count
+
+
+cdef int _record_error(str what, Py_ssize_t pos, Py_ssize_t base) except -1:
+    raise InvalidRecordError(f"{what} at byte {pos + base}", pos + base)
+
+
+cdef inline Py_ssize_t _skip_blob(const unsigned char *d, Py_ssize_t pos, Py_ssize_t end,
+                                  int32_t *length, bint nullable, str what,
+                                  Py_ssize_t base) except -3:
+    # Reads a varint length and skips that many bytes; returns the position of the bytes.
+    cdef Py_ssize_t nxt = read_varint32(d, pos, end, length)
+    if nxt < 0:
+        raise_varint_error(nxt, pos + base, what)
+    if length[0] < 0:
+        if length[0] == -1 and nullable:
+            return nxt
+        _record_error(f"invalid {what} length {length[0]}", pos, base)
+    if length[0] > end - nxt:
+        _record_error(f"{what} of {length[0]} bytes overruns its record", pos, base)
+    return nxt
+
+
+cdef int _parse_record(const unsigned char *d, Py_ssize_t pos, Py_ssize_t end,
+                       RecordSpan *r, Py_ssize_t base) except -1:
+    """Locate the fields of the record at d[pos:], which must lie within d[:end].
+
+    ``base`` is added to positions in error messages (where the region starts in the
+    caller's buffer). Checks every length against the record's own length.
+    """
+    cdef int32_t length = 0, hlen = 0
+    cdef Py_ssize_t p, rend, _i, p_hc
+    p = read_varint32(d, pos, end, &length)
+    if p < 0:
+        raise_varint_error(p, pos + base, "record length")
+    if length < 6 or length > end - p:
+        if length >= 6:
+            raise TruncatedError(
+                f"record of {length} bytes at byte {pos + base} overruns the batch",
+                pos + base)
+        _record_error(f"invalid record length {length}", pos, base)
+    rend = p + length
+    p += 1  # attributes: unused in v2
+    p = read_varint64(d, p, rend, &r.timestamp_delta)
+    if p < 0:
+        raise_varint_error(p, pos + base, "timestamp delta")
+    p = read_varint32(d, p, rend, &r.offset_delta)
+    if p < 0:
+        raise_varint_error(p, pos + base, "offset delta")
+    r.key_pos = _skip_blob(d, p, rend, &r.key_len, True, "key", base)
+    p = r.key_pos + (r.key_len if r.key_len > 0 else 0)
+    r.value_pos = _skip_blob(d, p, rend, &r.value_len, True, "value", base)
+    p = r.value_pos + (r.value_len if r.value_len > 0 else 0)
+    p_hc = p
+    p = read_varint32(d, p, rend, &r.header_count)
+    if p < 0:
+        raise_varint_error(p, p_hc + base, "header count")
+    if r.header_count < 0 or r.header_count > rend - p:
+        _record_error(f"invalid header count {r.header_count}", p_hc, base)
+    r.headers_pos = p
+    for _i in range(r.header_count):
+        p = _skip_blob(d, p, rend, &hlen, False, "header key", base) + hlen
+        p = _skip_blob(d, p, rend, &hlen, True, "header value", base)
+        if hlen > 0:
+            p += hlen
+    if p != rend:
+        _record_error(f"record of {length} bytes has {rend - p} bytes left over", pos, base)
+    r.next = rend
+    return 0
+
+
+cdef list _decode_headers(const unsigned char *d, Py_ssize_t p, int32_t count):
+    # Only called on a span that _parse_record has already checked.
+    cdef list out = []
+    cdef int32_t klen = 0, vlen = 0
+    cdef int32_t _i
+    cdef object key, value
+    for _i in range(count):
+        p = read_varint32(d, p, p + 5, &klen)
+        key = PyUnicode_DecodeUTF8(<const char *>d + p, klen, "replace")
+        p += klen
+        p = read_varint32(d, p, p + 5, &vlen)
+        if vlen < 0:
+            value = None
+        else:
+            value = PyBytes_FromStringAndSize(<const char *>d + p, vlen)
+            p += vlen
+        out.append((key, value))
+    return out
+
+
+@cython.final
+@cython.freelist(64)
+cdef class Record:
+    """One record of a v2 batch (or a legacy message), decoded."""
+    cdef readonly int64_t offset
+    cdef readonly int64_t timestamp
+    cdef readonly object key
+    cdef readonly object value
+    cdef object _headers
+    cdef readonly int timestamp_type
+
+    @property
+    def headers(self):
+        if self._headers is None:
+            return []
+        return self._headers
+
+    def __repr__(self):
+        return (f"Record(offset={self.offset}, timestamp={self.timestamp}, key={self.key!r}, "
+                f"value={self.value!r}, headers={self.headers!r})")
+
+    def __eq__(self, other):
+        if not isinstance(other, Record):
+            return NotImplemented
+        o = <Record>other
+        return (self.offset == o.offset and self.timestamp == o.timestamp
+                and self.key == o.key and self.value == o.value
+                and self.headers == o.headers and self.timestamp_type == o.timestamp_type)
+
+    __hash__ = None
+
+
+cdef inline Record _make_record(const unsigned char *d, RecordSpan *r, BatchHeader h):
+    cdef Record rec = Record.__new__(Record)
+    rec.offset = h.base_offset + r.offset_delta
+    if h.attributes & ATTR_TIMESTAMP_TYPE:
+        rec.timestamp = h.max_timestamp
+        rec.timestamp_type = 1
+    else:
+        rec.timestamp = h.first_timestamp + r.timestamp_delta
+        rec.timestamp_type = 0
+    if r.key_len >= 0:
+        rec.key = PyBytes_FromStringAndSize(<const char *>d + r.key_pos, r.key_len)
+    else:
+        rec.key = None
+    if r.value_len >= 0:
+        rec.value = PyBytes_FromStringAndSize(<const char *>d + r.value_pos, r.value_len)
+    else:
+        rec.value = None
+    if r.header_count > 0:
+        rec._headers = _decode_headers(d, r.headers_pos, r.header_count)
+    return rec
+
+
+cdef object _decompress_fn = None
+
+
+cdef object _decompress(int codec, object data, Py_ssize_t limit):
+    global _decompress_fn
+    if _decompress_fn is None:
+        from fastlog.compression import decompress
+        _decompress_fn = decompress
+    return _decompress_fn(codec, data, limit)
+
+
+cdef object _byte_view(object buf):
+    mv = memoryview(buf)
+    if mv.ndim != 1 or mv.itemsize != 1 or mv.format != "B":
+        mv = mv.cast("B")
+    return mv
+
+
+cdef object _records_region(object buf, BatchHeader h, Py_ssize_t limit):
+    """The records bytes of batch h: a view of buf, or the decompressed bytes."""
+    cdef int codec = h.attributes & ATTR_CODEC_MASK
+    region = _byte_view(buf)[h.position + HEADER_SIZE:h.position + h.batch_length + OVERHEAD]
+    if codec == 0:
+        return region
+    try:
+        return _decompress(codec, region, limit)
+    except CodecError as exc:
+        if exc.position is None:
+            exc.position = h.position + HEADER_SIZE
+        raise
+
+
+cdef int _verify_records(object buf, const unsigned char *data, BatchHeader h,
+                         Py_ssize_t limit) except -1:
+    """Walk every record of h: lengths, varints, count and offset deltas 0..n-1."""
+    cdef Py_buffer view
+    cdef RecordSpan r
+    cdef Py_ssize_t p, end, base
+    cdef int32_t i
+    if h.attributes & ATTR_CODEC_MASK:
+        region = _records_region(buf, h, limit)
+        _get_buffer(region, &view, False)
+        base = 0
+    else:
+        region = None
+        view.buf = <void *>(data + h.position + HEADER_SIZE)
+        view.len = <Py_ssize_t>h.batch_length + OVERHEAD - HEADER_SIZE
+        base = h.position + HEADER_SIZE
+    try:
+        p = 0
+        end = view.len
+        for i in range(h.record_count):
+            if p >= end:
+                raise InvalidRecordError(
+                    f"record batch at byte {h.position} declares {h.record_count} records "
+                    f"but holds {i}", h.position + OFF_RECORD_COUNT)
+            _parse_record(<const unsigned char *>view.buf, p, end, &r, base)
+            if r.offset_delta != i:
+                raise InvalidRecordError(
+                    f"record {i} of the batch at byte {h.position} has offset delta "
+                    f"{r.offset_delta}", p + base)
+            p = r.next
+        if p != end:
+            raise InvalidRecordError(
+                f"record batch at byte {h.position} has {end - p} bytes after its "
+                f"{h.record_count} records", h.position + OFF_RECORD_COUNT)
+    finally:
+        if region is not None:
+            PyBuffer_Release(&view)
+    return 0
+
+
+@cython.final
+cdef class _RecordIterator:
+    """Lazily decodes the records of one batch (iter_records)."""
+    cdef BatchHeader header
+    cdef object region
+    cdef Py_buffer view
+    cdef bint has_view
+    cdef Py_ssize_t pos
+    cdef Py_ssize_t base
+    cdef int32_t left
+
+    def __dealloc__(self):
+        if self.has_view:
+            PyBuffer_Release(&self.view)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef RecordSpan r
+        if self.left <= 0 or self.pos >= self.view.len:
+            if self.left > 0:
+                raise InvalidRecordError(
+                    f"record batch at byte {self.header.position} ends {self.left} records "
+                    f"short of its count", self.header.position + OFF_RECORD_COUNT)
+            raise StopIteration
+        _parse_record(<const unsigned char *>self.view.buf, self.pos, self.view.len, &r,
+                      self.base)
+        self.pos = r.next
+        self.left -= 1
+        return _make_record(<const unsigned char *>self.view.buf, &r, self.header)
+
+
+def iter_records(buf, Py_ssize_t pos=0, *, Py_ssize_t decompress_limit=DEFAULT_DECOMPRESS_LIMIT,
+                 bint verify_crc=True):
+    """Iterate the records of the one v2 batch at pos (decompressing as needed)."""
+    cdef Py_buffer view
+    cdef BatchHeader h
+    cdef _RecordIterator it = _RecordIterator.__new__(_RecordIterator)
+    _get_buffer(buf, &view, False)
+    try:
+        if pos < 0 or pos > view.len:
+            raise ValueError(f"position {pos} outside the buffer")
+        h = _read_header(<const unsigned char *>view.buf, pos, view.len)
+        _check_batch(<const unsigned char *>view.buf, h, verify_crc)
+    finally:
+        PyBuffer_Release(&view)
+    it.header = h
+    it.region = _records_region(buf, h, decompress_limit)
+    _get_buffer(it.region, &it.view, False)
+    it.has_view = True
+    it.pos = 0
+    it.base = 0 if h.attributes & ATTR_CODEC_MASK else h.position + HEADER_SIZE
+    it.left = h.record_count
+    return it
+
+
+cdef int _batch_records(object buf, const unsigned char *data, BatchHeader h,
+                        Py_ssize_t limit, list out) except -1:
+    """Append the Records of batch h to out (the consumer hot path)."""
+    cdef Py_buffer view
+    cdef RecordSpan r
+    cdef Py_ssize_t p, end, base
+    cdef int32_t i
+    cdef const unsigned char *d
+    cdef object region = None
+    if h.attributes & ATTR_CODEC_MASK:
+        region = _records_region(buf, h, limit)
+        _get_buffer(region, &view, False)
+        d = <const unsigned char *>view.buf
+        end = view.len
+        base = 0
+    else:
+        d = data + h.position + HEADER_SIZE
+        end = <Py_ssize_t>h.batch_length + OVERHEAD - HEADER_SIZE
+        base = h.position + HEADER_SIZE
+    try:
+        p = 0
+        for i in range(h.record_count):
+            if p >= end:
+                raise InvalidRecordError(
+                    f"record batch at byte {h.position} declares {h.record_count} records "
+                    f"but holds {i}", h.position + OFF_RECORD_COUNT)
+            _parse_record(d, p, end, &r, base)
+            out.append(_make_record(d, &r, h))
+            p = r.next
+    finally:
+        if region is not None:
+            PyBuffer_Release(&view)
+    return 0
+
+
+def read_records(buf, *, bint verify_crc=True, bint include_control=False,
+                 Py_ssize_t decompress_limit=DEFAULT_DECOMPRESS_LIMIT):
+    """All records of all v2 batches in a blob (e.g. a fetched partition's records).
+
+    A partial batch at the end (as fetch responses may carry) is ignored; any other
+    problem raises. Control batches are skipped unless include_control.
+    """
+    cdef Py_buffer view
+    cdef list out = []
+    cdef Py_ssize_t pos = 0
+    cdef const unsigned char *data
+    cdef BatchHeader h
+    _get_buffer(buf, &view, False)
+    try:
+        data = <const unsigned char *>view.buf
+        while pos < view.len:
+            try:
+                h = _read_header(data, pos, view.len)
+            except TruncatedError:
+                break
+            _check_batch(data, h, verify_crc)
+            if include_control or not (h.attributes & ATTR_CONTROL):
+                _batch_records(buf, data, h, decompress_limit, out)
+            pos += <Py_ssize_t>h.batch_length + OVERHEAD
+        return out
+    finally:
+        PyBuffer_Release(&view)
+
+
+def read_columns(buf, *, bint verify_crc=True, bint include_control=False,
+                 Py_ssize_t decompress_limit=DEFAULT_DECOMPRESS_LIMIT):
+    """Like read_records, as columns: dict of lists offsets/timestamps/keys/values/headers."""
+    cdef list recs = read_records(buf, verify_crc=verify_crc, include_control=include_control,
+                                  decompress_limit=decompress_limit)
+    cdef list offsets = [], timestamps = [], keys = [], values = [], headers = []
+    cdef Record rec
+    for obj in recs:
+        rec = <Record>obj
+        offsets.append(rec.offset)
+        timestamps.append(rec.timestamp)
+        keys.append(rec.key)
+        values.append(rec.value)
+        headers.append(rec.headers)
+    return {"offsets": offsets, "timestamps": timestamps, "keys": keys, "values": values,
+            "headers": headers}
