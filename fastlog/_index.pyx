@@ -347,6 +347,16 @@ cdef class OffsetIndex(AbstractIndex):
         cdef int64_t offset = self._lookup(target_offset, &position)
         return offset, position
 
+    def lookup_bounds(self, int64_t target_offset):
+        """lookup() plus the position of the next entry (-1 if none): the batch holding
+        target_offset starts at or before that position, which bounds a forward scan."""
+        self._check_open()
+        cdef Py_ssize_t slot = self._largest_lower_bound(target_offset - self.base_offset, False)
+        if slot < 0:
+            return self.base_offset, 0, (self._value(0) if self._entries > 0 else -1)
+        return (self.base_offset + self._key(slot), self._value(slot),
+                self._value(slot + 1) if slot + 1 < self._entries else -1)
+
     def lookup_many(self, const int64_t[::1] targets, int64_t[::1] out_offsets,
                     int64_t[::1] out_positions):
         """lookup() for every target in one call (benchmarks, bulk readers); returns count."""

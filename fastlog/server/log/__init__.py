@@ -1,1 +1,33 @@
+# fastlog/server/log — storage: partitions as segmented logs on disk (Kafka's layout and
+# formats). Layers below: fastlog._codec (batches), fastlog._index (mmap indexes). Knows
+# nothing of the network. Threading model: see log.py and log_manager.py.
+"""Storage engine: Log, LogSegment, LogManager, LogConfig and checkpoints."""
 
+from .checkpoint import LeaderEpochFileCache, OffsetCheckpointFile
+from .config import LogConfig, LogConfigError
+from .errors import (
+    KafkaStorageError,
+    LogError,
+    OffsetOutOfRangeError,
+    OffsetsOutOfOrderError,
+    RecordBatchTooLargeError,
+    UnexpectedAppendOffsetError,
+)
+from .log import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    FetchDataInfo,
+    Log,
+    LogAppendInfo,
+)
+from .scheduler import InlineScheduler, IoWorker
+from .segment import LogSegment
+
+__all__ = [
+    "EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "MAX_TIMESTAMP", "FetchDataInfo",
+    "InlineScheduler", "IoWorker", "KafkaStorageError", "LeaderEpochFileCache", "Log",
+    "LogAppendInfo", "LogConfig", "LogConfigError", "LogError", "LogSegment",
+    "OffsetCheckpointFile", "OffsetOutOfRangeError", "OffsetsOutOfOrderError",
+    "RecordBatchTooLargeError", "UnexpectedAppendOffsetError",
+]

@@ -1,0 +1,639 @@
+# fastlog/server/log/log.py — Log: one partition's sequence of segments.
+#
+# Owns the partition directory `<log dir>/<topic>-<partition>/`: its segments
+# (`<base offset>.log|.index|.timeindex`), its `leader-epoch-checkpoint`, and the offsets
+# that describe it (log start, log end, recovery point, high watermark). Loading follows
+# Kafka's LogLoader: drop leftovers, rebuild missing/corrupt indexes, and after an unclean
+# shutdown check every batch from the recovery point on, truncating at the first bad one.
+#
+# Threads: append, read, truncate, roll, retention and config changes come from ONE thread
+# (the broker's event-loop thread). flush() may run on the LogManager's I/O worker at the
+# same time: it fsyncs a snapshot of segments and then advances the recovery point unless
+# a truncation happened meanwhile. Readers take the segment list as an immutable tuple
+# (copy-on-write), so a segment removed by retention stays readable for reads already in
+# progress; its files are renamed `.deleted` and unlinked after file.delete.delay.ms.
+"""A partition's log: append, read, recovery, truncation, retention."""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import logging
+import os
+import shutil
+import threading
+import time
+from concurrent.futures import Future
+
+from fastlog._codec import FileRegion, stamp_batches
+from fastlog._index import CorruptIndexError
+
+from .checkpoint import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache, fsync_dir
+from .config import LogConfig
+from .errors import (
+    OffsetOutOfRangeError,
+    OffsetsOutOfOrderError,
+    RecordBatchTooLargeError,
+    UnexpectedAppendOffsetError,
+)
+from .scheduler import InlineScheduler
+from .segment import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SWAP_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    LogSegment,
+    file_name,
+    offset_from_file_name,
+)
+
+logger = logging.getLogger(__name__)
+
+# ListOffsets special timestamps (Kafka's).
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+
+
+@dataclasses.dataclass
+class LogAppendInfo:
+    """What an append did. flush_future is set when flush.messages asked for an fsync:
+    it completes once the appended data is on disk (await it before acking to keep
+    the flush.messages guarantee without blocking the event loop)."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time: int
+    num_messages: int
+    valid_bytes: int
+    log_start_offset: int
+    flush_future: Future | None = None
+
+
+@dataclasses.dataclass
+class FetchDataInfo:
+    """A read: file regions ready for sendfile, their total size, and the base offset of
+    the first batch they start with (-1 when empty). first_entry_incomplete means the
+    only batch returned is cut short by max_bytes (min_one_batch=False)."""
+
+    start_offset: int
+    regions: list
+    size: int
+    first_batch_offset: int = -1
+    first_entry_incomplete: bool = False
+
+
+def parse_topic_partition(dir_name: str) -> tuple[str, int]:
+    """`<topic>-<partition>` (optionally with a `.<uuid>-delete` suffix) → (topic, partition)."""
+    name = os.path.basename(os.path.normpath(dir_name))
+    if name.endswith("-delete") and "." in name:
+        name = name[: name.rindex(".")]
+    topic, sep, part = name.rpartition("-")
+    if not sep or not topic or not part.isdigit():
+        raise ValueError(f"{dir_name!r} is not a <topic>-<partition> log directory")
+    return topic, int(part)
+
+
+class Log:
+    """One partition's log (see the module comment for the threading model)."""
+
+    def __init__(self, dir_path: str, config: LogConfig, scheduler=None, time_fn=time.time):
+        self.dir = os.path.abspath(dir_path)
+        self.topic, self.partition = parse_topic_partition(self.dir)
+        self.config = config
+        self.scheduler = scheduler or InlineScheduler()
+        self.time_fn = time_fn
+        self._segments: tuple[LogSegment, ...] = ()
+        self._bases: tuple[int, ...] = ()
+        self.log_start_offset = 0
+        self.log_end_offset = 0
+        self.recovery_point = 0
+        self.high_watermark = 0
+        # Single-replica partitions: the high watermark follows every append. The replica
+        # manager turns this off for replicated partitions and drives it itself.
+        self.hw_follows_leo = True
+        self.last_flush_ms = self._now_ms()
+        self.leader_epoch_cache = LeaderEpochFileCache(None)
+        self._state_lock = threading.Lock()  # recovery point vs. truncation (I/O worker)
+        self._flush_lock = threading.Lock()  # one flush at a time
+        self._truncations = 0
+        self._flush_target = 0
+        self._flush_job: Future | None = None
+        self._flush_job_started = False
+        self.closed = False
+
+    def _now_ms(self) -> int:
+        return int(self.time_fn() * 1000)
+
+    # ------------------------------------------------------------------ loading
+
+    @classmethod
+    def open(cls, dir_path: str, config: LogConfig, recovery_point: int = 0,
+             log_start_offset: int | None = None, clean_shutdown: bool = True,
+             time_fn=time.time, scheduler=None) -> Log:
+        """Open (creating if needed) the partition directory and load its segments."""
+        os.makedirs(dir_path, exist_ok=True)
+        log = cls(dir_path, config, scheduler, time_fn)
+        log._load(recovery_point, log_start_offset, clean_shutdown)
+        return log
+
+    def _load(self, recovery_point: int, log_start_offset: int | None,
+              clean_shutdown: bool) -> None:
+        now = self._now_ms()
+        self._remove_temp_files()
+        self.leader_epoch_cache = LeaderEpochFileCache(
+            os.path.join(self.dir, LEADER_EPOCH_CHECKPOINT))
+        segments = []
+        for name in sorted(os.listdir(self.dir)):
+            if not name.endswith(LOG_SUFFIX):
+                continue
+            try:
+                base = offset_from_file_name(name)
+            except ValueError:
+                continue
+            missing = [sfx for sfx in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+                       if not os.path.exists(file_name(self.dir, base, sfx))]
+            seg = LogSegment.open(self.dir, base, self.config, now, file_already_exists=True)
+            try:
+                if missing and seg.size > 0:
+                    raise CorruptIndexError(f"{', '.join(missing)} file missing")
+                seg.sanity_check()
+            except CorruptIndexError as exc:
+                logger.warning("%s: rebuilding indexes of segment %d: %s", self.dir, base, exc)
+                seg.recover(None, self.config.max_message_bytes)
+            segments.append(seg)
+        segments.sort(key=lambda s: s.base_offset)
+        if not clean_shutdown and segments:
+            segments = self._recover_segments(segments, recovery_point)
+        if not segments:
+            start = log_start_offset or 0
+            segments = [LogSegment.open(self.dir, start, self.config, now)]
+        for seg in segments:
+            seg.init_bytes_since_last_index_entry()
+        active = segments[-1]
+        active.resize_indexes(self.config.segment_index_bytes)
+        self._publish(segments)
+        self.log_end_offset = active.next_offset
+        first = segments[0].base_offset
+        self.log_start_offset = max(first, log_start_offset or 0)
+        if self.log_start_offset > self.log_end_offset:
+            self.log_start_offset = self.log_end_offset
+        self.recovery_point = min(recovery_point, self.log_end_offset)
+        self.high_watermark = self.log_end_offset if self.hw_follows_leo else min(
+            self.high_watermark, self.log_end_offset)
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+
+    def _remove_temp_files(self) -> None:
+        """Kafka's first loading step: files of unfinished deletions/compactions go, as do
+        indexes without a data file."""
+        names = set(os.listdir(self.dir))
+        for name in names:
+            path = os.path.join(self.dir, name)
+            if name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, ".tmp")):
+                # fastlog has no compactor yet, so a .swap is never the only copy of data;
+                # a .tmp is a checkpoint write that a crash interrupted.
+                os.unlink(path)
+            elif name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX)):
+                stem = name.rsplit(".", 1)[0]
+                if stem + LOG_SUFFIX not in names:
+                    os.unlink(path)
+
+    def _recover_segments(self, segments: list[LogSegment], recovery_point: int):
+        """Check every batch from the segment holding recovery_point on; at the first
+        bad batch truncate there and delete every later segment."""
+        bases = [s.base_offset for s in segments]
+        first = max(0, bisect.bisect_right(bases, recovery_point) - 1)
+        for i in range(first, len(segments)):
+            seg = segments[i]
+            truncated = seg.recover(self.leader_epoch_cache, self.config.max_message_bytes)
+            if truncated:
+                logger.warning("%s: truncated %d invalid bytes at the end of segment %d",
+                               self.dir, truncated, seg.base_offset)
+                for later in segments[i + 1:]:
+                    logger.warning("%s: deleting segment %d after the corruption",
+                                   self.dir, later.base_offset)
+                    later.delete_files()
+                    later.close()
+                segments = segments[: i + 1]
+                break
+        # An empty segment that is not the first and follows a truncation is useless.
+        while len(segments) > 1 and segments[-1].size == 0 and (
+                segments[-1].base_offset != segments[-2].next_offset):
+            segments[-1].delete_files()
+            segments[-1].close()
+            segments.pop()
+        return segments
+
+    # ------------------------------------------------------------------ segment list
+
+    def _publish(self, segments) -> None:
+        # Readers pick up (_segments, _bases) as one tuple: never half of an update.
+        segs = tuple(segments)
+        self._view = (segs, tuple(s.base_offset for s in segs))
+        self._segments, self._bases = self._view
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        """Immutable snapshot of the segments, oldest first."""
+        return self._view[0]
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._view[0][-1]
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self._view[0])
+
+    @property
+    def num_segments(self) -> int:
+        return len(self._view[0])
+
+    # ------------------------------------------------------------------ append
+
+    def append(self, records, batches, leader_epoch: int, assign_offsets: bool = True,
+               now_ms: int | None = None) -> LogAppendInfo:
+        """Append validated batches (headers found in `records` by the codec).
+
+        assign_offsets=True (leader): stamp offsets from the log end offset and the leader
+        epoch into the bytes in place; False (replication): keep the batches' offsets,
+        which must increase and start at or after the log end offset. Returns LogAppendInfo."""
+        if self.closed:
+            raise ValueError(f"log {self.dir} is closed")
+        now = self._now_ms() if now_ms is None else now_ms
+        if not batches:
+            return LogAppendInfo(-1, -1, -1, -1, -1, 0, 0, self.log_start_offset)
+        limit = self.config.max_message_bytes
+        for h in batches:
+            if h.size > limit:
+                raise RecordBatchTooLargeError(
+                    f"batch at offset {h.base_offset} is {h.size} bytes, over max.message.bytes "
+                    f"{limit} of {self.topic}-{self.partition}")
+        if assign_offsets:
+            stamp_batches(records, batches, self.log_end_offset, leader_epoch)
+        else:
+            prev = self.log_end_offset - 1
+            if batches[0].base_offset < self.log_end_offset:
+                raise UnexpectedAppendOffsetError(
+                    f"append at offset {batches[0].base_offset} below the log end offset "
+                    f"{self.log_end_offset} of {self.topic}-{self.partition}")
+            for h in batches:
+                if h.base_offset <= prev or h.last_offset < h.base_offset:
+                    raise OffsetsOutOfOrderError(
+                        f"batch offsets {h.base_offset}..{h.last_offset} after {prev} in "
+                        f"{self.topic}-{self.partition}")
+                prev = h.last_offset
+        first, last = batches[0], batches[-1]
+        max_ts, off_max, count = -1, first.base_offset, 0
+        for h in batches:
+            count += h.record_count
+            if h.max_timestamp > max_ts:
+                max_ts, off_max = h.max_timestamp, h.last_offset
+            if h.partition_leader_epoch >= 0 and (
+                    h.partition_leader_epoch != self.leader_epoch_cache.latest_epoch):
+                self.leader_epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
+        valid_bytes = last.end - first.position
+        segment = self._maybe_roll(valid_bytes, max_ts, first.base_offset, last.last_offset, now)
+        segment.append(records, batches)
+        self.log_end_offset = last.next_offset
+        if self.hw_follows_leo:
+            self.high_watermark = self.log_end_offset
+        flush_future = None
+        if self.log_end_offset - self.recovery_point >= self.config.flush_messages:
+            flush_future = self._request_flush(self.log_end_offset)
+        return LogAppendInfo(
+            first_offset=first.base_offset, last_offset=last.last_offset,
+            max_timestamp=max_ts, offset_of_max_timestamp=off_max,
+            log_append_time=now if self.config.log_append_time else -1,
+            num_messages=count, valid_bytes=valid_bytes,
+            log_start_offset=self.log_start_offset, flush_future=flush_future)
+
+    def _maybe_roll(self, messages_size: int, max_ts: int, first_offset: int,
+                    max_offset: int, now: int) -> LogSegment:
+        segment = self.active_segment
+        if segment.should_roll(messages_size, max_ts, max_offset, now, self.config):
+            return self.roll(first_offset)
+        return segment
+
+    def roll(self, expected_next_offset: int | None = None) -> LogSegment:
+        """Start a new active segment at max(expected_next_offset, log end offset); the
+        old one is trimmed and flushed in the background (which moves the recovery point)."""
+        new_base = max(expected_next_offset or 0, self.log_end_offset)
+        segments = list(self.segments)
+        active = segments[-1]
+        if active.base_offset == new_base and active.size == 0:
+            return active  # already an empty segment there
+        now = self._now_ms()
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            stale = file_name(self.dir, new_base, suffix)
+            if os.path.exists(stale):
+                logger.warning("%s: removing stale file %s before roll", self.dir, stale)
+                os.unlink(stale)
+        active.on_become_inactive_segment()
+        seg = LogSegment.open(self.dir, new_base, self.config, now)
+        segments.append(seg)
+        self._publish(segments)
+        self._request_flush(new_base)
+        return seg
+
+    # ------------------------------------------------------------------ read
+
+    def read(self, start_offset: int, max_bytes: int, max_position: int | None = None,
+             min_one_batch: bool = True) -> FetchDataInfo:
+        """Read from the batch holding start_offset: up to max_bytes (but at least one whole
+        batch if min_one_batch), never past offset `max_position` (an exclusive offset
+        bound such as the high watermark; None = log end). Regions come from one segment,
+        as Kafka's reads do. Raises OffsetOutOfRangeError outside [start, end]."""
+        segs, bases = self._view
+        end = self.log_end_offset
+        if start_offset == end:
+            return FetchDataInfo(start_offset, [], 0)
+        if start_offset > end or start_offset < self.log_start_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {start_offset} is outside [{self.log_start_offset}, {end}] of "
+                f"{self.topic}-{self.partition}")
+        max_offset = end if max_position is None else min(max_position, end)
+        if start_offset >= max_offset:
+            return FetchDataInfo(start_offset, [], 0)
+        i = bisect.bisect_right(bases, start_offset) - 1
+        if i < 0:
+            i = 0
+        while i < len(segs):
+            seg = segs[i]
+            limit_pos = None
+            if max_offset < end:
+                if i + 1 < len(segs) and bases[i + 1] <= max_offset:
+                    limit_pos = None
+                elif max_offset <= seg.base_offset:
+                    return FetchDataInfo(start_offset, [], 0)
+                else:
+                    h = seg.translate_offset(max_offset)
+                    limit_pos = seg.size if h is None else h.position
+            r = seg.read(start_offset, max_bytes, limit_pos, min_one_batch)
+            if r is not None:
+                if r.length == 0:
+                    return FetchDataInfo(start_offset, [], 0, r.first_batch_offset,
+                                         r.first_entry_incomplete)
+                return FetchDataInfo(start_offset, [FileRegion(r.file, r.position, r.length)],
+                                     r.length, r.first_batch_offset, r.first_entry_incomplete)
+            i += 1
+        return FetchDataInfo(start_offset, [], 0)
+
+    # ------------------------------------------------------------------ offsets by time
+
+    def fetch_offset_by_timestamp(self, timestamp: int):
+        """(offset, timestamp) of the first record with timestamp >= `timestamp`, or None.
+        Special values: -2 earliest, -1 latest, -3 the record with the largest timestamp."""
+        if timestamp == EARLIEST_TIMESTAMP:
+            return self.earliest_offset()
+        if timestamp == LATEST_TIMESTAMP:
+            return self.latest_offset()
+        segs = self.segments
+        if timestamp == MAX_TIMESTAMP:
+            best = None
+            for seg in segs:
+                ts = seg.max_timestamp_so_far
+                if ts >= 0 and (best is None or ts > best[1]):
+                    best = (seg.offset_of_max_timestamp_so_far, ts)
+            return best
+        for seg in segs:
+            if seg.size == 0 or seg.largest_timestamp < timestamp and seg is not segs[-1]:
+                continue
+            found = seg.find_offset_by_timestamp(timestamp, self.log_start_offset)
+            if found is not None:
+                return found
+        return None
+
+    def earliest_offset(self):
+        return self.log_start_offset, -1
+
+    def latest_offset(self):
+        return self.log_end_offset, -1
+
+    # ------------------------------------------------------------------ high watermark
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the high watermark, kept within [log_start_offset, log_end_offset]."""
+        self.high_watermark = max(self.log_start_offset, min(offset, self.log_end_offset))
+        return self.high_watermark
+
+    # ------------------------------------------------------------------ truncation
+
+    def truncate_to(self, offset: int) -> bool:
+        """Remove every batch at or after `offset` (follower truncation); True if any."""
+        if offset < 0:
+            raise ValueError(f"cannot truncate {self.topic}-{self.partition} to {offset}")
+        if offset >= self.log_end_offset:
+            return False
+        if offset <= self.log_start_offset:
+            self.truncate_fully_and_start_at(offset)
+            return True
+        with self._state_lock:
+            self._truncations += 1
+            segs = list(self.segments)
+            keep = [s for s in segs if s.base_offset < offset] or segs[:1]
+            removed = [s for s in segs if s not in keep]
+            active = keep[-1]
+            active.truncate_to(offset)
+            active.resize_indexes(self.config.segment_index_bytes)
+            self._publish(keep)
+            self.log_end_offset = active.next_offset
+            self.recovery_point = min(self.recovery_point, self.log_end_offset)
+            self.high_watermark = min(self.high_watermark, self.log_end_offset)
+        self._delete_segments_async(removed)
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+        return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every segment and restart the log, empty, at `offset`."""
+        with self._state_lock:
+            self._truncations += 1
+            removed = list(self.segments)
+            for seg in removed:
+                seg.change_suffix("", DELETED_SUFFIX)
+            seg = LogSegment.open(self.dir, offset, self.config, self._now_ms())
+            self._publish([seg])
+            self.log_end_offset = offset
+            self.log_start_offset = offset
+            self.recovery_point = offset
+            self.high_watermark = offset
+        self._schedule_file_deletion(removed)
+        self.leader_epoch_cache.clear()
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: move the log start offset to `offset` (at most the high
+        watermark); whole segments below it go at the next retention pass."""
+        if offset > self.high_watermark or offset < 0:
+            raise OffsetOutOfRangeError(
+                f"cannot delete records before {offset}: high watermark is "
+                f"{self.high_watermark} for {self.topic}-{self.partition}")
+        if offset > self.log_start_offset:
+            self.log_start_offset = offset
+            self.leader_epoch_cache.truncate_from_start(offset)
+        return self.log_start_offset
+
+    # ------------------------------------------------------------------ retention
+
+    def delete_old_segments(self, now_ms: int | None = None) -> int:
+        """Retention pass: segments wholly below the log start offset, then (with
+        cleanup.policy=delete) those older than retention.ms by their largest timestamp
+        and the oldest beyond retention.bytes. Never the active segment, never data at or
+        above the high watermark. Returns the number of segments deleted."""
+        now = self._now_ms() if now_ms is None else now_ms
+        cfg = self.config
+        segs = list(self.segments)[:-1]  # the active segment is never deleted
+        nxt = list(self.segments)[1:]
+        deletable = []
+        size_excess = (self.size_in_bytes - cfg.retention_bytes
+                       if cfg.delete_enabled and cfg.retention_bytes >= 0 else -1)
+        for seg, following in zip(segs, nxt, strict=True):
+            if following.base_offset > self.high_watermark:
+                break
+            reason = None
+            if following.base_offset <= self.log_start_offset:
+                reason = "log start offset"
+            elif cfg.delete_enabled and cfg.retention_ms >= 0 and (
+                    now - seg.largest_timestamp > cfg.retention_ms):
+                reason = "retention.ms"
+            elif size_excess >= 0 and size_excess - seg.size >= 0:
+                reason = "retention.bytes"
+            if reason is None:
+                break
+            size_excess -= seg.size
+            logger.info("%s: deleting segment %d (%s)", self.dir, seg.base_offset, reason)
+            deletable.append(seg)
+        if not deletable:
+            return 0
+        remaining = segs[len(deletable):] + [self.active_segment]
+        self._publish(remaining)
+        self.log_start_offset = max(self.log_start_offset, remaining[0].base_offset)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        self._delete_segments_async(deletable)
+        return len(deletable)
+
+    def _delete_segments_async(self, segments) -> None:
+        for seg in segments:
+            seg.change_suffix("", DELETED_SUFFIX)
+        self._schedule_file_deletion(segments)
+
+    def _schedule_file_deletion(self, segments) -> None:
+        if segments:
+            delay = self.config.file_delete_delay_ms / 1000.0
+            self.scheduler.schedule(delay, _delete_segment_files, tuple(segments))
+
+    # ------------------------------------------------------------------ flush
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self.log_end_offset - self.recovery_point
+
+    def flush(self, up_to: int | None = None) -> None:
+        """fsync every segment holding offsets below `up_to` (default: the log end) and
+        move the recovery point there. Safe on the I/O worker thread."""
+        with self._flush_lock:
+            with self._state_lock:
+                target = self.log_end_offset if up_to is None else min(up_to, self.log_end_offset)
+                if target <= self.recovery_point:
+                    return
+                generation = self._truncations
+                start = self.recovery_point
+                segs = self.segments
+            bases = [s.base_offset for s in segs]
+            first = max(0, bisect.bisect_right(bases, start) - 1)
+            for seg in segs[first:]:
+                if seg.base_offset >= target:
+                    break
+                if not seg.deleted and not seg.file.closed:
+                    seg.flush()
+            fsync_dir(self.dir)  # new segment files must survive a crash too
+            with self._state_lock:
+                if generation == self._truncations and target > self.recovery_point:
+                    self.recovery_point = target
+                self.last_flush_ms = self._now_ms()
+
+    def _request_flush(self, up_to: int) -> Future:
+        """Ask the I/O worker to flush up to `up_to`; joins a queued flush if any."""
+        with self._state_lock:
+            self._flush_target = max(self._flush_target, up_to)
+            if self._flush_job is not None and not self._flush_job_started:
+                return self._flush_job
+            self._flush_job_started = False
+            fut: Future = Future()
+            self._flush_job = fut
+        inner = self.scheduler.submit(self._run_flush_job)
+        inner.add_done_callback(lambda f: _chain(f, fut))
+        return fut
+
+    def _run_flush_job(self) -> None:
+        with self._state_lock:
+            self._flush_job_started = True
+            self._flush_job = None
+            target = self._flush_target
+        self.flush(target)
+
+    def flush_async(self, up_to: int | None = None) -> Future:
+        return self._request_flush(self.log_end_offset if up_to is None else up_to)
+
+    # ------------------------------------------------------------------ config / lifecycle
+
+    def update_config(self, config: LogConfig) -> None:
+        """New topic settings; index sizes apply from the next segment on."""
+        self.config = config
+
+    def rename_dir(self, new_dir: str) -> None:
+        """Move the partition directory (deletion marks it `<dir>.<uuid>-delete`)."""
+        os.rename(self.dir, new_dir)
+        self.dir = os.path.abspath(new_dir)
+        for seg in self.segments:
+            seg.dir = self.dir
+            seg.file.path = os.path.join(self.dir, os.path.basename(seg.file.path))
+            seg.offset_index.update_parent_dir(self.dir)
+            seg.time_index.update_parent_dir(self.dir)
+        if self.leader_epoch_cache.path:
+            self.leader_epoch_cache.path = os.path.join(self.dir, LEADER_EPOCH_CHECKPOINT)
+
+    def close(self) -> None:
+        """Record the active segment's final time entry, trim indexes, release files."""
+        if self.closed:
+            return
+        self.closed = True
+        with self._flush_lock:
+            active = self.active_segment
+            active.on_become_inactive_segment()
+            for seg in self.segments:
+                seg.close()
+
+    def delete(self) -> None:
+        """Remove the partition: every segment and the directory itself."""
+        self.closed = True
+        with self._flush_lock:
+            for seg in self.segments:
+                seg.delete_files()
+                seg.close()
+            self._publish([])
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __repr__(self):
+        return (f"Log({self.topic}-{self.partition}, start={self.log_start_offset}, "
+                f"end={self.log_end_offset}, segments={len(self.segments)})")
+
+
+def _delete_segment_files(segments) -> None:
+    for seg in segments:
+        seg.delete_files()
+
+
+def _chain(src: Future, dst: Future) -> None:
+    if dst.done():
+        return
+    if src.cancelled():
+        dst.cancel()
+    elif src.exception() is not None:
+        dst.set_exception(src.exception())
+    else:
+        dst.set_result(src.result())

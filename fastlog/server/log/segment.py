@@ -1,0 +1,558 @@
+# fastlog/server/log/segment.py — LogSegment: one `.log` file and its two indexes.
+#
+# Files (Kafka's names and formats): `<20-digit base offset>.log` holds v2 record batches
+# back to back, exactly as producers sent them but for baseOffset/partitionLeaderEpoch;
+# `.index` and `.timeindex` are fastlog._index mmap indexes. Suffixes `.deleted` (awaiting
+# asynchronous removal) and `.cleaned`/`.swap` (compaction, cleaned up at load) may follow.
+#
+# Threads: not thread-safe. The owning Log calls everything from the broker's event-loop
+# thread, except flush() which its background I/O worker may run concurrently (an fsync of
+# descriptors only). A segment is never explicitly closed while readers may hold regions of
+# it: deletion unlinks the files and the descriptor/mappings go when the last reference does.
+"""A log segment: the data file plus offset and time indexes."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+
+from fastlog._codec import (
+    CodecError,
+    TruncatedError,
+    iter_records,
+    read_batch_header,
+    scan_batches,
+)
+from fastlog._index import NO_TIMESTAMP, CorruptIndexError, OffsetIndex, TimeIndex
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+DELETED_SUFFIX = ".deleted"
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+# Recovery and timestamp searches walk the file in windows of this size so that a huge
+# segment never turns into one huge list of batch headers.
+SCAN_WINDOW = 8 * 1024 * 1024
+INT32_MAX = (1 << 31) - 1
+
+
+def file_name(dir_path: str, base_offset: int, suffix: str) -> str:
+    return os.path.join(dir_path, f"{base_offset:020d}{suffix}")
+
+
+def offset_from_file_name(name: str) -> int:
+    return int(os.path.basename(name).split(".", 1)[0])
+
+
+class SegmentFile:
+    """A segment's data file descriptor, shared by the segment and the FileRegions it
+    hands out (the network layer sends from it with sendfile). Closed when the last
+    holder lets go, or explicitly at shutdown."""
+
+    __slots__ = ("path", "_fd", "_lock", "__weakref__")
+
+    def __init__(self, path: str, fd: int):
+        self.path = path
+        self._fd = fd
+        self._lock = threading.Lock()
+
+    def fileno(self) -> int:
+        if self._fd < 0:
+            raise ValueError(f"segment file {self.path} is closed")
+        return self._fd
+
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
+
+    def fsync(self) -> None:
+        with self._lock:
+            if self._fd >= 0:
+                os.fsync(self._fd)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+    def __del__(self):
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def __repr__(self):
+        return f"SegmentFile({self.path!r})"
+
+
+class BatchWalk:
+    """Walks the v2 batches of buf[start:end] window by window with _codec.scan_batches.
+
+    Iterating yields lists of BatchHeader; afterwards `valid_end` is the position after
+    the last good batch and `error` the CodecError that stopped the walk (None if the
+    walk reached `end`)."""
+
+    def __init__(self, buf, start: int, end: int, verify_crc: bool, window: int = SCAN_WINDOW):
+        self.buf, self.start, self.end = buf, start, end
+        self.verify_crc, self.window = verify_crc, window
+        self.valid_end = start
+        self.error = None
+
+    def __iter__(self):
+        pos, end = self.start, self.end
+        while pos < end:
+            stop = min(end, pos + self.window)
+            r = scan_batches(self.buf, pos, stop, self.verify_crc)
+            if r.batches:
+                yield r.batches
+            self.valid_end = r.valid_end
+            if r.error is None:
+                pos = r.valid_end
+                continue
+            if stop == end or not isinstance(r.error, TruncatedError):
+                self.error = r.error
+                return
+            if r.valid_end > pos:  # the window cut a batch: go on from its start
+                pos = r.valid_end
+                continue
+            # One batch larger than the window: check its declared size, then scan it alone.
+            try:
+                h = read_batch_header(self.buf, pos)
+            except CodecError as exc:
+                self.error = exc
+                return
+            r = scan_batches(self.buf, pos, min(end, h.end), self.verify_crc)
+            if r.batches:
+                yield r.batches
+            self.valid_end = r.valid_end
+            if r.error is not None:
+                self.error = r.error
+                return
+            pos = r.valid_end
+        self.valid_end = max(self.valid_end, pos) if self.error is None else self.valid_end
+
+
+class SegmentRead:
+    """Where a read landed in one segment: `length` bytes at `position` of `file`."""
+
+    __slots__ = ("file", "position", "length", "first_batch_offset", "first_entry_incomplete")
+
+    def __init__(self, file, position, length, first_batch_offset, first_entry_incomplete):
+        self.file = file
+        self.position = position
+        self.length = length
+        self.first_batch_offset = first_batch_offset
+        self.first_entry_incomplete = first_entry_incomplete
+
+
+class LogSegment:
+    """One segment of a partition: append, read, index lookups, recovery, truncation.
+
+    Owner thread only (see the module comment); `flush()` may run on the I/O worker."""
+
+    def __init__(self, dir_path: str, base_offset: int, file: SegmentFile,
+                 offset_index: OffsetIndex, time_index: TimeIndex, size: int,
+                 index_interval_bytes: int, roll_jitter_ms: int, created_ms: int):
+        self.dir = dir_path
+        self.base_offset = base_offset
+        self.file = file
+        self.offset_index = offset_index
+        self.time_index = time_index
+        self.size = size
+        self.index_interval_bytes = index_interval_bytes
+        self.roll_jitter_ms = roll_jitter_ms
+        self.created_ms = created_ms
+        self.bytes_since_last_index_entry = 0
+        # Timestamp of the first batch: time-based rolling counts from it (Kafka's rule).
+        self.rolling_based_timestamp: int | None = None
+        self._max_ts: int | None = None  # loaded lazily from the time index
+        self._offset_of_max_ts: int | None = None
+        self._next_offset: int | None = None
+        self._map: mmap.mmap | None = None
+        self._map_len = 0
+        self.deleted = False
+
+    # ---- opening ----
+
+    @classmethod
+    def open(cls, dir_path: str, base_offset: int, config, now_ms: int,
+             file_already_exists: bool = False, suffix: str = "") -> LogSegment:
+        """Open (or create) the segment at base_offset with config's index settings."""
+        log_path = file_name(dir_path, base_offset, LOG_SUFFIX + suffix)
+        flags = os.O_RDWR | os.O_CLOEXEC | (0 if file_already_exists else os.O_CREAT)
+        fd = os.open(log_path, flags, 0o644)
+        size = os.fstat(fd).st_size
+        seg_file = SegmentFile(log_path, fd)
+        offset_index = OffsetIndex(file_name(dir_path, base_offset, INDEX_SUFFIX + suffix),
+                                   base_offset, config.segment_index_bytes)
+        time_index = TimeIndex(file_name(dir_path, base_offset, TIME_INDEX_SUFFIX + suffix),
+                               base_offset, config.segment_index_bytes)
+        jitter = 0
+        if config.segment_jitter_ms > 0:
+            jitter = (hash((dir_path, base_offset)) & 0x7FFFFFFF) % min(
+                config.segment_jitter_ms, config.segment_ms)
+        return cls(dir_path, base_offset, seg_file, offset_index, time_index, size,
+                   config.index_interval_bytes, jitter, now_ms)
+
+    @property
+    def log_path(self) -> str:
+        return self.file.path
+
+    # ---- reading the file ----
+
+    def _mapped(self):
+        """A read-only mapping of the whole file (remapped when it has grown)."""
+        if self.size == 0:
+            return b""
+        if self._map is None or self._map_len < self.size:
+            self._map = mmap.mmap(self.file.fileno(), self.size, access=mmap.ACCESS_READ)
+            self._map_len = self.size
+        return self._map
+
+    def _drop_map(self) -> None:
+        # Only ever dropped, not closed: a caller may still hold a view of it.
+        self._map = None
+        self._map_len = 0
+
+    def batches(self, start: int = 0, verify_crc: bool = False) -> BatchWalk:
+        """A walk over the batches from byte `start` (tools, tests, recovery)."""
+        return BatchWalk(self._mapped(), start, self.size, verify_crc)
+
+    def translate_offset(self, offset: int, starting_position: int = 0):
+        """The first batch whose last offset is >= offset, at or after starting_position
+        (a BatchHeader whose .position is in this file), or None."""
+        if self.size == 0:
+            return None
+        _, index_pos, next_pos = self.offset_index.lookup_bounds(offset)
+        start = max(index_pos, starting_position)
+        buf = self._mapped()
+        # The index guarantees the batch holding `offset` starts at or before next_pos.
+        end = self.size if next_pos < 0 or next_pos < start else min(self.size, next_pos)
+        walk = BatchWalk(buf, start, end, False)
+        for chunk in walk:
+            for h in chunk:
+                if h.last_offset >= offset:
+                    return h
+        if 0 <= next_pos < self.size and end == next_pos:
+            try:
+                h = read_batch_header(buf, next_pos)
+            except CodecError:
+                return None
+            if h.last_offset >= offset:
+                return h
+            # A stale index: fall back to walking the rest of the file.
+            for chunk in BatchWalk(buf, next_pos, self.size, False):
+                for h in chunk:
+                    if h.last_offset >= offset:
+                        return h
+        return None
+
+    def read(self, start_offset: int, max_size: int, max_position: int | None = None,
+             min_one_message: bool = True) -> SegmentRead | None:
+        """Bytes from the batch holding start_offset: at most max_size bytes (but the whole
+        first batch if min_one_message) and never past byte max_position. None when the
+        offset lies beyond this segment. May end inside a batch, as Kafka's reads do."""
+        if max_size < 0:
+            raise ValueError(f"invalid max size {max_size} for a segment read")
+        h = self.translate_offset(start_offset)
+        if h is None:
+            return None
+        limit = self.size if max_position is None else min(max_position, self.size)
+        adjusted = max(max_size, h.size) if min_one_message else max_size
+        length = max(0, min(limit - h.position, adjusted))
+        return SegmentRead(self.file, h.position, length, h.base_offset, adjusted < h.size)
+
+    @property
+    def next_offset(self) -> int:
+        """The offset after the last batch (base_offset when empty)."""
+        if self._next_offset is None:
+            self._next_offset = self._read_next_offset()
+        return self._next_offset
+
+    def _read_next_offset(self) -> int:
+        if self.size == 0:
+            return self.base_offset
+        _, pos = self.offset_index.lookup(self.offset_index.last_offset)
+        last = None
+        walk = BatchWalk(self._mapped(), pos if pos < self.size else 0, self.size, False)
+        for chunk in walk:
+            last = chunk[-1]
+        if last is None and pos:
+            for chunk in BatchWalk(self._mapped(), 0, self.size, False):
+                last = chunk[-1]
+        return self.base_offset if last is None else last.next_offset
+
+    # ---- timestamps ----
+
+    def _load_max_timestamp(self) -> None:
+        if self._max_ts is None:
+            ts, off = self.time_index.last_entry
+            self._max_ts, self._offset_of_max_ts = ts, off
+
+    @property
+    def max_timestamp_so_far(self) -> int:
+        self._load_max_timestamp()
+        return self._max_ts
+
+    @property
+    def offset_of_max_timestamp_so_far(self) -> int:
+        self._load_max_timestamp()
+        return self._offset_of_max_ts
+
+    @property
+    def last_modified_ms(self) -> int:
+        try:
+            return int(os.stat(self.file.path).st_mtime * 1000)
+        except FileNotFoundError:
+            return 0
+
+    @property
+    def largest_timestamp(self) -> int:
+        """The largest record timestamp (the file's mtime if no batch has one): retention
+        by time compares this with retention.ms."""
+        ts = self.max_timestamp_so_far
+        return ts if ts > 0 else self.last_modified_ms
+
+    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int):
+        """(offset, timestamp) of the first record at or after starting_offset whose
+        timestamp is >= timestamp, or None if this segment has none."""
+        _, ts_offset = self.time_index.lookup(timestamp)
+        _, pos = self.offset_index.lookup(max(ts_offset, starting_offset))
+        buf = self._mapped()
+        for chunk in BatchWalk(buf, pos, self.size, False):
+            for h in chunk:
+                if h.max_timestamp >= timestamp and h.last_offset >= starting_offset:
+                    for rec in iter_records(buf, h.position, verify_crc=False):
+                        if rec.timestamp >= timestamp and rec.offset >= starting_offset:
+                            return rec.offset, rec.timestamp
+        return None
+
+    # ---- writing ----
+
+    def should_roll(self, messages_size: int, max_timestamp_in_messages: int,
+                    max_offset_in_messages: int, now_ms: int, config) -> bool:
+        """Kafka's roll rule: size, age (by record time), a full index, or an offset that
+        no longer fits a 4-byte relative offset."""
+        reached_roll_ms = self.time_waited_for_roll(now_ms, max_timestamp_in_messages) > (
+            config.segment_ms - self.roll_jitter_ms)
+        return (self.size > config.segment_bytes - messages_size
+                or (self.size > 0 and reached_roll_ms)
+                or self.offset_index.is_full or self.time_index.is_full
+                or max_offset_in_messages - self.base_offset > INT32_MAX)
+
+    def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
+        if self.rolling_based_timestamp is None and self.size > 0:
+            self._load_first_batch_timestamp()
+        t = self.rolling_based_timestamp
+        if t is not None and t >= 0:
+            return message_timestamp - t
+        return now_ms - self.created_ms
+
+    def _load_first_batch_timestamp(self) -> None:
+        try:
+            self.rolling_based_timestamp = read_batch_header(self._mapped(), 0).max_timestamp
+        except (CodecError, ValueError):
+            self.rolling_based_timestamp = None
+
+    def append(self, buf, batches) -> None:
+        """Write the batches (already stamped, offsets above this segment's) with one
+        positional write of their bytes, then add index entries every
+        index_interval_bytes. `buf` holds the batches at their .position."""
+        if not batches:
+            return
+        first, last = batches[0], batches[-1]
+        if last.last_offset - self.base_offset > INT32_MAX or first.base_offset < self.base_offset:
+            raise ValueError(f"offsets {first.base_offset}..{last.last_offset} do not fit "
+                             f"segment {self.base_offset}")
+        view = memoryview(buf)[first.position:last.end]
+        physical = self.size
+        fd = self.file.fileno()
+        written = 0
+        while written < len(view):
+            written += os.pwrite(fd, view[written:], physical + written)
+        if self.rolling_based_timestamp is None:
+            if self.size == 0:
+                self.rolling_based_timestamp = first.max_timestamp
+            else:
+                self._load_first_batch_timestamp()
+        self._load_max_timestamp()
+        shift = physical - first.position
+        for h in batches:
+            if h.max_timestamp > self._max_ts:
+                self._max_ts = h.max_timestamp
+                self._offset_of_max_ts = h.last_offset
+            if self.bytes_since_last_index_entry > self.index_interval_bytes:
+                self.offset_index.append(h.last_offset, h.position + shift)
+                self.time_index.maybe_append(self._max_ts, self._offset_of_max_ts)
+                self.bytes_since_last_index_entry = 0
+            self.bytes_since_last_index_entry += h.size
+        self.size = physical + len(view)
+        self._next_offset = last.next_offset
+
+    def on_become_inactive_segment(self) -> None:
+        """The segment stops being active: record its final time entry, trim indexes."""
+        self._load_max_timestamp()
+        if self._max_ts is not None and self._max_ts > NO_TIMESTAMP:
+            self.time_index.maybe_append(self._max_ts, self._offset_of_max_ts,
+                                         skip_full_check=True)
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
+
+    def resize_indexes(self, size: int) -> None:
+        self.offset_index.resize(size)
+        self.time_index.resize(size)
+
+    # ---- recovery and truncation ----
+
+    def sanity_check(self) -> None:
+        """Raise CorruptIndexError if either index cannot be trusted for this file."""
+        self.offset_index.sanity_check(self.size if self.size else None)
+        self.time_index.sanity_check()
+        n = self.offset_index.entries
+        if n:
+            # The last entry must name a real batch ending at the entry's offset.
+            offset, pos = self.offset_index.entry(n - 1)
+            try:
+                h = read_batch_header(self._mapped(), pos)
+            except CodecError:
+                raise CorruptIndexError(
+                    f"{self.offset_index.path}: last entry points at no batch") from None
+            if h.last_offset != offset:
+                raise CorruptIndexError(
+                    f"{self.offset_index.path}: last entry offset {offset} but the batch "
+                    f"at {pos} ends at {h.last_offset}")
+        _, ts_off = self.time_index.last_entry
+        if self.time_index.entries and ts_off >= self.next_offset:
+            raise CorruptIndexError(f"{self.time_index.path}: entry beyond the segment end")
+
+    def recover(self, leader_epoch_cache=None, max_message_bytes: int | None = None) -> int:
+        """Rebuild both indexes from the file, checking every batch (size, CRC, offset
+        order); truncate the file at the first bad batch. Returns the bytes removed."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        self._max_ts, self._offset_of_max_ts = NO_TIMESTAMP, self.base_offset
+        self.rolling_based_timestamp = None
+        self._drop_map()
+        buf = self._mapped()
+        walk = BatchWalk(buf, 0, self.size, True)
+        valid_end = 0
+        last_index_pos = 0
+        prev_last = self.base_offset - 1
+        max_ts, off_max = NO_TIMESTAMP, self.base_offset
+        interval = self.index_interval_bytes
+        oi, ti = self.offset_index, self.time_index
+        stop = False
+        for chunk in walk:
+            for h in chunk:
+                if (h.base_offset <= prev_last or h.last_offset < h.base_offset
+                        or h.last_offset - self.base_offset > INT32_MAX):
+                    stop = True
+                    break
+                if h.max_timestamp > max_ts:
+                    max_ts, off_max = h.max_timestamp, h.last_offset
+                pos = h.position
+                if pos - last_index_pos > interval:
+                    oi.append(h.last_offset, pos)
+                    ti.maybe_append(max_ts, off_max)
+                    last_index_pos = pos
+                if leader_epoch_cache is not None and h.partition_leader_epoch >= 0:
+                    leader_epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
+                if valid_end == 0 and self.rolling_based_timestamp is None:
+                    self.rolling_based_timestamp = h.max_timestamp
+                prev_last = h.last_offset
+                valid_end = h.end
+            if stop:
+                break
+        self._max_ts, self._offset_of_max_ts = max_ts, off_max
+        self.bytes_since_last_index_entry = valid_end - last_index_pos if valid_end else 0
+        truncated = self.size - valid_end
+        if truncated:
+            self._truncate_file(valid_end)
+        self._next_offset = prev_last + 1
+        return truncated
+
+    def _truncate_file(self, size: int) -> None:
+        self._drop_map()
+        os.ftruncate(self.file.fileno(), size)
+        self.size = size
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch whose last offset is >= offset; returns bytes removed."""
+        h = self.translate_offset(offset)
+        if h is None:
+            return 0
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        self.offset_index.resize(self.offset_index.max_index_size)
+        self.time_index.resize(self.time_index.max_index_size)
+        removed = self.size - h.position
+        self._truncate_file(h.position)
+        self._next_offset = None
+        self._rebuild_max_timestamp_tail()
+        if self.size == 0:
+            self.rolling_based_timestamp = None
+        self.init_bytes_since_last_index_entry()
+        return removed
+
+    def init_bytes_since_last_index_entry(self) -> None:
+        """Continue the index interval where the file ends, so that entries after a reopen
+        or truncation land exactly where an uninterrupted build would put them."""
+        n = self.offset_index.entries
+        self.bytes_since_last_index_entry = self.size - (
+            self.offset_index.entry(n - 1)[1] if n else 0)
+
+    def _rebuild_max_timestamp_tail(self) -> None:
+        # The time index only lags; walk the batches after its last entry.
+        ts, off = self.time_index.last_entry
+        _, pos = self.offset_index.lookup(off)
+        for chunk in BatchWalk(self._mapped(), pos, self.size, False):
+            for h in chunk:
+                if h.max_timestamp > ts:
+                    ts, off = h.max_timestamp, h.last_offset
+        self._max_ts, self._offset_of_max_ts = ts, off
+
+    # ---- durability and lifecycle ----
+
+    def flush(self) -> None:
+        """fsync the data file and both indexes (I/O worker or owner thread)."""
+        self.file.fsync()
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def change_suffix(self, old: str, new: str) -> None:
+        """Rename the three files, e.g. '' -> '.deleted'."""
+        def renamed(path):
+            base = path[: -len(old)] if old and path.endswith(old) else path
+            return base + new
+        new_log = renamed(self.file.path)
+        try:
+            os.rename(self.file.path, new_log)
+        except FileNotFoundError:
+            pass
+        self.file.path = new_log
+        self.offset_index.rename_to(renamed(self.offset_index.path))
+        self.time_index.rename_to(renamed(self.time_index.path))
+
+    def delete_files(self) -> None:
+        """Unlink the files. Descriptors and mappings stay valid for anyone still reading
+        and are released with the last reference."""
+        self.deleted = True
+        for path in (self.file.path, self.offset_index.path, self.time_index.path):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    def close(self) -> None:
+        """Trim the indexes and release every descriptor (shutdown; no readers left)."""
+        self._drop_map()
+        if not self.offset_index.closed:
+            self.offset_index.close()
+        if not self.time_index.closed:
+            self.time_index.close()
+        self.file.close()
+
+    def __repr__(self):
+        return f"LogSegment(base_offset={self.base_offset}, size={self.size}, dir={self.dir!r})"
