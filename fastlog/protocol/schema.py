@@ -294,8 +294,12 @@ def _decode_field(msg, f, var, version, flex, ns, out, ind):
         elem = f"d_{f.elem}(r)"
     else:
         elem = _read_expr(f, flex, False, f.elem)
+    # An explicit loop, not a list comprehension: in 3.11 a comprehension is a nested
+    # function call, which costs more than the usual 1-3 elements it builds here.
     lines.append(f"{ind}else:")
-    lines.append(f"{ind}    {var} = [{elem} for _ in range({n})]")
+    lines.append(f"{ind}    {var} = []")
+    lines.append(f"{ind}    for _ in range({n}):")
+    lines.append(f"{ind}        {var}.append({elem})")
     return lines
 
 
