@@ -60,6 +60,9 @@ log = logging.getLogger(__name__)
 UNKNOWN_MEMBER_ID = ""
 NO_GENERATION = -1
 OFFSET_METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes default
+# A member's first JoinGroup may wait for a whole rebalance (up to the other members'
+# rebalance timeout): Kafka gives new members this long instead of their session timeout.
+NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
 
 
 @dataclasses.dataclass
@@ -377,7 +380,7 @@ class GroupCoordinator:
         if group.is_(GroupState.PREPARING_REBALANCE) and group.generation_id == 0:
             group.new_member_added = True
         group.add(member)
-        self._schedule_heartbeat(group, member)
+        self._schedule_heartbeat(group, member, NEW_MEMBER_JOIN_TIMEOUT_MS)
         self._maybe_prepare_rebalance(group, f"member {member_id} joined")
 
     def _update_member_and_rebalance(self, group, member, protocols, rebalance_timeout_ms,
@@ -506,10 +509,12 @@ class GroupCoordinator:
             return Errors.ILLEGAL_GENERATION
         return Errors.NONE
 
-    def _schedule_heartbeat(self, group: GroupMetadata, member: MemberMetadata) -> None:
+    def _schedule_heartbeat(self, group: GroupMetadata, member: MemberMetadata,
+                            timeout_ms: int | None = None) -> None:
         _cancel(member.heartbeat_timer)
+        timeout_ms = member.session_timeout_ms if timeout_ms is None else timeout_ms
         member.heartbeat_timer = asyncio.get_running_loop().call_later(
-            member.session_timeout_ms / 1000, self._heartbeat_expired, group, member)
+            timeout_ms / 1000, self._heartbeat_expired, group, member)
 
     def _schedule_pending_expiry(self, group: GroupMetadata, member_id: str,
                                  session_timeout_ms: int) -> None:
