@@ -102,6 +102,10 @@ class Message:
         self.flexible = flexible
         self.fields = fields
         self.root = name + kind.capitalize()
+        if kind == "response":
+            # An omitted records field is written empty, not null: Kafka sends empty
+            # record sets, and kafka-python's consumer fails on a null one.
+            _set_records_default(fields, b"")
         self.classes = {}
         _build_classes(self.root, fields, self.classes)
         self._decoders = {}
@@ -132,6 +136,14 @@ class Message:
         if not self.valid[0] <= version <= self.valid[1]:
             raise ValueError(f"{self.root} v{version} is not described "
                              f"(served {self.valid[0]}-{self.valid[1]})")
+
+
+def _set_records_default(fields, value):
+    for f in fields:
+        if f.type == "records":
+            f.default = value
+        elif f.fields is not None:
+            _set_records_default(f.fields, value)
 
 
 # --- struct classes ---------------------------------------------------------------------

@@ -180,7 +180,7 @@ def test_missing_fields_take_spec_defaults():
     body = KpFetchResponse[11].decode(data[4:])
     p = body.responses[0].partitions[0]
     assert (p.last_stable_offset, p.log_start_offset, p.preferred_read_replica) == (-1, -1, -1)
-    assert p.records is None and body.session_id == 0
+    assert p.records == b"" and body.session_id == 0  # empty, not null, when omitted
 
 
 # --- zero copy ---------------------------------------------------------------------------
