@@ -146,15 +146,9 @@ class GroupCoordinator:
         for task in list(self._tasks):
             with contextlib.suppress(BaseException):
                 await task
-        for group in self.groups.values():
-            self._cancel_join_timer(group)
-            for m in group.members.values():
-                _cancel(m.heartbeat_timer)
-                m.heartbeat_timer = None
-                self._complete_join(m, JoinResult(Errors.NOT_COORDINATOR, member_id=m.member_id))
-                self._complete_sync(m, SyncResult(Errors.NOT_COORDINATOR))
+        for p in list(self.owned):
+            self.on_resigned(p)
         self.groups.clear()
-        self.owned.clear()
 
     def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro)
@@ -163,14 +157,45 @@ class GroupCoordinator:
         return task
 
     def _leads(self, partition: int) -> bool:
+        """Whether this broker leads the __consumer_offsets partition (always, on one node)."""
         rm = getattr(self.broker, "replica_manager", None)
-        fn = getattr(rm, "is_leader", None)
-        if fn is None:
+        if rm is None:
             return True
+        fn = getattr(rm, "is_leader", None)
         try:
-            return bool(fn(GROUP_METADATA_TOPIC, partition))
+            if fn is not None:
+                return bool(fn(GROUP_METADATA_TOPIC, partition))
+            get = getattr(rm, "get_partition", None)
+            if get is None:
+                return True
+            p = get(GROUP_METADATA_TOPIC, partition)
+            if p is None:
+                return False
+            leader = getattr(p, "is_leader", True)
+            return bool(leader() if callable(leader) else leader)
         except Exception:  # noqa: BLE001 - unknown partition: not ours
             return False
+
+    # Leadership changes of __consumer_offsets partitions (cluster mode): the replica
+    # manager calls these, as Kafka's onElection / onResignation.
+    def on_elected(self, partition: int) -> None:
+        if not self.active or partition in self.owned:
+            return
+        self.owned.add(partition)
+        self.loading.add(partition)
+        self._spawn(self._load_partitions([partition]))
+
+    def on_resigned(self, partition: int) -> None:
+        self.owned.discard(partition)
+        self.loading.discard(partition)
+        for group_id in [g for g in self.groups if self.partition_for(g) == partition]:
+            group = self.groups.pop(group_id)
+            self._cancel_join_timer(group)
+            for m in group.members.values():
+                _cancel(m.heartbeat_timer)
+                m.heartbeat_timer = None
+                self._complete_join(m, JoinResult(Errors.NOT_COORDINATOR, member_id=m.member_id))
+                self._complete_sync(m, SyncResult(Errors.NOT_COORDINATOR))
 
     async def _load_partitions(self, partitions: list[int]) -> None:
         for p in partitions:

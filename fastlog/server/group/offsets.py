@@ -136,13 +136,17 @@ class LogGroupStore:
             data = _read_bytes(log_.read(offset, self.LOAD_CHUNK))
             if not data:
                 break
-            next_offset = offset
-            for rec_offset, key, value in _iter_records(_codec, data):
+            scan = _codec.scan_batches(data)
+            if not scan.batches:
+                break
+            good = data[:scan.valid_end]
+            for rec_offset, key, value in _iter_records(_codec, good):
                 if rec_offset >= offset:
                     out.append((key, value))
-                next_offset = max(next_offset, rec_offset + 1)
-            if next_offset == offset:
-                break  # a batch larger than the chunk would loop forever; never happens
+            # Advance by batch headers: a compacted batch may hold no records at all.
+            next_offset = max(h.next_offset for h in scan.batches)
+            if next_offset <= offset:
+                break
             offset = next_offset
         return iter(out)
 

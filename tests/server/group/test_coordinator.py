@@ -319,3 +319,24 @@ def test_delete_offsets_refuses_subscribed_topics():
         assert ("u", 0) not in c.groups["g"].offsets
         await c.shutdown()
     run(main())
+
+
+def test_resigned_partition_answers_not_coordinator_and_reelection_reloads():
+    async def main():
+        store = MemoryGroupStore()
+        c = await started(store)
+        a, b = await stable_group(c, "g")
+        await c.commit_offsets("g", a.member_id, None, 1, {("t", 0): OffsetAndMetadata(4)})
+        p = c.partition_for("g")
+        c.on_resigned(p)
+        assert await c.heartbeat("g", a.member_id, None, 1) == Errors.NOT_COORDINATOR
+        assert not c.is_coordinator_for("g")
+        c.on_elected(p)
+        for _ in range(100):
+            if p not in c.loading:
+                break
+            await asyncio.sleep(0.01)
+        err, got = await c.fetch_offsets("g", [("t", 0)])
+        assert err == Errors.NONE and got[("t", 0)].offset == 4
+        await c.shutdown()
+    run(main())
