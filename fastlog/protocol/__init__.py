@@ -31,6 +31,7 @@ from .wire import (
     encode_response,
     new_response,
     unsupported_version_response,
+    warm_up,
 )
 
 __all__ = [
@@ -38,5 +39,5 @@ __all__ = [
     "REQUESTS", "RESPONSES", "RequestHeader", "PRODUCE_MIN_IMPLEMENTED",
     "SUPPORTED_VERSIONS", "api_versions_response", "is_supported", "decode_request",
     "decode_request_header", "decode_response", "encode_request", "encode_response",
-    "new_response", "unsupported_version_response",
+    "new_response", "unsupported_version_response", "warm_up",
 ]

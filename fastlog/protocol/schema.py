@@ -19,7 +19,7 @@ so the usual tag buffer is the single byte 0.
 
 Records fields decode to a zero-copy memoryview of the frame. On encode a records value
 may be None (null), bytes/bytearray (copied), a memoryview or FileRegion (appended with
-Writer.external, never copied), or a ``(parts, total_length)`` tuple of those.
+Writer.external, never copied), a list of those, or a ``(parts, total_length)`` tuple.
 
 Generated functions are pure and hold no state: callable from any thread.
 """
@@ -420,6 +420,8 @@ def put_records(w, value, flexible):
         return
     if isinstance(value, tuple):
         parts, total = value
+    elif isinstance(value, list):
+        parts, total = value, sum(_part_len(p) for p in value)
     else:
         parts, total = (value,), _part_len(value)
     if flexible:

@@ -123,6 +123,15 @@ def decode_response(api_key, api_version, frame, offset=0):
             f"malformed {RESPONSES[api_key].root} v{api_version} response: {e}") from e
 
 
+def warm_up():
+    """Compile every served (api, version) plan now rather than on first use (broker
+    startup calls this so the first request of each kind pays no compile time)."""
+    for key, (lo, hi) in SUPPORTED_VERSIONS.items():
+        for version in range(lo, hi + 1):
+            REQUESTS[key].decoder(version)
+            RESPONSES[key].encoder(version)
+
+
 def new_response(api_key, **fields):
     """A response root object with spec defaults (alternative to a dict)."""
     return RESPONSES[api_key].new(**fields)
@@ -131,4 +140,5 @@ def new_response(api_key, **fields):
 __all__ = [
     "RequestHeader", "decode_request_header", "decode_request", "encode_response",
     "unsupported_version_response", "encode_request", "decode_response", "new_response",
+    "warm_up",
 ]

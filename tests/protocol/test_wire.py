@@ -30,6 +30,7 @@ from fastlog.protocol import (
     encode_request,
     encode_response,
     unsupported_version_response,
+    warm_up,
 )
 
 
@@ -205,14 +206,23 @@ def test_fetch_response_appends_file_regions_uncopied():
             {"partition_index": 0, "high_watermark": 9, "records": ([r1, r2], 19)},
             {"partition_index": 1, "high_watermark": 0, "records": r1},
             {"partition_index": 2, "records": memoryview(b"mv-bytes")},
-            {"partition_index": 3, "records": None}]}]}
+            {"partition_index": 3, "records": None},
+            {"partition_index": 4, "records": [r2, b"+tail"]}]}]}
         parts = encode_response(1, 11, 8, body, framed=True)
-        assert sum(p is r1 for p in parts) == 2 and sum(p is r2 for p in parts) == 1
+        assert sum(p is r1 for p in parts) == 2 and sum(p is r2 for p in parts) == 2
         data = b"".join(p.read() if isinstance(p, FileRegion) else bytes(p) for p in parts)
     assert struct.unpack(">i", data[:4])[0] == len(data) - 4
     got = KpFetchResponse[11].decode(data[8:])
     recs = [p.records for p in got.responses[0].partitions]
-    assert recs == [b"BATCH-ONEBATCH-TWO!", b"BATCH-ONE", b"mv-bytes", None]
+    assert recs == [b"BATCH-ONEBATCH-TWO!", b"BATCH-ONE", b"mv-bytes", None,
+                    b"BATCH-TWO!+tail"]
+
+
+def test_warm_up_compiles_every_served_plan():
+    warm_up()
+    for key, (lo, hi) in SUPPORTED_VERSIONS.items():
+        assert set(range(lo, hi + 1)) <= set(REQUESTS[key]._decoders)
+        assert set(range(lo, hi + 1)) <= set(RESPONSES[key]._encoders)
 
 
 # --- malformed input ---------------------------------------------------------------------
