@@ -5,6 +5,8 @@ decode to the same values."""
 
 import pytest
 from fastlog._codec import Reader, Writer
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from protocol_helpers import all_cases, make_value, normalize, restrict
 
 from fastlog.protocol import REQUESTS, RESPONSES
@@ -69,3 +71,21 @@ def test_ours_and_kafka_python_agree(kind, key, version, rich, kp_classes):
     # except where kafka-python turns int32 authorized-operations into Python sets
     if not any(n.endswith("authorized_operations") for n in _names(msg.fields)):
         assert _encode_ours(msg, version, their_obj) == data
+
+
+_CASES = [p.values for p in all_cases()]
+
+
+@settings(max_examples=150, deadline=None)
+@given(case=st.sampled_from(_CASES), seed=st.integers(0, 10**6), rich=st.booleans())
+def test_random_values_round_trip_through_our_codec(case, seed, rich):
+    kind, key, version = case
+    msg = _ours(kind, key)
+    value = make_value(msg, version, rich, seed)
+    data = _encode_ours(msg, version, value)
+    r = Reader(data)
+    decoded = msg.decoder(version)(r)
+    assert r.remaining == 0
+    assert restrict(normalize(decoded), msg.fields, version) == restrict(
+        normalize(value), msg.fields, version)
+    assert _encode_ours(msg, version, decoded) == data
