@@ -1527,3 +1527,304 @@ def read_columns(buf, *, bint verify_crc=True, bint include_control=False,
         headers.append(rec.headers)
     return {"offsets": offsets, "timestamps": timestamps, "keys": keys, "values": values,
             "headers": headers}
+
+
+# ---------------------------------------------------------------------------------------
+# Building v2 batches
+
+cdef object _compress_fn = None
+
+
+cdef object _compress(int codec, object data, object level):
+    global _compress_fn
+    if _compress_fn is None:
+        from fastlog.compression import compress
+        _compress_fn = compress
+    return _compress_fn(codec, data, level)
+
+
+cdef inline int _blob_of(object obj, Py_buffer *view, const char **ptr,
+                         Py_ssize_t *length) except -1:
+    # Returns 1 when a buffer view was taken (release it), 0 for bytes or None.
+    if obj is None:
+        ptr[0] = NULL
+        length[0] = -1
+        return 0
+    if type(obj) is bytes:
+        ptr[0] = PyBytes_AS_STRING(obj)
+        length[0] = len(<bytes>obj)
+        return 0
+    _get_buffer(obj, view, False)
+    ptr[0] = <const char *>view.buf
+    length[0] = view.len
+    return 1
+
+
+@cython.final
+cdef class BatchBuilder:
+    """Builds one v2 record batch: append records, then build() the bytes.
+
+    The records are encoded as they are appended; build() writes the header, compresses
+    the records if asked (in one call) and computes the CRC. One thread at a time.
+    """
+    cdef unsigned char *_buf
+    cdef Py_ssize_t _len
+    cdef Py_ssize_t _cap
+    cdef readonly int compression
+    cdef readonly int64_t base_offset
+    cdef readonly int64_t producer_id
+    cdef readonly int producer_epoch
+    cdef readonly int32_t base_sequence
+    cdef readonly int32_t partition_leader_epoch
+    cdef int _attributes
+    cdef object _level
+    cdef int64_t _first_ts
+    cdef int64_t _max_ts
+    cdef int32_t _count
+    cdef int32_t _last_delta
+
+    def __cinit__(self, int compression=0, int64_t base_offset=0, int64_t producer_id=-1,
+                  int producer_epoch=-1, int32_t base_sequence=-1, bint is_transactional=False,
+                  int timestamp_type=0, int32_t partition_leader_epoch=-1,
+                  compression_level=None, bint is_control=False):
+        if compression < 0 or compression > 4:
+            raise UnsupportedCodecError(f"unknown compression codec {compression}")
+        if timestamp_type not in (0, 1):
+            raise ValueError(f"bad timestamp type {timestamp_type}")
+        self._cap = 1024
+        self._buf = <unsigned char *>PyMem_Realloc(NULL, self._cap)
+        if self._buf == NULL:
+            raise MemoryError()
+        self._len = HEADER_SIZE
+        self.compression = compression
+        self.base_offset = base_offset
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.base_sequence = base_sequence
+        self.partition_leader_epoch = partition_leader_epoch
+        self._attributes = (compression | (ATTR_TIMESTAMP_TYPE if timestamp_type else 0)
+                            | (ATTR_TRANSACTIONAL if is_transactional else 0)
+                            | (ATTR_CONTROL if is_control else 0))
+        self._level = compression_level
+        self._count = 0
+        self._last_delta = -1
+        self._first_ts = -1
+        self._max_ts = -1
+
+    def __dealloc__(self):
+        if self._buf != NULL:
+            PyMem_Free(self._buf)
+            self._buf = NULL
+
+    @property
+    def record_count(self):
+        return self._count
+
+    @property
+    def size_in_bytes(self):
+        """Size of the batch so far, before compression."""
+        return self._len
+
+    @property
+    def max_timestamp(self):
+        return self._max_ts
+
+    cdef int _reserve(self, Py_ssize_t n) except -1:
+        cdef Py_ssize_t cap = self._cap
+        cdef unsigned char *nb
+        if self._len + n <= cap:
+            return 0
+        while cap < self._len + n:
+            cap *= 2
+        nb = <unsigned char *>PyMem_Realloc(self._buf, cap)
+        if nb == NULL:
+            raise MemoryError()
+        self._buf = nb
+        self._cap = cap
+        return 0
+
+    cdef int _headers_size(self, object headers, Py_ssize_t *size) except -1:
+        cdef Py_ssize_t total = 0, klen, vlen
+        cdef Py_buffer view
+        cdef const char *ptr
+        for item in headers:
+            hkey, hval = item
+            PyUnicode_AsUTF8AndSize(hkey, &klen)
+            total += uvarint_size(zigzag32(<int32_t>klen)) + klen
+            if _blob_of(hval, &view, &ptr, &vlen):
+                PyBuffer_Release(&view)
+            if vlen > 0x7FFFFFFF:
+                raise ValueError("header value too large")
+            total += uvarint_size(zigzag32(<int32_t>vlen)) + (vlen if vlen > 0 else 0)
+        size[0] = total
+        return 0
+
+    cdef int _write_headers(self, object headers, unsigned char *p) except -1:
+        cdef Py_ssize_t klen, vlen
+        cdef Py_buffer view
+        cdef const char *ptr
+        cdef const char *kp
+        cdef int held
+        for item in headers:
+            hkey, hval = item
+            kp = PyUnicode_AsUTF8AndSize(hkey, &klen)
+            p += write_uvarint(p, zigzag32(<int32_t>klen))
+            memcpy(p, kp, klen)
+            p += klen
+            held = _blob_of(hval, &view, &ptr, &vlen)
+            try:
+                p += write_uvarint(p, zigzag32(<int32_t>vlen))
+                if vlen > 0:
+                    memcpy(p, ptr, vlen)
+                    p += vlen
+            finally:
+                if held:
+                    PyBuffer_Release(&view)
+        return 0
+
+    cdef int _add(self, int32_t offset_delta, int64_t timestamp, object key, object value,
+                  object headers) except -1:
+        cdef Py_buffer kview, vview
+        cdef const char *kptr
+        cdef const char *vptr
+        cdef Py_ssize_t klen, vlen, hsize = 0, body
+        cdef Py_ssize_t nheaders = 0
+        cdef int kheld = 0, vheld = 0
+        cdef int64_t ts_delta
+        cdef unsigned char *p
+        if self._count == 0:
+            self._first_ts = timestamp
+            self._max_ts = timestamp
+        elif timestamp > self._max_ts:
+            self._max_ts = timestamp
+        ts_delta = timestamp - self._first_ts
+        kheld = _blob_of(key, &kview, &kptr, &klen)
+        try:
+            vheld = _blob_of(value, &vview, &vptr, &vlen)
+            try:
+                if klen > 0x3FFFFFFF or vlen > 0x3FFFFFFF:
+                    raise ValueError("record key or value too large")
+                if headers:
+                    nheaders = len(headers)
+                    self._headers_size(headers, &hsize)
+                body = (1 + uvarint_size(zigzag64(ts_delta))
+                        + uvarint_size(zigzag32(offset_delta))
+                        + uvarint_size(zigzag32(<int32_t>klen)) + (klen if klen > 0 else 0)
+                        + uvarint_size(zigzag32(<int32_t>vlen)) + (vlen if vlen > 0 else 0)
+                        + uvarint_size(zigzag32(<int32_t>nheaders)) + hsize)
+                if body > 0x7FFFFFFF - self._len:
+                    raise ValueError("record batch too large")
+                self._reserve(body + 5)
+                p = self._buf + self._len
+                p += write_uvarint(p, zigzag32(<int32_t>body))
+                p[0] = 0
+                p += 1
+                p += write_uvarint(p, zigzag64(ts_delta))
+                p += write_uvarint(p, zigzag32(offset_delta))
+                p += write_uvarint(p, zigzag32(<int32_t>klen))
+                if klen > 0:
+                    memcpy(p, kptr, klen)
+                    p += klen
+                p += write_uvarint(p, zigzag32(<int32_t>vlen))
+                if vlen > 0:
+                    memcpy(p, vptr, vlen)
+                    p += vlen
+                p += write_uvarint(p, zigzag32(<int32_t>nheaders))
+                if nheaders:
+                    self._write_headers(headers, p)
+                    p += hsize
+                self._len = p - self._buf
+            finally:
+                if vheld:
+                    PyBuffer_Release(&vview)
+        finally:
+            if kheld:
+                PyBuffer_Release(&kview)
+        self._count += 1
+        self._last_delta = offset_delta
+        return 0
+
+    def append(self, timestamp, key, value, headers=None):
+        """Append a record (timestamp in ms, or None for now); returns its offset delta."""
+        cdef int32_t delta = self._last_delta + 1
+        cdef int64_t ts
+        if timestamp is None:
+            import time
+            ts = <int64_t>(time.time() * 1000)
+        else:
+            ts = timestamp
+        self._add(delta, ts, key, value, headers)
+        return delta
+
+    def build(self):
+        """The finished batch as bytes (compressed as configured, CRC set)."""
+        cdef bytes out
+        cdef unsigned char *p
+        cdef Py_ssize_t size
+        cdef Py_buffer cview
+        if self._count == 0:
+            raise ValueError("cannot build a record batch without records")
+        if self.compression:
+            records = PyBytes_FromStringAndSize(<char *>self._buf + HEADER_SIZE,
+                                                self._len - HEADER_SIZE)
+            compressed = _compress(self.compression, records, self._level)
+            _get_buffer(compressed, &cview, False)
+            try:
+                size = HEADER_SIZE + cview.len
+                out = PyBytes_FromStringAndSize(NULL, size)
+                p = <unsigned char *>PyBytes_AS_STRING(out)
+                memcpy(p + HEADER_SIZE, cview.buf, cview.len)
+            finally:
+                PyBuffer_Release(&cview)
+        else:
+            size = self._len
+            out = PyBytes_FromStringAndSize(NULL, size)
+            p = <unsigned char *>PyBytes_AS_STRING(out)
+            memcpy(p + HEADER_SIZE, self._buf + HEADER_SIZE, size - HEADER_SIZE)
+        fl_put_be64(p, <uint64_t>self.base_offset)
+        fl_put_be32(p + OFF_LENGTH, <uint32_t>(size - OVERHEAD))
+        fl_put_be32(p + OFF_LEADER_EPOCH, <uint32_t>self.partition_leader_epoch)
+        p[OFF_MAGIC] = 2
+        fl_put_be16(p + OFF_ATTRIBUTES, <uint16_t>self._attributes)
+        fl_put_be32(p + OFF_LAST_OFFSET_DELTA, <uint32_t>self._last_delta)
+        fl_put_be64(p + OFF_FIRST_TIMESTAMP, <uint64_t>self._first_ts)
+        fl_put_be64(p + OFF_MAX_TIMESTAMP, <uint64_t>self._max_ts)
+        fl_put_be64(p + OFF_PRODUCER_ID, <uint64_t>self.producer_id)
+        fl_put_be16(p + OFF_PRODUCER_EPOCH, <uint16_t>self.producer_epoch)
+        fl_put_be32(p + OFF_BASE_SEQUENCE, <uint32_t>self.base_sequence)
+        fl_put_be32(p + OFF_RECORD_COUNT, <uint32_t>self._count)
+        fl_put_be32(p + OFF_CRC, _crc32c_maybe_nogil(p + OFF_ATTRIBUTES, size - OFF_ATTRIBUTES))
+        return out
+
+
+def build_batch(records, **kwargs):
+    """One v2 batch from (timestamp, key, value[, headers]) tuples; kwargs as BatchBuilder."""
+    cdef BatchBuilder b = BatchBuilder(**kwargs)
+    for rec in records:
+        if len(rec) == 4:
+            b.append(rec[0], rec[1], rec[2], rec[3])
+        else:
+            b.append(rec[0], rec[1], rec[2])
+    return b.build()
+
+
+def build_control_batch(bint commit, int64_t producer_id, int producer_epoch,
+                        int64_t base_offset, int64_t timestamp, *, int coordinator_epoch=0,
+                        int32_t partition_leader_epoch=-1):
+    """A transaction marker: a control batch holding one COMMIT or ABORT record."""
+    cdef BatchBuilder b = BatchBuilder(
+        0, base_offset, producer_id, producer_epoch, -1, True, 0, partition_leader_epoch,
+        None, True)
+    key = b"\x00\x00\x00\x01" if commit else b"\x00\x00\x00\x00"
+    value = b"\x00\x00" + (<uint32_t>coordinator_epoch).to_bytes(4, "big")
+    b.append(timestamp, key, value)
+    return b.build()
+
+
+def parse_control_record(Record record):
+    """(version, type) of a control record's key: type 0 = ABORT, 1 = COMMIT."""
+    key = record.key
+    if key is None or len(key) < 4:
+        raise InvalidRecordError("control record key shorter than 4 bytes")
+    return int.from_bytes(key[0:2], "big", signed=True), int.from_bytes(key[2:4], "big",
+                                                                          signed=True)
