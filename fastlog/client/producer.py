@@ -259,8 +259,12 @@ class Producer:
         if self.idempotent:
             batch.base_sequence = state.next_sequence
             state.next_sequence = (state.next_sequence + batch.count) & 0x7FFFFFFF
-        batch.data = build_batch(batch.records, self.compression, self.producer_id,
-                                 self.producer_epoch, batch.base_sequence)
+        try:
+            batch.data = build_batch(batch.records, self.compression, self.producer_id,
+                                     self.producer_epoch, batch.base_sequence)
+        except Exception as exc:  # noqa: BLE001 - e.g. a codec library missing: fail these records
+            self._fail_batch(batch, errors.FastlogError(f"cannot build a record batch: {exc}"))
+            return
         batch.first_timestamp = batch.records[0][0]
         self._buffered -= batch.size
         batch.size = len(batch.data)
@@ -292,8 +296,9 @@ class Producer:
             b = state.open
             if b is not None and (self._flushing or now - b.created >= self.linger):
                 self._close_batch(state)
-        by_node: dict[int, list[_Batch]] = collections.defaultdict(list)
+        by_node: dict[int, list[tuple[int, _Batch]]] = collections.defaultdict(list)
         for tp, state in list(self._partitions.items()):
+            taken = 0
             while state.ready and state.in_flight < self.max_in_flight:
                 if self.idempotent and state.in_flight and state.ready[0].attempts:
                     break  # a retried batch goes alone, after its predecessors settled
@@ -306,21 +311,28 @@ class Producer:
                     break
                 batch = state.ready.pop(0)
                 state.in_flight += 1
-                by_node[leader].append(batch)
-        for node, batches in by_node.items():
-            for request_batches in self._split_requests(batches):
+                by_node[leader].append((taken, batch))
+                taken += 1
+        for node, rounds in by_node.items():
+            # The k-th batch of every partition goes in the k-th request (stable sort).
+            rounds.sort(key=lambda item: item[0])
+            for request_batches in self._split_requests([b for _, b in rounds]):
                 task = asyncio.get_running_loop().create_task(
                     self._produce(node, request_batches))
                 self._inflight_tasks.add(task)
                 task.add_done_callback(self._inflight_tasks.discard)
 
     def _split_requests(self, batches: list[_Batch]):
-        chunk, size = [], 0
+        """Requests of at most max_request_size bytes, each with one batch per partition
+        (Kafka answers per partition, so two batches of one partition need two requests;
+        they go out in order on the same connection)."""
+        chunk, size, seen = [], 0, set()
         for b in batches:
-            if chunk and size + b.size > self.max_request_size:
+            if chunk and (size + b.size > self.max_request_size or b.tp in seen):
                 yield chunk
-                chunk, size = [], 0
+                chunk, size, seen = [], 0, set()
             chunk.append(b)
+            seen.add(b.tp)
             size += b.size
         if chunk:
             yield chunk
@@ -431,6 +443,8 @@ class Producer:
         """Send everything queued so far and wait until each record is acknowledged or failed."""
         if not self._started:
             return
+        if self._fatal is not None:
+            raise self._fatal
         self._flushing += 1
         try:
             deadline = None if timeout is None else time.monotonic() + timeout
@@ -469,10 +483,9 @@ class Producer:
 
 def build_batch(records, compression: int, producer_id: int = -1, producer_epoch: int = -1,
                 base_sequence: int = -1) -> bytes:
-    """One v2 record batch (base offset 0) from [(timestamp_ms, key, value, headers)]."""
-    builder = _codec.BatchBuilder(compression=compression, producer_id=producer_id,
-                                  producer_epoch=producer_epoch, base_sequence=base_sequence)
-    append = builder.append
-    for ts, key, value, headers in records:
-        append(ts, key, value, headers)
-    return builder.build()
+    """One v2 record batch (base offset 0) from [(timestamp_ms, key, value, headers)].
+
+    A single compiled call encodes every record, compresses and computes the CRC.
+    """
+    return _codec.build_batch(records, compression=compression, producer_id=producer_id,
+                              producer_epoch=producer_epoch, base_sequence=base_sequence)

@@ -1,0 +1,63 @@
+"""`fastlog produce` / `fastlog consume` against a real broker, through the entry point."""
+
+import json
+
+
+def _create(fastlog, bootstrap, topic, partitions=1):
+    r = fastlog("topics", "--bootstrap-server", bootstrap, "--create", "--topic", topic,
+                "--partitions", partitions)
+    assert r.returncode == 0, r.stderr
+
+
+def test_produce_lines_then_consume_them_back(fastlog, bootstrap, topic_name):
+    _create(fastlog, bootstrap, topic_name)
+    lines = [f"line {i}" for i in range(50)]
+    r = fastlog("produce", "--bootstrap-server", bootstrap, "--topic", topic_name,
+                input=("\n".join(lines) + "\n").encode())
+    assert r.returncode == 0, r.stderr
+    r = fastlog("consume", "--bootstrap-server", bootstrap, "--topic", topic_name,
+                "--from-beginning", "--max-messages", 50)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == lines
+    assert "Processed a total of 50 messages" in r.stderr
+
+
+def test_keys_headers_offsets_and_compression(fastlog, bootstrap, topic_name):
+    _create(fastlog, bootstrap, topic_name)
+    r = fastlog("produce", "--bootstrap-server", bootstrap, "--topic", topic_name,
+                "--property", "parse.key=true", "--property", "key.separator=:",
+                "--header", "source=cli", "--compression", "gzip",
+                input=b"k1:v1\nk2:v2\n")
+    assert r.returncode == 0, r.stderr
+    r = fastlog("consume", "--bootstrap-server", bootstrap, "--topic", topic_name,
+                "--from-beginning", "--max-messages", 2, "--print-key", "--print-offset",
+                "--print-headers")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["Offset:0\tsource:cli\tk1\tv1",
+                                     "Offset:1\tsource:cli\tk2\tv2"]
+
+
+def test_consume_formats_and_offsets(fastlog, bootstrap, topic_name):
+    _create(fastlog, bootstrap, topic_name)
+    data = "".join(f"k{i}|v{i}\n" for i in range(5)).encode()
+    r = fastlog("produce", "--bootstrap-server", bootstrap, "--topic", topic_name,
+                "--property", "parse.key=true", "--property", "key.separator=|", input=data)
+    assert r.returncode == 0, r.stderr
+    r = fastlog("consume", "--bootstrap-server", bootstrap, "--topic", topic_name,
+                "--partition", 0, "--offset", 3, "--max-messages", 2,
+                "--format", "%k=%v@%p/%o\\n")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["k3=v3@0/3", "k4=v4@0/4"]
+    r = fastlog("consume", "--bootstrap-server", bootstrap, "--topic", topic_name,
+                "--from-beginning", "--max-messages", 1, "--format", "json")
+    doc = json.loads(r.stdout)
+    assert (doc["key"], doc["value"], doc["offset"], doc["partition"]) == ("k0", "v0", 0, 0)
+
+
+def test_consume_timeout_ends_an_idle_read(fastlog, bootstrap, topic_name):
+    _create(fastlog, bootstrap, topic_name)
+    fastlog("produce", "--bootstrap-server", bootstrap, "--topic", topic_name, input=b"a\nb\n")
+    r = fastlog("consume", "--bootstrap-server", bootstrap, "--topic", topic_name,
+                "--from-beginning", "--timeout-ms", 1500)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["a", "b"]
