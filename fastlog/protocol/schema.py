@@ -397,30 +397,40 @@ def _encode_field(msg, f, var, version, flex, ns, out, ind, w):
 
 
 def _part_len(part):
-    if isinstance(part, FileRegion):
+    if type(part) is FileRegion:
         return part.length
-    if isinstance(part, memoryview):
+    if type(part) is memoryview:
         return part.nbytes
     return len(part)
 
 
 def put_records(w, value, flexible):
-    """Write a records field: length prefix, then the bytes, segments appended uncopied."""
+    """Write a records field: length prefix, then the bytes; FileRegions and memoryviews
+    are appended uncopied as their own parts, bytes are copied into the buffer."""
+    t = type(value)
+    if t is FileRegion:  # the usual Fetch case: one region per partition
+        n = value.length
+        if flexible:
+            w.uvarint(n + 1)
+        else:
+            w.int32(n)
+        w.external(value, n)
+        return
     if value is None:
         if flexible:
             w.uvarint(0)
         else:
             w.int32(-1)
         return
-    if isinstance(value, bytes | bytearray):
+    if t is bytes or t is bytearray:
         if flexible:
             w.compact_nullable_bytes(value)
         else:
             w.nullable_bytes(value)
         return
-    if isinstance(value, tuple):
+    if t is tuple:
         parts, total = value
-    elif isinstance(value, list):
+    elif t is list:
         parts, total = value, sum(_part_len(p) for p in value)
     else:
         parts, total = (value,), _part_len(value)
@@ -429,6 +439,10 @@ def put_records(w, value, flexible):
     else:
         w.int32(total)
     for part in parts:
-        if isinstance(part, bytes | bytearray):
-            part = memoryview(part)
-        w.external(part, _part_len(part))
+        pt = type(part)
+        if pt is FileRegion:
+            w.external(part, part.length)
+        elif pt is memoryview:
+            w.external(part, part.nbytes)
+        else:
+            w.write(part)
