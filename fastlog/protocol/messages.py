@@ -12,7 +12,7 @@ from .schema import F, Message
 
 # fmt: off
 
-PRODUCE_REQUEST = Message(0, 'request', 'Produce', valid=(0, 8), flexible=None, fields=(
+PRODUCE_REQUEST = Message(0, 'request', 'Produce', valid=(0, 8), flexible=9, fields=(
     F('transactional_id', 'string', '3+', nullable='3+', default=None),
     F('acks', 'int16', '0+'),
     F('timeout_ms', 'int32', '0+'),
@@ -25,7 +25,7 @@ PRODUCE_REQUEST = Message(0, 'request', 'Produce', valid=(0, 8), flexible=None, 
     )),
 ))
 
-PRODUCE_RESPONSE = Message(0, 'response', 'Produce', valid=(0, 8), flexible=None, fields=(
+PRODUCE_RESPONSE = Message(0, 'response', 'Produce', valid=(0, 8), flexible=9, fields=(
     F('responses', '[]TopicProduceResponse', '0+', fields=(
         F('name', 'string', '0+'),
         F('partition_responses', '[]PartitionProduceResponse', '0+', fields=(
@@ -44,7 +44,7 @@ PRODUCE_RESPONSE = Message(0, 'response', 'Produce', valid=(0, 8), flexible=None
     F('throttle_time_ms', 'int32', '1+', default=0),
 ))
 
-FETCH_REQUEST = Message(1, 'request', 'Fetch', valid=(4, 11), flexible=None, fields=(
+FETCH_REQUEST = Message(1, 'request', 'Fetch', valid=(4, 11), flexible=12, fields=(
     F('replica_id', 'int32', '4+', default=-1),
     F('max_wait_ms', 'int32', '4+'),
     F('min_bytes', 'int32', '4+'),
@@ -69,7 +69,7 @@ FETCH_REQUEST = Message(1, 'request', 'Fetch', valid=(4, 11), flexible=None, fie
     F('rack_id', 'string', '11+', default=''),
 ))
 
-FETCH_RESPONSE = Message(1, 'response', 'Fetch', valid=(4, 11), flexible=None, fields=(
+FETCH_RESPONSE = Message(1, 'response', 'Fetch', valid=(4, 11), flexible=12, fields=(
     F('throttle_time_ms', 'int32', '4+'),
     F('error_code', 'int16', '7+'),
     F('session_id', 'int32', '7+', default=0),
@@ -91,7 +91,7 @@ FETCH_RESPONSE = Message(1, 'response', 'Fetch', valid=(4, 11), flexible=None, f
     )),
 ))
 
-LIST_OFFSETS_REQUEST = Message(2, 'request', 'ListOffsets', valid=(1, 5), flexible=None, fields=(
+LIST_OFFSETS_REQUEST = Message(2, 'request', 'ListOffsets', valid=(1, 5), flexible=6, fields=(
     F('replica_id', 'int32', '1+'),
     F('isolation_level', 'int8', '2+'),
     F('topics', '[]ListOffsetsTopic', '1+', fields=(
@@ -104,7 +104,7 @@ LIST_OFFSETS_REQUEST = Message(2, 'request', 'ListOffsets', valid=(1, 5), flexib
     )),
 ))
 
-LIST_OFFSETS_RESPONSE = Message(2, 'response', 'ListOffsets', valid=(1, 5), flexible=None, fields=(
+LIST_OFFSETS_RESPONSE = Message(2, 'response', 'ListOffsets', valid=(1, 5), flexible=6, fields=(
     F('throttle_time_ms', 'int32', '2+'),
     F('topics', '[]ListOffsetsTopicResponse', '1+', fields=(
         F('name', 'string', '1+'),
@@ -118,7 +118,7 @@ LIST_OFFSETS_RESPONSE = Message(2, 'response', 'ListOffsets', valid=(1, 5), flex
     )),
 ))
 
-METADATA_REQUEST = Message(3, 'request', 'Metadata', valid=(0, 8), flexible=None, fields=(
+METADATA_REQUEST = Message(3, 'request', 'Metadata', valid=(0, 8), flexible=9, fields=(
     F('topics', '[]MetadataRequestTopic', '0+', nullable='1+', fields=(
         F('name', 'string', '0+'),
     )),
@@ -127,7 +127,7 @@ METADATA_REQUEST = Message(3, 'request', 'Metadata', valid=(0, 8), flexible=None
     F('include_topic_authorized_operations', 'bool', '8+'),
 ))
 
-METADATA_RESPONSE = Message(3, 'response', 'Metadata', valid=(0, 8), flexible=None, fields=(
+METADATA_RESPONSE = Message(3, 'response', 'Metadata', valid=(0, 8), flexible=9, fields=(
     F('throttle_time_ms', 'int32', '3+'),
     F('brokers', '[]MetadataResponseBroker', '0+', fields=(
         F('node_id', 'int32', '0+'),
@@ -155,7 +155,7 @@ METADATA_RESPONSE = Message(3, 'response', 'Metadata', valid=(0, 8), flexible=No
     F('cluster_authorized_operations', 'int32', '8+', default=-2147483648),
 ))
 
-OFFSET_COMMIT_REQUEST = Message(8, 'request', 'OffsetCommit', valid=(1, 7), flexible=None, fields=(
+OFFSET_COMMIT_REQUEST = Message(8, 'request', 'OffsetCommit', valid=(1, 7), flexible=8, fields=(
     F('group_id', 'string', '1+'),
     F('generation_id_or_member_epoch', 'int32', '1+', default=-1),
     F('member_id', 'string', '1+'),
@@ -173,7 +173,7 @@ OFFSET_COMMIT_REQUEST = Message(8, 'request', 'OffsetCommit', valid=(1, 7), flex
     )),
 ))
 
-OFFSET_COMMIT_RESPONSE = Message(8, 'response', 'OffsetCommit', valid=(1, 7), flexible=None, fields=(
+OFFSET_COMMIT_RESPONSE = Message(8, 'response', 'OffsetCommit', valid=(1, 7), flexible=8, fields=(
     F('throttle_time_ms', 'int32', '3+'),
     F('topics', '[]OffsetCommitResponseTopic', '1+', fields=(
         F('name', 'string', '1+'),
@@ -184,7 +184,7 @@ OFFSET_COMMIT_RESPONSE = Message(8, 'response', 'OffsetCommit', valid=(1, 7), fl
     )),
 ))
 
-OFFSET_FETCH_REQUEST = Message(9, 'request', 'OffsetFetch', valid=(1, 5), flexible=None, fields=(
+OFFSET_FETCH_REQUEST = Message(9, 'request', 'OffsetFetch', valid=(1, 5), flexible=6, fields=(
     F('group_id', 'string', '1+'),
     F('topics', '[]OffsetFetchRequestTopic', '1+', nullable='2+', fields=(
         F('name', 'string', '1+'),
@@ -192,7 +192,7 @@ OFFSET_FETCH_REQUEST = Message(9, 'request', 'OffsetFetch', valid=(1, 5), flexib
     )),
 ))
 
-OFFSET_FETCH_RESPONSE = Message(9, 'response', 'OffsetFetch', valid=(1, 5), flexible=None, fields=(
+OFFSET_FETCH_RESPONSE = Message(9, 'response', 'OffsetFetch', valid=(1, 5), flexible=6, fields=(
     F('throttle_time_ms', 'int32', '3+'),
     F('topics', '[]OffsetFetchResponseTopic', '1+', fields=(
         F('name', 'string', '1+'),
@@ -207,12 +207,12 @@ OFFSET_FETCH_RESPONSE = Message(9, 'response', 'OffsetFetch', valid=(1, 5), flex
     F('error_code', 'int16', '2+', default=0),
 ))
 
-FIND_COORDINATOR_REQUEST = Message(10, 'request', 'FindCoordinator', valid=(0, 2), flexible=None, fields=(
+FIND_COORDINATOR_REQUEST = Message(10, 'request', 'FindCoordinator', valid=(0, 2), flexible=3, fields=(
     F('key', 'string', '0+'),
     F('key_type', 'int8', '1+', default=0),
 ))
 
-FIND_COORDINATOR_RESPONSE = Message(10, 'response', 'FindCoordinator', valid=(0, 2), flexible=None, fields=(
+FIND_COORDINATOR_RESPONSE = Message(10, 'response', 'FindCoordinator', valid=(0, 2), flexible=3, fields=(
     F('throttle_time_ms', 'int32', '1+'),
     F('error_code', 'int16', '0+'),
     F('error_message', 'string', '1+', nullable='1+'),
@@ -221,7 +221,7 @@ FIND_COORDINATOR_RESPONSE = Message(10, 'response', 'FindCoordinator', valid=(0,
     F('port', 'int32', '0+'),
 ))
 
-JOIN_GROUP_REQUEST = Message(11, 'request', 'JoinGroup', valid=(0, 5), flexible=None, fields=(
+JOIN_GROUP_REQUEST = Message(11, 'request', 'JoinGroup', valid=(0, 5), flexible=6, fields=(
     F('group_id', 'string', '0+'),
     F('session_timeout_ms', 'int32', '0+'),
     F('rebalance_timeout_ms', 'int32', '1+', default=-1),
@@ -234,7 +234,7 @@ JOIN_GROUP_REQUEST = Message(11, 'request', 'JoinGroup', valid=(0, 5), flexible=
     )),
 ))
 
-JOIN_GROUP_RESPONSE = Message(11, 'response', 'JoinGroup', valid=(0, 5), flexible=None, fields=(
+JOIN_GROUP_RESPONSE = Message(11, 'response', 'JoinGroup', valid=(0, 5), flexible=6, fields=(
     F('throttle_time_ms', 'int32', '2+'),
     F('error_code', 'int16', '0+'),
     F('generation_id', 'int32', '0+', default=-1),
@@ -248,19 +248,19 @@ JOIN_GROUP_RESPONSE = Message(11, 'response', 'JoinGroup', valid=(0, 5), flexibl
     )),
 ))
 
-HEARTBEAT_REQUEST = Message(12, 'request', 'Heartbeat', valid=(0, 3), flexible=None, fields=(
+HEARTBEAT_REQUEST = Message(12, 'request', 'Heartbeat', valid=(0, 3), flexible=4, fields=(
     F('group_id', 'string', '0+'),
     F('generation_id', 'int32', '0+'),
     F('member_id', 'string', '0+'),
     F('group_instance_id', 'string', '3+', nullable='3+', default=None),
 ))
 
-HEARTBEAT_RESPONSE = Message(12, 'response', 'Heartbeat', valid=(0, 3), flexible=None, fields=(
+HEARTBEAT_RESPONSE = Message(12, 'response', 'Heartbeat', valid=(0, 3), flexible=4, fields=(
     F('throttle_time_ms', 'int32', '1+'),
     F('error_code', 'int16', '0+'),
 ))
 
-LEAVE_GROUP_REQUEST = Message(13, 'request', 'LeaveGroup', valid=(0, 3), flexible=None, fields=(
+LEAVE_GROUP_REQUEST = Message(13, 'request', 'LeaveGroup', valid=(0, 3), flexible=4, fields=(
     F('group_id', 'string', '0+'),
     F('member_id', 'string', '0-2'),
     F('members', '[]MemberIdentity', '3+', fields=(
@@ -269,7 +269,7 @@ LEAVE_GROUP_REQUEST = Message(13, 'request', 'LeaveGroup', valid=(0, 3), flexibl
     )),
 ))
 
-LEAVE_GROUP_RESPONSE = Message(13, 'response', 'LeaveGroup', valid=(0, 3), flexible=None, fields=(
+LEAVE_GROUP_RESPONSE = Message(13, 'response', 'LeaveGroup', valid=(0, 3), flexible=4, fields=(
     F('throttle_time_ms', 'int32', '1+'),
     F('error_code', 'int16', '0+'),
     F('members', '[]MemberResponse', '3+', fields=(
@@ -279,7 +279,7 @@ LEAVE_GROUP_RESPONSE = Message(13, 'response', 'LeaveGroup', valid=(0, 3), flexi
     )),
 ))
 
-SYNC_GROUP_REQUEST = Message(14, 'request', 'SyncGroup', valid=(0, 3), flexible=None, fields=(
+SYNC_GROUP_REQUEST = Message(14, 'request', 'SyncGroup', valid=(0, 3), flexible=4, fields=(
     F('group_id', 'string', '0+'),
     F('generation_id', 'int32', '0+'),
     F('member_id', 'string', '0+'),
@@ -290,18 +290,18 @@ SYNC_GROUP_REQUEST = Message(14, 'request', 'SyncGroup', valid=(0, 3), flexible=
     )),
 ))
 
-SYNC_GROUP_RESPONSE = Message(14, 'response', 'SyncGroup', valid=(0, 3), flexible=None, fields=(
+SYNC_GROUP_RESPONSE = Message(14, 'response', 'SyncGroup', valid=(0, 3), flexible=4, fields=(
     F('throttle_time_ms', 'int32', '1+'),
     F('error_code', 'int16', '0+'),
     F('assignment', 'bytes', '0+'),
 ))
 
-DESCRIBE_GROUPS_REQUEST = Message(15, 'request', 'DescribeGroups', valid=(0, 4), flexible=None, fields=(
+DESCRIBE_GROUPS_REQUEST = Message(15, 'request', 'DescribeGroups', valid=(0, 4), flexible=5, fields=(
     F('groups', '[]string', '0+'),
     F('include_authorized_operations', 'bool', '3+'),
 ))
 
-DESCRIBE_GROUPS_RESPONSE = Message(15, 'response', 'DescribeGroups', valid=(0, 4), flexible=None, fields=(
+DESCRIBE_GROUPS_RESPONSE = Message(15, 'response', 'DescribeGroups', valid=(0, 4), flexible=5, fields=(
     F('throttle_time_ms', 'int32', '1+'),
     F('groups', '[]DescribedGroup', '0+', fields=(
         F('error_code', 'int16', '0+'),
@@ -321,10 +321,10 @@ DESCRIBE_GROUPS_RESPONSE = Message(15, 'response', 'DescribeGroups', valid=(0, 4
     )),
 ))
 
-LIST_GROUPS_REQUEST = Message(16, 'request', 'ListGroups', valid=(0, 2), flexible=None, fields=(
+LIST_GROUPS_REQUEST = Message(16, 'request', 'ListGroups', valid=(0, 2), flexible=3, fields=(
 ))
 
-LIST_GROUPS_RESPONSE = Message(16, 'response', 'ListGroups', valid=(0, 2), flexible=None, fields=(
+LIST_GROUPS_RESPONSE = Message(16, 'response', 'ListGroups', valid=(0, 2), flexible=3, fields=(
     F('throttle_time_ms', 'int32', '1+'),
     F('error_code', 'int16', '0+'),
     F('groups', '[]ListedGroup', '0+', fields=(
@@ -360,7 +360,7 @@ API_VERSIONS_RESPONSE = Message(18, 'response', 'ApiVersions', valid=(0, 4), fle
     F('zk_migration_ready', 'bool', '3+', tag=3, tagged='3+', default=False),
 ))
 
-CREATE_TOPICS_REQUEST = Message(19, 'request', 'CreateTopics', valid=(2, 4), flexible=None, fields=(
+CREATE_TOPICS_REQUEST = Message(19, 'request', 'CreateTopics', valid=(2, 4), flexible=5, fields=(
     F('topics', '[]CreatableTopic', '2+', fields=(
         F('name', 'string', '2+'),
         F('num_partitions', 'int32', '2+'),
@@ -378,7 +378,7 @@ CREATE_TOPICS_REQUEST = Message(19, 'request', 'CreateTopics', valid=(2, 4), fle
     F('validate_only', 'bool', '2+', default=False),
 ))
 
-CREATE_TOPICS_RESPONSE = Message(19, 'response', 'CreateTopics', valid=(2, 4), flexible=None, fields=(
+CREATE_TOPICS_RESPONSE = Message(19, 'response', 'CreateTopics', valid=(2, 4), flexible=5, fields=(
     F('throttle_time_ms', 'int32', '2+'),
     F('topics', '[]CreatableTopicResult', '2+', fields=(
         F('name', 'string', '2+'),
@@ -387,12 +387,12 @@ CREATE_TOPICS_RESPONSE = Message(19, 'response', 'CreateTopics', valid=(2, 4), f
     )),
 ))
 
-DELETE_TOPICS_REQUEST = Message(20, 'request', 'DeleteTopics', valid=(1, 3), flexible=None, fields=(
+DELETE_TOPICS_REQUEST = Message(20, 'request', 'DeleteTopics', valid=(1, 3), flexible=4, fields=(
     F('topic_names', '[]string', '1+'),
     F('timeout_ms', 'int32', '1+'),
 ))
 
-DELETE_TOPICS_RESPONSE = Message(20, 'response', 'DeleteTopics', valid=(1, 3), flexible=None, fields=(
+DELETE_TOPICS_RESPONSE = Message(20, 'response', 'DeleteTopics', valid=(1, 3), flexible=4, fields=(
     F('throttle_time_ms', 'int32', '1+'),
     F('responses', '[]DeletableTopicResult', '1+', fields=(
         F('name', 'string', '1+'),
@@ -400,7 +400,7 @@ DELETE_TOPICS_RESPONSE = Message(20, 'response', 'DeleteTopics', valid=(1, 3), f
     )),
 ))
 
-DELETE_RECORDS_REQUEST = Message(21, 'request', 'DeleteRecords', valid=(0, 1), flexible=None, fields=(
+DELETE_RECORDS_REQUEST = Message(21, 'request', 'DeleteRecords', valid=(0, 1), flexible=2, fields=(
     F('topics', '[]DeleteRecordsTopic', '0+', fields=(
         F('name', 'string', '0+'),
         F('partitions', '[]DeleteRecordsPartition', '0+', fields=(
@@ -411,7 +411,7 @@ DELETE_RECORDS_REQUEST = Message(21, 'request', 'DeleteRecords', valid=(0, 1), f
     F('timeout_ms', 'int32', '0+'),
 ))
 
-DELETE_RECORDS_RESPONSE = Message(21, 'response', 'DeleteRecords', valid=(0, 1), flexible=None, fields=(
+DELETE_RECORDS_RESPONSE = Message(21, 'response', 'DeleteRecords', valid=(0, 1), flexible=2, fields=(
     F('throttle_time_ms', 'int32', '0+'),
     F('topics', '[]DeleteRecordsTopicResult', '0+', fields=(
         F('name', 'string', '0+'),
@@ -437,7 +437,7 @@ INIT_PRODUCER_ID_RESPONSE = Message(22, 'response', 'InitProducerId', valid=(0, 
     F('producer_epoch', 'int16', '0+'),
 ))
 
-OFFSET_FOR_LEADER_EPOCH_REQUEST = Message(23, 'request', 'OffsetForLeaderEpoch', valid=(2, 3), flexible=None, fields=(
+OFFSET_FOR_LEADER_EPOCH_REQUEST = Message(23, 'request', 'OffsetForLeaderEpoch', valid=(2, 3), flexible=4, fields=(
     F('replica_id', 'int32', '3+', default=-2),
     F('topics', '[]OffsetForLeaderTopic', '2+', fields=(
         F('topic', 'string', '2+'),
@@ -449,7 +449,7 @@ OFFSET_FOR_LEADER_EPOCH_REQUEST = Message(23, 'request', 'OffsetForLeaderEpoch',
     )),
 ))
 
-OFFSET_FOR_LEADER_EPOCH_RESPONSE = Message(23, 'response', 'OffsetForLeaderEpoch', valid=(2, 3), flexible=None, fields=(
+OFFSET_FOR_LEADER_EPOCH_RESPONSE = Message(23, 'response', 'OffsetForLeaderEpoch', valid=(2, 3), flexible=4, fields=(
     F('throttle_time_ms', 'int32', '2+'),
     F('topics', '[]OffsetForLeaderTopicResult', '2+', fields=(
         F('topic', 'string', '2+'),
@@ -462,7 +462,7 @@ OFFSET_FOR_LEADER_EPOCH_RESPONSE = Message(23, 'response', 'OffsetForLeaderEpoch
     )),
 ))
 
-DESCRIBE_CONFIGS_REQUEST = Message(32, 'request', 'DescribeConfigs', valid=(1, 3), flexible=None, fields=(
+DESCRIBE_CONFIGS_REQUEST = Message(32, 'request', 'DescribeConfigs', valid=(1, 3), flexible=4, fields=(
     F('resources', '[]DescribeConfigsResource', '1+', fields=(
         F('resource_type', 'int8', '1+'),
         F('resource_name', 'string', '1+'),
@@ -472,7 +472,7 @@ DESCRIBE_CONFIGS_REQUEST = Message(32, 'request', 'DescribeConfigs', valid=(1, 3
     F('include_documentation', 'bool', '3+', default=False),
 ))
 
-DESCRIBE_CONFIGS_RESPONSE = Message(32, 'response', 'DescribeConfigs', valid=(1, 3), flexible=None, fields=(
+DESCRIBE_CONFIGS_RESPONSE = Message(32, 'response', 'DescribeConfigs', valid=(1, 3), flexible=4, fields=(
     F('throttle_time_ms', 'int32', '1+'),
     F('results', '[]DescribeConfigsResult', '1+', fields=(
         F('error_code', 'int16', '1+'),
@@ -496,7 +496,7 @@ DESCRIBE_CONFIGS_RESPONSE = Message(32, 'response', 'DescribeConfigs', valid=(1,
     )),
 ))
 
-ALTER_CONFIGS_REQUEST = Message(33, 'request', 'AlterConfigs', valid=(0, 1), flexible=None, fields=(
+ALTER_CONFIGS_REQUEST = Message(33, 'request', 'AlterConfigs', valid=(0, 1), flexible=2, fields=(
     F('resources', '[]AlterConfigsResource', '0+', fields=(
         F('resource_type', 'int8', '0+'),
         F('resource_name', 'string', '0+'),
@@ -508,7 +508,7 @@ ALTER_CONFIGS_REQUEST = Message(33, 'request', 'AlterConfigs', valid=(0, 1), fle
     F('validate_only', 'bool', '0+'),
 ))
 
-ALTER_CONFIGS_RESPONSE = Message(33, 'response', 'AlterConfigs', valid=(0, 1), flexible=None, fields=(
+ALTER_CONFIGS_RESPONSE = Message(33, 'response', 'AlterConfigs', valid=(0, 1), flexible=2, fields=(
     F('throttle_time_ms', 'int32', '0+'),
     F('responses', '[]AlterConfigsResourceResponse', '0+', fields=(
         F('error_code', 'int16', '0+'),
@@ -541,11 +541,11 @@ INCREMENTAL_ALTER_CONFIGS_RESPONSE = Message(44, 'response', 'IncrementalAlterCo
     )),
 ))
 
-DELETE_GROUPS_REQUEST = Message(42, 'request', 'DeleteGroups', valid=(0, 1), flexible=None, fields=(
+DELETE_GROUPS_REQUEST = Message(42, 'request', 'DeleteGroups', valid=(0, 1), flexible=2, fields=(
     F('groups_names', '[]string', '0+'),
 ))
 
-DELETE_GROUPS_RESPONSE = Message(42, 'response', 'DeleteGroups', valid=(0, 1), flexible=None, fields=(
+DELETE_GROUPS_RESPONSE = Message(42, 'response', 'DeleteGroups', valid=(0, 1), flexible=2, fields=(
     F('throttle_time_ms', 'int32', '0+'),
     F('results', '[]DeletableGroupResult', '0+', fields=(
         F('group_id', 'string', '0+'),

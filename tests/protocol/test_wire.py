@@ -89,6 +89,7 @@ def test_unserved_version_of_a_known_api_is_unsupported():
     with pytest.raises(UnsupportedVersionError) as ei:
         decode_request_header(frame)
     assert ei.value.header.api_version == 9
+    assert ei.value.body_offset == 2 + 2 + 4 + 2 + len("tester") + 1  # v2 header: tag buffer
     assert unsupported_version_response(ei.value.header) is None  # Kafka closes
 
 
