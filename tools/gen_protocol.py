@@ -146,7 +146,8 @@ def emit_fields(fields, served, indent, out):
             out.append(f"{pad}F({', '.join(args)}),")
 
 
-def main():
+def render():
+    """The text of messages.py."""
     resources = spec_dir()
     out = [
         '"""Request/response descriptions for every API version fastlog serves.',
@@ -187,8 +188,13 @@ def main():
     for n in names:
         out.append(f"    {n},")
     out.append(")")
-    OUT.write_text("\n".join(out) + "\n")
-    print(f"wrote {OUT} ({len(names)} messages)", file=sys.stderr)
+    return "\n".join(out) + "\n"
+
+
+def main():
+    text = render()
+    OUT.write_text(text)
+    print(f"wrote {OUT} ({text.count(' = Message(')} messages)", file=sys.stderr)
 
 
 if __name__ == "__main__":
