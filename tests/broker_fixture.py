@@ -31,6 +31,11 @@ _LISTENING = re.compile(r"listening on PLAINTEXT://([^:\s]+):(\d+)")
 
 
 def server_command() -> list[str]:
+    """The broker command: $FASTLOG_TEST_SERVER (split on spaces) when set, e.g. to run a
+    wrapped or instrumented server, else the installed `fastlog-server` script."""
+    custom = os.environ.get("FASTLOG_TEST_SERVER")
+    if custom:
+        return custom.split()
     script = Path(sys.executable).with_name("fastlog-server")
     if script.exists():
         return [str(script)]

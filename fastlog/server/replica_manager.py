@@ -160,10 +160,10 @@ class ReplicaManager:
             if not info.regions:
                 break
             data = b"".join(bytes(r.read()) for r in info.regions)
-            try:
-                batches = _codec.validate_record_set(data, verify_records=False)
-            except _codec.CodecError as e:
-                log.warning("%s: stopping producer-state replay at %d: %s", p, offset, e)
+            scan = _codec.scan_batches(data, verify_crc=False)
+            batches = scan.batches
+            if scan.error is not None and not batches:
+                log.warning("%s: stopping producer-state replay at %d: %s", p, offset, scan.error)
                 break
             last = offset
             for b in batches:
