@@ -21,10 +21,12 @@ from .log import (
     Log,
     LogAppendInfo,
 )
+from .log_manager import CLEAN_SHUTDOWN_FILE, LogManager
 from .scheduler import InlineScheduler, IoWorker
 from .segment import LogSegment
 
 __all__ = [
+    "CLEAN_SHUTDOWN_FILE", "LogManager",
     "EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "MAX_TIMESTAMP", "FetchDataInfo",
     "InlineScheduler", "IoWorker", "KafkaStorageError", "LeaderEpochFileCache", "Log",
     "LogAppendInfo", "LogConfig", "LogConfigError", "LogError", "LogSegment",

@@ -1,0 +1,269 @@
+# fastlog/server/log/log_manager.py — LogManager: every partition log of this broker.
+#
+# Owns the log dirs (`log.dirs`): per dir `meta.properties`, the clean-shutdown marker
+# `.kafka_cleanshutdown`, `recovery-point-offset-checkpoint` and
+# `log-start-offset-checkpoint` (Kafka's formats, see checkpoint.py), and one
+# `<topic>-<partition>` directory per hosted partition (renamed `<name>.<uuid>-delete`
+# when the partition is deleted, removed later as Kafka does).
+#
+# Threading model (the one storage-wide rule):
+#   * Every append, read, truncation, roll, retention decision, log creation/deletion and
+#     config change comes from ONE thread: the broker's asyncio event-loop thread.
+#   * Slow system calls never run there: fsyncs (flush policy, flushes after a roll,
+#     checkpoint writes) and file deletions run on this manager's IoWorker thread; the
+#     loop thread only enqueues them and may await the returned futures.
+#   * Readers use immutable snapshots of each log's segment list; a segment deleted by
+#     retention is renamed `.deleted` at once and unlinked after file.delete.delay.ms, and
+#     its descriptor lives as long as any FileRegion of it, so an in-flight fetch never
+#     breaks.
+# startup (constructor) and shutdown() are the exceptions: they run before the loop serves
+# requests / after it stopped, and do their I/O inline.
+"""The set of partition logs in this broker's log dirs: load, create, delete, retention,
+flush scheduling, checkpoints and clean shutdown."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+import uuid
+from concurrent.futures import Future
+
+from .checkpoint import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    CorruptCheckpointError,
+    OffsetCheckpointFile,
+    fsync_dir,
+    read_meta_properties,
+    write_meta_properties,
+)
+from .config import LogConfig
+from .errors import KafkaStorageError
+from .log import Log, parse_topic_partition
+from .scheduler import IoWorker
+
+logger = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+DELETE_DIR_SUFFIX = "-delete"
+
+
+class LogManager:
+    """All partition logs of one broker (see the module comment for threads)."""
+
+    def __init__(self, log_dirs: list[str], default_config: LogConfig, *,
+                 node_id: int | None = None, cluster_id: str | None = None,
+                 topic_config=None, time_fn=time.time, scheduler=None):
+        """Open every log dir and load every partition in it.
+
+        topic_config: optional callable topic -> LogConfig for partitions found on disk
+        (default: default_config). scheduler: an IoWorker (one is created and owned by
+        this manager when None)."""
+        if not log_dirs:
+            raise ValueError("at least one log dir is required")
+        self.log_dirs = [os.path.abspath(d) for d in log_dirs]
+        self.default_config = default_config
+        self.time_fn = time_fn
+        self._topic_config = topic_config
+        self._owns_scheduler = scheduler is None
+        self.scheduler = scheduler or IoWorker()
+        self._logs: dict[tuple[str, int], Log] = {}
+        self._dir_of: dict[tuple[str, int], str] = {}
+        self.had_clean_shutdown: dict[str, bool] = {}
+        self._shut_down = False
+        for d in self.log_dirs:
+            os.makedirs(d, exist_ok=True)
+            self._check_meta_properties(d, node_id, cluster_id)
+        for d in self.log_dirs:
+            self._load_dir(d)
+
+    # ------------------------------------------------------------------ startup
+
+    @staticmethod
+    def _check_meta_properties(log_dir: str, node_id, cluster_id) -> None:
+        props = read_meta_properties(log_dir)
+        if props is None:
+            if node_id is not None or cluster_id is not None:
+                new = {"version": 0}
+                if node_id is not None:
+                    new["broker.id"] = node_id
+                if cluster_id is not None:
+                    new["cluster.id"] = cluster_id
+                write_meta_properties(log_dir, new)
+            return
+        if node_id is not None and "broker.id" in props and int(props["broker.id"]) != node_id:
+            raise KafkaStorageError(
+                f"{log_dir} belongs to broker {props['broker.id']}, not {node_id}")
+        if cluster_id is not None and props.get("cluster.id", cluster_id) != cluster_id:
+            raise KafkaStorageError(
+                f"{log_dir} belongs to cluster {props['cluster.id']}, not {cluster_id}")
+
+    def _read_checkpoint(self, log_dir: str, name: str) -> dict:
+        try:
+            return OffsetCheckpointFile(os.path.join(log_dir, name)).read()
+        except (CorruptCheckpointError, OSError) as exc:
+            # Without a trustworthy recovery point every segment gets checked: slow but safe.
+            logger.warning("%s: ignoring unreadable checkpoint: %s", log_dir, exc)
+            return {}
+
+    def _load_dir(self, log_dir: str) -> None:
+        marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
+        clean = os.path.exists(marker)
+        self.had_clean_shutdown[log_dir] = clean
+        recovery_points = self._read_checkpoint(log_dir, RECOVERY_POINT_CHECKPOINT)
+        start_offsets = self._read_checkpoint(log_dir, LOG_START_OFFSET_CHECKPOINT)
+        for name in sorted(os.listdir(log_dir)):
+            path = os.path.join(log_dir, name)
+            if not os.path.isdir(path):
+                continue
+            if name.endswith(DELETE_DIR_SUFFIX):
+                self.scheduler.submit(shutil.rmtree, path, True)
+                continue
+            try:
+                key = parse_topic_partition(name)
+            except ValueError:
+                continue
+            if key in self._logs:
+                raise KafkaStorageError(
+                    f"partition {key[0]}-{key[1]} is in both {self._dir_of[key]} and {log_dir}")
+            log = Log.open(path, self._config_for(key[0]),
+                           recovery_point=recovery_points.get(key, 0),
+                           log_start_offset=start_offsets.get(key),
+                           clean_shutdown=clean, time_fn=self.time_fn,
+                           scheduler=self.scheduler)
+            self._logs[key] = log
+            self._dir_of[key] = log_dir
+        if clean:
+            # From now on a crash must look unclean: the marker only lives between a clean
+            # shutdown and the next startup.
+            os.unlink(marker)
+            fsync_dir(log_dir)
+        if not clean and self._logs:
+            logger.info("%s: recovered after an unclean shutdown", log_dir)
+
+    def _config_for(self, topic: str) -> LogConfig:
+        if self._topic_config is not None:
+            cfg = self._topic_config(topic)
+            if cfg is not None:
+                return cfg
+        return self.default_config
+
+    # ------------------------------------------------------------------ logs
+
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get((topic, partition))
+
+    def all_logs(self) -> list[Log]:
+        return list(self._logs.values())
+
+    def log_dir_of(self, topic: str, partition: int) -> str | None:
+        return self._dir_of.get((topic, partition))
+
+    def get_or_create_log(self, topic: str, partition: int,
+                          config: LogConfig | None = None) -> Log:
+        """The partition's log, created (in the log dir with the fewest partitions) if
+        absent. An existing log gets `config` if one is given."""
+        key = (topic, partition)
+        log = self._logs.get(key)
+        if log is not None:
+            if config is not None:
+                log.update_config(config)
+            return log
+        if not topic or "/" in topic or topic in (".", ".."):
+            raise ValueError(f"invalid topic name {topic!r}")
+        counts = {d: 0 for d in self.log_dirs}
+        for d in self._dir_of.values():
+            counts[d] += 1
+        log_dir = min(self.log_dirs, key=lambda d: (counts[d], self.log_dirs.index(d)))
+        log = Log.open(os.path.join(log_dir, f"{topic}-{partition}"),
+                       config or self._config_for(topic), time_fn=self.time_fn,
+                       scheduler=self.scheduler)
+        self._logs[key] = log
+        self._dir_of[key] = log_dir
+        return log
+
+    def delete_log(self, topic: str, partition: int) -> bool:
+        """Forget the partition; its dir is renamed `<name>.<uuid>-delete` at once and
+        removed after file.delete.delay.ms (in-flight reads keep working meanwhile)."""
+        key = (topic, partition)
+        log = self._logs.pop(key, None)
+        self._dir_of.pop(key, None)
+        if log is None:
+            return False
+        target = f"{log.dir}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+        log.rename_dir(target)
+        self.scheduler.schedule(log.config.file_delete_delay_ms / 1000.0, log.delete)
+        return True
+
+    # ------------------------------------------------------------------ periodic tasks
+
+    def cleanup_logs(self, now_ms: int | None = None) -> int:
+        """Retention pass over every log (loop thread); deletions happen in the
+        background. Returns the number of segments deleted."""
+        now = int(self.time_fn() * 1000) if now_ms is None else now_ms
+        total = 0
+        for log in self.all_logs():
+            try:
+                total += log.delete_old_segments(now)
+            except OSError:
+                logger.exception("retention failed for %s", log)
+        return total
+
+    def flush_dirty_logs(self, now_ms: int | None = None) -> list[Future]:
+        """Queue a flush of every log whose unflushed data is older than its flush.ms."""
+        now = int(self.time_fn() * 1000) if now_ms is None else now_ms
+        futures = []
+        for log in self.all_logs():
+            if log.unflushed_messages > 0 and now - log.last_flush_ms >= log.config.flush_ms:
+                futures.append(log.flush_async())
+        return futures
+
+    def checkpoint_recovery_points(self, sync: bool = False):
+        """Write every dir's recovery-point checkpoint (on the I/O worker unless sync)."""
+        snapshot = {k: lg.recovery_point for k, lg in self._logs.items()}
+        return self._checkpoint(RECOVERY_POINT_CHECKPOINT, snapshot, sync)
+
+    def checkpoint_log_start_offsets(self, sync: bool = False):
+        """Write every dir's log-start-offset checkpoint (on the I/O worker unless sync)."""
+        snapshot = {k: lg.log_start_offset for k, lg in self._logs.items()}
+        return self._checkpoint(LOG_START_OFFSET_CHECKPOINT, snapshot, sync)
+
+    def _checkpoint(self, name: str, snapshot: dict, sync: bool):
+        dirs = dict(self._dir_of)
+
+        def write():
+            by_dir: dict[str, dict] = {d: {} for d in self.log_dirs}
+            for key, offset in snapshot.items():
+                if key in dirs:
+                    by_dir[dirs[key]][key] = offset
+            for d, offsets in by_dir.items():
+                OffsetCheckpointFile(os.path.join(d, name)).write(offsets)
+
+        if sync:
+            write()
+            return None
+        return self.scheduler.submit(write)
+
+    # ------------------------------------------------------------------ shutdown
+
+    def shutdown(self) -> None:
+        """Flush and close every log, write the checkpoints, then the clean-shutdown
+        marker in each dir (the next startup then skips recovery)."""
+        if self._shut_down:
+            return
+        self._shut_down = True
+        self.scheduler.drain(timeout=30)
+        for log in self.all_logs():
+            log.flush()
+        self.checkpoint_recovery_points(sync=True)
+        self.checkpoint_log_start_offsets(sync=True)
+        for log in self.all_logs():
+            log.close()
+        if self._owns_scheduler:
+            self.scheduler.shutdown()
+        for d in self.log_dirs:
+            with open(os.path.join(d, CLEAN_SHUTDOWN_FILE), "wb") as f:
+                os.fsync(f.fileno())
+            fsync_dir(d)

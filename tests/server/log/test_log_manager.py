@@ -1,0 +1,168 @@
+"""LogManager: several log dirs, placement, checkpoints in Kafka's format, clean and
+unclean restarts, partition deletion, periodic retention and flush."""
+
+import os
+
+from fastlog.server.log import CLEAN_SHUTDOWN_FILE, LogConfig, LogManager
+from fastlog.server.log.checkpoint import OffsetCheckpointFile, read_meta_properties
+from tests.server.log.conftest import append_n, read_all
+
+CFG = LogConfig(segment_bytes=700, index_interval_bytes=150, file_delete_delay_ms=0)
+
+
+def _manager(dirs, clock=None, **kw):
+    if clock is not None:
+        kw["time_fn"] = clock
+    return LogManager([str(d) for d in dirs], CFG, **kw)
+
+
+def test_new_partitions_go_to_the_dir_with_fewest(tmp_path):
+    dirs = [tmp_path / "a", tmp_path / "b", tmp_path / "c"]
+    mgr = _manager(dirs, node_id=3, cluster_id="abc")
+    try:
+        placed = [os.path.dirname(mgr.get_or_create_log("t", p).dir) for p in range(6)]
+        assert placed == [str(d) for d in dirs] * 2
+        assert mgr.get_or_create_log("t", 0) is mgr.get_log("t", 0)
+        assert read_meta_properties(str(dirs[1])) == {
+            "version": "0", "broker.id": "3", "cluster.id": "abc"}
+    finally:
+        mgr.shutdown()
+
+
+def test_clean_shutdown_writes_marker_and_kafka_format_checkpoints(tmp_path):
+    mgr = _manager([tmp_path / "a"])
+    log = mgr.get_or_create_log("orders", 2)
+    append_n(log, 30)
+    log.delete_records_before(7)
+    mgr.shutdown()
+    d = tmp_path / "a"
+    assert (d / CLEAN_SHUTDOWN_FILE).exists()
+    assert (d / "recovery-point-offset-checkpoint").read_text() == "0\n1\norders 2 60\n"
+    assert (d / "log-start-offset-checkpoint").read_text() == "0\n1\norders 2 7\n"
+    again = _manager([d])
+    try:
+        assert again.had_clean_shutdown[str(d)]
+        assert not (d / CLEAN_SHUTDOWN_FILE).exists()  # a crash from now on is unclean
+        log = again.get_log("orders", 2)
+        assert (log.log_start_offset, log.log_end_offset, log.recovery_point) == (7, 60, 60)
+    finally:
+        again.shutdown()
+
+
+def test_unclean_restart_recovers_after_the_recovery_point(tmp_path):
+    d = tmp_path / "a"
+    mgr = _manager([d])
+    log = mgr.get_or_create_log("t", 0)
+    append_n(log, 30)
+    before = read_all(log)
+    mgr.checkpoint_recovery_points(sync=True)
+    rp = log.recovery_point
+    active = log.active_segment.file.path
+    assert 0 < rp < 60
+    # Crash: no shutdown; the tail of the active segment is garbage.
+    with open(active, "ab") as f:
+        f.write(b"\x00\x00\x00\x00\x00\x00\x00\x99garbage" * 10)
+    mgr.scheduler.shutdown()
+    again = _manager([d])
+    try:
+        assert not again.had_clean_shutdown[str(d)]
+        log2 = again.get_log("t", 0)
+        assert log2.log_end_offset == 60
+        assert read_all(log2) == before
+    finally:
+        again.shutdown()
+
+
+def test_torn_checkpoint_temp_files_are_harmless(tmp_path):
+    d = tmp_path / "a"
+    mgr = _manager([d])
+    append_n(mgr.get_or_create_log("t", 0), 10)
+    mgr.shutdown()
+    good = (d / "recovery-point-offset-checkpoint").read_text()
+    (d / "recovery-point-offset-checkpoint.tmp").write_text(good[: len(good) // 2])
+    (d / CLEAN_SHUTDOWN_FILE).unlink()
+    again = _manager([d])
+    try:
+        assert again.get_log("t", 0).recovery_point == 20
+        assert again.get_log("t", 0).log_end_offset == 20
+        again.checkpoint_recovery_points(sync=True)
+        assert not (d / "recovery-point-offset-checkpoint.tmp").exists()
+        assert OffsetCheckpointFile(str(d / "recovery-point-offset-checkpoint")).read() == {
+            ("t", 0): 20}
+    finally:
+        again.shutdown()
+
+
+def test_corrupt_checkpoint_means_full_recovery(tmp_path):
+    d = tmp_path / "a"
+    mgr = _manager([d])
+    append_n(mgr.get_or_create_log("t", 0), 10)
+    mgr.shutdown()
+    (d / "recovery-point-offset-checkpoint").write_text("0\n7\nnot a checkpoint\n")
+    (d / CLEAN_SHUTDOWN_FILE).unlink()
+    again = _manager([d])
+    try:
+        log = again.get_log("t", 0)
+        assert (log.recovery_point, log.log_end_offset) == (0, 20)
+    finally:
+        again.shutdown()
+
+
+def test_delete_log_renames_then_removes(tmp_path):
+    d = tmp_path / "a"
+    mgr = _manager([d])
+    log = mgr.get_or_create_log("t", 0)
+    append_n(log, 5)
+    info = log.read(0, 1000)
+    assert mgr.delete_log("t", 0)
+    assert mgr.get_log("t", 0) is None and not (d / "t-0").exists()
+    assert mgr.scheduler.drain(10)
+    assert not [n for n in os.listdir(d) if n.startswith("t-0")]
+    assert not mgr.delete_log("t", 0)
+    del info
+    # A `-delete` dir left by a crash is removed at the next startup.
+    os.makedirs(d / "u-1.0123abcd-delete")
+    mgr.shutdown()
+    again = _manager([d])
+    assert again.scheduler.drain(10)
+    assert not (d / "u-1.0123abcd-delete").exists()
+    again.shutdown()
+
+
+def test_logs_in_several_dirs_reload(tmp_path):
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    mgr = _manager(dirs)
+    for p in range(4):
+        append_n(mgr.get_or_create_log("t", p), p + 1)
+    mgr.shutdown()
+    again = _manager(dirs)
+    try:
+        assert sorted((lg.topic, lg.partition, lg.log_end_offset) for lg in again.all_logs()) == [
+            ("t", p, 2 * (p + 1)) for p in range(4)]
+        assert {again.log_dir_of("t", p) for p in range(4)} == {str(x) for x in dirs}
+    finally:
+        again.shutdown()
+
+
+def test_periodic_retention_and_flush(tmp_path, clock):
+    mgr = LogManager([str(tmp_path / "a")],
+                     LogConfig(segment_bytes=600, retention_ms=1000, flush_ms=5000,
+                               file_delete_delay_ms=0), time_fn=clock)
+    try:
+        log = mgr.get_or_create_log("t", 0)
+        now = int(clock() * 1000)
+        append_n(log, 20, ts=now)
+        assert mgr.cleanup_logs() == 0
+        clock.advance_ms(2000)
+        old = len(log.segments) - 1
+        assert old > 0 and mgr.cleanup_logs() == old
+        assert len(log.segments) == 1
+        assert mgr.flush_dirty_logs() == []  # the last flush (at a roll) is under 5 s old
+        clock.advance_ms(5000)
+        futures = mgr.flush_dirty_logs()
+        assert futures
+        for f in futures:
+            f.result(timeout=10)
+        assert log.recovery_point == log.log_end_offset
+    finally:
+        mgr.shutdown()
