@@ -182,10 +182,7 @@ def _build_batch(codec: Any, records: list[tuple[bytes, bytes | None]]) -> bytea
     import time
 
     ts = int(time.time() * 1000)
-    builder = codec.BatchBuilder()
-    for k, v in records:
-        builder.append(ts, k, v, None)
-    return bytearray(builder.build())
+    return bytearray(codec.build_batch([(ts, k, v) for k, v in records]))
 
 
 def _iter_records(codec: Any, data: bytes) -> Iterator[tuple[int, bytes | None, bytes | None]]:
