@@ -1,9 +1,21 @@
 """Shared helpers for storage tests: real files under tmp_path, a controllable clock."""
 
 import pytest
+from fastlog._codec import build_batch, scan_batches, validate_record_set
 
 from fastlog.server.log import Log, LogConfig
-from tests.server.log._batches import make_batch, record_set
+
+
+def make_batch(n_records=1, timestamp=1000, value_size=10, ts_step=1, key=b"k"):
+    """A v2 batch of n records at timestamp, timestamp + ts_step, ... (offsets from 0)."""
+    return build_batch([(timestamp + i * ts_step, key, bytes([65 + i % 26]) * value_size)
+                        for i in range(n_records)])
+
+
+def record_set(*batches):
+    """(writable buffer, headers) as the broker hands them to Log.append."""
+    buf = bytearray(b"".join(batches))
+    return buf, validate_record_set(buf)
 
 
 class Clock:
@@ -42,8 +54,6 @@ def open_log(path, **cfg):
 
 def read_all(log, start=None):
     """Every batch (base offset, bytes) from start to the log end, via Log.read."""
-    from fastlog._codec import scan_batches
-
     out, offset = [], log.log_start_offset if start is None else start
     while offset < log.log_end_offset:
         info = log.read(offset, 1 << 20)

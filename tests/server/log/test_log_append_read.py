@@ -4,6 +4,7 @@ timestamp, truncation, log start offset, reopen, flush policy, leader epochs."""
 import os
 
 import pytest
+from fastlog._codec import scan_batches, stamp_batches
 
 from fastlog.server.log import (
     EARLIEST_TIMESTAMP,
@@ -17,8 +18,7 @@ from fastlog.server.log import (
     RecordBatchTooLargeError,
     UnexpectedAppendOffsetError,
 )
-from tests.server.log._batches import make_batch, record_set
-from tests.server.log.conftest import append_n, open_log, read_all
+from tests.server.log.conftest import append_n, make_batch, open_log, read_all, record_set
 
 
 def test_append_assigns_offsets_and_reports(tmp_path):
@@ -70,7 +70,6 @@ def test_read_stops_at_high_watermark(tmp_path):
         info = log.read(offset, 1 << 20, max_position=log.high_watermark)
         if not info.regions:
             break
-        from fastlog._codec import scan_batches
         hs = scan_batches(info.regions[0].read()).batches
         got += [h.base_offset for h in hs]
         offset = hs[-1].next_offset
@@ -90,7 +89,6 @@ def test_replicated_append_keeps_offsets_and_checks_order(tmp_path):
     with pytest.raises(UnexpectedAppendOffsetError):
         follower.append(*record_set(data), leader_epoch=3, assign_offsets=False)
     bad, bad_hs = record_set(make_batch(2), make_batch(2))
-    from fastlog._codec import stamp_batches
     stamp_batches(bad, bad_hs[:1], 20, 3)
     stamp_batches(bad, bad_hs[1:], 20, 3)
     with pytest.raises(OffsetsOutOfOrderError):

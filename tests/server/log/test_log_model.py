@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from fastlog.server.log import Log, LogConfig, OffsetOutOfRangeError
-from tests.server.log._batches import make_batch, record_set
+from tests.server.log.conftest import make_batch, record_set
 
 CFG = LogConfig(segment_bytes=500, index_interval_bytes=100, segment_index_bytes=64,
                 retention_ms=-1)

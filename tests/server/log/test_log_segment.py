@@ -5,7 +5,7 @@ from fastlog._codec import scan_batches, stamp_batches
 
 from fastlog.server.log import LogConfig
 from fastlog.server.log.segment import LogSegment
-from tests.server.log._batches import make_batch, record_set
+from tests.server.log.conftest import make_batch, record_set
 
 
 def _segment(tmp_path, base=100, **cfg):
