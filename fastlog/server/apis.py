@@ -42,6 +42,7 @@ from fastlog.server.config import (
     format_config_value,
     parse_topic_config,
 )
+from fastlog.server.group import GROUP_HANDLERS
 
 log = logging.getLogger("fastlog.server.apis")
 
@@ -109,7 +110,7 @@ class KafkaApis:
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self.handle_offset_for_leader_epoch,
         }
         # ---- group coordinator hook (issue 5): its handlers use the same contract.
-        # GROUP HOOK: `self.handlers.update(fastlog.server.group.GROUP_HANDLERS)` once it lands.
+        self.handlers.update(GROUP_HANDLERS)
 
     # ------------------------------------------------------------------ dispatch
     async def handle(self, conn, frame):
@@ -371,6 +372,8 @@ class KafkaApis:
                     found = log_.fetch_offset_by_timestamp(ts)
                     if found is not None:
                         off, found_ts, epoch = _timestamp_offset(found, p.leader_epoch)
+                        cached = log_.leader_epoch_cache.epoch_for_offset(off)
+                        epoch = cached if cached >= 0 else epoch
                         if off < p.high_watermark:
                             entry["offset"] = off
                             entry["timestamp"] = found_ts

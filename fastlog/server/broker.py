@@ -6,8 +6,8 @@
 # and the periodic tasks (retention, flush, checkpoints, producer snapshots). Also the
 # topic operations that span several parts (create / delete / reconfigure a topic), so
 # handlers and the group coordinator call one place.
-# Files: `<log dir>/meta.properties` (Kafka's format: version, broker.id, cluster.id);
-# everything else through LogManager and the metadata store.
+# Files: none directly — meta.properties, logs and checkpoints through LogManager, topics
+# and ids through the metadata store (it only reads meta.properties to learn broker.id).
 # Called from: the asyncio API loop that runs the broker (fastlog.cli.server), only.
 """Broker lifecycle and topic operations."""
 
@@ -21,7 +21,8 @@ import re
 from fastlog._net import SocketServer
 from fastlog.server.apis import KafkaApis
 from fastlog.server.config import KafkaConfig, parse_properties
-from fastlog.server.log import LogConfig, LogManager
+from fastlog.server.group import GroupCoordinator
+from fastlog.server.log import KafkaStorageError, LogConfig, LogManager
 from fastlog.server.metadata import EmbeddedMetadataStore, MetadataError, TopicState
 from fastlog.server.producer_state import ProducerIdManager
 from fastlog.server.replica_manager import Partition, ReplicaManager
@@ -65,14 +66,22 @@ class BrokerServer:
         except MetadataError as e:
             raise BrokerStartupError(str(e)) from None
         await self.metadata.start()
-        self._write_meta_properties()
-        self.log_manager = LogManager(self.log_dirs, LogConfig.from_broker(self.config),
-                                      **self._log_manager_options())
+        for name in self.metadata.topic_names():
+            self._log_configs[name] = self.build_log_config(self.metadata.topic(name).configs)
+        try:
+            # LogManager checks/writes meta.properties (broker.id, cluster.id) in each dir
+            # and recovers the logs (unless the clean-shutdown marker is there).
+            self.log_manager = LogManager(
+                self.log_dirs, LogConfig.from_broker(self.config), node_id=self.node_id,
+                cluster_id=self.metadata.cluster_id, topic_config=self._log_configs.get)
+        except KafkaStorageError as e:
+            raise BrokerStartupError(str(e)) from None
         self.replica_manager = ReplicaManager(self)
         self.producer_id_manager = ProducerIdManager(self.metadata)
         self._open_partitions()
-        # ---- group coordinator hook (issue 5):
-        # GROUP HOOK: self.group_coordinator = GroupCoordinator(self); await its startup()
+        # ---- group coordinator hook (issue 5): groups and committed offsets.
+        self.group_coordinator = GroupCoordinator(self)
+        await self.group_coordinator.startup()
         self.apis = KafkaApis(self)
         loop = asyncio.get_running_loop()
         for _, host, port in self.config.listeners:
@@ -96,9 +105,6 @@ class BrokerServer:
         self._started = True
         log.info("broker %d started: %s, data in %s", self.node_id,
                  ", ".join(f"{h}:{p}" for _, h, p in self.bound), ", ".join(self.log_dirs))
-
-    def _log_manager_options(self) -> dict:
-        return {}
 
     def _prepare_dirs(self) -> None:
         for d in self.log_dirs:
@@ -124,32 +130,12 @@ class BrokerServer:
                 f"broker.id {self.node_id} does not match the id {stored} stored in "
                 f"{META_PROPERTIES}; use broker.id={stored} or another log dir")
 
-    def _write_meta_properties(self) -> None:
-        for d in self.log_dirs:
-            path = os.path.join(d, META_PROPERTIES)
-            props = _read_properties(path)
-            if props and props.get("cluster.id") not in (None, self.metadata.cluster_id):
-                raise BrokerStartupError(
-                    f"{path} belongs to cluster {props.get('cluster.id')}, not "
-                    f"{self.metadata.cluster_id}")
-            if props:
-                continue
-            text = (f"#\nversion=0\nbroker.id={self.node_id}\n"
-                    f"cluster.id={self.metadata.cluster_id}\n")
-            tmp = path + ".tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-
     def _open_partitions(self) -> None:
         md = self.metadata
         wanted = set()
         for name in md.topic_names():
             state = md.topic(name)
-            cfg = self.build_log_config(state.configs)
-            self._log_configs[name] = cfg
+            cfg = self._log_configs[name]
             for p, ps in state.partitions.items():
                 if ps.leader == self.node_id:
                     self.replica_manager.make_leader(name, p, cfg, ps.leader_epoch, ps.replicas)

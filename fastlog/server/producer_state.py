@@ -207,18 +207,28 @@ class ProducerStateManager:
 
     def write_snapshot(self, directory: str) -> str:
         """Write `<map_end_offset>.snapshot` atomically and drop older snapshots."""
-        name = os.path.join(directory, f"{self.map_end_offset:020d}{SNAPSHOT_SUFFIX}")
-        tmp = name + ".tmp"
+        return self.snapshot_job(directory)()
+
+    def snapshot_job(self, directory: str):
+        """Encode the state now; the returned callable writes it (any thread): tmp file,
+        fsync, rename, then older snapshots go."""
+        offset = self.map_end_offset
         data = self.encode_snapshot()
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, name)
-        for old in list_snapshots(directory):
-            if old[1] != name and old[0] < self.map_end_offset:
-                _unlink_quietly(old[1])
-        return name
+
+        def write() -> str:
+            name = os.path.join(directory, f"{offset:020d}{SNAPSHOT_SUFFIX}")
+            tmp = name + ".tmp"
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, name)
+            for old in list_snapshots(directory):
+                if old[1] != name and old[0] < offset:
+                    _unlink_quietly(old[1])
+            return name
+
+        return write
 
     def load_latest_snapshot(self, directory: str, log_end_offset: int) -> int:
         """Load the newest intact snapshot at or below log_end_offset; returns the offset

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import time
@@ -49,6 +50,7 @@ class PartitionResult:
     log_start_offset: int = -1
     error_message: str | None = None
     record_errors: list = dataclasses.field(default_factory=list)
+    flush_future: object = None
 
 
 @dataclasses.dataclass
@@ -75,6 +77,8 @@ class Partition:
         self.producer_state = ProducerStateManager(topic, partition)
         # zstd may only go to Fetch >= 10: remember whether this log has any.
         self.has_zstd = False
+        # map end offset of the last producer snapshot written
+        self.snapshot_offset = -1
 
     @property
     def high_watermark(self) -> int:
@@ -183,17 +187,32 @@ class ReplicaManager:
         if steps:
             log.debug("%s: producer state rebuilt from %d batch reads", p, steps)
 
-    def checkpoint_producer_state(self) -> None:
-        """Write a producer snapshot for every partition whose state moved (periodic and
-        at shutdown), so a restart replays only the tail after it."""
+    def checkpoint_producer_state(self, sync: bool = False) -> None:
+        """Write a producer snapshot for every partition whose state moved since the last
+        one (periodic, and at shutdown with sync=True), so a restart replays only the log
+        tail after it. The state is encoded here; the fsync'ed write runs on LogManager's
+        I/O worker unless sync."""
+        jobs = []
         for p in self.partitions.values():
             ps = p.producer_state
-            if not ps.producers:
+            if not ps.producers or ps.map_end_offset == p.snapshot_offset:
                 continue
-            try:
-                ps.write_snapshot(p.log.dir)
-            except OSError as e:
-                log.warning("%s: cannot write producer snapshot: %s", p, e)
+            p.snapshot_offset = ps.map_end_offset
+            jobs.append((p, ps.snapshot_job(p.log.dir)))
+        if not jobs:
+            return
+
+        def write_all():
+            for p, job in jobs:
+                try:
+                    job()
+                except OSError as e:
+                    log.warning("%s: cannot write producer snapshot: %s", p, e)
+
+        if sync:
+            write_all()
+        else:
+            self.broker.log_manager.scheduler.submit(write_all)
 
     # ------------------------------------------------------------------ produce
     async def append_records(self, entries, *, acks: int, api_version: int,
@@ -211,6 +230,12 @@ class ReplicaManager:
                 results[key] = PartitionResult(Errors.UNKNOWN_TOPIC_OR_PARTITION)
                 continue
             results[key] = self._append_one(p, records, acks, api_version)
+        # flush.messages: the append asked for an fsync; acknowledge only once it is done
+        # (it runs on LogManager's I/O worker, so the loop keeps serving meanwhile).
+        flushes = [r.flush_future for r in results.values() if r.flush_future is not None]
+        if flushes and acks != 0:
+            await asyncio.gather(*(asyncio.wrap_future(f) for f in flushes),
+                                 return_exceptions=True)
         return results
 
     def _append_one(self, p: Partition, records, acks: int, api_version: int) -> PartitionResult:
@@ -264,8 +289,8 @@ class ReplicaManager:
                   info.first_offset, info.last_offset, b.max_timestamp)
         ps.update_map_end_offset(info.last_offset + 1)
         self._after_append(p)
-        return PartitionResult(Errors.NONE, info.first_offset,
-                               getattr(info, "log_append_time", -1), p.log.log_start_offset)
+        return PartitionResult(Errors.NONE, info.first_offset, info.log_append_time,
+                               p.log.log_start_offset, flush_future=info.flush_future)
 
     def _after_append(self, p: Partition) -> None:
         # Single node: we are the whole ISR, so the high watermark follows the log end.
@@ -284,6 +309,8 @@ class ReplicaManager:
             raise ValueError("empty record set")
         info = p.log.append(record_set, batches, p.leader_epoch)
         self._after_append(p)
+        if info.flush_future is not None:
+            await asyncio.wrap_future(info.flush_future)
         return info
 
     # ------------------------------------------------------------------ fetch
@@ -315,7 +342,7 @@ class ReplicaManager:
     def _hw_bound(log_, limit: int) -> dict:
         if limit >= log_.log_end_offset:
             return {}
-        return {"max_offset": limit}
+        return {"max_position": limit}
 
     def wake_fetchers(self, topic: str, partition: int) -> None:
         self.fetch_purgatory.check_and_complete((topic, partition))
@@ -337,6 +364,6 @@ class ReplicaManager:
         return Errors.NONE, log_.log_start_offset
 
     def shutdown(self) -> None:
-        self.checkpoint_producer_state()
+        self.checkpoint_producer_state(sync=True)
         self.fetch_purgatory.wake_all()
         self.produce_purgatory.wake_all()
