@@ -17,6 +17,8 @@ import threading
 
 from libc.errno cimport errno
 from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint32_t, uint64_t
+
+from fastlog._codec cimport fl_be32, fl_be64, fl_put_be32, fl_put_be64
 from posix.mman cimport (
     MAP_FAILED,
     MAP_SHARED,
@@ -150,14 +152,14 @@ cdef class AbstractIndex:
     cdef int64_t _key(self, Py_ssize_t n) noexcept nogil:
         cdef const unsigned char* p = self._data + n * self._entry_size
         if self._entry_size == 8:
-            return <int32_t>load_be32(p)
-        return <int64_t>load_be64(p)
+            return <int32_t>fl_be32(p)
+        return <int64_t>fl_be64(p)
 
     cdef int64_t _value(self, Py_ssize_t n) noexcept nogil:
         cdef const unsigned char* p = self._data + n * self._entry_size
         if self._entry_size == 8:
-            return <int32_t>load_be32(p + 4)
-        return <int32_t>load_be32(p + 8)
+            return <int32_t>fl_be32(p + 4)
+        return <int32_t>fl_be32(p + 8)
 
     cdef void _binary_search(self, Py_ssize_t begin, Py_ssize_t end, int64_t target,
                              bint by_value, Py_ssize_t* lower, Py_ssize_t* upper) noexcept nogil:
@@ -400,8 +402,8 @@ cdef class OffsetIndex(AbstractIndex):
         if position < 0 or position > INT32_MAX:
             raise ValueError(f"position {position} out of range for {self.path}")
         cdef unsigned char* p = self._data + self._entries * 8
-        store_be32(p, <uint32_t>relative)
-        store_be32(p + 4, <uint32_t>position)
+        fl_put_be32(p, <uint32_t>relative)
+        fl_put_be32(p + 4, <uint32_t>position)
         self._entries += 1
 
     def truncate_to(self, int64_t offset):
@@ -509,8 +511,8 @@ cdef class TimeIndex(AbstractIndex):
             raise IndexOffsetOverflowError(
                 f"offset {offset} does not fit a relative offset from {self.base_offset}")
         cdef unsigned char* p = self._data + self._entries * 12
-        store_be64(p, <uint64_t>timestamp)
-        store_be32(p + 8, <uint32_t>relative)
+        fl_put_be64(p, <uint64_t>timestamp)
+        fl_put_be32(p + 8, <uint32_t>relative)
         self._entries += 1
         return True
 
