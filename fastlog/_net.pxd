@@ -24,12 +24,13 @@ cdef class Connection:
     cdef int fd
     cdef Processor proc
     # read side: rbuf[rstart:rend] holds unparsed bytes; the in-flight frame, if any,
-    # lies before rstart and must not be overwritten while muted.
+    # lies before rstart and must not be overwritten while busy.
     cdef bytearray rbuf
     cdef Py_ssize_t rstart, rend
     cdef object frame
     cdef readonly bint closed
-    cdef bint muted, reading, writing, eof, in_process
+    # muted (Kafka's word) == busy (a handler has the frame) or writing (output pending)
+    cdef bint busy, reading, writing, eof, in_process
     cdef double last_active
     # write side: the response being written, as parts; widx/woff say how far.
     cdef list wparts

@@ -31,10 +31,10 @@ MODES = [
 ]
 
 
-def run(coro):
+def run(coro, loop_factory=uvloop.new_event_loop):
     async def bounded():
         return await asyncio.wait_for(coro, TIMEOUT)
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
         return runner.run(bounded())
 
 
@@ -141,6 +141,39 @@ def test_slow_first_request_still_answered_first(mode):
         assert [await read_frame(r) for _ in range(3)] == [b"first", b"second", b"third"]
         await server.stop()
     run(main())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_slow_request_between_fast_ones_keeps_order(mode):
+    """Fast responses of one pipelined read are written together; a slow one between
+    them still holds back the ones after it."""
+    async def main():
+        server = await start(Echo(), **mode)
+        r, w = await connect(server)
+        for _ in range(3):
+            w.write(frame(b"Ea") + frame(b"Eb") + frame(b"S80:slow") + frame(b"Ec")
+                    + frame(b"N") + frame(b"Ed"))
+            assert [await read_frame(r) for _ in range(5)] == [b"a", b"b", b"slow", b"c", b"d"]
+        await server.stop()
+    run(main())
+
+
+@pytest.mark.parametrize("eager", [True, False], ids=["eager", "task"])
+def test_stdlib_asyncio_loop_as_api_loop(eager):
+    async def main():
+        echo = Echo()
+        server = await start(echo, eager=eager)
+        with tempfile.TemporaryFile() as f:
+            f.write(b"0123456789" * 100000)
+            f.flush()
+            echo.regions["r"] = [b"[", FileRegion(f, 10, 500000), b"]"]
+            r, w = await connect(server)
+            w.write(frame(b"Ex") + frame(b"S20:y") + frame(b"Fr"))
+            assert await read_frame(r) == b"x"
+            assert await read_frame(r) == b"y"
+            assert await read_frame(r) == b"[" + (b"0123456789" * 50000) + b"]"
+        await server.stop()
+    run(main(), loop_factory=asyncio.new_event_loop)
 
 
 @pytest.mark.parametrize("mode", MODES)
