@@ -47,6 +47,8 @@ from fastlog.server.group import GROUP_HANDLERS
 log = logging.getLogger("fastlog.server.apis")
 
 INT32_MIN = -(1 << 31)
+# Created by their coordinators, never by Metadata auto-creation.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 # DescribeConfigs resource types and config sources (Kafka's numbers).
 RESOURCE_TOPIC = 2
@@ -171,7 +173,7 @@ class KafkaApis:
                 problem = broker.topic_name_problem(name)
                 if problem is not None:
                     error = Errors.INVALID_TOPIC_EXCEPTION
-                elif auto_create and not name.startswith("__"):
+                elif auto_create and name not in INTERNAL_TOPICS:
                     try:
                         state = await broker.create_topic(
                             name, broker.config["num.partitions"],

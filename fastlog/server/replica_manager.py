@@ -319,7 +319,7 @@ class ReplicaManager:
         log_ = p.log
         hw = log_.high_watermark
         res = FetchPartitionResult(Errors.NONE, hw, hw, log_.log_start_offset)
-        if p.has_zstd and api_version < 10:
+        if api_version < 10 and (p.has_zstd or p.log.config.compression_type == "zstd"):
             res.error = Errors.UNSUPPORTED_COMPRESSION_TYPE
             return res
         # Consumers see up to the high watermark only; followers up to the log end.

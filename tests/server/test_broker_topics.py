@@ -1,0 +1,112 @@
+"""Topic operations wired through the broker: live config changes reach the logs, the
+periodic retention task deletes old segments, auto-creation follows its switches, and
+startup problems are one sentence with a non-zero exit."""
+
+import socket
+import subprocess
+import time
+
+from fastlog.protocol import ApiKey, Errors
+from tests.broker_fixture import server_command
+from tests.server.test_broker_wire import Wire, batch, create_topic, produce
+
+
+def earliest(w, topic):
+    r = w.call(ApiKey.LIST_OFFSETS, 1, {"replica_id": -1, "topics": [
+        {"name": topic, "partitions": [{"partition_index": 0, "timestamp": -2}]}]})
+    return r.topics[0].partitions[0].offset
+
+
+def test_altered_retention_applies_to_the_live_log(broker_factory):
+    b = broker_factory({"log.retention.check.interval.ms": "200"})
+    create_topic(b, "tp-retention", configs={"segment.bytes": "1024"})
+    w = Wire(b)
+    try:
+        for i in range(40):
+            assert produce(w, "tp-retention", batch([b"%03d" % i + b"." * 100])).error_code == 0
+        assert earliest(w, "tp-retention") == 0
+        r = w.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, {"resources": [{
+            "resource_type": 2, "resource_name": "tp-retention",
+            "configs": [{"name": "retention.ms", "config_operation": 0, "value": "1"}]}],
+            "validate_only": False})
+        assert r.responses[0].error_code == 0
+        deadline = time.monotonic() + 15
+        while earliest(w, "tp-retention") == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert earliest(w, "tp-retention") > 0
+        d = w.call(ApiKey.DESCRIBE_CONFIGS, 1, {"resources": [{
+            "resource_type": 2, "resource_name": "tp-retention",
+            "configuration_keys": ["retention.ms", "segment.bytes"]}],
+            "include_synonyms": True})
+        cfg = {c.name: c for c in d.results[0].configs}
+        assert cfg["retention.ms"].value == "1" and cfg["retention.ms"].config_source == 1
+        assert cfg["segment.bytes"].value == "1024"
+        # Kafka's synonym chain: the topic override, then the broker default that applies
+        assert [(s.name, s.source) for s in cfg["retention.ms"].synonyms] == [
+            ("retention.ms", 1), ("log.retention.hours", 5)]
+    finally:
+        w.close()
+
+
+def test_auto_create_switches(broker_factory):
+    b = broker_factory({"auto.create.topics.enable": "false"})
+    w = Wire(b)
+    try:
+        r = w.call(ApiKey.METADATA, 8, {"topics": [{"name": "tp-auto"}],
+                                        "allow_auto_topic_creation": True})
+        assert r.topics[0].error_code == Errors.UNKNOWN_TOPIC_OR_PARTITION
+    finally:
+        w.close()
+
+
+def test_auto_create_respects_the_v4_flag_and_name_rules(broker):
+    w = Wire(broker)
+    try:
+        r = w.call(ApiKey.METADATA, 8, {"topics": [{"name": "tp-noauto"}],
+                                        "allow_auto_topic_creation": False})
+        assert r.topics[0].error_code == Errors.UNKNOWN_TOPIC_OR_PARTITION
+        r = w.call(ApiKey.METADATA, 8, {"topics": [{"name": "tp-yesauto"}],
+                                        "allow_auto_topic_creation": True})
+        assert r.topics[0].error_code == 0 and len(r.topics[0].partitions) == 1
+        assert r.topics[0].partitions[0].leader_epoch == 0
+        r = w.call(ApiKey.METADATA, 8, {"topics": [{"name": "bad*name"}],
+                                        "allow_auto_topic_creation": True})
+        assert r.topics[0].error_code == Errors.INVALID_TOPIC_EXCEPTION
+        # a topic that would collide with an existing one once '.' and '_' are equated
+        create_topic(broker, "tp.collide")
+        r = w.call(ApiKey.CREATE_TOPICS, 4, {"topics": [{
+            "name": "tp_collide", "num_partitions": 1, "replication_factor": 1,
+            "assignments": [], "configs": []}], "timeout_ms": 5000, "validate_only": False})
+        assert r.topics[0].error_code == Errors.INVALID_TOPIC_EXCEPTION
+        # replication factor above the broker count, and validate_only creates nothing
+        r = w.call(ApiKey.CREATE_TOPICS, 4, {"topics": [
+            {"name": "tp-rf3", "num_partitions": 1, "replication_factor": 3,
+             "assignments": [], "configs": []},
+            {"name": "tp-validate", "num_partitions": -1, "replication_factor": -1,
+             "assignments": [], "configs": [{"name": "retention.ms", "value": "x"}]},
+            {"name": "tp-validate2", "num_partitions": 2, "replication_factor": 1,
+             "assignments": [], "configs": []}], "timeout_ms": 5000, "validate_only": True})
+        codes = [t.error_code for t in r.topics]
+        assert codes == [Errors.INVALID_REPLICATION_FACTOR, Errors.INVALID_CONFIG, 0]
+        r = w.call(ApiKey.METADATA, 8, {"topics": [{"name": "tp-validate2"}],
+                                        "allow_auto_topic_creation": False})
+        assert r.topics[0].error_code == Errors.UNKNOWN_TOPIC_OR_PARTITION
+    finally:
+        w.close()
+
+
+def test_port_in_use_is_one_sentence_exit_1(tmp_path):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(1)
+    port = s.getsockname()[1]
+    try:
+        r = subprocess.run(server_command() + [
+            "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
+            "--override", f"log.dirs={tmp_path / 'data'}"],
+            capture_output=True, text=True, timeout=60)
+    finally:
+        s.close()
+    assert r.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in r.stderr
+    assert "Traceback" not in r.stderr
