@@ -150,6 +150,7 @@ class Producer:
         self.producer_id = -1
         self.producer_epoch = -1
         self._sticky = StickyPartitioner()
+        self._topic_partitions: dict[str, tuple[float, list[TopicPartition]]] = {}
         self._partitions: dict[TopicPartition, _PartitionState] = collections.defaultdict(
             _PartitionState)
         self._order = itertools.count()
@@ -198,22 +199,22 @@ class Producer:
                    partition: int | None = None, headers=None,
                    timestamp_ms: int | None = None) -> RecordHandle:
         """Queue one record; the returned handle resolves when the broker acknowledged it."""
-        if not self._started:
-            await self.start()
-        if self._closed:
-            raise errors.FastlogError("the producer is closed")
-        if self._fatal is not None:
-            raise self._fatal
+        if self._closed or self._fatal is not None or not self._started:
+            await self._check_usable()
+        tps = self._topic_partitions.get(topic)
+        if tps is None or time.monotonic() > tps[0]:
+            tps = await self._load_topic(topic)
         if partition is None:
-            info = await self.cluster.topic(topic, allow_auto_create=self.allow_auto_create)
-            n = len(info.partitions)
+            n = len(tps[1])
             if key is not None:
                 partition = partition_for_key(key, n)
             else:
                 partition = self._sticky.partition(topic, n)
-        elif partition < 0:
-            raise errors.FastlogError(f"bad partition {partition}")
-        tp = TopicPartition(topic, partition)
+            tp = tps[1][partition]
+        elif 0 <= partition < len(tps[1]):
+            tp = tps[1][partition]
+        else:
+            raise errors.UnknownTopic(topic, partition)
         size = (len(key) if key else 0) + (len(value) if value else 0) + _RECORD_OVERHEAD
         if headers:
             size += sum(len(k) + (len(v) if v else 0) + 4 for k, v in headers)
@@ -240,6 +241,46 @@ class Producer:
             self._close_batch(state)
             self._wake.set()
         return RecordHandle(batch, index, timestamp_ms)
+
+    async def _check_usable(self) -> None:
+        if self._closed:
+            raise errors.FastlogError("the producer is closed")
+        if self._fatal is not None:
+            raise self._fatal
+        if not self._started:
+            await self.start()
+
+    async def _load_topic(self, topic: str):
+        """(expiry, [TopicPartition per partition]) for topic, from (fresh) metadata."""
+        info = await self.cluster.topic(topic, allow_auto_create=self.allow_auto_create,
+                                        refresh=topic in self._topic_partitions)
+        n = max(info.partitions) + 1
+        entry = (time.monotonic() + self.cluster.metadata_max_age,
+                 [TopicPartition(topic, p) for p in range(n)])
+        self._topic_partitions[topic] = entry
+        return entry
+
+    async def send_batch(self, topic: str, partition: int, records) -> asyncio.Future:
+        """Send prepared records [(timestamp_ms, key, value, headers)] as one record batch.
+
+        The lean path for bulk writers (perf harness, Spark): one compiled call builds the
+        batch. Returns a future of the batch's base offset (-1 with acks=0).
+        """
+        await self._check_usable()
+        tps = self._topic_partitions.get(topic)
+        if tps is None or time.monotonic() > tps[0]:
+            tps = await self._load_topic(topic)
+        if not 0 <= partition < len(tps[1]):
+            raise errors.UnknownTopic(topic, partition)
+        state = self._partitions[tps[1][partition]]
+        if state.open is not None:
+            self._close_batch(state)
+        batch = state.open = _Batch(tps[1][partition], next(self._order))
+        batch.records = records if isinstance(records, list) else list(records)
+        self._buffered += batch.size
+        self._close_batch(state)
+        self._wake.set()
+        return batch.future
 
     async def send_and_wait(self, topic: str, value=None, key=None, **kw) -> RecordMetadata:
         handle = await self.send(topic, value, key, **kw)
