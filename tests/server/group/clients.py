@@ -10,10 +10,30 @@ from __future__ import annotations
 
 import asyncio
 import queue
+import sys
 import threading
 import time
 
+from tests.broker_fixture import BrokerProcess
+
 CLIENTS = ("confluent", "kafka-python", "aiokafka")
+
+GROUP_OVERRIDES = {
+    "group.initial.rebalance.delay.ms": "200",
+    "group.min.session.timeout.ms": "500",
+    "offsets.topic.num.partitions": "4",
+    "num.partitions": "4",
+}
+
+
+class GroupBroker(BrokerProcess):
+    def command(self) -> list[str]:
+        args = [sys.executable, "-m", "tests.server.group._server_with_groups"]
+        props = {"listeners": f"PLAINTEXT://{self.host}:{self.port}",
+                 "log.dirs": str(self.data_dir), **self.overrides}
+        for k, v in props.items():
+            args += ["--override", f"{k}={v}"]
+        return args
 
 
 def wait_until(cond, timeout=20.0, what="condition", interval=0.05):

@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .clients import Member, create_topic, produce, wait_until
-from .test_group_clients import fresh
+from tests.server.group.clients import Member, create_topic, produce, wait_until
+from tests.server.group.test_group_clients import fresh
 
 
 def fastlog(*args: str) -> subprocess.CompletedProcess:

@@ -13,7 +13,14 @@ import textwrap
 
 import pytest
 
-from .clients import CLIENTS, Member, commit_any, create_topic, produce, wait_until
+from tests.server.group.clients import (
+    CLIENTS,
+    Member,
+    commit_any,
+    create_topic,
+    produce,
+    wait_until,
+)
 
 _names = itertools.count()
 
@@ -140,7 +147,7 @@ def test_restarted_consumer_resumes_after_commit(group_broker, kind):
 
 
 def test_group_and_offsets_survive_broker_restart(tmp_path):
-    from .conftest import GROUP_OVERRIDES, GroupBroker
+    from tests.server.group.clients import GROUP_OVERRIDES, GroupBroker
 
     with GroupBroker(tmp_path / "data", overrides=GROUP_OVERRIDES) as b:
         topic, group, parts = "restart-t", "g-restart", 2
@@ -158,14 +165,10 @@ def test_group_and_offsets_survive_broker_restart(tmp_path):
         finally:
             m.close()
         b.restart()
-        from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+        from kafka import KafkaConsumer, TopicPartition
 
-        admin = KafkaAdminClient(bootstrap_servers=b.bootstrap)
-        try:
-            wait_until(lambda: group in _group_ids(admin), 20,
-                       "the group to be listed after the restart")
-        finally:
-            admin.close()
+        wait_until(lambda: group in _group_ids(b.bootstrap), 20,
+                   "the group to be listed after the restart")
         probe = KafkaConsumer(bootstrap_servers=b.bootstrap, group_id=group,
                               enable_auto_commit=False)
         try:
@@ -185,12 +188,15 @@ def test_group_and_offsets_survive_broker_restart(tmp_path):
         assert gen_before >= 1
 
 
-def _group_ids(admin) -> list[str]:
+def _group_ids(bootstrap: str) -> list[str]:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
     try:
-        groups = admin.list_consumer_groups()
+        listing = admin.list_consumer_groups(request_timeout=5).result(timeout=10)
     except Exception:  # noqa: BLE001 - e.g. COORDINATOR_LOAD_IN_PROGRESS right after a start
         return []
-    return [g[0] if isinstance(g, tuple) else g.group_id for g in groups]
+    return [g.group_id for g in listing.valid]
 
 
 @pytest.mark.parametrize("kinds,protocol", [
