@@ -1826,5 +1826,345 @@ def parse_control_record(Record record):
     key = record.key
     if key is None or len(key) < 4:
         raise InvalidRecordError("control record key shorter than 4 bytes")
-    return int.from_bytes(key[0:2], "big", signed=True), int.from_bytes(key[2:4], "big",
-                                                                          signed=True)
+    version = int.from_bytes(key[0:2], "big", signed=True)
+    return version, int.from_bytes(key[2:4], "big", signed=True)
+
+
+# ---------------------------------------------------------------------------------------
+# Legacy message sets (magic 0 and 1)
+#
+# [offset int64][size int32][crc int32][magic int8][attributes int8]([timestamp int64] v1)
+# [key bytes][value bytes]; the CRC-32 covers magic..end. A compressed "wrapper" message
+# holds a whole inner message set in its value. In v1 the inner offsets are relative and
+# the wrapper carries the absolute offset of the last inner message; in v0 they are
+# absolute. Not a hot path (only very old clients use it), so plain code.
+
+cdef enum:
+    LEGACY_MIN_SIZE_V0 = 14   # crc + magic + attributes + key length + value length
+    LEGACY_MIN_SIZE_V1 = 22
+
+
+@cython.final
+cdef class LegacyMessage:
+    """One message of a magic 0/1 set (wrappers already flattened)."""
+    cdef readonly int64_t offset
+    cdef readonly int magic
+    cdef readonly int attributes
+    cdef readonly int64_t timestamp
+    cdef readonly object key
+    cdef readonly object value
+
+    def __init__(self, offset, magic, attributes, timestamp, key, value):
+        self.offset = offset
+        self.magic = magic
+        self.attributes = attributes
+        self.timestamp = timestamp
+        self.key = key
+        self.value = value
+
+    @property
+    def compression(self):
+        return self.attributes & ATTR_CODEC_MASK
+
+    @property
+    def timestamp_type(self):
+        return 1 if (self.magic == 1 and self.attributes & ATTR_TIMESTAMP_TYPE) else 0
+
+    @property
+    def headers(self):
+        return []
+
+    def __repr__(self):
+        return (f"LegacyMessage(offset={self.offset}, magic={self.magic}, "
+                f"attributes={self.attributes}, timestamp={self.timestamp}, key={self.key!r}, "
+                f"value={self.value!r})")
+
+    def __eq__(self, other):
+        if not isinstance(other, LegacyMessage):
+            return NotImplemented
+        o = <LegacyMessage>other
+        return (self.offset, self.magic, self.attributes, self.timestamp, self.key,
+                self.value) == (o.offset, o.magic, o.attributes, o.timestamp, o.key, o.value)
+
+    __hash__ = None
+
+
+cdef object _legacy_bytes(const unsigned char *d, Py_ssize_t *p, Py_ssize_t end,
+                          Py_ssize_t base, str what):
+    cdef int32_t n
+    if end - p[0] < 4:
+        _raise_truncated(what, p[0] + base, 4, end - p[0])
+    n = <int32_t>fl_be32(d + p[0])
+    p[0] += 4
+    if n == -1:
+        return None
+    if n < 0 or n > end - p[0]:
+        raise InvalidRecordError(f"invalid {what} length {n} at byte {p[0] - 4 + base}",
+                                 p[0] - 4 + base)
+    out = PyBytes_FromStringAndSize(<const char *>d + p[0], n)
+    p[0] += n
+    return out
+
+
+cdef int _read_legacy(object obj, list groups, bint top, Py_ssize_t base,
+                      Py_ssize_t limit) except -1:
+    """Parse a message set; append (wrapper_or_None, [LegacyMessage]) groups."""
+    cdef Py_buffer view
+    cdef const unsigned char *d
+    cdef Py_ssize_t pos = 0, end, msg, p
+    cdef int32_t size
+    cdef int magic, attrs, codec
+    cdef uint32_t crc
+    cdef int64_t offset, ts, abs_base
+    cdef LegacyMessage m, im
+    cdef list plain = None
+    cdef list inner_groups
+    cdef list inner
+    _get_buffer(obj, &view, False)
+    try:
+        d = <const unsigned char *>view.buf
+        end = view.len
+        while pos < end:
+            if end - pos < OVERHEAD:
+                if top:
+                    break
+                _raise_truncated("message", pos + base, OVERHEAD, end - pos)
+            offset = <int64_t>fl_be64(d + pos)
+            size = <int32_t>fl_be32(d + pos + 8)
+            if end - pos - OVERHEAD >= 5:
+                magic = <int8_t>d[pos + OVERHEAD + 4]
+                if magic != 0 and magic != 1:
+                    raise InvalidMagicError(
+                        f"message at byte {pos + base} has magic {magic}, expected 0 or 1",
+                        pos + base + OVERHEAD + 4)
+            if size < LEGACY_MIN_SIZE_V0:
+                raise InvalidRecordError(
+                    f"message at byte {pos + base} has size {size}", pos + base + 8)
+            if size > end - pos - OVERHEAD:
+                if top:
+                    break
+                _raise_truncated("message", pos + base, size + OVERHEAD, end - pos)
+            msg = pos + OVERHEAD
+            crc = fl_be32(d + msg)
+            magic = d[msg + 4]
+            attrs = d[msg + 5]
+            if magic == 1 and size < LEGACY_MIN_SIZE_V1:
+                raise InvalidRecordError(
+                    f"v1 message at byte {pos + base} has size {size}", pos + base + 8)
+            if zlib.crc32(_byte_view(obj)[msg + 4:msg + size]) != crc:
+                raise CorruptRecordError(
+                    f"message at byte {pos + base} (offset {offset}) fails its CRC-32",
+                    msg + base)
+            p = msg + 6
+            ts = NO_TIMESTAMP
+            if magic == 1:
+                ts = <int64_t>fl_be64(d + p)
+                p += 8
+            key = _legacy_bytes(d, &p, msg + size, base, "key")
+            value = _legacy_bytes(d, &p, msg + size, base, "value")
+            if p != msg + size:
+                raise InvalidRecordError(
+                    f"message at byte {pos + base} has {msg + size - p} bytes left over",
+                    pos + base)
+            m = LegacyMessage(offset, magic, attrs, ts, key, value)
+            codec = attrs & ATTR_CODEC_MASK
+            if codec == 0:
+                if plain is None:
+                    plain = []
+                    groups.append((None, plain))
+                plain.append(m)
+            else:
+                if not top:
+                    raise InvalidRecordError(
+                        f"nested compressed message at byte {pos + base}", pos + base)
+                if codec > 3:
+                    raise UnsupportedCodecError(
+                        f"message at byte {pos + base} uses codec {codec}", msg + base + 5)
+                if value is None:
+                    raise InvalidRecordError(
+                        f"compressed message at byte {pos + base} has a null value",
+                        pos + base)
+                if codec == 3 and magic == 0:
+                    from fastlog.compression import fix_legacy_lz4_header
+                    value = fix_legacy_lz4_header(value)
+                plain = None
+                inner_groups = []
+                _read_legacy(_decompress(codec, value, limit), inner_groups, False, 0, limit)
+                inner = []
+                for _w, msgs in inner_groups:
+                    inner.extend(msgs)
+                if not inner:
+                    raise InvalidRecordError(
+                        f"compressed message at byte {pos + base} holds no messages",
+                        pos + base)
+                if magic == 1:
+                    # Relative inner offsets: the wrapper has the last one's absolute offset.
+                    # A producer's own wrapper (offset not yet assigned) gives a negative
+                    # base: then the relative offsets stay as they are (as Java does).
+                    abs_base = offset - (<LegacyMessage>inner[len(inner) - 1]).offset
+                    for obj_im in inner:
+                        im = <LegacyMessage>obj_im
+                        if abs_base >= 0:
+                            im.offset = abs_base + im.offset
+                        if attrs & ATTR_TIMESTAMP_TYPE:
+                            im.timestamp = ts
+                            im.attributes |= ATTR_TIMESTAMP_TYPE
+                groups.append((m, inner))
+            pos += OVERHEAD + size
+    finally:
+        PyBuffer_Release(&view)
+    return 0
+
+
+def read_message_set(buf, *, Py_ssize_t decompress_limit=DEFAULT_DECOMPRESS_LIMIT):
+    """Iterate the messages of a magic 0/1 message set, flattening compressed wrappers.
+
+    A partial message at the end (as in fetch responses) is ignored.
+    """
+    cdef list groups = []
+    cdef list out = []
+    _read_legacy(buf, groups, True, 0, decompress_limit)
+    for _wrapper, msgs in groups:
+        out.extend(msgs)
+    return iter(out)
+
+
+cdef bytes _encode_message(int64_t offset, int magic, int attrs, int64_t ts, key, value):
+    cdef Writer w = Writer()
+    w.int64(offset)
+    w.int32(0)
+    w.uint32(0)
+    w.int8(magic)
+    w.int8(attrs)
+    if magic == 1:
+        w.int64(ts)
+    w.nullable_bytes(key)
+    w.nullable_bytes(value)
+    cdef bytearray out = bytearray(w.getvalue())
+    fl_put_be32(<unsigned char *>out + 8, <uint32_t>(len(out) - OVERHEAD))
+    fl_put_be32(<unsigned char *>out + OVERHEAD, zlib.crc32(memoryview(out)[OVERHEAD + 4:]))
+    return bytes(out)
+
+
+def build_message_set(records, int magic, int compression=0, int64_t base_offset=0, *,
+                      int timestamp_type=0, compression_level=None):
+    """A magic 0/1 message set from (timestamp, key, value[, headers]) tuples.
+
+    Headers cannot be represented and are dropped. With compression the records go into
+    one wrapper message (inner offsets relative in v1, absolute in v0).
+    """
+    cdef list msgs = []
+    cdef int64_t i = 0, max_ts = NO_TIMESTAMP, ts
+    cdef int ts_attr = ATTR_TIMESTAMP_TYPE if (magic == 1 and timestamp_type == 1) else 0
+    if magic != 0 and magic != 1:
+        raise InvalidMagicError(f"legacy message sets have magic 0 or 1, not {magic}")
+    if compression > 3 or compression < 0:
+        raise UnsupportedCodecError(f"codec {compression} is not available for magic {magic}")
+    for rec in records:
+        ts = NO_TIMESTAMP if (magic == 0 or rec[0] is None) else rec[0]
+        if ts > max_ts:
+            max_ts = ts
+        inner_offset = i if (compression and magic == 1) else base_offset + i
+        msgs.append(_encode_message(inner_offset, magic, 0 if compression else ts_attr, ts,
+                                    rec[1], rec[2]))
+        i += 1
+    if not compression or not msgs:
+        return b"".join(msgs)
+    payload = _compress(compression, b"".join(msgs), compression_level)
+    if compression == 3 and magic == 0:
+        from fastlog.compression import fix_legacy_lz4_header
+        payload = fix_legacy_lz4_header(payload, to_legacy=True)
+    return _encode_message(base_offset + i - 1, magic, compression | ts_attr, max_ts, None,
+                           payload)
+
+
+def convert_to_v2(buf, *, bint assign_offsets=False,
+                  Py_ssize_t decompress_limit=DEFAULT_DECOMPRESS_LIMIT):
+    """Convert a magic 0/1 message set to v2 batches (one per wrapper or per run of
+    uncompressed messages), keeping offsets, timestamps and codecs.
+
+    With assign_offsets (produce from old clients, whose offsets mean nothing) each
+    batch's records get offset deltas 0..n-1 instead.
+    """
+    cdef list groups = []
+    cdef list out = []
+    cdef BatchBuilder b
+    cdef LegacyMessage first, m, wrapper
+    cdef int64_t delta
+    cdef int codec, ts_type
+    _read_legacy(buf, groups, True, 0, decompress_limit)
+    for wrapper_obj, msgs in groups:
+        codec = 0
+        ts_type = 0
+        if wrapper_obj is not None:
+            wrapper = <LegacyMessage>wrapper_obj
+            codec = wrapper.attributes & ATTR_CODEC_MASK
+            ts_type = wrapper.timestamp_type
+        first = <LegacyMessage>msgs[0]
+        b = BatchBuilder(compression=codec, base_offset=0 if assign_offsets else first.offset,
+                         timestamp_type=ts_type)
+        for i, obj in enumerate(msgs):
+            m = <LegacyMessage>obj
+            delta = i if assign_offsets else m.offset - first.offset
+            if delta < 0 or delta > 0x7FFFFFFF or (delta <= b._last_delta):
+                raise InvalidRecordError(
+                    f"legacy offsets not increasing at offset {m.offset}", None)
+            b._add(<int32_t>delta, m.timestamp, m.key, m.value, None)
+        out.append(b.build())
+    return b"".join(out)
+
+
+def convert_from_v2(buf, int magic, *, Py_ssize_t decompress_limit=DEFAULT_DECOMPRESS_LIMIT):
+    """Convert v2 batches to a magic 0/1 message set (fetch from old clients).
+
+    Control batches and empty batches are dropped, and headers are lost. Compressed
+    batches become one wrapper each (zstd cannot be expressed: UnsupportedCodecError).
+    A partial batch at the end is ignored.
+    """
+    cdef list parts = []
+    cdef list recs
+    cdef BatchHeader h
+    cdef Record r, first
+    cdef int codec
+    cdef int ts_attr
+    if magic != 0 and magic != 1:
+        raise InvalidMagicError(f"legacy message sets have magic 0 or 1, not {magic}")
+    result = scan_batches(buf)
+    if result.error is not None and not isinstance(result.error, TruncatedError):
+        raise result.error
+    for obj in result.batches:
+        h = <BatchHeader>obj
+        if h.attributes & ATTR_CONTROL or h.record_count == 0:
+            continue
+        codec = h.attributes & ATTR_CODEC_MASK
+        if codec == 4:
+            raise UnsupportedCodecError(
+                f"zstd batch at byte {h.position} cannot be converted to magic {magic}",
+                h.position + OFF_ATTRIBUTES)
+        ts_attr = ATTR_TIMESTAMP_TYPE if (magic == 1 and h.attributes & ATTR_TIMESTAMP_TYPE) else 0
+        recs = list(iter_records(buf, h.position, decompress_limit=decompress_limit,
+                                 verify_crc=False))
+        if codec == 0:
+            for obj_r in recs:
+                r = <Record>obj_r
+                parts.append(_encode_message(r.offset, magic, ts_attr,
+                                             r.timestamp if magic == 1 else NO_TIMESTAMP,
+                                             r.key, r.value))
+            continue
+        first = <Record>recs[0]
+        inner = []
+        max_ts = NO_TIMESTAMP
+        for obj_r in recs:
+            r = <Record>obj_r
+            inner.append(_encode_message(r.offset - first.offset if magic == 1 else r.offset,
+                                         magic, 0, r.timestamp if magic == 1 else NO_TIMESTAMP,
+                                         r.key, r.value))
+            if r.timestamp > max_ts:
+                max_ts = r.timestamp
+        payload = _compress(codec, b"".join(inner), None)
+        if codec == 3 and magic == 0:
+            from fastlog.compression import fix_legacy_lz4_header
+            payload = fix_legacy_lz4_header(payload, to_legacy=True)
+        parts.append(_encode_message((<Record>recs[len(recs) - 1]).offset, magic, codec | ts_attr,
+                                     max_ts if magic == 1 else NO_TIMESTAMP, None, payload))
+    return b"".join(parts)
