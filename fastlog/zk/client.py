@@ -32,6 +32,7 @@ from kazoo.exceptions import (
     RolledBackError,
     SessionExpiredError,
 )
+from kazoo.retry import KazooRetry
 
 from fastlog.zk import paths
 from fastlog.zk.paths import BrokerInfo, LeaderAndIsr, TopicAssignment
@@ -126,6 +127,10 @@ class KafkaZkClient:
             hosts=connect, timeout=session_timeout, read_only=read_only,
             connection_retry={"max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": 0.5},
         )
+        # Reads are retried through connection losses for up to a session timeout (ZooKeeper
+        # restarting, a leader change in the ensemble); writes are not, their callers decide.
+        self._retry = KazooRetry(max_tries=-1, delay=0.05, backoff=1.5, max_delay=0.5,
+                                 deadline=session_timeout, ignore_expire=True)
         self._lock = threading.Lock()
         self._broker_info: BrokerInfo | None = None
         self._session_lost = False
@@ -224,17 +229,24 @@ class KafkaZkClient:
                 raise _TxFailed(i, r)
         return results
 
+    def _read(self, fn, *args, **kwargs):
+        """Run a read, retrying connection losses (each call gets its own retry state)."""
+        return self._retry.copy()(fn, *args, **kwargs)
+
     def _get_or_none(self, path: str, watch=None):
         try:
-            return self._kz.get(path, watch=watch)
+            return self._read(self._kz.get, path, watch=watch)
         except NoNodeError:
             return None
 
     def _children_or_empty(self, path: str, watch=None) -> list[str]:
         try:
-            return self._kz.get_children(path, watch=watch)
+            return self._read(self._kz.get_children, path, watch=watch)
         except NoNodeError:
             return []
+
+    def exists(self, path: str):
+        return self._read(self._kz.exists, path)
 
     def create_top_level_paths(self) -> None:
         """Create the persistent paths Kafka's brokers make sure exist at startup."""
@@ -299,7 +311,7 @@ class KafkaZkClient:
                     continue
                 if not isinstance(e.error, NodeExistsError):
                     raise e.error from None
-            stat = self._kz.exists(path)
+            stat = self.exists(path)
             if stat is None:
                 continue  # its owner went away meanwhile
             owner = stat.ephemeralOwner
@@ -320,7 +332,7 @@ class KafkaZkClient:
                 "give each broker its own broker.id")
         else:
             raise ZkError(f"could not register {path}")
-        stat = self._kz.exists(path)
+        stat = self.exists(path)
         self._broker_info = info
         self.broker_epoch = stat.czxid if stat else -1
         return self.broker_epoch
@@ -358,7 +370,7 @@ class KafkaZkClient:
 
     def _wait_gone(self, path: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        while self._kz.exists(path) is not None and time.monotonic() < deadline:
+        while self.exists(path) is not None and time.monotonic() < deadline:
             time.sleep(0.02)
 
     def get_broker(self, broker_id: int) -> BrokerInfo | None:
@@ -371,6 +383,9 @@ class KafkaZkClient:
 
     def get_all_brokers(self) -> dict[int, BrokerInfo]:
         """Live brokers, read in one pipelined round of requests."""
+        return self._read(self._get_all_brokers)
+
+    def _get_all_brokers(self) -> dict[int, BrokerInfo]:
         ids = self.get_broker_ids()
         pending = [(i, self._kz.get_async(paths.broker_id_path(i))) for i in ids]
         out = {}
@@ -476,7 +491,7 @@ class KafkaZkClient:
         return results, -1, None
 
     def ensure_feature_node(self) -> None:
-        if self._kz.exists(paths.FEATURE) is None:
+        if self.exists(paths.FEATURE) is None:
             try:
                 self._kz.create(paths.FEATURE, paths.encode_feature())
             except NodeExistsError:
@@ -488,13 +503,16 @@ class KafkaZkClient:
         return set(self._children_or_empty(paths.BROKER_TOPICS, watch))
 
     def topic_exists(self, topic: str) -> bool:
-        return self._kz.exists(paths.topic_path(topic)) is not None
+        return self.exists(paths.topic_path(topic)) is not None
 
     def get_topic_assignment(self, topic: str) -> TopicAssignment | None:
         got = self._get_or_none(paths.topic_path(topic))
         return paths.decode_topic(topic, got[0]) if got else None
 
     def get_topic_assignments(self, topics: Iterable[str]) -> dict[str, TopicAssignment]:
+        return self._read(self._get_topic_assignments, list(topics))
+
+    def _get_topic_assignments(self, topics: list[str]) -> dict[str, TopicAssignment]:
         pending = [(t, self._kz.get_async(paths.topic_path(t))) for t in topics]
         out = {}
         for t, res in pending:
@@ -513,7 +531,7 @@ class KafkaZkClient:
         """Write a new topic the way Kafka's admin path does: its config znode first, then
         /brokers/topics/<t>, which the controller watches to create the partition states."""
         topic = paths.validate_topic(assignment.topic)
-        if self._kz.exists(paths.delete_topic_path(topic)) is not None:
+        if self.exists(paths.delete_topic_path(topic)) is not None:
             raise TopicExistsError(f"topic {topic!r} is marked for deletion")
         if self.topic_exists(topic):
             raise TopicExistsError(f"topic {topic!r} already exists")
@@ -543,6 +561,10 @@ class KafkaZkClient:
     def get_partition_states(self, partitions: Iterable[TopicPartition]
                              ) -> dict[TopicPartition, LeaderAndIsr]:
         """Partition states, read in one pipelined round; absent ones are left out."""
+        return self._read(self._get_partition_states, list(partitions))
+
+    def _get_partition_states(self, partitions: list[TopicPartition]
+                              ) -> dict[TopicPartition, LeaderAndIsr]:
         pending = [(tp, self._kz.get_async(paths.partition_state_path(*tp))) for tp in partitions]
         out = {}
         for tp, res in pending:
@@ -659,9 +681,9 @@ class KafkaZkClient:
         in one fenced multi-op (leaves first: ZooKeeper deletes only childless nodes)."""
         for _ in range(5):
             doomed = self._subtree(paths.topic_path(topic))
-            if self._kz.exists(paths.config_entity_path("topics", topic)) is not None:
+            if self.exists(paths.config_entity_path("topics", topic)) is not None:
                 doomed.append(paths.config_entity_path("topics", topic))
-            if self._kz.exists(paths.delete_topic_path(topic)) is not None:
+            if self.exists(paths.delete_topic_path(topic)) is not None:
                 doomed.append(paths.delete_topic_path(topic))
             if not doomed:
                 return
@@ -693,9 +715,34 @@ class KafkaZkClient:
             for c in self._children_or_empty(p):
                 walk(f"{p}/{c}")
             out.append(p)
-        if self._kz.exists(root) is not None:
+        if self.exists(root) is not None:
             walk(root)
         return out
+
+    # -- producer ids ---------------------------------------------------------------------------
+
+    def allocate_producer_id_block(self, broker_id: int, block_size: int) -> tuple[int, int]:
+        """Reserve the next `block_size` producer ids cluster-wide (Kafka's conditional update
+        of /latest_producer_id_block); returns (first, count)."""
+        if block_size <= 0:
+            raise ValueError(f"block size must be positive, got {block_size}")
+        for _ in range(50):
+            got = self._get_or_none(paths.LATEST_PRODUCER_ID_BLOCK)
+            if got is None:
+                self._kz.ensure_path(paths.LATEST_PRODUCER_ID_BLOCK)
+                continue
+            data, stat = got
+            last = paths.decode_producer_id_block(data)
+            first = 0 if last is None else last[1] + 1
+            try:
+                self._kz.set(paths.LATEST_PRODUCER_ID_BLOCK,
+                             paths.encode_producer_id_block(broker_id, first,
+                                                            first + block_size - 1),
+                             stat.version)
+                return first, block_size
+            except BadVersionError:
+                continue  # another broker took a block meanwhile
+        raise ZkError("could not allocate a producer id block: too much contention")
 
     # -- configs ---------------------------------------------------------------------------------
 

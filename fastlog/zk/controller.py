@@ -215,7 +215,7 @@ class ZkController:
     def _on_controller_change(self) -> None:
         if self._stopped.is_set():
             return
-        got = self.zk.kazoo.exists(paths.CONTROLLER)
+        got = self.zk.exists(paths.CONTROLLER)
         if got is not None:
             if self.epoch is not None and got.ephemeralOwner != self.zk.session_id:
                 self._resign_locally()  # someone else holds the office now

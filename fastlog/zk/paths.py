@@ -437,3 +437,22 @@ def decode_feature(data: bytes | None) -> tuple[bool, dict]:
     if status not in (0, 1):
         raise ZkDataError(f"{FEATURE}: malformed status {status}")
     return status == 1, _get(FEATURE, obj, "features", dict)
+
+
+# -- /latest_producer_id_block ---------------------------------------------------------------
+
+def encode_producer_id_block(broker_id: int, block_start: int, block_end: int) -> bytes:
+    # Kafka writes the bounds as strings (they are longs).
+    return _dumps({"version": 1, "broker": int(broker_id), "block_start": str(block_start),
+                   "block_end": str(block_end)})
+
+
+def decode_producer_id_block(data: bytes | None) -> tuple[int, int] | None:
+    """(block_start, block_end) inclusive, or None when no block was ever allocated."""
+    if not data:
+        return None
+    obj = _loads(LATEST_PRODUCER_ID_BLOCK, data)
+    try:
+        return int(obj["block_start"]), int(obj["block_end"])
+    except (KeyError, TypeError, ValueError):
+        raise ZkDataError(f"{LATEST_PRODUCER_ID_BLOCK}: bad block {obj!r}") from None

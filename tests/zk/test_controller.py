@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from fastlog.zk.client import KafkaZkClient
+from fastlog.zk.client import ControllerMovedError, KafkaZkClient
 from fastlog.zk.controller import (
     ControllerElected,
     ControllerResigned,
@@ -122,7 +122,6 @@ def test_zombie_controller_cannot_change_partition_state(cluster, kazoo):
     wait_until(lambda: b2.controller.is_active, what="new controller")
     before = kazoo.get("/brokers/topics/z/partitions/0/state")
     st = b1.zk.get_partition_state("z", 0)
-    from fastlog.zk.client import ControllerMovedError
     with pytest.raises(ControllerMovedError):
         b1.zk.update_leader_and_isr(zombie_epoch, {("z", 0): st.new_leader_and_isr(NO_LEADER, (),
                                                                                   1)})

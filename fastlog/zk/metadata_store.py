@@ -1,0 +1,309 @@
+# ZkMetadataStore: the broker's metadata interface (fastlog/server/metadata.py
+# MetadataStore) over Kafka's znodes, for cluster mode (zookeeper.connect set). It keeps an
+# in-memory cache of the cluster — live brokers, the controller id, every topic's
+# assignment, recorded leader/ISR/leader epoch and config overrides — fed by ZooKeeper
+# watches, so every broker learns leadership changes within one notification (≈10 ms), not
+# only the controller. Mutations go to ZooKeeper the way Kafka's admin path writes them
+# (/brokers/topics, /config/topics + /config/changes, /admin/delete_topics,
+# /latest_producer_id_block); the active controller (fastlog/zk/controller.py) acts on them.
+#
+# Threading: watch callbacks run on kazoo's callback thread and replace cache entries
+# copy-on-write under a lock; reads (topic, topic_names, brokers, controller_id) are plain
+# reads of immutable snapshots from any thread (the broker's asyncio loop). The async
+# mutations run the blocking ZooKeeper calls in the loop's default executor. Listeners
+# (add_listener) are called on kazoo's thread with (kind, name) and must hand off at once.
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from kazoo.exceptions import ConnectionLoss, OperationTimeoutError, SessionExpiredError
+from kazoo.retry import RetryFailedError
+
+from fastlog.server.metadata import (
+    PRODUCER_ID_BLOCK_SIZE,
+    MetadataStore,
+    PartitionState,
+    TopicState,
+    new_kafka_uuid,
+)
+from fastlog.zk import paths
+from fastlog.zk.client import KafkaZkClient, TopicExistsError, UnknownTopicError
+from fastlog.zk.paths import NO_LEADER, BrokerInfo, TopicAssignment
+
+log = logging.getLogger("fastlog.zk.metadata")
+
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+class ZkMetadataStore(MetadataStore):
+    def __init__(self, zk: KafkaZkClient, node_id: int, *, wait_timeout: float = 10.0):
+        self.zk = zk
+        self.node_id = node_id
+        self.wait_timeout = wait_timeout
+        self.cluster_id = ""
+        self.controller_id = -1
+        self._lock = threading.Lock()
+        self._topics: dict[str, TopicState] = {}
+        self._brokers: dict[int, BrokerInfo] = {}
+        self._watched_topics: set[str] = set()
+        self._watched_partitions: set[tuple[str, int]] = set()
+        self._last_config_change = ""
+        self._listeners: list[Callable[[str, object], None]] = []
+        self._stopped = False
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.start_sync)
+
+    def start_sync(self) -> None:
+        """Blocking start: cluster id, then watches that fill the cache (filled on return)."""
+        zk = self.zk
+        zk.create_top_level_paths()
+        self.cluster_id = zk.get_or_create_cluster_id()
+        # Config changes seen before we started are already in the configs we read.
+        existing = zk.get_config_change_notifications()
+        self._last_config_change = existing[-1] if existing else ""
+        kz = zk.kazoo
+        kz.DataWatch(paths.CONTROLLER, self._on_controller)
+        kz.ChildrenWatch(paths.BROKER_IDS, self._on_brokers)
+        kz.ChildrenWatch(paths.BROKER_TOPICS, self._on_topics)
+        kz.ChildrenWatch(paths.CONFIG_CHANGES, self._on_config_changes)
+
+    async def stop(self) -> None:
+        self._stopped = True
+
+    def add_listener(self, fn: Callable[[str, object], None]) -> None:
+        """fn(kind, name): kind is "brokers", "controller", "topic" (name: topic; also on
+        deletion), "partition" (name: (topic, partition)) or "config" (name: topic)."""
+        self._listeners.append(fn)
+
+    def _notify(self, kind: str, name) -> None:
+        for fn in list(self._listeners):
+            try:
+                fn(kind, name)
+            except Exception:
+                log.exception("metadata listener failed on %s %r", kind, name)
+
+    # -- reads (any thread) ---------------------------------------------------------------
+
+    def topic(self, name: str) -> TopicState | None:
+        return self._topics.get(name)
+
+    def topic_names(self) -> list[str]:
+        return sorted(self._topics)
+
+    def brokers(self) -> dict[int, BrokerInfo]:
+        """Live brokers by id (their endpoints and racks, for Metadata responses)."""
+        return self._brokers
+
+    def partition_leader(self, topic: str, partition: int) -> int:
+        t = self._topics.get(topic)
+        ps = t.partitions.get(partition) if t else None
+        return ps.leader if ps else NO_LEADER
+
+    # -- watch callbacks (kazoo's thread) ------------------------------------------------------
+
+    def _guard(self, fn, *args) -> None:
+        """Run a cache refresh; if ZooKeeper is unreachable past the client's read retries,
+        try again shortly (the watch that asked for it will not fire again by itself)."""
+        if self._stopped:
+            return
+        try:
+            fn(*args)
+        except (ConnectionLoss, OperationTimeoutError, SessionExpiredError, RetryFailedError) as e:
+            log.info("metadata refresh %s%r deferred: %r", fn.__name__, args, e)
+            t = threading.Timer(0.5, self._guard, (fn, *args))
+            t.daemon = True
+            t.start()
+
+    def _on_controller(self, data, stat, *args):
+        if self._stopped:
+            return False
+        try:
+            self.controller_id = paths.decode_controller(data) if data else -1
+        except paths.ZkDataError:
+            self.controller_id = -1
+        self._notify("controller", self.controller_id)
+        return None
+
+    def _on_brokers(self, children):
+        if self._stopped:
+            return False
+        self._guard(self._refresh_brokers)
+        return None
+
+    def _refresh_brokers(self) -> None:
+        self._brokers = self.zk.get_all_brokers()
+        self._notify("brokers", None)
+
+    def _on_topics(self, children):
+        if self._stopped:
+            return False
+        current = set(children)
+        with self._lock:
+            gone = [t for t in self._topics if t not in current]
+            if gone:
+                topics = dict(self._topics)
+                for t in gone:
+                    topics.pop(t, None)
+                self._topics = topics
+            self._watched_topics -= set(gone)
+            self._watched_partitions = {tp for tp in self._watched_partitions
+                                        if tp[0] in current}
+            new = sorted(current - self._watched_topics)
+            self._watched_topics |= set(new)
+        for t in gone:
+            self._notify("topic", t)
+        for t in new:
+            self.zk.kazoo.DataWatch(paths.topic_path(t), self._topic_watcher(t))
+
+    def _topic_watcher(self, topic: str):
+        def on_assignment(data, stat, *args):
+            if self._stopped or topic not in self._watched_topics:
+                return False  # deleted: stop watching
+            if stat is not None:
+                self._guard(self._load_topic, topic)
+            return None
+        return on_assignment
+
+    def _load_topic(self, topic: str) -> None:
+        assignment = self.zk.get_topic_assignment(topic)
+        if assignment is None:
+            return
+        configs = self.zk.get_entity_config("topics", topic)
+        with self._lock:
+            if topic not in self._watched_topics:
+                return
+            old = self._topics.get(topic)
+            parts = {}
+            for p, replicas in sorted(assignment.partitions.items()):
+                prev = old.partitions.get(p) if old else None
+                parts[p] = PartitionState(list(replicas), prev.leader if prev else NO_LEADER,
+                                          prev.leader_epoch if prev else 0,
+                                          list(prev.isr) if prev else [])
+            topic_id = assignment.topic_id or (old.topic_id if old else "")
+            self._put_topic(TopicState(topic, topic_id, parts, configs,
+                                       topic in INTERNAL_TOPICS))
+            new_parts = [p for p in parts if (topic, p) not in self._watched_partitions]
+            self._watched_partitions |= {(topic, p) for p in new_parts}
+        self._notify("topic", topic)
+        for p in new_parts:
+            self.zk.kazoo.DataWatch(paths.partition_state_path(topic, p),
+                                    self._state_watcher(topic, p))
+
+    def _state_watcher(self, topic: str, partition: int):
+        def on_state(data, stat, *args):
+            if self._stopped or (topic, partition) not in self._watched_partitions:
+                return False
+            if data is None:
+                return None  # not created yet: the watch fires when the controller does
+            try:
+                st = paths.decode_partition_state(topic, partition, data, stat.version)
+            except paths.ZkDataError:
+                log.warning("ignoring malformed state of %s-%d", topic, partition, exc_info=True)
+                return None
+            with self._lock:
+                old = self._topics.get(topic)
+                if old is None or partition not in old.partitions:
+                    return None
+                parts = dict(old.partitions)
+                parts[partition] = PartitionState(old.partitions[partition].replicas, st.leader,
+                                                  st.leader_epoch, list(st.isr))
+                self._put_topic(TopicState(topic, old.topic_id, parts, old.configs, old.internal))
+            self._notify("partition", (topic, partition))
+            return None
+        return on_state
+
+    def _put_topic(self, state: TopicState) -> None:
+        # Called with the lock held: replace, never mutate, what readers may hold.
+        topics = dict(self._topics)
+        topics[state.name] = state
+        self._topics = topics
+
+    def _on_config_changes(self, children):
+        if self._stopped:
+            return False
+        self._guard(self._apply_config_changes, children)
+        return None
+
+    def _apply_config_changes(self, children) -> None:
+        names = sorted(c for c in children if c.startswith(paths.CONFIG_CHANGE_PREFIX)
+                       and c > self._last_config_change)
+        for name in names:
+            try:
+                entity = self.zk.read_config_change(name)
+            except paths.ZkDataError:
+                log.warning("ignoring malformed config change %s", name, exc_info=True)
+                entity = None
+            self._last_config_change = name
+            if entity is None or entity[0] != "topics":
+                continue
+            self._guard(self._refresh_config, entity[1])
+
+    def _refresh_config(self, topic: str) -> None:
+        configs = self.zk.get_entity_config("topics", topic)
+        with self._lock:
+            old = self._topics.get(topic)
+            if old is None:
+                return
+            self._put_topic(TopicState(topic, old.topic_id, old.partitions, configs,
+                                       old.internal))
+        self._notify("config", topic)
+
+    # -- mutations ------------------------------------------------------------------------------
+
+    async def _run(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+    async def create_topic(self, name, partitions, replicas, configs, internal=False):
+        """Write the topic (assignment `replicas[p]` for p in range(partitions)); returns its
+        state once the controller gave every partition a leader, or after wait_timeout with
+        whatever is known (leader -1 where none yet). KeyError if it exists."""
+        assignment = TopicAssignment(name, {p: list(replicas[p]) for p in range(partitions)},
+                                     new_kafka_uuid())
+
+        def create():
+            try:
+                self.zk.create_topic(assignment, dict(configs))
+            except TopicExistsError:
+                raise KeyError(name) from None
+        await self._run(create)
+        deadline = time.monotonic() + self.wait_timeout
+        while time.monotonic() < deadline:
+            t = self._topics.get(name)
+            if t is not None and len(t.partitions) == partitions and all(
+                    ps.leader != NO_LEADER for ps in t.partitions.values()):
+                return t
+            await asyncio.sleep(0.01)
+        return self._topics.get(name) or TopicState(
+            name, assignment.topic_id,
+            {p: PartitionState(list(r), NO_LEADER, 0, []) for p, r in assignment.partitions.items()},
+            dict(configs), internal)
+
+    async def delete_topic(self, name):
+        """Ask the controller to delete the topic; returns once it is gone from the cache
+        (or after wait_timeout). KeyError if it does not exist."""
+        def mark():
+            try:
+                self.zk.mark_topic_for_deletion(name)
+            except UnknownTopicError:
+                raise KeyError(name) from None
+        await self._run(mark)
+        deadline = time.monotonic() + self.wait_timeout
+        while name in self._topics and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+
+    async def set_topic_configs(self, name, configs):
+        if name not in self._topics and not await self._run(self.zk.topic_exists, name):
+            raise KeyError(name)
+        await self._run(self.zk.change_entity_config, "topics", name, dict(configs))
+        await self._run(self._refresh_config, name)
+
+    async def allocate_producer_ids(self, block_size=PRODUCER_ID_BLOCK_SIZE):
+        return await self._run(self.zk.allocate_producer_id_block, self.node_id, block_size)
