@@ -17,6 +17,7 @@ import asyncio
 import logging
 import os
 import re
+import time
 
 from fastlog._net import SocketServer
 from fastlog.server.apis import KafkaApis
@@ -31,6 +32,8 @@ log = logging.getLogger("fastlog.server.broker")
 
 META_PROPERTIES = "meta.properties"
 MAX_TOPIC_NAME = 249
+# Kafka's producer.id.expiration.check.interval.ms default.
+PRODUCER_EXPIRATION_CHECK_MS = 600_000
 _TOPIC_CHARS = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 
@@ -164,14 +167,23 @@ class BrokerServer:
         cfg = self.config
         self._every("log-retention", cfg["log.retention.check.interval.ms"],
                     lambda: self.log_manager.cleanup_logs())
-        flush_ms = cfg["log.flush.scheduler.interval.ms"]
-        if flush_ms < 86_400_000 * 365:
-            self._every("log-flusher", flush_ms, lambda: self.log_manager.flush_dirty_logs())
+        # Kafka's flusher runs every log.flush.scheduler.interval.ms (default: never); we
+        # check at least every second so a topic's flush.ms is honoured too. The check is
+        # a loop over the logs; fsyncs run on LogManager's I/O worker.
+        flush_ms = min(cfg["log.flush.scheduler.interval.ms"], 1000)
+        self._every("log-flusher", flush_ms, lambda: self.log_manager.flush_dirty_logs())
+        self._every("producer-id-expiration", PRODUCER_EXPIRATION_CHECK_MS,
+                    self._expire_producers)
         self._every("recovery-point-checkpoint", cfg["log.flush.offset.checkpoint.interval.ms"],
                     self._checkpoint)
         self._every("log-start-offset-checkpoint",
                     cfg["log.flush.start.offset.checkpoint.interval.ms"],
                     lambda: self.log_manager.checkpoint_log_start_offsets())
+
+    def _expire_producers(self) -> None:
+        now = int(time.time() * 1000)
+        for p in self.replica_manager.partitions.values():
+            p.producer_state.remove_expired(now, self.config["producer.id.expiration.ms"])
 
     def _checkpoint(self) -> None:
         self.log_manager.checkpoint_recovery_points()

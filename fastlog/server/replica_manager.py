@@ -101,6 +101,30 @@ _CODEC_ERRORS: list[tuple[type, Errors]] = [
 ]
 
 
+# v2 batch header fields rewritten for LogAppendTime topics (Kafka's layout).
+_OFF_CRC = 17
+_OFF_ATTRIBUTES = 21
+_OFF_MAX_TIMESTAMP = 35
+_ATTR_LOG_APPEND_TIME = 0x08
+
+
+def _set_log_append_time(buf: bytearray, batches: list, now_ms: int) -> list:
+    """message.timestamp.type=LogAppendTime: mark each batch's timestamp type, set its
+    max timestamp to the append time and recompute its CRC (both lie inside the CRC),
+    as Kafka does; per batch, never per record. Returns the re-read headers."""
+    out = []
+    for h in batches:
+        pos = h.position
+        attrs = int.from_bytes(buf[pos + _OFF_ATTRIBUTES:pos + _OFF_ATTRIBUTES + 2], "big")
+        buf[pos + _OFF_ATTRIBUTES:pos + _OFF_ATTRIBUTES + 2] = \
+            (attrs | _ATTR_LOG_APPEND_TIME).to_bytes(2, "big")
+        buf[pos + _OFF_MAX_TIMESTAMP:pos + _OFF_MAX_TIMESTAMP + 8] = now_ms.to_bytes(8, "big", signed=True)
+        crc = _codec.crc32c(memoryview(buf)[pos + _OFF_ATTRIBUTES:h.end])
+        buf[pos + _OFF_CRC:pos + _OFF_CRC + 4] = crc.to_bytes(4, "big")
+        out.append(_codec.read_batch_header(buf, pos))
+    return out
+
+
 def codec_error_code(exc: Exception) -> Errors:
     for cls, code in _CODEC_ERRORS:
         if isinstance(exc, cls):
@@ -282,6 +306,8 @@ class ReplicaManager:
             return PartitionResult(Errors.NONE, dup.first_offset, -1, p.log.log_start_offset)
         # The frame buffer is reused after this request: copy the batch exactly once.
         buf = bytearray(records)
+        if topic_cfg.log_append_time:
+            batches = _set_log_append_time(buf, batches, _now_ms())
         info = p.log.append(buf, batches, p.leader_epoch)
         if b.compression == COMPRESSION_ZSTD:
             p.has_zstd = True

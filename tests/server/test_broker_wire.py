@@ -367,3 +367,66 @@ def test_good_client_unaffected_by_concurrent_garbage(broker):
 def test_gzip_payload_helper_sanity():
     # the bomb test relies on gzip compressing zeros well; keep it cheap and explicit
     assert len(gzip.compress(bytes(1 << 20))) < 2048
+
+
+def test_log_append_time_topic_rewrites_timestamp_and_crc(broker, wire):
+    create_topic(broker, "wire-lat", configs={"message.timestamp.type": "LogAppendTime"})
+    old_ts = 1_000_000_000_000
+    b = _codec.build_batch([(old_ts, None, b"v1"), (old_ts + 5, None, b"v2")])
+    before = int(time.time() * 1000)
+    r = produce(wire, "wire-lat", b)
+    assert r.error_code == 0 and r.log_append_time_ms >= before
+    resp = wire.call(ApiKey.FETCH, 11, fetch_body("wire-lat", 0, 0))
+    data = bytes(resp.responses[0].partitions[0].records)
+    h = _codec.validate_batch(data)  # the CRC was recomputed
+    assert h.timestamp_type == 1 and h.max_timestamp == r.log_append_time_ms
+
+
+def test_offset_for_leader_epoch(broker, wire):
+    create_topic(broker, "wire-epoch")
+    produce(wire, "wire-epoch", batch([b"a", b"b", b"c"]))
+    r = wire.call(ApiKey.OFFSET_FOR_LEADER_EPOCH, 3, {"replica_id": -1, "topics": [
+        {"topic": "wire-epoch", "partitions": [
+            {"partition": 0, "current_leader_epoch": 0, "leader_epoch": 0},
+            {"partition": 0, "current_leader_epoch": -1, "leader_epoch": 7},
+            {"partition": 0, "current_leader_epoch": 5, "leader_epoch": 0},
+            {"partition": 3, "current_leader_epoch": -1, "leader_epoch": 0}]}]})
+    parts = r.topics[0].partitions
+    assert (parts[0].error_code, parts[0].leader_epoch, parts[0].end_offset) == (0, 0, 3)
+    assert (parts[1].leader_epoch, parts[1].end_offset) == (-1, -1)
+    assert parts[2].error_code == Errors.UNKNOWN_LEADER_EPOCH
+    assert parts[3].error_code == Errors.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_fetch_sessions_are_answered_as_no_session(broker, wire):
+    create_topic(broker, "wire-session")
+    body = fetch_body("wire-session", 0, 0)
+    body["session_id"], body["session_epoch"] = 0, 0  # "please create a session"
+    r = wire.call(ApiKey.FETCH, 11, body)
+    assert r.error_code == 0 and r.session_id == 0
+    body["session_id"], body["session_epoch"] = 1234, 1
+    r = wire.call(ApiKey.FETCH, 11, body)
+    assert r.error_code == Errors.FETCH_SESSION_ID_NOT_FOUND
+
+
+def test_acks_zero_error_closes_the_connection(broker, wire):
+    wire.send(ApiKey.PRODUCE, 7, {
+        "transactional_id": None, "acks": 0, "timeout_ms": 5000,
+        "topic_data": [{"name": "wire-no-such-topic", "partition_data": [
+            {"index": 0, "records": batch([b"x"])}]}]})
+    assert wire.closed_by_broker()
+
+
+def test_init_producer_id_v3_bumps_the_epoch(broker, wire):
+    r = wire.call(ApiKey.INIT_PRODUCER_ID, 3, {"transactional_id": None,
+                                               "transaction_timeout_ms": 60000,
+                                               "producer_id": -1, "producer_epoch": -1})
+    assert r.error_code == 0 and r.producer_epoch == 0
+    r2 = wire.call(ApiKey.INIT_PRODUCER_ID, 3, {"transactional_id": None,
+                                                "transaction_timeout_ms": 60000,
+                                                "producer_id": r.producer_id,
+                                                "producer_epoch": r.producer_epoch})
+    assert (r2.producer_id, r2.producer_epoch) == (r.producer_id, 1)
+    r3 = wire.call(ApiKey.INIT_PRODUCER_ID, 1, {"transactional_id": "txn",
+                                                "transaction_timeout_ms": 60000})
+    assert r3.error_code != 0  # no transactions on this broker
