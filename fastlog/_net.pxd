@@ -2,13 +2,7 @@
 # A Connection belongs to exactly one Processor; every cdef method of both runs on that
 # processor's loop thread, except the handler hand-off, which runs on the API loop.
 
-from libc.stdint cimport int32_t, uint8_t
-
-
-cdef inline int32_t read_be32(const uint8_t *p) noexcept nogil:
-    # Kafka's size prefix: signed 32-bit big-endian.
-    return <int32_t>((<unsigned int>p[0] << 24) | (<unsigned int>p[1] << 16)
-                     | (<unsigned int>p[2] << 8) | <unsigned int>p[3])
+from libc.stdint cimport int32_t
 
 
 cdef class Processor
@@ -39,6 +33,7 @@ cdef class Connection:
 
     cdef void _start_reading(self)
     cdef void _stop_reading(self)
+    cdef int32_t _head_size(self) noexcept
     cdef int _make_room(self) except -1
     cdef void _process(self)
     cdef void _unmute(self)

@@ -33,12 +33,14 @@ from cpython.buffer cimport (
 from cpython.bytearray cimport PyByteArray_AS_STRING
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.errno cimport EAGAIN, EINTR, errno  # EWOULDBLOCK == EAGAIN on Linux
-from libc.stdint cimport int32_t, uint8_t
+from libc.stdint cimport int32_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memmove
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 from posix.types cimport off_t
 from posix.uio cimport iovec, writev
+
+from fastlog._codec cimport FileRegion, fl_be32, fl_put_be32
 
 import asyncio
 import logging
@@ -176,6 +178,11 @@ cdef class Connection:
             self.reading = False
             self.proc.loop.remove_reader(self.fd)
 
+    cdef int32_t _head_size(self) noexcept:
+        """The size field of the frame at rstart (the caller checked 4 bytes are there)."""
+        return <int32_t>fl_be32(
+            <const unsigned char *>PyByteArray_AS_STRING(self.rbuf) + self.rstart)
+
     cdef int _make_room(self) except -1:
         """Room at the end of rbuf for the next recv (never called while muted)."""
         cdef Py_ssize_t avail = self.rend - self.rstart
@@ -185,7 +192,7 @@ cdef class Connection:
         cdef char *p
         cdef bytearray grown
         if avail >= 4:
-            size = read_be32(<const uint8_t *>PyByteArray_AS_STRING(self.rbuf) + self.rstart)
+            size = self._head_size()
             need = 4 + <Py_ssize_t>size   # size was validated by _process
         if self.rstart > 0 and need <= cap:
             p = PyByteArray_AS_STRING(self.rbuf)
@@ -264,7 +271,7 @@ cdef class Connection:
                 avail = self.rend - self.rstart
                 if avail < 4:
                     break
-                size = read_be32(<const uint8_t *>PyByteArray_AS_STRING(self.rbuf) + self.rstart)
+                size = self._head_size()
                 if size <= 0 or size > server.max_request_size:
                     log.warning(
                         "connection %s %s: closing: request size %d is outside 1..%d "
@@ -341,7 +348,10 @@ cdef class Connection:
                     PyObject_GetBuffer(part, &view, PyBUF_SIMPLE)
                     total += view.len
                     PyBuffer_Release(&view)
-                else:
+                elif type(part) is FileRegion:   # positions/lengths checked by its __init__
+                    total += (<FileRegion>part).length
+                    has_region = True
+                else:   # anything region-like (.file/.position/.length)
                     length = part.length
                     if length < 0 or part.position < 0:
                         raise ValueError(f"bad file region {part!r}")
@@ -354,10 +364,7 @@ cdef class Connection:
                           self.id, self.peer)
             self._close("bad response parts", True)
             return
-        prefix[0] = (total >> 24) & 0xff
-        prefix[1] = (total >> 16) & 0xff
-        prefix[2] = (total >> 8) & 0xff
-        prefix[3] = total & 0xff
+        fl_put_be32(prefix, <unsigned int>total)
         if self.wparts is None:
             self.wparts = []
             self.widx = 0
@@ -461,9 +468,14 @@ cdef class Connection:
                     for i in range(nv):
                         PyBuffer_Release(&views[i])
             else:
-                length = part.length
-                infd = part.file.fileno()
-                pos = <off_t>(part.position + self.woff)
+                if type(part) is FileRegion:
+                    length = (<FileRegion>part).length
+                    infd = (<FileRegion>part).file.fileno()
+                    pos = <off_t>((<FileRegion>part).position + self.woff)
+                else:
+                    length = part.length
+                    infd = part.file.fileno()
+                    pos = <off_t>(part.position + self.woff)
                 if zero_copy:
                     while self.woff < length:
                         chunk = <size_t>min(length - self.woff, <long long>FILE_CHUNK)
