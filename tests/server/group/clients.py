@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import queue
-import sys
 import threading
 import time
 
@@ -27,13 +26,11 @@ GROUP_OVERRIDES = {
 
 
 class GroupBroker(BrokerProcess):
-    def command(self) -> list[str]:
-        args = [sys.executable, "-m", "tests.server.group._server_with_groups"]
-        props = {"listeners": f"PLAINTEXT://{self.host}:{self.port}",
-                 "log.dirs": str(self.data_dir), **self.overrides}
-        for k, v in props.items():
-            args += ["--override", f"{k}={v}"]
-        return args
+    """fastlog-server with GROUP_OVERRIDES unless told otherwise."""
+
+    def __init__(self, data_dir, overrides=None, **kw):
+        super().__init__(data_dir, overrides=GROUP_OVERRIDES if overrides is None else overrides,
+                         **kw)
 
 
 def wait_until(cond, timeout=20.0, what="condition", interval=0.05):
