@@ -375,7 +375,7 @@ class KafkaZkClient:
 
     def get_broker(self, broker_id: int) -> BrokerInfo | None:
         got = self._get_or_none(paths.broker_id_path(broker_id))
-        return paths.decode_broker(broker_id, got[0]) if got else None
+        return paths.decode_broker(broker_id, got[0], got[1].czxid) if got else None
 
     def get_broker_ids(self, watch=None) -> list[int]:
         return sorted(int(c) for c in self._children_or_empty(paths.BROKER_IDS, watch)
@@ -391,11 +391,11 @@ class KafkaZkClient:
         out = {}
         for i, res in pending:
             try:
-                data, _ = res.get()
+                data, stat = res.get()
             except NoNodeError:
                 continue
             try:
-                out[i] = paths.decode_broker(i, data)
+                out[i] = paths.decode_broker(i, data, stat.czxid)
             except paths.ZkDataError:
                 log.warning("ignoring malformed registration of broker %d", i, exc_info=True)
         return out
@@ -508,6 +508,12 @@ class KafkaZkClient:
     def get_topic_assignment(self, topic: str) -> TopicAssignment | None:
         got = self._get_or_none(paths.topic_path(topic))
         return paths.decode_topic(topic, got[0]) if got else None
+
+    def get_topic_assignment_and_version(self, topic: str
+                                         ) -> tuple[TopicAssignment, int] | None:
+        """The assignment with its znode version, for a conditional rewrite."""
+        got = self._get_or_none(paths.topic_path(topic))
+        return (paths.decode_topic(topic, got[0]), got[1].version) if got else None
 
     def get_topic_assignments(self, topics: Iterable[str]) -> dict[str, TopicAssignment]:
         return self._read(self._get_topic_assignments, list(topics))

@@ -96,6 +96,8 @@ class ZkController:
         self._assignments: dict[str, TopicAssignment] = {}
         self._states: dict[TopicPartition, LeaderAndIsr] = {}
         self._shutting_down: set[int] = set()
+        self._bounced: set[int] = set()
+        self._topic_watched: set[str] = set()  # topics whose assignment znode we watch
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -179,7 +181,7 @@ class ZkController:
                     continue
                 handler = getattr(self, f"_on_{kind}", None)
                 if handler is not None:
-                    handler()
+                    handler(*ev[1:])
             except ControllerMovedError:
                 log.info("broker %d: controller moved, resigning", self.broker_id)
                 self._resign_locally()
@@ -189,7 +191,7 @@ class ZkController:
                 log.info("broker %d: controller event %s interrupted: %r", self.broker_id, kind, e)
                 if not self._stopped.is_set():
                     time.sleep(0.2)
-                    self._events.put((kind,) if kind != "call" else ("noop",))
+                    self._events.put(ev if kind != "call" else ("noop",))
             except Exception:
                 log.exception("broker %d: controller event %s failed", self.broker_id, kind)
 
@@ -239,6 +241,7 @@ class ZkController:
         self._assignments = self.zk.get_topic_assignments(topics)
         tps = [(t, p) for t, a in self._assignments.items() for p in a.partitions]
         self._states = self.zk.get_partition_states(tps)
+        self._watch_topics(topics)
         self._emit(ControllerElected(self.broker_id, self.epoch.epoch))
         self._on_topic_deletion()
         self._initialize_new_partitions()
@@ -250,13 +253,23 @@ class ZkController:
     def _on_broker_change(self) -> None:
         if self.epoch is None:
             return
-        old = set(self._live)
+        before = self._live
         self._live = self.zk.get_all_brokers()
-        gone, came = old - set(self._live), set(self._live) - old
+        gone, came = set(before) - set(self._live), set(self._live) - set(before)
+        # Same id, new registration: it restarted (maybe losing unflushed records), so it
+        # first counts as failed (leadership and ISR membership move off it), then as new.
+        bounced = {b for b in set(before) & set(self._live)
+                   if before[b].epoch != self._live[b].epoch}
         self._shutting_down &= set(self._live)
-        if gone or came:
-            log.info("controller %d: brokers left %s, joined %s", self.broker_id,
-                     sorted(gone), sorted(came))
+        if gone or came or bounced:
+            log.info("controller %d: brokers left %s, joined %s, restarted %s", self.broker_id,
+                     sorted(gone), sorted(came), sorted(bounced))
+        if bounced:
+            self._bounced = bounced
+            try:
+                self._elect_and_shrink()
+            finally:
+                self._bounced = set()
         self._initialize_new_partitions()
         self._elect_and_shrink()
 
@@ -267,11 +280,36 @@ class ZkController:
         new = topics - set(self._assignments)
         for t in set(self._assignments) - topics:
             self._forget_topic(t)
-        if new:
-            self._assignments.update(self.zk.get_topic_assignments(new))
-        # partitions added to existing topics show up as assignment changes; re-read all
-        # topics lacking a state for some partition
+        self._watch_topics(new)
         self._initialize_new_partitions(refresh=new)
+
+    def _watch_topics(self, topics) -> None:
+        # Partitions added to an existing topic change its assignment znode's data, not the
+        # children of /brokers/topics: watch each topic (Kafka's partition modifications).
+        for topic in sorted(set(topics) - self._topic_watched):
+            self._topic_watched.add(topic)
+
+            def fire(data, stat, *args, topic=topic):
+                if self._stopped.is_set():
+                    return False
+                if stat is None:
+                    self._events.put(("topic_watch_gone", topic))
+                    return False
+                self._events.put(("partition_modification", topic))
+                return None
+            self.zk.kazoo.DataWatch(paths.topic_path(topic), fire)
+
+    def _on_topic_watch_gone(self, topic: str) -> None:
+        self._topic_watched.discard(topic)
+
+    def _on_partition_modification(self, topic: str) -> None:
+        if self.epoch is None or topic not in self._assignments:
+            return
+        a = self.zk.get_topic_assignment(topic)
+        if a is None or a.partitions == self._assignments[topic].partitions:
+            return
+        self._assignments[topic] = a
+        self._initialize_new_partitions()
 
     def _on_topic_deletion(self) -> None:
         if self.epoch is None:
@@ -340,7 +378,8 @@ class ZkController:
         return bool(self._unclean)
 
     def _eligible(self, broker: int) -> bool:
-        return broker in self._live and broker not in self._shutting_down
+        return (broker in self._live and broker not in self._shutting_down
+                and broker not in self._bounced)
 
     def _initialize_new_partitions(self, refresh=()) -> None:
         """Create leader/ISR for partitions that have none yet (new topics, added partitions):
@@ -512,6 +551,39 @@ class ZkController:
                                          rack_aware=rack_aware)
         self.zk.create_topic(TopicAssignment(topic, dict(assignment), topic_id), config)
         return self.wait_for_partition_states(topic, len(assignment), wait)
+
+    def create_partitions(self, topic: str, total: int,
+                          assignment: dict[int, list[int]] | None = None, *,
+                          rack_aware: str = "safe", wait: float = 10.0
+                          ) -> dict[int, LeaderAndIsr]:
+        """Grow `topic` to `total` partitions from any broker (Kafka's CreatePartitions):
+        new partitions get replicas like a new topic's, continuing the numbering and
+        starting at partition 0's leader, with the existing replication factor; the
+        assignment znode is rewritten conditionally, the controller creates the states."""
+        got = self.zk.get_topic_assignment_and_version(topic)
+        if got is None:
+            raise UnknownTopicError(f"topic {topic!r} does not exist")
+        current, version = got
+        have = len(current.partitions)
+        if total <= have:
+            raise ValueError(f"topic {topic!r} has {have} partitions; {total} would not add any")
+        if assignment is None:
+            brokers = sorted(self.zk.get_all_brokers().items())
+            rf = len(current.partitions.get(0) or next(iter(current.partitions.values())))
+            ids = [b for b, _ in brokers]
+            first_leader = (current.partitions.get(0) or [ids[0]])[0]
+            start = next((i for i, b in enumerate(ids) if b >= first_leader), 0)
+            assignment = assign_replicas(total - have, rf, {b: i.rack for b, i in brokers},
+                                         rack_aware=rack_aware, fixed_start_index=start,
+                                         start_partition_id=have)
+        if sorted(assignment) != list(range(have, total)):
+            raise ValueError(f"assignment must cover partitions {have}..{total - 1}")
+        merged = dict(current.partitions)
+        merged.update({p: list(r) for p, r in assignment.items()})
+        self.zk.set_topic_assignment(
+            TopicAssignment(topic, merged, current.topic_id, current.adding_replicas,
+                            current.removing_replicas), version)
+        return self.wait_for_partition_states(topic, total, wait)
 
     def wait_for_partition_states(self, topic: str, num_partitions: int, timeout: float
                                   ) -> dict[int, LeaderAndIsr]:

@@ -183,6 +183,9 @@ class BrokerInfo:
     version: int = 5
     timestamp: str = ""
     features: dict = field(default_factory=dict)
+    # The registration znode's czxid (Kafka's broker epoch): a broker that restarted, even
+    # too fast for anyone to see it gone, comes back with a larger one. Not in the JSON.
+    epoch: int = -1
 
     def endpoint(self, listener: str | None = None) -> EndPoint | None:
         """The endpoint of `listener`, or the first PLAINTEXT one, or the first at all."""
@@ -211,7 +214,7 @@ def encode_broker(info: BrokerInfo, timestamp: str | None = None) -> bytes:
     return _dumps(obj)
 
 
-def decode_broker(broker_id: int, data: bytes | None) -> BrokerInfo:
+def decode_broker(broker_id: int, data: bytes | None, epoch: int = -1) -> BrokerInfo:
     path = broker_id_path(broker_id)
     obj = _loads(path, data)
     version = _get(path, obj, "version", int)
@@ -240,7 +243,8 @@ def decode_broker(broker_id: int, data: bytes | None) -> BrokerInfo:
     if not isinstance(features, dict):
         raise ZkDataError(f"{path}: 'features' must be an object")
     ts = obj.get("timestamp", "")
-    return BrokerInfo(int(broker_id), endpoints, rack, jmx_port, version, str(ts), features)
+    return BrokerInfo(int(broker_id), endpoints, rack, jmx_port, version, str(ts), features,
+                      epoch)
 
 
 # -- /controller, /controller_epoch ------------------------------------------------------

@@ -276,3 +276,37 @@ def test_partitions_wait_for_a_live_replica(cluster):
     cluster(7)
     s = wait_state(b1.zk, "later", 0, lambda s: s.leader == 7)
     assert s.isr == (7,) and s.leader_epoch == 0
+
+
+def test_restarted_leader_loses_leadership_even_if_nobody_saw_it_gone(cluster, zk_hosts):
+    brokers = {i: cluster(i) for i in (1, 2, 3)}
+    ctl = wait_until(lambda: active(brokers.values()), what="controller")
+    a, b = [i for i in (1, 2, 3) if i != ctl.id]
+    ctl.controller.create_topic("bounce", 2, 2, assignment={0: [a, b], 1: [a]})
+    before = ctl.zk.get_broker(a).epoch
+    # the leader's session ends and it re-registers at once (a fast restart)
+    expire_session(brokers[a].zk.kazoo, zk_hosts)
+    wait_until(lambda: (ctl.zk.get_broker(a) or before) != before and
+               ctl.zk.get_broker(a).epoch > before, what="re-registration")
+    s0 = wait_state(ctl.zk, "bounce", 0, lambda s: s.leader == b)
+    assert s0.isr == (b,)
+    # sole replica: offline for a moment, then back to the restarted broker
+    s1 = wait_state(ctl.zk, "bounce", 1, lambda s: s.leader == a and s.leader_epoch >= 2)
+    assert s1.isr == (a,)
+
+
+def test_create_partitions_extends_the_topic(cluster, kazoo):
+    brokers = {i: cluster(i) for i in (1, 2, 3)}
+    ctl = wait_until(lambda: active(brokers.values()), what="controller")
+    brokers[1].controller.create_topic("grow", 2, 2)
+    states = brokers[2].controller.create_partitions("grow", 5)
+    assert sorted(states) == [0, 1, 2, 3, 4]
+    assignment = json.loads(kazoo.get("/brokers/topics/grow")[0])["partitions"]
+    assert len(assignment) == 5
+    for p in range(5):
+        assert len(set(assignment[str(p)])) == 2
+        assert states[p].leader == assignment[str(p)][0]
+    with pytest.raises(ValueError):
+        ctl.controller.create_partitions("grow", 5)
+    states = ctl.controller.create_partitions("grow", 6, assignment={5: [3, 1]})
+    assert states[5].leader == 3 and states[5].isr == (3, 1)
