@@ -285,7 +285,8 @@ class KafkaApis:
             responses, total, errored = self._read_fetch(request, v, max_bytes, from_follower,
                                                          read_committed)
             remaining = deadline - loop.time()
-            if total >= request.min_bytes or errored or remaining <= 0 or not keys:
+            if (total >= request.min_bytes or errored or remaining <= 0 or not keys
+                    or self.broker.stopping):
                 break
             woken = await rm.fetch_purgatory.wait(keys, remaining)
             if not woken:

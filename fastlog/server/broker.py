@@ -59,7 +59,7 @@ class BrokerServer:
         self._tasks: list[asyncio.Task] = []
         self._log_configs: dict[str, LogConfig] = {}
         self._started = False
-        self._stopping = False
+        self.stopping = False
 
     # ------------------------------------------------------------------ startup
     async def startup(self) -> None:
@@ -210,9 +210,9 @@ class BrokerServer:
     # ------------------------------------------------------------------ shutdown
     async def shutdown(self) -> None:
         """Orderly stop: no new requests, wake parked ones, checkpoints, clean marker."""
-        if self._stopping:
+        if self.stopping:
             return
-        self._stopping = True
+        self.stopping = True
         log.info("broker %d shutting down", self.node_id)
         for t in self._tasks:
             t.cancel()

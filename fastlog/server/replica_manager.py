@@ -21,7 +21,7 @@ import time
 
 from fastlog import _codec
 from fastlog.protocol.errors import Errors
-from fastlog.server.log import OffsetOutOfRangeError
+from fastlog.server.log import KafkaStorageError, OffsetOutOfRangeError, RecordBatchTooLargeError
 from fastlog.server.producer_state import (
     NO_PRODUCER_ID,
     ProducerStateError,
@@ -308,7 +308,14 @@ class ReplicaManager:
         buf = bytearray(records)
         if topic_cfg.log_append_time:
             batches = _set_log_append_time(buf, batches, _now_ms())
-        info = p.log.append(buf, batches, p.leader_epoch)
+        try:
+            info = p.log.append(buf, batches, p.leader_epoch)
+        except RecordBatchTooLargeError as e:
+            return PartitionResult(Errors.MESSAGE_TOO_LARGE, error_message=str(e))
+        except (OSError, KafkaStorageError) as e:
+            # Kafka marks the log dir offline; we answer the retriable storage error.
+            log.error("%s: append failed: %s", p, e)
+            return PartitionResult(Errors.KAFKA_STORAGE_ERROR, error_message=str(e))
         if b.compression == COMPRESSION_ZSTD:
             p.has_zstd = True
         ps.update(b.producer_id, b.producer_epoch, b.base_sequence, b.record_count,
