@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -224,3 +225,25 @@ def test_mixed_group_agrees_on_a_protocol(group_broker, kinds, protocol):
             assert desc.partition_assignor in ("range", "roundrobin")
     finally:
         close_all(members)
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat (librdkafka 2.0.2) not installed")
+def test_kcat_balanced_consumer_reads_all_and_commits(group_broker):
+    """Old librdkafka (Debian's kcat 1.7.1 on 2.0.2): group join, read, auto-commit."""
+    topic, group, parts = fresh("kcat"), fresh("g-kcat"), 3
+    create_topic(group_broker.bootstrap, topic, parts)
+    produce(group_broker.bootstrap, topic, parts, 30)
+    r = subprocess.run(["kcat", "-b", group_broker.bootstrap, "-G", group, "-o", "beginning",
+                        "-e", "-q", "-X", "enable.auto.commit=true",
+                        "-X", "auto.commit.interval.ms=100", topic],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.split()) == sorted(str(i) for i in range(30))
+    from kafka import KafkaConsumer, TopicPartition
+
+    c = KafkaConsumer(bootstrap_servers=group_broker.bootstrap, group_id=group,
+                      enable_auto_commit=False)
+    try:
+        assert [c.committed(TopicPartition(topic, p)) for p in range(parts)] == [10, 10, 10]
+    finally:
+        c.close()
