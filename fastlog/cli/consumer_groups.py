@@ -142,7 +142,7 @@ async def _group(admin, group_id: str):
 
 
 async def _describe(admin, group_id: str) -> int:
-    from fastlog.client import LATEST, TopicPartition
+    from fastlog.client import TopicPartition
 
     desc = await _group(admin, group_id)
     committed = await admin.fetch_offsets(group_id)
@@ -154,10 +154,7 @@ async def _describe(admin, group_id: str) -> int:
             for t, p in parse_assignment(m.assignment):
                 owner[TopicPartition(t, p)] = m
     tps = sorted(set(committed) | set(owner), key=lambda tp: (tp.topic, tp.partition))
-    ends = {}
-    if tps:
-        got = await admin.list_offsets(dict.fromkeys(tps, LATEST))
-        ends = {tp: o.offset for tp, o in got.items()}
+    ends = await _end_offsets(admin, tps)
     out = sys.stdout
     members = len(desc.members)
     out.write(f"Consumer group '{group_id}' is {desc.state} with {members} "
@@ -182,6 +179,23 @@ async def _describe(admin, group_id: str) -> int:
                          m.member_id, m.client_host, m.client_id))
     _table(rows, out)
     return 0
+
+
+async def _end_offsets(admin, tps) -> dict:
+    """Log end offset per partition; a topic that cannot be asked (deleted since the
+    commit, no leader) is left out and shows as '-'."""
+    from fastlog.client import LATEST
+    from fastlog.client.errors import KafkaError
+
+    ends = {}
+    for topic in sorted({tp.topic for tp in tps}):
+        mine = [tp for tp in tps if tp.topic == topic]
+        try:
+            got = await admin.list_offsets(dict.fromkeys(mine, LATEST))
+        except KafkaError:
+            continue
+        ends.update((tp, o.offset) for tp, o in got.items())
+    return ends
 
 
 def _table(rows, out) -> None:
