@@ -97,7 +97,9 @@ def save_session(path: str, credentials: tuple[int, bytes]) -> None:
     nodes of its previous incarnation and end that session (see register_broker)."""
     sid, password = credentials
     tmp = path + ".tmp"
-    with open(tmp, "w") as f:
+    # The password lets anyone take over the session: readable by its owner only.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
         f.write(f"{sid:x} {password.hex()}\n")
         f.flush()
         os.fsync(f.fileno())
