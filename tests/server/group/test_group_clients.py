@@ -247,3 +247,25 @@ def test_kcat_balanced_consumer_reads_all_and_commits(group_broker):
         assert [c.committed(TopicPartition(topic, p)) for p in range(parts)] == [10, 10, 10]
     finally:
         c.close()
+
+
+def test_cooperative_sticky_members_split_and_rebalance_incrementally(group_broker):
+    """librdkafka's cooperative-sticky assignor over the classic protocol (KIP-429): the
+    coordinator only chooses the protocol; incremental rebalances are the clients' job."""
+    topic, group, parts = fresh("coop"), fresh("g-coop"), 4
+    create_topic(group_broker.bootstrap, topic, parts)
+    a = Member("confluent", group_broker.bootstrap, group, topic,
+               assignors=["cooperative-sticky"])
+    b = None
+    try:
+        wait_until(lambda: a.assignment == frozenset(range(parts)), 30, "the first member")
+        b = Member("confluent", group_broker.bootstrap, group, topic,
+                   assignors=["cooperative-sticky"])
+        wait_until(lambda: a.assignment and b.assignment
+                   and sum(len(m.assignment) for m in (a, b)) == parts, 30, "a two-way split")
+        assert_disjoint_cover([a, b], parts)
+        produce(group_broker.bootstrap, topic, parts, 40)
+        wait_until(lambda: len(a.records) + len(b.records) >= 40, 20, "all records")
+        assert sorted(a.values() + b.values()) == sorted(str(i).encode() for i in range(40))
+    finally:
+        close_all([m for m in (a, b) if m is not None])

@@ -144,3 +144,14 @@ def test_static_member_restart_keeps_its_partitions(group_broker):
     finally:
         for m in (a, b):
             m.close()
+
+
+def test_offsets_topic_is_compacted_internal_with_configured_partitions(group_broker):
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    admin = AdminClient({"bootstrap.servers": group_broker.bootstrap})
+    md = admin.list_topics(timeout=10)
+    assert len(md.topics["__consumer_offsets"].partitions) == 4  # the fixture's override
+    res = ConfigResource(ConfigResource.Type.TOPIC, "__consumer_offsets")
+    configs = admin.describe_configs([res])[res].result(timeout=10)
+    assert configs["cleanup.policy"].value == "compact"
