@@ -110,3 +110,49 @@ def test_port_in_use_is_one_sentence_exit_1(tmp_path):
     assert r.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def _alter(w, topic, ops, version=0, validate_only=False):
+    r = w.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, version, {"resources": [{
+        "resource_type": 2, "resource_name": topic,
+        "configs": [{"name": n, "config_operation": op, "value": v} for n, op, v in ops]}],
+        "validate_only": validate_only})
+    return r.responses[0]
+
+
+def _describe(w, topic, keys=None):
+    r = w.call(ApiKey.DESCRIBE_CONFIGS, 3, {"resources": [{
+        "resource_type": 2, "resource_name": topic, "configuration_keys": keys}],
+        "include_synonyms": False, "include_documentation": False})
+    return r.results[0]
+
+
+def test_incremental_alter_operations_and_errors(broker):
+    create_topic(broker, "tp-incr")
+    w = Wire(broker)
+    try:
+        assert _alter(w, "tp-incr", [("cleanup.policy", 2, "compact")]).error_code == 0
+        res = _describe(w, "tp-incr", ["cleanup.policy"])
+        assert res.configs[0].value == "delete,compact"
+        assert res.configs[0].config_type == 7  # LIST
+        assert _alter(w, "tp-incr", [("cleanup.policy", 3, "delete")]).error_code == 0
+        assert _describe(w, "tp-incr", ["cleanup.policy"]).configs[0].value == "compact"
+        assert _alter(w, "tp-incr", [("cleanup.policy", 1, None)]).error_code == 0
+        res = _describe(w, "tp-incr", ["cleanup.policy"])
+        assert res.configs[0].value == "delete" and res.configs[0].config_source == 5
+        assert _alter(w, "tp-incr", [("retention.ms", 2, "5")]).error_code == \
+            Errors.INVALID_CONFIG  # APPEND to a non-list
+        assert _alter(w, "tp-incr", [("no.such.config", 0, "5")]).error_code == \
+            Errors.INVALID_CONFIG
+        assert _alter(w, "tp-incr", [("retention.ms", 0, "5")],
+                      validate_only=True).error_code == 0
+        assert _describe(w, "tp-incr", ["retention.ms"]).configs[0].config_source == 5
+        assert _alter(w, "tp-nope", [("retention.ms", 0, "5")]).error_code == \
+            Errors.UNKNOWN_TOPIC_OR_PARTITION
+        assert _describe(w, "tp-nope").error_code == Errors.UNKNOWN_TOPIC_OR_PARTITION
+        r = w.call(ApiKey.ALTER_CONFIGS, 1, {"resources": [{
+            "resource_type": 4, "resource_name": "0",
+            "configs": [{"name": "num.partitions", "value": "3"}]}], "validate_only": False})
+        assert r.responses[0].error_code == Errors.INVALID_REQUEST
+    finally:
+        w.close()
