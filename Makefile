@@ -14,9 +14,9 @@ $(PY):
 venv: $(PY)
 
 # Editable install: builds the Cython extensions in place and installs the runtime
-# dependencies pinned in pyproject.toml, plus the test and dev extras.
+# dependencies pinned in pyproject.toml, plus the test, dev and spark extras.
 $(STAMP): $(PY) pyproject.toml setup.py
-	$(PIP) install -e '.[test,dev]'
+	$(PIP) install -e '.[test,dev,spark]'
 	touch $(STAMP)
 
 # Rebuild the compiled modules after a .pyx/.pxd change.
