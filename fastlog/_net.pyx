@@ -24,8 +24,26 @@
 # line before anything is allocated; a buffer grows at most to twice the bytes actually
 # received, so a client claiming a big (legal) frame gets memory only as it sends bytes.
 #
-# Decisions (figures from perf/bench_net.py, see perf/README.md, Network):
-#   (filled in from measurements below)
+# Decisions, measured with perf/bench_net.py on the 2-core dev box (noisy: other jobs ran;
+# figures in perf/README.md, Network):
+#   - Requests reach handlers INLINE, started EAGERLY. The handler coroutine is driven by
+#     hand up to its first real suspension; most finish there with no Task at all, and
+#     only a suspended one is wrapped in a Task (_Resumed). Server CPU per small request:
+#     inline+eager 2.9-3.4 us (52k-93k round trips/s, 1 connection x 10 in flight);
+#     inline with a Task per request 22.7 us (10k-12k/s); processor threads 37-50 us
+#     (6k-14k/s): on 2 cores the GIL hand-offs and cross-thread wake-ups cost more than
+#     all the socket work, so N=1 runs inline and threads are only used when asked for
+#     (num_network_threads > 1). Consequence for handlers: before its first suspension
+#     a handler runs outside any Task (asyncio.current_task() is None there; use
+#     asyncio.wait_for / loop.call_later rather than asyncio.timeout at that point).
+#   - Small responses of one pipelined read are corked into one writev (22k -> 52k
+#     round trips/s in the same conditions): fewer syscalls and client wake-ups.
+#   - File regions go out with sendfile(2), not pread+send. performance-anchors.md §3
+#     found pread+sendall faster with BLOCKING 1 MiB sends; on our non-blocking sockets
+#     pread+send must re-read whatever the socket did not take, while sendfile copies
+#     only what fits. Inline, 1 MiB regions: sendfile 1.68 / 1.22 / 0.58 GB/s against
+#     pread+send 0.83 / 0.58 / 0.37 GB/s in three runs; threaded modes agree.
+#     SocketServer(zero_copy=False) keeps the pread path for comparison.
 
 from cpython.buffer cimport (
     PyBUF_SIMPLE, PyBuffer_Release, PyObject_CheckBuffer, PyObject_GetBuffer,
