@@ -24,6 +24,7 @@ from fastlog.server.apis import KafkaApis
 from fastlog.server.config import KafkaConfig, parse_properties
 from fastlog.server.group import GroupCoordinator
 from fastlog.server.log import KafkaStorageError, LogConfig, LogManager
+from fastlog.server.log.config import TOPIC_CONFIG_KEYS as STORAGE_TOPIC_KEYS
 from fastlog.server.metadata import EmbeddedMetadataStore, MetadataError, TopicState
 from fastlog.server.producer_state import ProducerIdManager
 from fastlog.server.replica_manager import Partition, ReplicaManager
@@ -264,7 +265,24 @@ class BrokerServer:
         return None
 
     def build_log_config(self, overrides: dict[str, str]) -> LogConfig:
-        return LogConfig.from_broker(self.config, overrides)
+        """Storage's view of a topic: broker defaults plus the overrides storage knows
+        (the others, e.g. message.timestamp.after.max.ms, are the broker's business)."""
+        return LogConfig.from_broker(
+            self.config, {k: v for k, v in overrides.items() if k in STORAGE_TOPIC_KEYS})
+
+    def timestamp_limits(self, topic: str) -> tuple[int, int]:
+        """(before.max.ms, after.max.ms) for CreateTime validation (KIP-937); the
+        deprecated message.timestamp.difference.max.ms caps both when smaller."""
+        props = self.config.topic_defaults()
+        state = self.metadata.topic(topic)
+        if state is not None:
+            for key in ("message.timestamp.before.max.ms", "message.timestamp.after.max.ms",
+                        "message.timestamp.difference.max.ms"):
+                if key in state.configs:
+                    props[key] = int(state.configs[key])
+        diff = props["message.timestamp.difference.max.ms"]
+        return (min(props["message.timestamp.before.max.ms"], diff),
+                min(props["message.timestamp.after.max.ms"], diff))
 
     def log_config(self, topic: str) -> LogConfig:
         cfg = self._log_configs.get(topic)

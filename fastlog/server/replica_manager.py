@@ -295,6 +295,16 @@ class ReplicaManager:
         if b.producer_id != NO_PRODUCER_ID and b.base_sequence < 0:
             return PartitionResult(Errors.INVALID_RECORD,
                                    error_message="an idempotent batch needs a base sequence")
+        if not topic_cfg.log_append_time:
+            before_max, after_max = self.broker.timestamp_limits(p.topic)
+            now = _now_ms()
+            if (b.max_timestamp >= 0 and b.max_timestamp - now > after_max) or (
+                    0 <= b.first_timestamp < now - before_max):
+                return PartitionResult(
+                    Errors.INVALID_TIMESTAMP,
+                    record_errors=[{"batch_index": 0, "batch_index_error_message": None}],
+                    error_message=f"batch timestamps {b.first_timestamp}..{b.max_timestamp} "
+                                  f"are outside [now - {before_max}, now + {after_max}] ms")
         ps = p.producer_state
         try:
             dup = ps.check(b.producer_id, b.producer_epoch, b.base_sequence, b.record_count)

@@ -430,3 +430,15 @@ def test_init_producer_id_v3_bumps_the_epoch(broker, wire):
     r3 = wire.call(ApiKey.INIT_PRODUCER_ID, 1, {"transactional_id": "txn",
                                                 "transaction_timeout_ms": 60000})
     assert r3.error_code != 0  # no transactions on this broker
+
+
+def test_timestamps_too_far_in_the_future_are_invalid(broker, wire):
+    create_topic(broker, "wire-ts")
+    future = int(time.time() * 1000) + 2 * 3600 * 1000  # after.max.ms defaults to 1 h
+    r = produce(wire, "wire-ts", _codec.build_batch([(future, None, b"later")]))
+    assert r.error_code == Errors.INVALID_TIMESTAMP
+    create_topic(broker, "wire-ts-old", configs={"message.timestamp.before.max.ms": "1000"})
+    old = int(time.time() * 1000) - 60_000
+    r = produce(wire, "wire-ts-old", _codec.build_batch([(old, None, b"earlier")]))
+    assert r.error_code == Errors.INVALID_TIMESTAMP
+    assert produce(wire, "wire-ts-old", batch([b"now"])).error_code == 0
