@@ -493,6 +493,26 @@ class GroupCoordinator:
             self._complete_join(m, self._join_result_for(group, m))
             m.is_new = False
             self._schedule_heartbeat(group, m)
+        # Kafka's pending-sync check (KIP-814 era): every member must SyncGroup within the
+        # rebalance timeout, or a leader that heartbeats but never syncs would stall the
+        # group in CompletingRebalance forever.
+        group.pending_sync = set(group.members)
+        group.join_timer = asyncio.get_running_loop().call_later(
+            max(group.rebalance_timeout_ms(), 1) / 1000, self._sync_expired, group,
+            group.generation_id)
+
+    def _sync_expired(self, group: GroupMetadata, generation: int) -> None:
+        group.join_timer = None
+        if group.generation_id != generation or not group.pending_sync or group.state not in (
+                GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
+            return
+        late = [group.members[m] for m in group.pending_sync if m in group.members]
+        group.pending_sync.clear()
+        for m in late:
+            log.info("group %s: removing member %s, it did not SyncGroup in time",
+                     group.group_id, m.member_id)
+            self._remove_member(group, m)
+        self._maybe_prepare_rebalance(group, "members did not sync in time")
 
     def _complete_join(self, member: MemberMetadata, result: JoinResult) -> None:
         fut, member.join_waiter = member.join_waiter, None
@@ -600,6 +620,10 @@ class GroupCoordinator:
         member = group.get(member_id)
         if group.is_(GroupState.EMPTY):
             return SyncResult(Errors.UNKNOWN_MEMBER_ID)
+        if group.state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
+            group.pending_sync.discard(member_id)
+            if not group.pending_sync and group.join_timer is not None:
+                self._cancel_join_timer(group)
         if group.is_(GroupState.PREPARING_REBALANCE):
             return SyncResult(Errors.REBALANCE_IN_PROGRESS)
         if group.is_(GroupState.STABLE):

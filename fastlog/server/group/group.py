@@ -139,7 +139,8 @@ class GroupMetadata:
         self.current_state_timestamp: int = now_ms()
         self.offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
         # Per-group coordinator state that has to live somewhere: the rebalance timer.
-        self.join_timer: Any = None
+        self.join_timer: Any = None  # the rebalance timer, then the pending-sync timer
+        self.pending_sync: set[str] = set()  # members of this generation yet to SyncGroup
         self.initial_join_pending = False  # the new-group delay runs; only its timer ends it
 
     # ---------------------------------------------------------------- state
@@ -195,6 +196,7 @@ class GroupMetadata:
         if member.group_instance_id is not None:
             if self.static_members.get(member.group_instance_id) == member_id:
                 del self.static_members[member.group_instance_id]
+        self.pending_sync.discard(member_id)
         if self.leader_id == member_id:
             # Prefer a member that is already waiting to join, like Kafka.
             self.leader_id = next(

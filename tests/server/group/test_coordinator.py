@@ -340,3 +340,25 @@ def test_resigned_partition_answers_not_coordinator_and_reelection_reloads():
         assert err == Errors.NONE and got[("t", 0)].offset == 4
         await c.shutdown()
     run(main())
+
+
+def test_member_that_never_syncs_is_removed_after_the_rebalance_timeout():
+    async def main():
+        c = await started()
+        a, b = await asyncio.gather(join_new(c, "g", rebalance=400),
+                                    join_new(c, "g", rebalance=400))
+        leader, follower = (a, b) if a.leader_id == a.member_id else (b, a)
+        # the follower syncs and waits; the leader keeps heartbeating but never syncs
+        parked = asyncio.ensure_future(c.sync_group("g", 1, follower.member_id, None, None,
+                                                    None, {}))
+        for _ in range(6):
+            await asyncio.sleep(0.1)
+            await c.heartbeat("g", leader.member_id, None, 1)
+        res = await parked
+        assert res.error == Errors.REBALANCE_IN_PROGRESS
+        assert leader.member_id not in c.groups["g"].members
+        rejoin = await join(c, "g", member_id=follower.member_id, rebalance=400)
+        assert rejoin.error == Errors.NONE and rejoin.generation_id == 2
+        assert rejoin.leader_id == follower.member_id
+        await c.shutdown()
+    run(main())
