@@ -107,6 +107,7 @@ async def handle_join_group(ctx, request):
         "throttle_time_ms": 0,
         "error_code": res.error,
         "generation_id": res.generation_id,
+        "protocol_type": res.protocol_type,  # v7+, if ever served
         "protocol_name": res.protocol_name or "",
         "leader": res.leader_id,
         "member_id": res.member_id,
