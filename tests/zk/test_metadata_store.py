@@ -128,11 +128,11 @@ def test_zookeeper_restart_keeps_sessions_and_everything_works_after(own_zk_serv
     asyncio.run(n1.store.create_topic("before", 1, [[2, 1]], {}))
     own_zk_server.kill()  # crash, then back with its data
     own_zk_server.start()
-    wait_until(lambda: n1.zk.connected and n2.zk.connected, timeout=15, what="reconnect")
+    wait_until(lambda: n1.zk.connected and n2.zk.connected, timeout=20, what="reconnect")
     # ZooKeeper normally keeps the sessions across a restart; on a slow machine one may
     # expire, and then its broker re-registers (and re-runs the election) on a new one.
-    wait_until(lambda: n1.zk.get_broker_ids() == [1, 2], timeout=10, what="registrations")
-    wait_until(lambda: n1.zk.get_controller_id() in (1, 2), timeout=10, what="a controller")
+    wait_until(lambda: n1.zk.get_broker_ids() == [1, 2], timeout=20, what="registrations")
+    wait_until(lambda: n1.zk.get_controller_id() in (1, 2), timeout=20, what="a controller")
     asyncio.run(n2.store.create_topic("after", 1, [[1, 2]], {}))
     wait_until(lambda: n2.store.partition_leader("after", 0) == 1, what="leader after restart")
     n2.crash()  # controller still works: leadership of "before" moves to 1
@@ -147,13 +147,13 @@ def test_long_outage_then_expired_session_re_registers(own_zk_server, nodes):
     try:
         own_zk_server.stop()
         own_zk_server.start()
-        wait_until(lambda: n1.zk.connected, timeout=15, what="reconnect")
+        wait_until(lambda: n1.zk.connected and watcher.connected, timeout=20, what="reconnect")
         # the session survived the restart; now it really expires (e.g. a long GC pause)
         expire_session(n1.zk.kazoo, hosts)
-        wait_until(lambda: watcher.get_broker_ids() == [1], timeout=10, what="re-registered")
+        wait_until(lambda: watcher.get_broker_ids() == [1], timeout=20, what="re-registered")
         # re-elected on its new session, with a new epoch
-        wait_until(lambda: watcher.get_controller_id() == 1, timeout=10, what="controller again")
-        wait_until(lambda: n1.controller.epoch and n1.controller.epoch.epoch == 2, timeout=10,
+        wait_until(lambda: watcher.get_controller_id() == 1, timeout=20, what="controller again")
+        wait_until(lambda: n1.controller.epoch and n1.controller.epoch.epoch == 2, timeout=20,
                    what="new epoch")
         assert watcher.get_controller_epoch().epoch == 2
     finally:
