@@ -1,0 +1,253 @@
+# fastlog/spark/options.py: the "fastlog" data source's options, with Spark's Kafka names.
+#
+# Owns parsing and validation of the option map Spark hands a Python data source (keys
+# lower-cased, values strings) into ReadOptions / WriteOptions. Every unknown,
+# unsupported or contradictory option fails with one sentence naming the option, raised
+# from DataSource.schema() (so at load()) or when the writer is created (at start()/save()).
+# Pure functions; the resulting dataclasses are picklable and travel to executors.
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from fastlog.spark import offsets as offsets_mod
+
+
+class OptionError(ValueError):
+    """An option of the fastlog Spark source or sink is invalid."""
+
+
+# Spark's Kafka option names (canonical spelling) by lower-cased key.
+_READ = ["kafka.bootstrap.servers", "bootstrap.servers", "subscribe", "subscribePattern",
+         "assign", "startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp",
+         "maxOffsetsPerTrigger", "failOnDataLoss", "includeHeaders", "minPartitions",
+         "maxRecordsPerPartition", "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries",
+         "fetchOffset.retryIntervalMs", "groupIdPrefix"]
+_WRITE = ["kafka.bootstrap.servers", "bootstrap.servers", "topic", "compression",
+          "includeHeaders"]
+# Spark itself may put these into a source's or sink's options.
+_SPARK_OWN = ["path", "checkpointLocation", "queryName"]
+# Kafka options this source knows but does not implement.
+_UNSUPPORTED = ["startingOffsetsByTimestamp", "endingOffsetsByTimestamp",
+                "startingOffsetsByTimestampStrategy", "minOffsetsPerTrigger",
+                "maxTriggerDelay", "maxOffsetsPerTrigger.bytes"]
+# kafka.* consumer / producer settings Spark's Kafka source refuses as well.
+_REFUSED_KAFKA = {"kafka.auto.offset.reset": "set startingOffsets instead",
+                  "kafka.key.deserializer": "keys are always read as binary",
+                  "kafka.value.deserializer": "values are always read as binary",
+                  "kafka.key.serializer": "keys are always written as binary",
+                  "kafka.value.serializer": "values are always written as binary",
+                  "kafka.enable.auto.commit": "offsets live in Spark's checkpoint",
+                  "kafka.interceptor.classes": "interceptors are not supported"}
+CANONICAL = {name.lower(): name for name in _READ + _WRITE + _SPARK_OWN + _UNSUPPORTED}
+COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
+
+
+def _name(key: str) -> str:
+    return CANONICAL.get(key.lower(), key)
+
+
+def _bool(opts, key: str, default: bool) -> bool:
+    raw = opts.get(key.lower())
+    if raw is None:
+        return default
+    value = str(raw).strip().lower()
+    if value not in ("true", "false"):
+        raise OptionError(f"option {_name(key)} must be true or false, got {raw!r}")
+    return value == "true"
+
+
+def _int(opts, key: str, minimum: int = 1) -> int | None:
+    raw = opts.get(key.lower())
+    if raw is None:
+        return None
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise OptionError(f"option {_name(key)} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise OptionError(f"option {_name(key)} must be at least {minimum}, got {value}")
+    return value
+
+
+def _lower(opts) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in dict(opts).items()}
+
+
+def _bootstrap(opts) -> str:
+    servers = opts.get("kafka.bootstrap.servers") or opts.get("bootstrap.servers")
+    if not servers or not servers.strip():
+        raise OptionError("option kafka.bootstrap.servers is required (e.g. "
+                          "'127.0.0.1:9092')")
+    if ("kafka.bootstrap.servers" in opts and "bootstrap.servers" in opts
+            and opts["kafka.bootstrap.servers"] != opts["bootstrap.servers"]):
+        raise OptionError("options kafka.bootstrap.servers and bootstrap.servers disagree; "
+                          "set only one")
+    return servers.strip()
+
+
+def _check_known(opts, allowed: list[str], what: str) -> None:
+    allowed_lower = {a.lower() for a in allowed + _SPARK_OWN}
+    unsupported = {u.lower() for u in _UNSUPPORTED}
+    for key in sorted(opts):
+        if key in _REFUSED_KAFKA:
+            raise OptionError(f"option {key} is not supported: {_REFUSED_KAFKA[key]}")
+        if key.startswith("kafka."):
+            continue  # client settings: accepted (and ignored unless listed above)
+        if key in unsupported:
+            raise OptionError(f"option {_name(key)} is not supported by the fastlog {what}")
+        if key not in allowed_lower:
+            raise OptionError(f"unknown option '{key}' for the fastlog {what}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadOptions:
+    bootstrap: str
+    subscribe: tuple[str, ...] | None = None
+    pattern: str | None = None
+    assign: tuple[tuple[str, int], ...] | None = None
+    starting: object = "latest"          # "earliest" | "latest" | {(t, p): offset}
+    ending: object = "latest"            # batch only
+    starting_timestamp: int | None = None
+    ending_timestamp: int | None = None
+    max_offsets_per_trigger: int | None = None
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
+    min_partitions: int | None = None
+    max_records_per_partition: int | None = None
+    poll_timeout_ms: int = 120000
+
+    def matches(self, topic: str) -> bool:
+        """Whether a subscribePattern subscription includes topic."""
+        return self.pattern is not None and re.fullmatch(self.pattern, topic) is not None
+
+
+def parse_read_options(options, streaming: bool) -> ReadOptions:
+    """Validate a read's options (streaming or batch); raises OptionError with one sentence."""
+    opts = _lower(options)
+    _check_known(opts, _READ, "source")
+    bootstrap = _bootstrap(opts)
+    chosen = [k for k in ("subscribe", "subscribepattern", "assign") if k in opts]
+    if len(chosen) != 1:
+        listed = ", ".join(_name(k) for k in chosen) if chosen else "none of them"
+        raise OptionError(f"exactly one of the options subscribe, subscribePattern and assign "
+                          f"must be set (got {listed})")
+    kind = chosen[0]
+    subscribe = pattern = assign = None
+    if kind == "subscribe":
+        topics = [t.strip() for t in opts["subscribe"].split(",") if t.strip()]
+        if not topics:
+            raise OptionError("option subscribe must list at least one topic")
+        subscribe = tuple(sorted(set(topics)))
+    elif kind == "subscribepattern":
+        pattern = opts["subscribepattern"]
+        if not pattern.strip():
+            raise OptionError("option subscribePattern must not be empty")
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise OptionError(f"option subscribePattern is not a valid regular expression: "
+                              f"{exc}") from None
+    else:
+        try:
+            assign = tuple(offsets_mod.parse_assign(opts["assign"]))
+        except offsets_mod.OffsetSpecError as exc:
+            raise OptionError(str(exc)) from None
+
+    if "startingoffsets" in opts and "startingtimestamp" in opts:
+        raise OptionError("options startingOffsets and startingTimestamp contradict each "
+                          "other; set only one")
+    if "endingoffsets" in opts and "endingtimestamp" in opts:
+        raise OptionError("options endingOffsets and endingTimestamp contradict each other; "
+                          "set only one")
+    if streaming:
+        for key in ("endingoffsets", "endingtimestamp"):
+            if key in opts:
+                raise OptionError(f"option {_name(key)} is not valid in streaming queries")
+    starting = _offsets_option(opts, "startingoffsets",
+                               "latest" if streaming else "earliest", streaming, True)
+    ending = _offsets_option(opts, "endingoffsets", "latest", streaming, False)
+    if assign is not None:
+        for spec, name in ((starting, "startingOffsets"), (ending, "endingOffsets")):
+            if isinstance(spec, dict) and set(spec) - set(assign):
+                extra = sorted(set(spec) - set(assign))
+                raise OptionError(f"option {name} names {extra[0][0]}-{extra[0][1]}, which "
+                                  f"option assign does not include")
+    return ReadOptions(
+        bootstrap=bootstrap, subscribe=subscribe, pattern=pattern, assign=assign,
+        starting=starting, ending=ending,
+        starting_timestamp=_int(opts, "startingTimestamp", 0),
+        ending_timestamp=_int(opts, "endingTimestamp", 0),
+        max_offsets_per_trigger=_int(opts, "maxOffsetsPerTrigger"),
+        fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+        include_headers=_bool(opts, "includeHeaders", False),
+        min_partitions=_int(opts, "minPartitions"),
+        max_records_per_partition=_int(opts, "maxRecordsPerPartition"),
+        poll_timeout_ms=_int(opts, "kafkaConsumer.pollTimeoutMs") or 120000,
+    )
+
+
+def _offsets_option(opts, key: str, default: str, streaming: bool, is_start: bool):
+    raw = opts.get(key)
+    if raw is None:
+        return default
+    value = raw.strip()
+    if value.lower() in ("earliest", "latest"):
+        value = value.lower()
+        if not streaming and is_start and value == "latest":
+            raise OptionError("option startingOffsets cannot be 'latest' for batch queries")
+        if not streaming and not is_start and value == "earliest":
+            raise OptionError("option endingOffsets cannot be 'earliest' for batch queries")
+        return value
+    try:
+        spec = offsets_mod.parse_offsets_spec(value, _name(key))
+    except offsets_mod.OffsetSpecError as exc:
+        raise OptionError(str(exc)) from None
+    if not streaming:
+        bad = offsets_mod.LATEST if is_start else offsets_mod.EARLIEST
+        for (t, p), off in spec.items():
+            if off == bad:
+                raise OptionError(f"option {_name(key)} cannot use {bad} "
+                                  f"({'latest' if is_start else 'earliest'}) for {t}-{p} in "
+                                  f"batch queries")
+    return spec
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteOptions:
+    bootstrap: str
+    topic: str | None = None
+    compression: str = "none"
+    acks: str = "1"
+    linger_ms: float = 5.0
+    batch_bytes: int = 1 << 20
+
+
+def parse_write_options(options) -> WriteOptions:
+    """Validate a write's options; raises OptionError with one sentence."""
+    opts = _lower(options)
+    # A job may share one option map between its read and its write (as Kafka jobs do):
+    # read options are tolerated on the sink, everything else unknown is refused.
+    _check_known(opts, _WRITE + _READ, "sink")
+    bootstrap = _bootstrap(opts)
+    topic = opts.get("topic")
+    if topic is not None and not topic.strip():
+        raise OptionError("option topic must not be empty")
+    compression = (opts.get("compression") or opts.get("kafka.compression.type")
+                   or "none").strip().lower()
+    if compression not in COMPRESSIONS:
+        raise OptionError(f"option compression must be one of {', '.join(COMPRESSIONS)}, "
+                          f"got {compression!r}")
+    acks = opts.get("kafka.acks", "1").strip().lower()
+    if acks not in ("0", "1", "all", "-1"):
+        raise OptionError(f"option kafka.acks must be 0, 1 or all, got {acks!r}")
+    try:
+        linger = float(opts.get("kafka.linger.ms", "5"))
+        batch = int(opts.get("kafka.batch.size", str(1 << 20)))
+    except ValueError:
+        raise OptionError("options kafka.linger.ms and kafka.batch.size must be "
+                          "numbers") from None
+    return WriteOptions(bootstrap=bootstrap, topic=topic.strip() if topic else None,
+                        compression=compression, acks=acks, linger_ms=linger,
+                        batch_bytes=max(1024, batch))
