@@ -54,7 +54,11 @@ cdef class Processor:
     cdef unsigned char *scratch
     cdef Py_ssize_t scratch_size
 
+    cdef list to_api      # (conn, frame) for the API loop   } batched cross-thread
+    cdef list to_net      # (conn, parts) for this processor } hand-offs (threaded mode)
+
     cdef void _dispatch(self, Connection conn, object frame)
+    cdef void _queue_response(self, Connection conn, object parts)
 
 
 cdef class SocketServer:

@@ -335,9 +335,6 @@ cdef class Connection:
 
     # ---- writing -------------------------------------------------------------------
 
-    def _respond_from_api(self, parts):
-        self._respond(parts)
-
     cdef void _respond(self, object parts):
         """Queue one response (a list of parts, or None for no response) and write it.
 
@@ -574,6 +571,8 @@ cdef class Processor:
         self.index = index
         self.threaded = threaded
         self.connections = {}
+        self.to_api = []
+        self.to_net = []
         self.api_loop = server.loop
         self.scratch_size = FILE_CHUNK
         self.scratch = <unsigned char *>malloc(self.scratch_size)
@@ -659,10 +658,39 @@ cdef class Processor:
             self.api_loop.call_soon_threadsafe(_set_done, done)
 
     cdef void _dispatch(self, Connection conn, object frame):
-        if self.threaded:
-            self.api_loop.call_soon_threadsafe(self.server._run_handler_from_proc, conn, frame)
-        else:
+        if not self.threaded:
             self.server._run_handler(conn, frame)
+            return
+        # Hand-offs between threads are batched: one wake-up of the other loop carries
+        # everything queued until it runs. Append + length check cannot interleave with
+        # the other side's swap (no GIL release in between), so nothing is ever stranded.
+        self.to_api.append((conn, frame))
+        if len(self.to_api) == 1:
+            self.api_loop.call_soon_threadsafe(self._deliver_to_api)
+
+    def _deliver_to_api(self):
+        """API loop: run the handlers of every frame queued by this processor."""
+        cdef Connection conn
+        batch = self.to_api
+        self.to_api = []
+        for conn, frame in batch:
+            self.server._run_handler(conn, frame)
+
+    cdef void _queue_response(self, Connection conn, object parts):
+        self.to_net.append((conn, parts))
+        if len(self.to_net) == 1:
+            try:
+                self.loop.call_soon_threadsafe(self._deliver_to_net)
+            except RuntimeError:   # the processor already stopped (shutdown): drop it
+                self.to_net = []
+
+    def _deliver_to_net(self):
+        """Processor loop: write every response the API loop queued for it."""
+        cdef Connection conn
+        batch = self.to_net
+        self.to_net = []
+        for conn, parts in batch:
+            conn._respond(parts)
 
 
 def _set_done(fut):
@@ -762,9 +790,6 @@ cdef class SocketServer:
 
     # ---- handler side (API loop) ---------------------------------------------------
 
-    def _run_handler_from_proc(self, Connection conn, frame):
-        self._run_handler(conn, frame)
-
     cdef void _run_handler(self, Connection conn, object frame):
         cdef object yielded
         try:
@@ -806,7 +831,7 @@ cdef class SocketServer:
             conn.close()
             return
         if proc.threaded:
-            proc.loop.call_soon_threadsafe(conn._respond_from_api, result)
+            proc._queue_response(conn, result)
         else:
             conn._respond(result)
 
