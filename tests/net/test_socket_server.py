@@ -133,6 +133,33 @@ def test_pipelined_frames_round_trip_in_order(mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_frames_split_at_arbitrary_points_reassemble(mode):
+    """The byte stream arrives in random pieces (size fields split too) and still frames."""
+    import random
+    rng = random.Random(4)
+
+    async def main():
+        server = await start(Echo(), max_request_size=300000, **mode)
+        r, w = await connect(server)
+        w.transport.set_write_buffer_limits(0)
+        payloads = [b"E" + rng.randbytes(rng.choice([0, 1, 3, 100, 5000, 70000, 120000]))
+                    for _ in range(60)]
+        stream = b"".join(frame(p) for p in payloads)
+        pos = 0
+        while pos < len(stream):
+            step = rng.choice([1, 2, 3, 5, 7, 1000, 65536])
+            w.write(stream[pos:pos + step])
+            await w.drain()
+            pos += step
+            if rng.random() < 0.05:
+                await asyncio.sleep(0.001)
+        for p in payloads:
+            assert await read_frame(r) == p[1:]
+        await server.stop()
+    run(main())
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_slow_first_request_still_answered_first(mode):
     async def main():
         server = await start(Echo(), **mode)
