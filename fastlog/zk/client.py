@@ -650,7 +650,8 @@ class KafkaZkClient:
     def propagate_isr_changes(self, partitions: Iterable[TopicPartition]) -> str:
         """Tell the controller that ISRs changed (/isr_change_notification/isr_change_N)."""
         return self._kz.create(f"{paths.ISR_CHANGE_NOTIFICATION}/{paths.ISR_CHANGE_PREFIX}",
-                               paths.encode_isr_change(partitions), sequence=True, makepath=True)
+                               paths.encode_partition_list(partitions), sequence=True,
+                               makepath=True)
 
     def get_isr_change_notifications(self, watch=None) -> list[str]:
         return sorted(c for c in self._children_or_empty(paths.ISR_CHANGE_NOTIFICATION, watch)
@@ -659,7 +660,7 @@ class KafkaZkClient:
     def read_isr_change_notification(self, name: str) -> list[TopicPartition]:
         path = f"{paths.ISR_CHANGE_NOTIFICATION}/{name}"
         got = self._get_or_none(path)
-        return paths.decode_isr_change(path, got[0]) if got else []
+        return paths.decode_partition_list(path, got[0]) if got else []
 
     def delete_isr_change_notifications(self, epoch: ControllerEpoch, names: Iterable[str]
                                         ) -> None:
@@ -669,6 +670,27 @@ class KafkaZkClient:
                     f"{paths.ISR_CHANGE_NOTIFICATION}/{n}"))
             except _TxFailed:
                 pass
+
+    def request_preferred_replica_election(self, partitions: Iterable[TopicPartition]) -> None:
+        """Admin: ask the controller to move leadership back to the preferred replicas."""
+        self._kz.create(paths.PREFERRED_REPLICA_ELECTION,
+                        paths.encode_partition_list(partitions), makepath=True)
+
+    def get_preferred_replica_election(self) -> list[TopicPartition] | None:
+        got = self._get_or_none(paths.PREFERRED_REPLICA_ELECTION)
+        if got is None:
+            return None
+        try:
+            return paths.decode_partition_list(paths.PREFERRED_REPLICA_ELECTION, got[0])
+        except paths.ZkDataError:
+            log.warning("malformed preferred replica election request", exc_info=True)
+            return []
+
+    def delete_preferred_replica_election(self, epoch: ControllerEpoch) -> None:
+        try:
+            self._fenced(epoch, lambda tx: tx.delete(paths.PREFERRED_REPLICA_ELECTION))
+        except _TxFailed:
+            pass
 
     # -- topic deletion -----------------------------------------------------------------------
 

@@ -122,6 +122,7 @@ class ZkController:
         kz.ChildrenWatch(paths.BROKER_TOPICS, self._watch("topic_change"))
         kz.ChildrenWatch(paths.DELETE_TOPICS, self._watch("topic_deletion"))
         kz.ChildrenWatch(paths.ISR_CHANGE_NOTIFICATION, self._watch("isr_change"))
+        kz.DataWatch(paths.PREFERRED_REPLICA_ELECTION, self._watch("preferred_replica_election"))
         if self._rebalance_interval:
             threading.Thread(target=self._rebalance_timer, daemon=True,
                              name=f"zk-controller-rebalance-{self.broker_id}").start()
@@ -176,6 +177,9 @@ class ZkController:
                     if fut.set_running_or_notify_cancel():
                         try:
                             fut.set_result(fn(*args))
+                        except ControllerMovedError as e:
+                            fut.set_exception(e)
+                            raise
                         except BaseException as e:
                             fut.set_exception(e)
                     continue
@@ -345,6 +349,17 @@ class ZkController:
         self.zk.delete_isr_change_notifications(self.epoch, names)
         if fresh:
             self._emit(LeadershipChanged(dict(fresh)))
+
+    def _on_preferred_replica_election(self) -> None:
+        """An admin tool asked for preferred leaders (/admin/preferred_replica_election,
+        {"version":1,"partitions":[{"topic","partition"}]}): elect them, drop the request."""
+        if self.epoch is None:
+            return
+        requested = self.zk.get_preferred_replica_election()
+        if requested is None:
+            return
+        self._preferred_election([tp for tp in requested if tp in self._states])
+        self.zk.delete_preferred_replica_election(self.epoch)
 
     def _on_auto_rebalance(self) -> None:
         if self.epoch is None:

@@ -55,6 +55,7 @@ class ZkMetadataStore(MetadataStore):
         self._last_config_change = ""
         self._listeners: list[Callable[[str, object], None]] = []
         self._stopped = False
+        self._session_expired = False
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -69,6 +70,8 @@ class ZkMetadataStore(MetadataStore):
         # Config changes seen before we started are already in the configs we read.
         existing = zk.get_config_change_notifications()
         self._last_config_change = existing[-1] if existing else ""
+        zk.on_session_lost(self._on_session_lost)
+        zk.on_new_session(self._on_new_session)
         kz = zk.kazoo
         kz.DataWatch(paths.CONTROLLER, self._on_controller)
         kz.ChildrenWatch(paths.BROKER_IDS, self._on_brokers)
@@ -80,7 +83,9 @@ class ZkMetadataStore(MetadataStore):
 
     def add_listener(self, fn: Callable[[str, object], None]) -> None:
         """fn(kind, name): kind is "brokers", "controller", "topic" (name: topic; also on
-        deletion), "partition" (name: (topic, partition)) or "config" (name: topic)."""
+        deletion), "partition" (name: (topic, partition)), "config" (name: topic) or
+        "session" (name: "expired" — leadership recorded here may be stale, stop taking
+        writes — or "renewed": registered again, the cache refreshes itself)."""
         self._listeners.append(fn)
 
     def _notify(self, kind: str, name) -> None:
@@ -89,6 +94,25 @@ class ZkMetadataStore(MetadataStore):
                 fn(kind, name)
             except Exception:
                 log.exception("metadata listener failed on %s %r", kind, name)
+
+    # -- session ------------------------------------------------------------------------------
+
+    @property
+    def session_expired(self) -> bool:
+        """True between the loss of the ZooKeeper session and the next one. Until the
+        session expires a disconnected broker may keep leading: the controller moves
+        leadership off a broker on its own only once the broker's session has ended
+        (deliberate moves, such as preferred-leader elections, show up on reconnection, and
+        the new leader epoch fences the old leader at the followers)."""
+        return self._session_expired
+
+    def _on_session_lost(self) -> None:
+        self._session_expired = True
+        self._notify("session", "expired")
+
+    def _on_new_session(self) -> None:
+        self._session_expired = False
+        self._notify("session", "renewed")
 
     # -- reads (any thread) ---------------------------------------------------------------
 

@@ -412,14 +412,16 @@ def decode_config_change(path: str, data: bytes | None) -> str:
     return entity
 
 
-# -- /isr_change_notification ----------------------------------------------------------------
+# -- /isr_change_notification/isr_change_N, /admin/preferred_replica_election ---------------
 
-def encode_isr_change(partitions) -> bytes:
+def encode_partition_list(partitions) -> bytes:
+    """{"version":1,"partitions":[{"topic":..,"partition":..}]}: ISR change notices and
+    preferred-replica-election requests share this form."""
     return _dumps({"version": 1, "partitions": [{"topic": t, "partition": int(p)}
                                                 for t, p in sorted(partitions)]})
 
 
-def decode_isr_change(path: str, data: bytes | None) -> list[tuple[str, int]]:
+def decode_partition_list(path: str, data: bytes | None) -> list[tuple[str, int]]:
     obj = _loads(path, data)
     out = []
     for item in _get(path, obj, "partitions", list):

@@ -310,3 +310,24 @@ def test_create_partitions_extends_the_topic(cluster, kazoo):
         ctl.controller.create_partitions("grow", 5)
     states = ctl.controller.create_partitions("grow", 6, assignment={5: [3, 1]})
     assert states[5].leader == 3 and states[5].isr == (3, 1)
+
+
+def test_admin_preferred_replica_election_request(cluster, kazoo):
+    b1 = cluster(1)
+    wait_until(lambda: b1.controller.is_active, what="controller")
+    b2 = cluster(2)
+    b1.controller.create_topic("pre", 1, 2, assignment={0: [2, 1]})
+    b2.crash()
+    wait_state(b1.zk, "pre", 0, lambda s: s.leader == 1)
+    cluster(2)
+    st = b1.zk.get_partition_state("pre", 0)
+    b1.zk.conditional_update_partition_state(
+        "pre", 0, LeaderAndIsr(1, st.leader_epoch, (1, 2), st.controller_epoch, st.zk_version))
+    b1.zk.propagate_isr_changes([("pre", 0)])
+    wait_until(lambda: 2 in b1.controller.snapshot()[("pre", 0)].isr, what="isr notice")
+    b1.zk.request_preferred_replica_election([("pre", 0)])
+    assert json.loads(kazoo.get("/admin/preferred_replica_election")[0]) == {
+        "version": 1, "partitions": [{"topic": "pre", "partition": 0}]}
+    wait_state(b1.zk, "pre", 0, lambda s: s.leader == 2)
+    wait_until(lambda: kazoo.exists("/admin/preferred_replica_election") is None,
+               what="request removed")

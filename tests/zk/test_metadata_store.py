@@ -158,3 +158,18 @@ def test_long_outage_then_expired_session_re_registers(own_zk_server, nodes):
         assert watcher.get_controller_epoch().epoch == 2
     finally:
         watcher.close()
+
+
+def test_session_expiry_is_announced_and_cache_recovers(nodes, zk_hosts):
+    n1 = nodes(1)
+    seen = []
+    n1.store.add_listener(lambda kind, name: seen.append(name) if kind == "session" else None)
+    asyncio.run(n1.store.create_topic("s", 1, [[1]], {}))
+    wait_until(lambda: n1.store.partition_leader("s", 0) == 1, what="leader")
+    expire_session(n1.zk.kazoo, zk_hosts)
+    wait_until(lambda: seen == ["expired", "renewed"], what="session events")
+    assert not n1.store.session_expired
+    # the cache keeps following ZooKeeper on the new session
+    asyncio.run(n1.store.create_topic("s2", 1, [[1]], {}))
+    wait_until(lambda: n1.store.partition_leader("s2", 0) == 1, what="leader on new session")
+    assert sorted(n1.store.brokers()) == [1]
