@@ -150,6 +150,16 @@ def wait_state(zk, topic, p, pred, timeout=6.0):
         zk.get_partition_state(topic, p)), timeout=timeout, what=f"state of {topic}-{p}")
 
 
+def leader_sets_isr(zk, topic, partition, isr):
+    """What a partition leader does when its ISR shrinks or grows: a conditional write of
+    the state znode (same leader and epoch), then a notice for the controller."""
+    st = zk.get_partition_state(topic, partition)
+    new = LeaderAndIsr(st.leader, st.leader_epoch, tuple(isr), st.controller_epoch,
+                       st.zk_version)
+    assert zk.conditional_update_partition_state(topic, partition, new) is not None
+    zk.propagate_isr_changes([(topic, partition)])
+
+
 def test_broker_loss_moves_leaders_to_live_isr_or_offline_then_recovers(cluster, kazoo):
     brokers = {i: cluster(i) for i in (1, 2, 3)}
     ctl = wait_until(lambda: active(brokers.values()), what="controller")
@@ -191,11 +201,7 @@ def test_unclean_election_only_when_enabled(cluster):
     b2, b3 = cluster(2), cluster(3)
     for topic in ("clean", "dirty"):
         b1.controller.create_topic(topic, 1, 2, assignment={0: [2, 3]})
-        st = b1.zk.get_partition_state(topic, 0)
-        # the leader shrank the ISR to itself (its follower fell behind)
-        shrunk = LeaderAndIsr(2, st.leader_epoch, (2,), st.controller_epoch, st.zk_version)
-        assert b1.zk.conditional_update_partition_state(topic, 0, shrunk) is not None
-        b1.zk.propagate_isr_changes([(topic, 0)])
+        leader_sets_isr(b1.zk, topic, 0, [2])  # its follower fell behind
     b2.crash()
     wait_state(b1.zk, "clean", 0, lambda s: s.leader == NO_LEADER)
     s = wait_state(b1.zk, "dirty", 0, lambda s: s.leader == 3)
@@ -215,11 +221,7 @@ def test_preferred_leader_election_and_controlled_shutdown(cluster):
     # the broker restarts and its leader puts it back into the ISR
     brokers[others[0]].crash()
     brokers[others[0]] = cluster(others[0])
-    s = ctl.zk.get_partition_state("p", 0)
-    back = LeaderAndIsr(s.leader, s.leader_epoch, s.isr + (others[0],), s.controller_epoch,
-                        s.zk_version)
-    ctl.zk.conditional_update_partition_state("p", 0, back)
-    ctl.zk.propagate_isr_changes([("p", 0)])
+    leader_sets_isr(ctl.zk, "p", 0, ctl.zk.get_partition_state("p", 0).isr + (others[0],))
     wait_until(lambda: others[0] in ctl.controller.snapshot()[("p", 0)].isr, what="isr notice")
     moved = ctl.controller.elect_preferred_leaders()
     assert moved[("p", 0)].leader == others[0]
@@ -236,10 +238,7 @@ def test_auto_leader_rebalance(cluster):
     b2.crash()
     wait_state(b1.zk, "r", 0, lambda s: s.leader == 1)
     cluster(2)
-    st = b1.zk.get_partition_state("r", 0)
-    b1.zk.conditional_update_partition_state(
-        "r", 0, LeaderAndIsr(1, st.leader_epoch, (1, 2), st.controller_epoch, st.zk_version))
-    b1.zk.propagate_isr_changes([("r", 0)])
+    leader_sets_isr(b1.zk, "r", 0, [1, 2])
     wait_state(b1.zk, "r", 0, lambda s: s.leader == 2)
 
 
@@ -320,10 +319,7 @@ def test_admin_preferred_replica_election_request(cluster, kazoo):
     b2.crash()
     wait_state(b1.zk, "pre", 0, lambda s: s.leader == 1)
     cluster(2)
-    st = b1.zk.get_partition_state("pre", 0)
-    b1.zk.conditional_update_partition_state(
-        "pre", 0, LeaderAndIsr(1, st.leader_epoch, (1, 2), st.controller_epoch, st.zk_version))
-    b1.zk.propagate_isr_changes([("pre", 0)])
+    leader_sets_isr(b1.zk, "pre", 0, [1, 2])
     wait_until(lambda: 2 in b1.controller.snapshot()[("pre", 0)].isr, what="isr notice")
     b1.zk.request_preferred_replica_election([("pre", 0)])
     assert json.loads(kazoo.get("/admin/preferred_replica_election")[0]) == {
