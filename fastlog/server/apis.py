@@ -595,13 +595,21 @@ class KafkaApis:
 
     # ------------------------------------------------------------------ AlterConfigs
     async def handle_alter_configs(self, ctx, request):
+        # Non-incremental: the given set replaces every override of the resource.
+        return await self._alter_configs(request,
+                                         lambda res: {c.name: c.value for c in res.configs})
+
+    async def handle_incremental_alter_configs(self, ctx, request):
+        return await self._alter_configs(request, self._incremental_configs)
+
+    async def _alter_configs(self, request, new_configs):
         responses = []
         for res in request.resources:
             error, message = Errors.NONE, None
             try:
                 self._check_alterable(res)
-                new = {c.name: c.value for c in res.configs}
-                await self._apply_topic_configs(res.resource_name, new, request.validate_only)
+                await self._apply_topic_configs(res.resource_name, new_configs(res),
+                                                request.validate_only)
             except _ApiError as e:
                 error, message = e.code, e.message
             responses.append({"error_code": error, "error_message": message,
@@ -609,45 +617,34 @@ class KafkaApis:
                               "resource_name": res.resource_name})
         return {"throttle_time_ms": 0, "responses": responses}
 
-    async def handle_incremental_alter_configs(self, ctx, request):
-        responses = []
-        for res in request.resources:
-            error, message = Errors.NONE, None
-            try:
-                self._check_alterable(res)
-                state = self.broker.metadata.topic(res.resource_name)
-                new = dict(state.configs)
-                defaults = self.broker.config.topic_defaults()
-                for c in res.configs:
-                    op = c.config_operation
-                    if c.name not in TOPIC_CONFIG_TYPES:
-                        raise _ApiError(Errors.INVALID_CONFIG, f"unknown topic config {c.name!r}")
-                    if op == OP_SET:
-                        new[c.name] = c.value
-                    elif op == OP_DELETE:
-                        new.pop(c.name, None)
-                    elif op in (OP_APPEND, OP_SUBTRACT):
-                        if TOPIC_CONFIG_TYPES[c.name] != "list":
-                            raise _ApiError(Errors.INVALID_CONFIG,
-                                            f"{c.name} is not a list, so it cannot be appended to")
-                        cur = new.get(c.name)
-                        items = ([x.strip() for x in cur.split(",") if x.strip()] if cur is not None
-                                 else list(defaults[c.name]))
-                        given = [x.strip() for x in (c.value or "").split(",") if x.strip()]
-                        if op == OP_APPEND:
-                            items += [x for x in given if x not in items]
-                        else:
-                            items = [x for x in items if x not in given]
-                        new[c.name] = ",".join(items)
-                    else:
-                        raise _ApiError(Errors.INVALID_REQUEST, f"unknown config operation {op}")
-                await self._apply_topic_configs(res.resource_name, new, request.validate_only)
-            except _ApiError as e:
-                error, message = e.code, e.message
-            responses.append({"error_code": error, "error_message": message,
-                              "resource_type": res.resource_type,
-                              "resource_name": res.resource_name})
-        return {"throttle_time_ms": 0, "responses": responses}
+    def _incremental_configs(self, res) -> dict:
+        """The topic's overrides after SET / DELETE / APPEND / SUBTRACT operations."""
+        new = dict(self.broker.metadata.topic(res.resource_name).configs)
+        defaults = self.broker.config.topic_defaults()
+        for c in res.configs:
+            op = c.config_operation
+            if c.name not in TOPIC_CONFIG_TYPES:
+                raise _ApiError(Errors.INVALID_CONFIG, f"unknown topic config {c.name!r}")
+            if op == OP_SET:
+                new[c.name] = c.value
+            elif op == OP_DELETE:
+                new.pop(c.name, None)
+            elif op in (OP_APPEND, OP_SUBTRACT):
+                if TOPIC_CONFIG_TYPES[c.name] != "list":
+                    raise _ApiError(Errors.INVALID_CONFIG,
+                                    f"{c.name} is not a list, so it cannot be appended to")
+                cur = new.get(c.name)
+                items = ([x.strip() for x in cur.split(",") if x.strip()] if cur is not None
+                         else list(defaults[c.name]))
+                given = [x.strip() for x in (c.value or "").split(",") if x.strip()]
+                if op == OP_APPEND:
+                    items += [x for x in given if x not in items]
+                else:
+                    items = [x for x in items if x not in given]
+                new[c.name] = ",".join(items)
+            else:
+                raise _ApiError(Errors.INVALID_REQUEST, f"unknown config operation {op}")
+        return new
 
     def _check_alterable(self, res) -> None:
         if res.resource_type == RESOURCE_BROKER:
