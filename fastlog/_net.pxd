@@ -78,6 +78,7 @@ cdef class SocketServer:
     cdef Py_ssize_t next_proc
     cdef long long next_id
     cdef readonly long connection_count
+    cdef double last_refusal_log
     cdef set inflight
     cdef bint stopping
     cdef bint started

@@ -719,7 +719,7 @@ cdef class SocketServer:
         self.port = port
         self.num_network_threads = num_network_threads
         self.max_request_size = min(max_request_size, 0x7fffffff)
-        self.max_connections = max_connections if max_connections else 2 ** 31 - 1
+        self.max_connections = 2 ** 31 - 1 if max_connections is None else max_connections
         self.idle_timeout = (idle_timeout_ms or 0) / 1000.0
         self.loop = loop
         self.threaded = (num_network_threads > 1) if threaded is None else threaded
@@ -775,8 +775,11 @@ cdef class SocketServer:
                 self.loop.call_later(0.1, self._resume_accept)
                 return
             if self.connection_count >= self.max_connections:
-                log.warning("refusing connection from %s: %d connections open "
-                            "(max.connections)", addr[:2], self.connection_count)
+                now = _now()
+                if now - self.last_refusal_log >= 1.0:   # at most one line a second
+                    self.last_refusal_log = now
+                    log.warning("refusing connection from %s: %d connections open "
+                                "(max.connections)", addr[:2], self.connection_count)
                 sock.close()
                 continue
             sock.setblocking(False)

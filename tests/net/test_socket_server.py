@@ -323,9 +323,9 @@ def test_reset_mid_response_leaves_server_up(mode):
         echo = Echo()
         server = await start(echo, max_request_size=1024, **mode)
         with tempfile.TemporaryFile() as f:
-            f.write(os.urandom(64 * 1024 * 1024))
+            f.write(os.urandom(16 * 1024 * 1024))
             f.flush()
-            echo.regions["big"] = [FileRegion(f, 0, 64 * 1024 * 1024)]
+            echo.regions["big"] = [FileRegion(f, 0, 16 * 1024 * 1024)]
             s = socket.create_connection(("127.0.0.1", server.port))
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             s.sendall(frame(b"Fbig"))
