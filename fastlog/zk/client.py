@@ -459,8 +459,8 @@ class KafkaZkClient:
         """Give up the office (delete /controller), only if it is still ours."""
         try:
             self._fenced(epoch, lambda tx: tx.delete(paths.CONTROLLER))
-        except (ControllerMovedError, NoNodeError):
-            pass
+        except (ControllerMovedError, _TxFailed):
+            pass  # not ours any more, or already gone
 
     def _fenced(self, epoch: ControllerEpoch, build: Callable) -> list:
         """Commit the operations `build(tx)` adds, only if /controller_epoch is still at the

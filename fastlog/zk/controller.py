@@ -24,7 +24,14 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from kazoo.exceptions import BadVersionError, ConnectionLoss, NoNodeError, SessionExpiredError
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    NoNodeError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
+from kazoo.retry import RetryFailedError
 
 from fastlog.zk import paths
 from fastlog.zk.assignment import assign_replicas
@@ -190,7 +197,8 @@ class ZkController:
                 log.info("broker %d: controller moved, resigning", self.broker_id)
                 self._resign_locally()
                 self._events.put(("controller_change",))
-            except (ConnectionLoss, SessionExpiredError) as e:
+            except (ConnectionLoss, SessionExpiredError, OperationTimeoutError,
+                    RetryFailedError) as e:
                 # ZooKeeper unreachable: try again once it is back (watches re-fire then too).
                 log.info("broker %d: controller event %s interrupted: %r", self.broker_id, kind, e)
                 if not self._stopped.is_set():
@@ -265,6 +273,7 @@ class ZkController:
         bounced = {b for b in set(before) & set(self._live)
                    if before[b].epoch != self._live[b].epoch}
         self._shutting_down &= set(self._live)
+        self._shutting_down -= bounced  # a restarted broker is no longer shutting down
         if gone or came or bounced:
             log.info("controller %d: brokers left %s, joined %s, restarted %s", self.broker_id,
                      sorted(gone), sorted(came), sorted(bounced))
