@@ -314,8 +314,10 @@ class KafkaApis:
                     entry["error_code"] = Errors.UNKNOWN_TOPIC_OR_PARTITION
                     errored = True
                     continue
-                if from_follower and request.replica_id not in p.replicas:
-                    # Only assigned replicas may fetch as followers (CVE-2018-1288).
+                if from_follower and (request.replica_id not in p.replicas
+                                      or request.replica_id == self.broker.node_id):
+                    # Only the partition's other replicas may fetch as followers (a client
+                    # posing as a broker must not read past the high watermark, CVE-2018-1288).
                     entry["error_code"] = Errors.NOT_LEADER_OR_FOLLOWER
                     errored = True
                     continue

@@ -442,3 +442,12 @@ def test_timestamps_too_far_in_the_future_are_invalid(broker, wire):
     r = produce(wire, "wire-ts-old", _codec.build_batch([(old, None, b"earlier")]))
     assert r.error_code == Errors.INVALID_TIMESTAMP
     assert produce(wire, "wire-ts-old", batch([b"now"])).error_code == 0
+
+
+def test_client_posing_as_a_follower_is_refused(broker, wire):
+    create_topic(broker, "wire-follower")
+    for replica_id in (0, 5):
+        body = fetch_body("wire-follower", 0, 0)
+        body["replica_id"] = replica_id
+        r = wire.call(ApiKey.FETCH, 11, body)
+        assert r.responses[0].partitions[0].error_code == Errors.NOT_LEADER_OR_FOLLOWER
