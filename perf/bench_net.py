@@ -2,7 +2,8 @@
 
 (1) Small request/response round trips per second with a trivial handler: one connection
     with 10 requests in flight, and 4 connections with 10 each; for each processor mode
-    (inline on the API loop with eager or Task handlers, one or two processor threads).
+    (inline on the API loop with eager or Task handlers, on uvloop or the stdlib loop;
+    one or two processor threads), with the server's CPU time per request.
 (2) Large responses: a handler answering each request with a 64-byte header + a 1 MiB
     FileRegion of a page-cached 256 MiB file (a fetch of 64 KiB records), written with
     sendfile or pread+send, read by a lean recv_into client; against a plain socket pump
@@ -31,6 +32,7 @@ HEADER = b"h" * 64
 
 MODES = {
     "inline": dict(num_network_threads=1, threaded=False, eager=True),
+    "inline-aio": dict(num_network_threads=1, threaded=False, eager=True),   # stdlib loop
     "inline-task": dict(num_network_threads=1, threaded=False, eager=False),
     "thread-1": dict(num_network_threads=1, threaded=True, eager=True),
     "thread-2": dict(num_network_threads=2, threaded=True, eager=True),
@@ -67,7 +69,10 @@ def serve(conn, mode, path, zero_copy):
                 break
             conn.send((time.process_time(), state["n"]))
         await server.stop()
-    uvloop.run(main())
+    if mode.endswith("-aio"):
+        asyncio.run(main())
+    else:
+        uvloop.run(main())
 
 
 def start_server(mode, path=None, zero_copy=True):
@@ -229,7 +234,7 @@ def main():
         anchor = max(loopback_pump(total) for _ in range(args.reps))
         print(f"  loopback pump (sendall -> recv_into, 1 MiB): {anchor:5.2f} GB/s")
         large = {}
-        for mode in [m for m in modes if m != "inline-task"]:
+        for mode in [m for m in modes if m not in ("inline-task", "inline-aio")]:
             for zero_copy in (True, False):
                 proc, pipe, port = start_server(mode, f.name, zero_copy)
                 try:
