@@ -20,6 +20,7 @@ from cpython.buffer cimport (
 )
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
+from cpython.object cimport PyObject, PyTypeObject
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport (
     int8_t, int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t,
@@ -1265,13 +1266,20 @@ cdef list _decode_headers(const unsigned char *d, Py_ssize_t p, int32_t count):
 
 
 @cython.final
+@cython.no_gc
 @cython.freelist(64)
 cdef class Record:
-    """One record of a v2 batch (or a legacy message), decoded."""
+    """One record of a v2 batch, decoded.
+
+    Not tracked by the cycle collector: its fields are bytes, str and a list of tuples of
+    those, which cannot form a cycle (unless a caller puts the record into its own
+    headers list). Untracked records cost no collector passes while a consumer decodes
+    thousands of them per fetch.
+    """
     cdef readonly int64_t offset
     cdef readonly int64_t timestamp
-    cdef readonly object key
-    cdef readonly object value
+    cdef object key      # exposed as a member slot below (_install_slot_members)
+    cdef object value    # idem
     cdef object _headers
     cdef readonly int timestamp_type
 
@@ -1294,6 +1302,62 @@ cdef class Record:
                 and self.headers == o.headers and self.timestamp_type == o.timestamp_type)
 
     __hash__ = None
+
+
+# key and value are read once per record by every consumer. Exposed as T_OBJECT_EX member
+# descriptors (instead of Cython's getset properties), CPython's attribute specializer
+# turns `record.value` into a direct slot load: about 3x cheaper per access.
+cdef extern from *:
+    """
+    #include <structmember.h>
+    static PyMemberDef fl_record_members[2];
+    static int fl_add_slot_member(PyTypeObject *tp, int i, const char *name,
+                                  Py_ssize_t offset) {
+        PyObject *descr;
+        fl_record_members[i].name = name;
+        fl_record_members[i].type = T_OBJECT_EX;
+        fl_record_members[i].offset = offset;
+        fl_record_members[i].flags = READONLY;
+        fl_record_members[i].doc = NULL;
+        descr = PyDescr_NewMember(tp, &fl_record_members[i]);
+        if (descr == NULL) return -1;
+        if (PyDict_SetItemString(tp->tp_dict, name, descr) < 0) {
+            Py_DECREF(descr);
+            return -1;
+        }
+        Py_DECREF(descr);
+        PyType_Modified(tp);
+        return 0;
+    }
+    """
+    int fl_add_slot_member(PyTypeObject *tp, int i, const char *name,
+                           Py_ssize_t offset) except -1
+
+
+cdef Py_ssize_t _slot_offset(object obj, object marker) except -1:
+    # Offset of the object field holding `marker` (Cython cannot take its address).
+    cdef PyObject **slots = <PyObject **><PyObject *>obj
+    cdef object tp = type(obj)
+    cdef Py_ssize_t n = (<PyTypeObject *>tp).tp_basicsize // sizeof(PyObject *)
+    cdef Py_ssize_t i
+    for i in range(n):
+        if slots[i] == <PyObject *>marker:
+            return i * sizeof(PyObject *)
+    raise RuntimeError("field not found in Record")
+
+
+cdef int _install_slot_members() except -1:
+    cdef Record probe = Record.__new__(Record)
+    key_marker = object()
+    value_marker = object()
+    probe.key = key_marker
+    probe.value = value_marker
+    fl_add_slot_member(<PyTypeObject *>Record, 0, "key", _slot_offset(probe, key_marker))
+    fl_add_slot_member(<PyTypeObject *>Record, 1, "value", _slot_offset(probe, value_marker))
+    return 0
+
+
+_install_slot_members()
 
 
 cdef inline Record _make_record(const unsigned char *d, RecordSpan *r, BatchHeader h):
