@@ -256,7 +256,7 @@ def encode_controller(broker_id: int, timestamp: str | None = None) -> bytes:
 
 def decode_controller(data: bytes | None) -> int:
     """The controller's broker id. Very old Kafka wrote a bare integer; accept that too."""
-    if data and data.strip().lstrip(b"-").isdigit():
+    if data and re.fullmatch(rb"\s*-?[0-9]{1,10}\s*", data):
         return int(data)
     obj = _loads(CONTROLLER, data)
     return _get(CONTROLLER, obj, "brokerid", int)
