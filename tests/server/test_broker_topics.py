@@ -156,3 +156,14 @@ def test_incremental_alter_operations_and_errors(broker):
         assert r.responses[0].error_code == Errors.INVALID_REQUEST
     finally:
         w.close()
+
+
+def test_damaged_metadata_file_is_one_sentence_exit_1(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "fastlog-metadata.json").write_text("{torn")
+    r = subprocess.run(server_command() + [
+        "--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override", f"log.dirs={data}"],
+        capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert "cannot read metadata file" in r.stderr and "Traceback" not in r.stderr
