@@ -59,6 +59,7 @@ class BrokerServer:
         self.bound: list[tuple[str, str, int]] = []
         self._tasks: list[asyncio.Task] = []
         self._log_configs: dict[str, LogConfig] = {}
+        self._timestamp_limits: dict[str, tuple[int, int]] = {}  # per topic, from its configs
         self._started = False
         self.stopping = False
 
@@ -273,6 +274,9 @@ class BrokerServer:
     def timestamp_limits(self, topic: str) -> tuple[int, int]:
         """(before.max.ms, after.max.ms) for CreateTime validation (KIP-937); the
         deprecated message.timestamp.difference.max.ms caps both when smaller."""
+        cached = self._timestamp_limits.get(topic)
+        if cached is not None:
+            return cached
         props = self.config.topic_defaults()
         state = self.metadata.topic(topic)
         if state is not None:
@@ -281,8 +285,10 @@ class BrokerServer:
                 if key in state.configs:
                     props[key] = int(state.configs[key])
         diff = props["message.timestamp.difference.max.ms"]
-        return (min(props["message.timestamp.before.max.ms"], diff),
-                min(props["message.timestamp.after.max.ms"], diff))
+        limits = (min(props["message.timestamp.before.max.ms"], diff),
+                  min(props["message.timestamp.after.max.ms"], diff))
+        self._timestamp_limits[topic] = limits
+        return limits
 
     def log_config(self, topic: str) -> LogConfig:
         cfg = self._log_configs.get(topic)
@@ -318,6 +324,7 @@ class BrokerServer:
             raise KeyError(name)
         await self.metadata.delete_topic(name)
         self._log_configs.pop(name, None)
+        self._timestamp_limits.pop(name, None)
         for p in state.partitions:
             self.replica_manager.delete_partition(name, p)
         log.info("deleted topic %s", name)
@@ -326,6 +333,7 @@ class BrokerServer:
         cfg = self.build_log_config(configs)
         await self.metadata.set_topic_configs(name, configs)
         self._log_configs[name] = cfg
+        self._timestamp_limits.pop(name, None)
         self.replica_manager.update_config(name, cfg)
         log.info("topic %s configs are now %s", name, configs or "the broker defaults")
 
