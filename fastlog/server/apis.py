@@ -162,7 +162,7 @@ class KafkaApis:
         if request.topics is None or (v == 0 and not request.topics):
             names = md.topic_names()
         else:
-            names = [t.name for t in request.topics]
+            names = list(dict.fromkeys(t.name for t in request.topics))  # Kafka dedups
         auto_create = broker.config["auto.create.topics.enable"] and (
             v < 4 or request.allow_auto_topic_creation)
         topics = []
