@@ -1,0 +1,134 @@
+# fastlog/cli/perf.py: the `fastlog perf produce|consume|e2e` command line.
+#
+# Owns: the options of the load tests and their checks (one sentence on a bad value),
+# then hands the parsed options to fastlog/perf/{produce,consume,e2e}.py and prints the
+# summary (text, or one JSON line with --json; --plot FILE.png adds a chart). Runs on the
+# main thread of the `fastlog` process.
+"""`fastlog perf`: load tests against any Kafka-compatible broker."""
+
+from __future__ import annotations
+
+from fastlog.cli.main import CliError, add_bootstrap_option, parse_key_value
+
+_EPILOG = """\
+examples:
+  fastlog perf produce --topic perf --num-records 1000000 --record-size 100 --acks all
+  fastlog perf produce --client confluent --rate 20000 --linger-ms 0 --json
+  fastlog perf consume --topic perf --num-records 1000000 --client confluent
+  fastlog perf e2e --topic perf-e2e --rate 5000 --duration 10 --plot e2e.png
+"""
+
+
+def add_parser(subparsers) -> None:
+    import argparse
+
+    perf = subparsers.add_parser(
+        "perf", help="produce/consume load tests",
+        description="Load tests (like Kafka's producer/consumer perf tools) for fastlog or "
+                    "any Kafka-compatible broker, with our client or librdkafka.",
+        epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = perf.add_subparsers(dest="perf_command", metavar="TEST",
+                              parser_class=type(perf))
+    for name, summary in (("produce", "throughput and ack latency of producing"),
+                          ("consume", "throughput of reading a topic from the beginning"),
+                          ("e2e", "end-to-end latency, produce -> consume")):
+        p = sub.add_parser(name, help=summary, description=summary)
+        _common_options(p, name)
+
+
+def _common_options(p, name: str) -> None:
+    add_bootstrap_option(p)
+    p.add_argument("--topic", default="fastlog-perf", help="topic (default: %(default)s)")
+    p.add_argument("--client", choices=("fastlog", "confluent"), default="fastlog",
+                   help="fastlog's own client, or librdkafka via confluent-kafka")
+    p.add_argument("--num-records", type=int, default=100_000, metavar="N",
+                   help="records to send/read (default: %(default)s)")
+    p.add_argument("--duration", type=float, default=300.0, metavar="SECONDS",
+                   help="stop after this long even if N is not reached (default: %(default)s)")
+    p.add_argument("--record-size", type=int, default=100, metavar="BYTES",
+                   help="value size (default: %(default)s)")
+    p.add_argument("-X", dest="extra", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra client setting (librdkafka names with --client confluent, "
+                        "fastlog Producer/Consumer keyword names otherwise); repeatable")
+    p.add_argument("--json", action="store_true", help="print one JSON line, nothing else")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="write a throughput/latency chart (needs the 'perf' extra)")
+    if name == "consume":
+        p.add_argument("--idle-ms", type=int, default=3000,
+                       help="stop when nothing arrived for this long (default: %(default)s)")
+        return
+    p.add_argument("--key-distribution", choices=("none", "sequential", "random"),
+                   default="none", help="record keys (default: %(default)s)")
+    p.add_argument("--key-count", type=int, default=1000,
+                   help="distinct keys for sequential/random (default: %(default)s)")
+    p.add_argument("--partitions", type=int, default=1,
+                   help="partitions when the topic is created (default: %(default)s)")
+    p.add_argument("--connections", type=int, default=1,
+                   help="producer instances, each with its own connection (default: 1)")
+    p.add_argument("--rate", type=float, default=None, metavar="REC/S",
+                   help="target records/s (default: as fast as possible)")
+    p.add_argument("--acks", choices=("0", "1", "all"), default="1",
+                   help="(default: %(default)s)")
+    p.add_argument("--compression", choices=("none", "gzip", "snappy", "lz4", "zstd"),
+                   default="none", help="(default: %(default)s)")
+    p.add_argument("--batch-size", type=int, default=None, metavar="BYTES",
+                   help="producer batch size (default: the client's own)")
+    p.add_argument("--linger-ms", type=float, default=5.0,
+                   help="producer linger (default: %(default)s)")
+    p.add_argument("--sample-every", type=int, default=0, metavar="K",
+                   help="record the latency of every K-th record (default: 1 with --rate, "
+                        "else 100)")
+    if name == "e2e":
+        p.set_defaults(num_records=20_000, rate=5000.0, duration=60.0)
+        p.add_argument("--idle-ms", type=int, default=3000,
+                       help="stop waiting for stragglers after this long (default: %(default)s)")
+
+
+def _value(text: str):
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def _check(args) -> None:
+    if args.num_records < 1:
+        raise CliError("--num-records must be at least 1")
+    if args.duration <= 0:
+        raise CliError("--duration must be positive")
+    if args.record_size < 0 or args.record_size > 64 << 20:
+        raise CliError("--record-size must be between 0 and 64 MiB")
+    for attr in ("partitions", "connections", "key_count"):
+        if getattr(args, attr, 1) < 1:
+            raise CliError(f"--{attr.replace('_', '-')} must be at least 1")
+    if getattr(args, "rate", None) is not None and args.rate <= 0:
+        raise CliError("--rate must be positive")
+    if getattr(args, "linger_ms", 0) < 0:
+        raise CliError("--linger-ms must be >= 0")
+    extra = dict(parse_key_value(x, "-X") for x in args.extra)
+    args.extra_config = extra if args.client == "confluent" else \
+        {k: _value(v) for k, v in extra.items()}
+    if getattr(args, "compression", None) == "none":
+        args.compression = None if args.client == "fastlog" else "none"
+    if getattr(args, "acks", None) is not None and args.client == "fastlog":
+        args.acks = -1 if args.acks == "all" else int(args.acks)
+
+
+def run(args) -> int:
+    if not getattr(args, "perf_command", None):
+        raise CliError("name a test: produce, consume or e2e (see 'fastlog perf --help')")
+    _check(args)
+    from fastlog.perf import report
+
+    report.check_plot_available(args.plot)
+    if args.perf_command == "produce":
+        from fastlog.perf import produce as test
+    elif args.perf_command == "consume":
+        from fastlog.perf import consume as test
+    else:
+        from fastlog.perf import e2e as test
+    summary, hist, progress = test.run(args)
+    report.emit(summary, args, hist, progress)
+    return 0 if summary["records"] > 0 and not summary.get("errors") else 1

@@ -1,0 +1,98 @@
+"""`fastlog perf` end to end against a real broker: tiny runs, well-formed summaries.
+
+No speed is asserted: only that each test runs, counts what it sent/read, and reports
+the fields compare.py and users rely on. Each command runs as a subprocess through the
+installed `fastlog` entry point, bounded by a timeout.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+FASTLOG = Path(sys.executable).with_name("fastlog")
+LATENCY_KEYS = {"count", "mean_ms", "p50_ms", "p95_ms", "p99_ms", "p99_9_ms", "max_ms"}
+
+
+def perf(*args, timeout=120):
+    return subprocess.run([str(FASTLOG), "perf", *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def perf_json(*args):
+    r = perf(*args, "--json")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 1, r.stdout  # --json prints one line and nothing else
+    return json.loads(lines[0])
+
+
+def check_summary(s, kind, records, size):
+    assert s["kind"] == kind
+    assert s["records"] == records
+    assert s["bytes"] == records * size
+    assert s["errors"] == 0
+    assert s["elapsed_s"] > 0 and s["records_per_s"] > 0 and s["mb_per_s"] > 0
+
+
+@pytest.mark.parametrize("client", ["fastlog", "confluent"])
+def test_produce_then_consume_counts_every_record(broker, client):
+    topic = f"perf-pc-{client}"
+    s = perf_json("produce", "--bootstrap-server", broker.bootstrap, "--topic", topic,
+                  "--client", client, "--num-records", 2000, "--record-size", 50,
+                  "--acks", "all", "--key-distribution", "random", "--partitions", 2)
+    check_summary(s, "produce", 2000, 50)
+    assert set(s["latency"]) == LATENCY_KEYS
+    assert s["latency"]["count"] == 20  # every 100th record without --rate
+    assert s["config"]["partitions"] == 2
+    c = perf_json("consume", "--bootstrap-server", broker.bootstrap, "--topic", topic,
+                  "--client", client, "--num-records", 2000, "--duration", 60)
+    check_summary(c, "consume", 2000, 50)
+
+
+def test_rate_limited_produce_samples_every_record(broker):
+    s = perf_json("produce", "--bootstrap-server", broker.bootstrap, "--topic", "perf-rate",
+                  "--client", "confluent", "--num-records", 300, "--rate", 1000,
+                  "--linger-ms", 0, "--connections", 2, "--compression", "lz4")
+    check_summary(s, "produce", 300, 100)
+    assert s["latency"]["count"] == 300
+    assert 0 < s["latency"]["p50_ms"] <= s["latency"]["p99_ms"] <= s["latency"]["max_ms"]
+    assert s["elapsed_s"] >= 0.29  # 300 records at 1000/s cannot finish sooner
+
+
+@pytest.mark.parametrize("client", ["fastlog", "confluent"])
+def test_e2e_measures_every_record(broker, client):
+    s = perf_json("e2e", "--bootstrap-server", broker.bootstrap, "--topic", f"perf-e2e-{client}",
+                  "--client", client, "--num-records", 200, "--rate", 500, "--duration", 60)
+    check_summary(s, "e2e", 200, 100)
+    assert s["latency"]["count"] == 200
+
+
+def test_text_summary_and_plot(broker, tmp_path):
+    png = tmp_path / "p.png"
+    r = perf("produce", "--bootstrap-server", broker.bootstrap, "--topic", "perf-plot",
+             "--num-records", 500, "--plot", png)
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert r.returncode != 0
+        assert "matplotlib" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+        return
+    assert r.returncode == 0, r.stderr
+    assert "records/s" in r.stdout and "p99" in r.stdout
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("args", [
+    ["produce", "--num-records", "0"],
+    ["produce", "--rate", "-5"],
+    ["e2e", "--record-size", "4"],
+    ["produce", "-X", "nonsense"],
+])
+def test_bad_options_are_one_sentence(args):
+    r = perf(*args, "--bootstrap-server", "127.0.0.1:1", timeout=60)
+    assert r.returncode != 0
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "Traceback" not in r.stderr
