@@ -95,3 +95,36 @@ def test_consume_from_offset_and_offset_lookups(broker):
             await c.stop()
 
     run(scenario())
+
+
+def test_admin_topic_lifecycle_and_delete_records(broker):
+    from aiokafka.admin import RecordsToDelete
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    topic = "aio-admin"
+
+    async def scenario():
+        a = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        await a.start()
+        try:
+            await a.create_topics([NewTopic(topic, 2, 1, topic_configs={"retention.ms": "7200000"})])
+            assert topic in await a.list_topics()
+            await a.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic,
+                                                  {"segment.bytes": "2097152"})])
+            resps = await a.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+            configs = {c[0]: c[1] for r in resps for res in r.resources for c in res[4]}
+            # AlterConfigs replaces the whole set: retention.ms went back to the default
+            assert configs["segment.bytes"] == "2097152"
+            assert configs["retention.ms"] == "604800000"
+            await produce(broker, topic, [b"%d" % i for i in range(6)])
+            tp = TopicPartition(topic, 0)
+            low = await a.delete_records({tp: RecordsToDelete(before_offset=4)})
+            assert low[tp] == 4
+            got = await consume(broker, topic, 2)
+            assert [o for o, _ in got] == [4, 5]
+            await a.delete_topics([topic])
+            assert topic not in await a.list_topics()
+        finally:
+            await a.close()
+
+    run(scenario())

@@ -43,3 +43,20 @@ def test_metadata_listing(broker):
     assert md["brokers"] == [{"id": 0, "name": broker.bootstrap}]
     topics = {t["topic"]: t for t in md["topics"]}
     assert topics["kcat-meta"]["partitions"][0]["leader"] == 0
+
+
+def test_offsets_by_timestamp_query_and_consume(broker):
+    import time
+
+    topic = "kcat-time"
+    kcat(broker, "-P", "-t", topic, "-p", "0", input=b"a\nb\n")
+    time.sleep(0.05)
+    mid = int(time.time() * 1000)
+    time.sleep(0.05)
+    kcat(broker, "-P", "-t", topic, "-p", "0", input=b"c\nd\n")
+    out = kcat(broker, "-Q", "-t", f"{topic}:0:{mid}").decode()
+    assert "offset 2" in out, out
+    out = kcat(broker, "-C", "-t", topic, "-p", "0", "-o", f"s@{mid}", "-e", "-q")
+    assert out.decode().splitlines() == ["c", "d"]
+    out = kcat(broker, "-C", "-t", topic, "-p", "0", "-o", "-1", "-e", "-q")
+    assert out.decode().splitlines() == ["d"]
