@@ -161,20 +161,25 @@ def large_client(port, total_bytes, inflight=4):
     return want * REGION / elapsed / 1e9
 
 
-def pump_sender(port, total):
+def pump_sender(port, total, pipe):
     s = socket.create_connection(("127.0.0.1", port))
     chunk = b"p" * (1 << 20)
+    cpu0 = time.process_time()
     for _ in range(total // len(chunk)):
         s.sendall(chunk)
     s.close()
+    pipe.send(time.process_time() - cpu0)
 
 
 def loopback_pump(total):
-    """The anchor: plain sendall -> recv_into between two processes, GB/s."""
+    """The anchor: plain sendall -> recv_into between two processes.
+    Returns (GB/s, sender CPU seconds per GiB)."""
     ls = socket.socket()
     ls.bind(("127.0.0.1", 0))
     ls.listen(1)
-    proc = mp.Process(target=pump_sender, args=(ls.getsockname()[1], total), daemon=True)
+    parent, child = mp.Pipe()
+    proc = mp.Process(target=pump_sender, args=(ls.getsockname()[1], total, child),
+                      daemon=True)
     proc.start()
     s, _ = ls.accept()
     buf = bytearray(1 << 20)
@@ -189,8 +194,9 @@ def loopback_pump(total):
     elapsed = time.perf_counter() - t0
     s.close()
     ls.close()
+    cpu = parent.recv()
     proc.join(10)
-    return got / elapsed / 1e9
+    return got / elapsed / 1e9, cpu / (got / 2**30)
 
 
 def main():
@@ -231,20 +237,27 @@ def main():
                 pass
         print(f"\n(2) large responses: {args.large_mib} MiB as 1 MiB FileRegions "
               "of a page-cached 256 MiB file, 4 in flight")
-        anchor = max(loopback_pump(total) for _ in range(args.reps))
-        print(f"  loopback pump (sendall -> recv_into, 1 MiB): {anchor:5.2f} GB/s")
+        pumps = [loopback_pump(total) for _ in range(args.reps)]
+        anchor = max(g for g, _ in pumps)
+        pump_cpu = min(c for _, c in pumps)
+        print(f"  loopback pump (sendall -> recv_into, 1 MiB): {anchor:5.2f} GB/s,"
+              f" sender CPU {pump_cpu:5.3f} s/GiB")
         large = {}
         for mode in [m for m in modes if m not in ("inline-task", "inline-aio")]:
             for zero_copy in (True, False):
                 proc, pipe, port = start_server(mode, f.name, zero_copy)
                 try:
+                    cpu0, _ = server_cpu(pipe)
                     gbs = max(large_client(port, total) for _ in range(args.reps))
+                    cpu1, _ = server_cpu(pipe)
                 finally:
                     stop_server(proc, pipe)
                 large[(mode, zero_copy)] = gbs
                 how = "sendfile" if zero_copy else "pread+send"
-                print(f"  {mode:12s} {how:10s}: {gbs:5.2f} GB/s  = {gbs / anchor:4.2f}x loopback")
-        anchor2 = max(loopback_pump(total) for _ in range(args.reps))
+                cpu = (cpu1 - cpu0) / (args.reps * total / 2**30)
+                print(f"  {mode:12s} {how:10s}: {gbs:5.2f} GB/s  = {gbs / anchor:4.2f}x loopback,"
+                      f" server CPU {cpu:5.3f} s/GiB")
+        anchor2 = max(g for g, _ in (loopback_pump(total) for _ in range(args.reps)))
         print(f"  loopback pump again: {anchor2:5.2f} GB/s")
         anchor = max(anchor, anchor2)
 
