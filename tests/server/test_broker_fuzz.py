@@ -9,7 +9,7 @@ import struct
 
 from fastlog import protocol
 from fastlog.protocol import ApiKey
-from tests.server.test_broker_wire import Wire, batch, create_topic, healthy, produce
+from tests.server.wire import Wire, batch, create_topic, healthy, produce
 
 SEED = 20261121
 FRAMES_PER_VERSION = 4

@@ -10,7 +10,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from fastlog.protocol import ApiKey, Errors
-from tests.server.test_broker_wire import Wire, batch, create_topic, init_pid, produce
+from tests.server.wire import Wire, batch, create_topic, init_pid, produce
 
 
 def create(bootstrap, name, partitions=1, config=None):

@@ -8,7 +8,7 @@ import time
 
 from fastlog.protocol import ApiKey, Errors
 from tests.broker_fixture import server_command
-from tests.server.test_broker_wire import Wire, batch, create_topic, produce
+from tests.server.wire import Wire, batch, create_topic, produce
 
 
 def earliest(w, topic):

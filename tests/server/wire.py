@@ -1,0 +1,119 @@
+"""Raw Kafka-protocol helpers for the broker tests: one framed connection (Wire), batch
+building, and the few requests many tests send (create topic, produce, fetch body,
+InitProducerId, a health check)."""
+
+import socket
+import struct
+import time
+
+from fastlog import _codec, protocol
+from fastlog.protocol import ApiKey, Errors
+
+TIMEOUT = 10.0
+
+
+class Wire:
+    """One raw connection speaking Kafka framing with fastlog.protocol's encoders."""
+
+    def __init__(self, broker):
+        self.sock = socket.create_connection((broker.host, broker.port), timeout=TIMEOUT)
+        self.cid = 0
+
+    def close(self):
+        self.sock.close()
+
+    def send_raw(self, data: bytes):
+        self.sock.sendall(data)
+
+    def send(self, api_key, version, body):
+        self.cid += 1
+        frame = protocol.encode_request(api_key, version, self.cid, "wire-test", body,
+                                        framed=True)
+        self.sock.sendall(frame)
+        return self.cid
+
+    def recv_frame(self) -> bytes | None:
+        """One response frame, or None when the broker closed the connection."""
+        head = self._recv_exactly(4)
+        if head is None:
+            return None
+        (size,) = struct.unpack(">i", head)
+        return self._recv_exactly(size)
+
+    def _recv_exactly(self, n):
+        buf = b""
+        while len(buf) < n:
+            try:
+                chunk = self.sock.recv(n - len(buf))
+            except ConnectionResetError:
+                return None
+            if not chunk:
+                return None
+            buf += chunk
+        return buf
+
+    def call(self, api_key, version, body):
+        cid = self.send(api_key, version, body)
+        frame = self.recv_frame()
+        assert frame is not None, "broker closed the connection"
+        got_cid, resp = protocol.decode_response(api_key, version, frame)
+        assert got_cid == cid
+        return resp
+
+    def closed_by_broker(self) -> bool:
+        return self.recv_frame() is None
+
+
+def create_topic(broker, name, partitions=1, configs=None):
+    w = Wire(broker)
+    try:
+        resp = w.call(ApiKey.CREATE_TOPICS, 4, {"topics": [{
+            "name": name, "num_partitions": partitions, "replication_factor": 1,
+            "assignments": [], "configs": [{"name": k, "value": v}
+                                           for k, v in (configs or {}).items()]}],
+            "timeout_ms": 10000, "validate_only": False})
+        assert resp.topics[0].error_code in (Errors.NONE, Errors.TOPIC_ALREADY_EXISTS)
+    finally:
+        w.close()
+
+
+def batch(values, compression=0, producer_id=-1, epoch=-1, seq=-1, **kw):
+    now = int(time.time() * 1000)
+    return _codec.build_batch([(now, None, v) for v in values], compression=compression,
+                              producer_id=producer_id, producer_epoch=epoch,
+                              base_sequence=seq, **kw)
+
+
+def produce(w, topic, records, version=7, acks=-1, partition=0):
+    resp = w.call(ApiKey.PRODUCE, version, {
+        "transactional_id": None, "acks": acks, "timeout_ms": 5000,
+        "topic_data": [{"name": topic, "partition_data": [{"index": partition,
+                                                          "records": records}]}]})
+    return resp.responses[0].partition_responses[0]
+
+
+def healthy(broker):
+    """A fresh connection still gets ApiVersions and Metadata answered."""
+    w = Wire(broker)
+    try:
+        assert w.call(ApiKey.API_VERSIONS, 2, {}).error_code == 0
+        assert w.call(ApiKey.METADATA, 1, {"topics": []}).controller_id == 0
+        return True
+    finally:
+        w.close()
+
+
+def init_pid(w):
+    r = w.call(ApiKey.INIT_PRODUCER_ID, 1, {"transactional_id": None,
+                                            "transaction_timeout_ms": 60000})
+    assert r.error_code == 0
+    return r.producer_id, r.producer_epoch
+
+
+def fetch_body(topic, offset, max_wait_ms, min_bytes=1, partition=0):
+    return {"replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": min_bytes,
+            "max_bytes": 1 << 20, "isolation_level": 1, "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": topic, "partitions": [{
+                "partition": partition, "current_leader_epoch": -1, "fetch_offset": offset,
+                "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
+            "forgotten_topics_data": [], "rack_id": ""}
