@@ -1181,20 +1181,29 @@ cdef int _record_error(str what, Py_ssize_t pos, Py_ssize_t base) except -1:
     raise InvalidRecordError(f"{what} at byte {pos + base}", pos + base)
 
 
-cdef inline Py_ssize_t _skip_blob(const unsigned char *d, Py_ssize_t pos, Py_ssize_t end,
-                                  int32_t *length, bint nullable, str what,
-                                  Py_ssize_t base) except -3:
-    # Reads a varint length and skips that many bytes; returns the position of the bytes.
+cdef inline Py_ssize_t _blob_at(const unsigned char *d, Py_ssize_t pos, Py_ssize_t end,
+                                int32_t *length, bint nullable) noexcept nogil:
+    # Reads a varint length at pos and checks that many bytes follow within end. Returns
+    # the position of the bytes, or a negative code for _blob_error.
     cdef Py_ssize_t nxt = read_varint32(d, pos, end, length)
     if nxt < 0:
-        raise_varint_error(nxt, pos + base, what)
+        return nxt
     if length[0] < 0:
         if length[0] == -1 and nullable:
             return nxt
-        _record_error(f"invalid {what} length {length[0]}", pos, base)
+        return -3
     if length[0] > end - nxt:
-        _record_error(f"{what} of {length[0]} bytes overruns its record", pos, base)
+        return -4
     return nxt
+
+
+cdef int _blob_error(Py_ssize_t code, Py_ssize_t pos, Py_ssize_t base, str what,
+                     int32_t length) except -1:
+    if code == VARINT_TRUNCATED or code == VARINT_TOO_LONG:
+        raise_varint_error(code, pos + base, what)
+    if code == -3:
+        _record_error(f"invalid {what} length {length}", pos, base)
+    _record_error(f"{what} of {length} bytes overruns its record", pos, base)
 
 
 cdef int _parse_record(const unsigned char *d, Py_ssize_t pos, Py_ssize_t end,
@@ -1205,7 +1214,7 @@ cdef int _parse_record(const unsigned char *d, Py_ssize_t pos, Py_ssize_t end,
     caller's buffer). Checks every length against the record's own length.
     """
     cdef int32_t length = 0, hlen = 0
-    cdef Py_ssize_t p, rend, _i, p_hc
+    cdef Py_ssize_t p, rend, _i, p_hc, nxt
     p = read_varint32(d, pos, end, &length)
     if p < 0:
         raise_varint_error(p, pos + base, "record length")
@@ -1223,9 +1232,13 @@ cdef int _parse_record(const unsigned char *d, Py_ssize_t pos, Py_ssize_t end,
     p = read_varint32(d, p, rend, &r.offset_delta)
     if p < 0:
         raise_varint_error(p, pos + base, "offset delta")
-    r.key_pos = _skip_blob(d, p, rend, &r.key_len, True, "key", base)
+    r.key_pos = _blob_at(d, p, rend, &r.key_len, True)
+    if r.key_pos < 0:
+        _blob_error(r.key_pos, p, base, "key", r.key_len)
     p = r.key_pos + (r.key_len if r.key_len > 0 else 0)
-    r.value_pos = _skip_blob(d, p, rend, &r.value_len, True, "value", base)
+    r.value_pos = _blob_at(d, p, rend, &r.value_len, True)
+    if r.value_pos < 0:
+        _blob_error(r.value_pos, p, base, "value", r.value_len)
     p = r.value_pos + (r.value_len if r.value_len > 0 else 0)
     p_hc = p
     p = read_varint32(d, p, rend, &r.header_count)
@@ -1235,10 +1248,14 @@ cdef int _parse_record(const unsigned char *d, Py_ssize_t pos, Py_ssize_t end,
         _record_error(f"invalid header count {r.header_count}", p_hc, base)
     r.headers_pos = p
     for _i in range(r.header_count):
-        p = _skip_blob(d, p, rend, &hlen, False, "header key", base) + hlen
-        p = _skip_blob(d, p, rend, &hlen, True, "header value", base)
-        if hlen > 0:
-            p += hlen
+        nxt = _blob_at(d, p, rend, &hlen, False)
+        if nxt < 0:
+            _blob_error(nxt, p, base, "header key", hlen)
+        p = nxt + hlen
+        nxt = _blob_at(d, p, rend, &hlen, True)
+        if nxt < 0:
+            _blob_error(nxt, p, base, "header value", hlen)
+        p = nxt + (hlen if hlen > 0 else 0)
     if p != rend:
         _record_error(f"record of {length} bytes has {rend - p} bytes left over", pos, base)
     r.next = rend
@@ -1267,7 +1284,7 @@ cdef list _decode_headers(const unsigned char *d, Py_ssize_t p, int32_t count):
 
 @cython.final
 @cython.no_gc
-@cython.freelist(64)
+@cython.freelist(1024)
 cdef class Record:
     """One record of a v2 batch, decoded.
 
