@@ -33,7 +33,9 @@ cdef class AbstractIndex:
 
 cdef class OffsetIndex(AbstractIndex):
     cdef int64_t _lookup(self, int64_t target, int64_t* position) noexcept nogil
+    cdef int _append(self, int64_t offset, int64_t position) except -1
 
 
 cdef class TimeIndex(AbstractIndex):
-    pass
+    cdef int _maybe_append(self, int64_t timestamp, int64_t offset,
+                           bint skip_full_check) except -1

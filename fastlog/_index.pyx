@@ -18,7 +18,7 @@ import threading
 from libc.errno cimport errno
 from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint32_t, uint64_t
 
-from fastlog._codec cimport fl_be32, fl_be64, fl_put_be32, fl_put_be64
+from fastlog._codec cimport BatchHeader, fl_be32, fl_be64, fl_put_be32, fl_put_be64
 from posix.mman cimport (
     MAP_FAILED,
     MAP_SHARED,
@@ -54,7 +54,8 @@ DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024
 # 8192 bytes is small enough that the warm tail is always resident, and big enough that an
 # in-sync reader (a few MiB behind at worst, i.e. far fewer entries than fit in 8 KiB at
 # the default 4 KiB index interval) finds its target there.
-cdef Py_ssize_t WARM_SECTION_BYTES = 8192
+cdef enum:
+    WARM_SECTION_BYTES = 8192
 
 
 class CorruptIndexError(Exception):
@@ -77,6 +78,59 @@ cdef inline Py_ssize_t _round_down(Py_ssize_t n, Py_ssize_t factor) noexcept nog
     if n < 0:
         return 0
     return factor * (n // factor)
+
+
+cdef inline int64_t _field(const unsigned char* data, int esz, Py_ssize_t n,
+                           bint by_value) noexcept nogil:
+    # Search key of entry n: offset index (rel. offset | position), time index
+    # (timestamp | rel. offset). Signed, so a negative value marks a corrupt file.
+    cdef const unsigned char* p = data + n * esz
+    if esz == 8:
+        return <int32_t>fl_be32(p + 4) if by_value else <int32_t>fl_be32(p)
+    return <int32_t>fl_be32(p + 8) if by_value else <int64_t>fl_be64(p)
+
+
+cdef inline void _search_range(const unsigned char* data, int esz, Py_ssize_t entries,
+                               Py_ssize_t begin, Py_ssize_t end, int64_t target, bint by_value,
+                               Py_ssize_t* lower, Py_ssize_t* upper) noexcept nogil:
+    # Binary search of slots begin..end, whose first entry is <= target. The loop has a
+    # single data-dependent choice (the compiler turns it into a conditional move), and
+    # the equality test is done once at the end.
+    cdef Py_ssize_t lo = begin, hi = end, mid
+    while lo < hi:
+        mid = (lo + hi + 1) >> 1
+        if _field(data, esz, mid, by_value) > target:
+            hi = mid - 1
+        else:
+            lo = mid
+    lower[0] = lo
+    if _field(data, esz, lo, by_value) == target:
+        upper[0] = lo
+    else:
+        upper[0] = -1 if lo == entries - 1 else lo + 1
+
+
+cdef inline void _find_slots(const unsigned char* data, int esz, Py_ssize_t entries,
+                             int64_t target, bint by_value,
+                             Py_ssize_t* lower, Py_ssize_t* upper) noexcept nogil:
+    # (largest slot <= target, smallest slot >= target); -1 where there is none.
+    # Warm tail first, cold part only for targets before it (see the comment above).
+    cdef Py_ssize_t first_hot
+    if entries == 0:
+        lower[0] = -1
+        upper[0] = -1
+        return
+    first_hot = entries - 1 - WARM_SECTION_BYTES // esz
+    if first_hot < 0:
+        first_hot = 0
+    if _field(data, esz, first_hot, by_value) < target:
+        _search_range(data, esz, entries, first_hot, entries - 1, target, by_value, lower, upper)
+        return
+    if _field(data, esz, 0, by_value) > target:
+        lower[0] = -1
+        upper[0] = 0
+        return
+    _search_range(data, esz, entries, 0, first_hot, target, by_value, lower, upper)
 
 
 cdef class AbstractIndex:
@@ -163,46 +217,12 @@ cdef class AbstractIndex:
 
     cdef void _binary_search(self, Py_ssize_t begin, Py_ssize_t end, int64_t target,
                              bint by_value, Py_ssize_t* lower, Py_ssize_t* upper) noexcept nogil:
-        # Invariant: the entry at `lo` is <= target (the caller checked `begin`).
-        cdef Py_ssize_t lo = begin, hi = end, mid
-        cdef int64_t found
-        while lo < hi:
-            mid = (lo + hi + 1) >> 1
-            found = self._value(mid) if by_value else self._key(mid)
-            if found > target:
-                hi = mid - 1
-            elif found < target:
-                lo = mid
-            else:
-                lower[0] = mid
-                upper[0] = mid
-                return
-        lower[0] = lo
-        upper[0] = -1 if lo == self._entries - 1 else lo + 1
+        _search_range(self._data, self._entry_size, self._entries, begin, end, target,
+                      by_value, lower, upper)
 
     cdef void _slot_range(self, int64_t target, bint by_value,
                           Py_ssize_t* lower, Py_ssize_t* upper) noexcept nogil:
-        # (largest slot <= target, smallest slot >= target); -1 where there is none.
-        cdef Py_ssize_t warm_entries = WARM_SECTION_BYTES // self._entry_size
-        cdef Py_ssize_t first_hot
-        cdef int64_t first
-        if self._entries == 0:
-            lower[0] = -1
-            upper[0] = -1
-            return
-        first_hot = self._entries - 1 - warm_entries
-        if first_hot < 0:
-            first_hot = 0
-        first = self._value(first_hot) if by_value else self._key(first_hot)
-        if first < target:
-            self._binary_search(first_hot, self._entries - 1, target, by_value, lower, upper)
-            return
-        first = self._value(0) if by_value else self._key(0)
-        if first > target:
-            lower[0] = -1
-            upper[0] = 0
-            return
-        self._binary_search(0, first_hot, target, by_value, lower, upper)
+        _find_slots(self._data, self._entry_size, self._entries, target, by_value, lower, upper)
 
     cdef Py_ssize_t _largest_lower_bound(self, int64_t target, bint by_value) noexcept nogil:
         cdef Py_ssize_t lower, upper
@@ -335,12 +355,13 @@ cdef class OffsetIndex(AbstractIndex):
         self._entry_size = 8
 
     cdef int64_t _lookup(self, int64_t target, int64_t* position) noexcept nogil:
-        cdef Py_ssize_t slot = self._largest_lower_bound(target - self.base_offset, False)
+        cdef Py_ssize_t slot, upper
+        _find_slots(self._data, 8, self._entries, target - self.base_offset, False, &slot, &upper)
         if slot < 0:
             position[0] = 0
             return self.base_offset
-        position[0] = self._value(slot)
-        return self.base_offset + self._key(slot)
+        position[0] = _field(self._data, 8, slot, True)
+        return self.base_offset + _field(self._data, 8, slot, False)
 
     def lookup(self, int64_t target_offset):
         """(offset, position) of the largest entry <= target_offset, or (base_offset, 0)."""
@@ -388,6 +409,9 @@ cdef class OffsetIndex(AbstractIndex):
     def append(self, int64_t offset, int64_t position):
         """Add an entry; the offset must be larger than every offset already present."""
         self._check_open()
+        self._append(offset, position)
+
+    cdef int _append(self, int64_t offset, int64_t position) except -1:
         if self._entries >= self._max_entries:
             raise IndexFullError(f"attempt to append to the full index {self.path} "
                                  f"({self._entries} entries)")
@@ -405,6 +429,7 @@ cdef class OffsetIndex(AbstractIndex):
         fl_put_be32(p, <uint32_t>relative)
         fl_put_be32(p + 4, <uint32_t>position)
         self._entries += 1
+        return 0
 
     def truncate_to(self, int64_t offset):
         """Remove every entry whose offset is >= `offset`."""
@@ -491,21 +516,29 @@ cdef class TimeIndex(AbstractIndex):
     def maybe_append(self, int64_t timestamp, int64_t offset, bint skip_full_check=False):
         """Add (timestamp, offset) if the timestamp is larger than the last one."""
         self._check_open()
-        if not skip_full_check and self.is_full:
+        return self._maybe_append(timestamp, offset, skip_full_check) == 1
+
+    cdef int _maybe_append(self, int64_t timestamp, int64_t offset,
+                           bint skip_full_check) except -1:
+        # 1: appended, 0: timestamp not larger than the last one.
+        if not skip_full_check and self._entries >= self._max_entries - 1:
             raise IndexFullError(f"attempt to append to the full time index {self.path}")
         if self._entries >= self._max_entries:
             raise IndexFullError(f"no slot left in the time index {self.path}")
-        last_ts, last_offset = self.last_entry
-        if self._entries > 0 and offset < last_offset:
-            raise InvalidOffsetError(
-                f"attempt to append offset {offset} to slot {self._entries} smaller than the "
-                f"last offset {last_offset} in {self.path}")
-        if self._entries > 0 and timestamp < last_ts:
-            raise InvalidOffsetError(
-                f"attempt to append timestamp {timestamp} to slot {self._entries} smaller than "
-                f"the last timestamp {last_ts} in {self.path}")
+        cdef int64_t last_ts = NO_TIMESTAMP, last_offset = self.base_offset
+        if self._entries > 0:
+            last_ts = self._key(self._entries - 1)
+            last_offset = self.base_offset + self._value(self._entries - 1)
+            if offset < last_offset:
+                raise InvalidOffsetError(
+                    f"attempt to append offset {offset} to slot {self._entries} smaller than "
+                    f"the last offset {last_offset} in {self.path}")
+            if timestamp < last_ts:
+                raise InvalidOffsetError(
+                    f"attempt to append timestamp {timestamp} to slot {self._entries} smaller "
+                    f"than the last timestamp {last_ts} in {self.path}")
         if timestamp <= last_ts:
-            return False
+            return 0
         cdef int64_t relative = offset - self.base_offset
         if relative < 0 or relative > INT32_MAX:
             raise IndexOffsetOverflowError(
@@ -514,7 +547,7 @@ cdef class TimeIndex(AbstractIndex):
         fl_put_be64(p, <uint64_t>timestamp)
         fl_put_be32(p + 8, <uint32_t>relative)
         self._entries += 1
-        return True
+        return 1
 
     def truncate_to(self, int64_t offset):
         """Remove every entry whose offset is >= `offset`."""
@@ -551,3 +584,98 @@ cdef class TimeIndex(AbstractIndex):
             raise CorruptIndexError(
                 f"time index file {self.path} entry {bad} is out of order or out of range "
                 f"({self._key(bad)}, {self.base_offset + self._value(bad)})")
+
+
+# ---------------------------------------------------------------------------------------
+# Per-batch work of the storage hot paths, in one compiled call per append / scan window.
+
+def summarize_batches(list batches, Py_ssize_t max_batch_size, int64_t next_offset,
+                      bint check_order, int32_t current_epoch):
+    """What Log.append needs to know about a record set, in one pass over its headers.
+
+    Returns (record count, max timestamp, offset of the max timestamp, epoch changes
+    [(epoch, base offset)], index of the first bad batch or -1, reason). A batch is bad if
+    larger than max_batch_size, or (check_order, for replicated appends) if its offsets
+    do not increase from next_offset on."""
+    cdef BatchHeader h
+    cdef int64_t count = 0, max_ts = -1, off_max = -1, prev = next_offset - 1
+    cdef int32_t epoch = current_epoch
+    cdef Py_ssize_t i
+    cdef list epochs = []
+    for i in range(len(batches)):
+        h = <BatchHeader?>batches[i]
+        if <Py_ssize_t>h.batch_length + 12 > max_batch_size:
+            return count, max_ts, off_max, epochs, i, "too_large"
+        if check_order:
+            if h.base_offset <= prev or h.last_offset_delta < 0:
+                return count, max_ts, off_max, epochs, i, "order"
+            prev = h.base_offset + h.last_offset_delta
+        count += h.record_count
+        if h.max_timestamp > max_ts or off_max < 0:
+            max_ts = h.max_timestamp
+            off_max = h.base_offset + h.last_offset_delta
+        if h.partition_leader_epoch >= 0 and h.partition_leader_epoch != epoch:
+            epoch = h.partition_leader_epoch
+            epochs.append((epoch, h.base_offset))
+    return count, max_ts, off_max, epochs, -1, None
+
+
+cdef class SegmentIndexer:
+    """The index-building state of one segment (LogSegment.append and recover): adds an
+    offset entry (and a time entry) before a batch once more than interval bytes were
+    written since the last entry, tracks the segment's largest timestamp, and in
+    recovery mode stops at the first batch whose offsets do not increase. Owner thread."""
+
+    cdef readonly OffsetIndex offset_index
+    cdef readonly TimeIndex time_index
+    cdef public Py_ssize_t interval
+    cdef public Py_ssize_t bytes_since
+    cdef public int64_t max_timestamp
+    cdef public int64_t offset_of_max_timestamp
+    cdef public int64_t prev_last_offset
+    cdef public int32_t last_epoch
+
+    def __init__(self, OffsetIndex offset_index, TimeIndex time_index, Py_ssize_t interval,
+                 Py_ssize_t bytes_since=0, int64_t max_timestamp=NO_TIMESTAMP,
+                 offset_of_max_timestamp=None, int64_t prev_last_offset=-1,
+                 int32_t last_epoch=-1):
+        self.offset_index = offset_index
+        self.time_index = time_index
+        self.interval = interval
+        self.bytes_since = bytes_since
+        self.max_timestamp = max_timestamp
+        self.offset_of_max_timestamp = (offset_index.base_offset if offset_of_max_timestamp
+                                        is None else offset_of_max_timestamp)
+        self.prev_last_offset = prev_last_offset
+        self.last_epoch = last_epoch
+
+    def add(self, list batches, Py_ssize_t shift=0, bint check_offsets=False,
+            list epoch_changes=None):
+        """Index the batches, which sit at h.position + shift in the segment file; returns
+        how many were accepted (all, unless check_offsets found one out of order).
+        Newer leader epochs are appended to epoch_changes as (epoch, base offset)."""
+        cdef BatchHeader h
+        cdef Py_ssize_t i, n = len(batches)
+        cdef int64_t last, base = self.offset_index.base_offset
+        for i in range(n):
+            h = <BatchHeader?>batches[i]
+            last = h.base_offset + h.last_offset_delta
+            if check_offsets and (h.base_offset <= self.prev_last_offset or last < h.base_offset
+                                  or h.base_offset < base or last - base > INT32_MAX):
+                return i
+            if h.max_timestamp > self.max_timestamp:
+                self.max_timestamp = h.max_timestamp
+                self.offset_of_max_timestamp = last
+            if self.bytes_since > self.interval:
+                self.offset_index._append(last, h.position + shift)
+                self.time_index._maybe_append(self.max_timestamp, self.offset_of_max_timestamp,
+                                              False)
+                self.bytes_since = 0
+            self.bytes_since += <Py_ssize_t>h.batch_length + 12
+            # Only a newer epoch is recorded (as Kafka's recovery does): re-reading old
+            # batches must not rewrite the epoch history.
+            if epoch_changes is not None and h.partition_leader_epoch > self.last_epoch:
+                self.last_epoch = h.partition_leader_epoch
+                epoch_changes.append((self.last_epoch, h.base_offset))
+            self.prev_last_offset = last
+        return n

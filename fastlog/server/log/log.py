@@ -26,7 +26,7 @@ import time
 from concurrent.futures import Future
 
 from fastlog._codec import FileRegion, stamp_batches
-from fastlog._index import CorruptIndexError
+from fastlog._index import CorruptIndexError, summarize_batches
 
 from .checkpoint import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache, fsync_dir
 from .config import LogConfig
@@ -268,35 +268,27 @@ class Log:
         now = self._now_ms() if now_ms is None else now_ms
         if not batches:
             return LogAppendInfo(-1, -1, -1, -1, -1, 0, 0, self.log_start_offset)
-        limit = self.config.max_message_bytes
-        for h in batches:
-            if h.size > limit:
-                raise RecordBatchTooLargeError(
-                    f"batch at offset {h.base_offset} is {h.size} bytes, over max.message.bytes "
-                    f"{limit} of {self.topic}-{self.partition}")
         if assign_offsets:
             stamp_batches(records, batches, self.log_end_offset, leader_epoch)
-        else:
-            prev = self.log_end_offset - 1
-            if batches[0].base_offset < self.log_end_offset:
+        count, max_ts, off_max, epochs, bad, reason = summarize_batches(
+            batches, self.config.max_message_bytes, self.log_end_offset, not assign_offsets,
+            self.leader_epoch_cache.latest_epoch)
+        if bad >= 0:
+            h = batches[bad]
+            if reason == "too_large":
+                raise RecordBatchTooLargeError(
+                    f"batch at offset {h.base_offset} is {h.size} bytes, over max.message.bytes "
+                    f"{self.config.max_message_bytes} of {self.topic}-{self.partition}")
+            if bad == 0 and h.base_offset < self.log_end_offset:
                 raise UnexpectedAppendOffsetError(
-                    f"append at offset {batches[0].base_offset} below the log end offset "
+                    f"append at offset {h.base_offset} below the log end offset "
                     f"{self.log_end_offset} of {self.topic}-{self.partition}")
-            for h in batches:
-                if h.base_offset <= prev or h.last_offset < h.base_offset:
-                    raise OffsetsOutOfOrderError(
-                        f"batch offsets {h.base_offset}..{h.last_offset} after {prev} in "
-                        f"{self.topic}-{self.partition}")
-                prev = h.last_offset
+            raise OffsetsOutOfOrderError(
+                f"batch offsets {h.base_offset}..{h.last_offset} out of order in "
+                f"{self.topic}-{self.partition}")
+        for epoch, offset in epochs:
+            self.leader_epoch_cache.assign(epoch, offset)
         first, last = batches[0], batches[-1]
-        max_ts, off_max, count = -1, first.base_offset, 0
-        for h in batches:
-            count += h.record_count
-            if h.max_timestamp > max_ts:
-                max_ts, off_max = h.max_timestamp, h.last_offset
-            if h.partition_leader_epoch >= 0 and (
-                    h.partition_leader_epoch != self.leader_epoch_cache.latest_epoch):
-                self.leader_epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
         valid_bytes = last.end - first.position
         segment = self._maybe_roll(valid_bytes, max_ts, first.base_offset, last.last_offset, now)
         segment.append(records, batches)
@@ -443,6 +435,9 @@ class Log:
             active.resize_indexes(self.config.segment_index_bytes)
             self._publish(keep)
             self.log_end_offset = active.next_offset
+            # A target inside the batch that straddles the log start removes that whole
+            # batch: the start then moves back to the new end (as Kafka's min() does).
+            self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
             self.recovery_point = min(self.recovery_point, self.log_end_offset)
             self.high_watermark = min(self.high_watermark, self.log_end_offset)
         self._delete_segments_async(removed)

@@ -24,7 +24,13 @@ from fastlog._codec import (
     read_batch_header,
     scan_batches,
 )
-from fastlog._index import NO_TIMESTAMP, CorruptIndexError, OffsetIndex, TimeIndex
+from fastlog._index import (
+    NO_TIMESTAMP,
+    CorruptIndexError,
+    OffsetIndex,
+    SegmentIndexer,
+    TimeIndex,
+)
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -164,11 +170,11 @@ class LogSegment:
         self.index_interval_bytes = index_interval_bytes
         self.roll_jitter_ms = roll_jitter_ms
         self.created_ms = created_ms
-        self.bytes_since_last_index_entry = 0
+        # Index interval bookkeeping and the largest timestamp so far (compiled).
+        self._indexer = SegmentIndexer(offset_index, time_index, index_interval_bytes)
+        self._max_ts_loaded = False  # the largest timestamp is read lazily from the index
         # Timestamp of the first batch: time-based rolling counts from it (Kafka's rule).
         self.rolling_based_timestamp: int | None = None
-        self._max_ts: int | None = None  # loaded lazily from the time index
-        self._offset_of_max_ts: int | None = None
         self._next_offset: int | None = None
         self._map: mmap.mmap | None = None
         self._map_len = 0
@@ -286,20 +292,29 @@ class LogSegment:
 
     # ---- timestamps ----
 
+    @property
+    def bytes_since_last_index_entry(self) -> int:
+        return self._indexer.bytes_since
+
     def _load_max_timestamp(self) -> None:
-        if self._max_ts is None:
+        if not self._max_ts_loaded:
             ts, off = self.time_index.last_entry
-            self._max_ts, self._offset_of_max_ts = ts, off
+            self._set_max_timestamp(ts, off)
+
+    def _set_max_timestamp(self, ts: int, offset: int) -> None:
+        self._indexer.max_timestamp = ts
+        self._indexer.offset_of_max_timestamp = offset
+        self._max_ts_loaded = True
 
     @property
     def max_timestamp_so_far(self) -> int:
         self._load_max_timestamp()
-        return self._max_ts
+        return self._indexer.max_timestamp
 
     @property
     def offset_of_max_timestamp_so_far(self) -> int:
         self._load_max_timestamp()
-        return self._offset_of_max_ts
+        return self._indexer.offset_of_max_timestamp
 
     @property
     def last_modified_ms(self) -> int:
@@ -378,24 +393,16 @@ class LogSegment:
             else:
                 self._load_first_batch_timestamp()
         self._load_max_timestamp()
-        shift = physical - first.position
-        for h in batches:
-            if h.max_timestamp > self._max_ts:
-                self._max_ts = h.max_timestamp
-                self._offset_of_max_ts = h.last_offset
-            if self.bytes_since_last_index_entry > self.index_interval_bytes:
-                self.offset_index.append(h.last_offset, h.position + shift)
-                self.time_index.maybe_append(self._max_ts, self._offset_of_max_ts)
-                self.bytes_since_last_index_entry = 0
-            self.bytes_since_last_index_entry += h.size
+        self._indexer.add(batches, physical - first.position)
         self.size = physical + len(view)
         self._next_offset = last.next_offset
 
     def on_become_inactive_segment(self) -> None:
         """The segment stops being active: record its final time entry, trim indexes."""
         self._load_max_timestamp()
-        if self._max_ts is not None and self._max_ts > NO_TIMESTAMP:
-            self.time_index.maybe_append(self._max_ts, self._offset_of_max_ts,
+        if self._indexer.max_timestamp > NO_TIMESTAMP:
+            self.time_index.maybe_append(self._indexer.max_timestamp,
+                                         self._indexer.offset_of_max_timestamp,
                                          skip_full_check=True)
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
@@ -432,41 +439,29 @@ class LogSegment:
         order); truncate the file at the first bad batch. Returns the bytes removed."""
         self.offset_index.reset()
         self.time_index.reset()
-        self._max_ts, self._offset_of_max_ts = NO_TIMESTAMP, self.base_offset
         self.rolling_based_timestamp = None
         self._drop_map()
         buf = self._mapped()
+        latest_epoch = leader_epoch_cache.latest_epoch if leader_epoch_cache is not None else -1
+        ix = SegmentIndexer(self.offset_index, self.time_index, self.index_interval_bytes,
+                            prev_last_offset=self.base_offset - 1, last_epoch=latest_epoch)
+        self._indexer, self._max_ts_loaded = ix, True
         walk = BatchWalk(buf, 0, self.size, True)
         valid_end = 0
-        last_index_pos = 0
-        prev_last = self.base_offset - 1
-        max_ts, off_max = NO_TIMESTAMP, self.base_offset
-        interval = self.index_interval_bytes
-        oi, ti = self.offset_index, self.time_index
-        stop = False
+        epochs: list = []
         for chunk in walk:
-            for h in chunk:
-                if (h.base_offset <= prev_last or h.last_offset < h.base_offset
-                        or h.last_offset - self.base_offset > INT32_MAX):
-                    stop = True
-                    break
-                if h.max_timestamp > max_ts:
-                    max_ts, off_max = h.max_timestamp, h.last_offset
-                pos = h.position
-                if pos - last_index_pos > interval:
-                    oi.append(h.last_offset, pos)
-                    ti.maybe_append(max_ts, off_max)
-                    last_index_pos = pos
-                if leader_epoch_cache is not None and h.partition_leader_epoch >= 0:
-                    leader_epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
-                if valid_end == 0 and self.rolling_based_timestamp is None:
-                    self.rolling_based_timestamp = h.max_timestamp
-                prev_last = h.last_offset
-                valid_end = h.end
-            if stop:
+            accepted = ix.add(chunk, 0, True, epochs)
+            if accepted and valid_end == 0:
+                self.rolling_based_timestamp = chunk[0].max_timestamp
+            if accepted:
+                valid_end = chunk[accepted - 1].end
+            if leader_epoch_cache is not None:
+                for epoch, offset in epochs:
+                    leader_epoch_cache.assign(epoch, offset)
+                epochs.clear()
+            if accepted < len(chunk):
                 break
-        self._max_ts, self._offset_of_max_ts = max_ts, off_max
-        self.bytes_since_last_index_entry = valid_end - last_index_pos if valid_end else 0
+        prev_last = ix.prev_last_offset
         truncated = self.size - valid_end
         if truncated:
             self._truncate_file(valid_end)
@@ -500,8 +495,7 @@ class LogSegment:
         """Continue the index interval where the file ends, so that entries after a reopen
         or truncation land exactly where an uninterrupted build would put them."""
         n = self.offset_index.entries
-        self.bytes_since_last_index_entry = self.size - (
-            self.offset_index.entry(n - 1)[1] if n else 0)
+        self._indexer.bytes_since = self.size - (self.offset_index.entry(n - 1)[1] if n else 0)
 
     def _rebuild_max_timestamp_tail(self) -> None:
         # The time index only lags; walk the batches after its last entry.
@@ -511,7 +505,7 @@ class LogSegment:
             for h in chunk:
                 if h.max_timestamp > ts:
                     ts, off = h.max_timestamp, h.last_offset
-        self._max_ts, self._offset_of_max_ts = ts, off
+        self._set_max_timestamp(ts, off)
 
     # ---- durability and lifecycle ----
 

@@ -81,7 +81,11 @@ class LogModel(RuleBasedStateMachine):
         if offset <= self.start:
             self.batches, self.start = [], offset
         else:
+            removed = [b for b in self.batches if b[1] >= offset]
             self.batches = [b for b in self.batches if b[1] < offset]
+            if not self.batches and removed:
+                # The batch holding the log start went: the log restarts at its base.
+                self.start = removed[0][0]
         # the log ends at the last whole batch below the target
         assert self.log.log_end_offset == self.end
 
