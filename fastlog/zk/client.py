@@ -124,10 +124,12 @@ class KafkaZkClient:
         self.hosts, self.chroot = split_connect(connect)
         self.session_timeout = session_timeout
         self.connection_timeout = connection_timeout
-        # Quick reconnects (≈1 s after ZooKeeper is back instead of kazoo's ≈2.5 s default).
+        # Quick reconnects (≈1 s after ZooKeeper is back instead of kazoo's ≈2.5 s default);
+        # kazoo's watch recipes retry their reads through a reconnect (default: once).
+        retry = {"max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": 0.5}
         self._kz = KazooClient(
             hosts=connect, timeout=session_timeout, read_only=read_only,
-            connection_retry={"max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": 0.5},
+            connection_retry=retry, command_retry={**retry, "deadline": session_timeout},
         )
         # Reads are retried through connection losses for up to a session timeout (ZooKeeper
         # restarting, a leader change in the ensemble); writes are not, their callers decide.
