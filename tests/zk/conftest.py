@@ -25,13 +25,20 @@ def zk_hosts(zk_server):
     return make_chroot(zk_server.hosts)
 
 
-@pytest.fixture
-def own_zk_server(tmp_path):
+@pytest.fixture(scope="module")
+def _restartable_zk_server(tmp_path_factory):
     if not zookeeper_available():
         pytest.skip("Debian package 'zookeeper' (and java) not installed")
-    server = ZooKeeperServer(tmp_path / "own-zookeeper").start()
+    server = ZooKeeperServer(tmp_path_factory.mktemp("own-zookeeper"))
     yield server
     server.kill()
+
+
+@pytest.fixture
+def own_zk_server(_restartable_zk_server):
+    """A server the test may stop, kill and restart (the shared one is never disrupted);
+    shared by the tests of one module, each in its own chroot, running when handed out."""
+    return _restartable_zk_server.start()
 
 
 @pytest.fixture
