@@ -18,13 +18,18 @@ cdef class Connection:
     cdef int fd
     cdef Processor proc
     # read side: rbuf[rstart:rend] holds unparsed bytes; the in-flight frame, if any,
-    # lies before rstart and must not be overwritten while busy.
+    # lies before rstart and must not be overwritten while ahead > 0.
     cdef bytearray rbuf
     cdef Py_ssize_t rstart, rend
     cdef object frame
     cdef readonly bint closed
-    # muted (Kafka's word) == busy (a handler has the frame) or writing (output pending)
-    cdef bint busy, reading, writing, eof, in_process
+    # muted (Kafka's word): ahead == max_ahead (frames handed out and not yet answered;
+    # at most 1 inline) or writing (output pending)
+    cdef int ahead
+    cdef bint reading, writing, eof, in_process
+    # threaded mode, touched only on the API loop: requests waiting for the one running
+    cdef object api_queue
+    cdef bint api_running
     cdef double last_active
     # write side: the response being written, as parts; widx/woff say how far.
     cdef list wparts
@@ -54,6 +59,7 @@ cdef class Processor:
     cdef unsigned char *scratch
     cdef Py_ssize_t scratch_size
 
+    cdef int max_ahead
     cdef list to_api      # (conn, frame) for the API loop   } batched cross-thread
     cdef list to_net      # (conn, parts) for this processor } hand-offs (threaded mode)
 
@@ -85,3 +91,5 @@ cdef class SocketServer:
 
     cdef void _run_handler(self, Connection conn, object frame)
     cdef void _handler_done(self, Connection conn, object frame, object result, object exc)
+    cdef void _run_next(self, Connection conn)
+    cdef void _drop_queued(self, Connection conn)

@@ -13,11 +13,13 @@
 #   - inline mode (default for num_network_threads=1): the single processor IS the API
 #     loop; a frame goes straight to the handler, its parts straight to the socket.
 #   - threaded mode (num_network_threads>1): N processor threads, each with its own
-#     uvloop; frames reach the API loop by call_soon_threadsafe and parts come back the
-#     same way. Only socket I/O (with the GIL released) happens off the API loop.
-# Per-connection order: like Kafka, a connection is "muted" from the moment a request is
-# handed to the handler until its response is fully written (or the handler returned
-# None, acks=0), so responses leave in request order; other connections go on meanwhile.
+#     uvloop; frames reach the API loop in batches by call_soon_threadsafe and parts
+#     come back the same way. Only socket I/O (with the GIL released) happens off the
+#     API loop.
+# Per-connection order: like Kafka, the broker sees one request per connection at a time:
+# the next request of a connection starts only when the previous one has returned its
+# response parts (or None, acks=0), and reading stops while a response cannot be written
+# ("muted"), so responses leave in request order; other connections go on meanwhile.
 # A handler may await for as long as it likes (a parked fetch) without blocking anyone.
 #
 # Untrusted input: a size <= 0 or > max_request_size closes the connection with a log
@@ -28,14 +30,18 @@
 # figures in perf/README.md, Network):
 #   - Requests reach handlers INLINE, started EAGERLY. The handler coroutine is driven by
 #     hand up to its first real suspension; most finish there with no Task at all, and
-#     only a suspended one is wrapped in a Task (_Resumed). Server CPU per small request:
-#     inline+eager 2.9-3.4 us (52k-93k round trips/s, 1 connection x 10 in flight);
-#     inline with a Task per request 22.7 us (10k-12k/s); processor threads 37-50 us
-#     (6k-14k/s): on 2 cores the GIL hand-offs and cross-thread wake-ups cost more than
-#     all the socket work, so N=1 runs inline and threads are only used when asked for
-#     (num_network_threads > 1). Consequence for handlers: before its first suspension
-#     a handler runs outside any Task (asyncio.current_task() is None there; use
-#     asyncio.wait_for / loop.call_later rather than asyncio.timeout at that point).
+#     only a suspended one is wrapped in a Task (_Resumed). Server CPU per small request
+#     (1 and 4 connections x 10 in flight, trivial handler), four runs:
+#       inline+eager                 2.9-4.0 us  (48k-132k round trips/s)
+#       inline, a Task per request  19.8-22.7 us (7k-12k/s)
+#       1 processor thread           4.6-10.3 us (19k-66k/s)
+#       2 processor threads          4.4-5.6 us  (26k-85k/s)
+#     Threads were 25-50 us before their hand-offs were batched and frames dispatched
+#     ahead (see _process); on 2 cores, with the GIL, they still cost more CPU than
+#     doing the socket work on the API loop, so N=1 runs inline and threads are used
+#     when num_network_threads > 1 is asked for. Consequence for handlers: before its
+#     first suspension a handler runs outside any Task (asyncio.current_task() is None
+#     there; use asyncio.wait_for / loop.call_later rather than asyncio.timeout there).
 #   - Small responses of one pipelined read are corked into one writev (22k -> 52k
 #     round trips/s in the same conditions): fewer syscalls and client wake-ups.
 #   - File regions go out with sendfile(2), not pread+send. performance-anchors.md §3
@@ -66,6 +72,7 @@ from fastlog._codec cimport FileRegion, fl_be32, fl_put_be32
 
 import asyncio
 import logging
+from collections import deque
 import os
 import socket
 import threading
@@ -94,6 +101,9 @@ cdef Py_ssize_t READ_BUFFER = 16384
 cdef Py_ssize_t READ_BUFFER_KEEP = 1 << 20
 # Frames handled in one go per readable event before yielding to other connections.
 cdef int FRAMES_PER_EVENT = 32
+# Threaded mode: frames of one connection handed to the API loop before the first of them
+# is answered (they still run one at a time there; this only saves thread hops).
+cdef int MAX_AHEAD = 16
 # Largest response that may wait for the end of a pipelined walk (see _respond).
 cdef long long CORK_BYTES = 65536
 # writev batch (Linux IOV_MAX is 1024; a bigger response just takes several calls).
@@ -165,6 +175,7 @@ cdef class Connection:
 
     def __cinit__(self):
         self.state = {}
+        self.api_queue = deque()
         self.rbuf = bytearray(READ_BUFFER)
         self.rstart = 0
         self.rend = 0
@@ -241,8 +252,8 @@ cdef class Connection:
         try:
             free_space = len(self.rbuf) - self.rend
             if free_space == 0:
-                if self.busy or self.writing:
-                    # Keep the in-flight frame intact: stop reading until the response is out.
+                if self.ahead or self.writing:
+                    # Keep in-flight frames intact: stop reading until their responses are out.
                     self._stop_reading()
                     return
                 self._make_room()
@@ -257,11 +268,11 @@ cdef class Connection:
             if n > 0:
                 self.rend += n
                 self.last_active = _now()
-                if not (self.busy or self.writing):
+                if not self.writing:
                     self._process()
             elif n == 0:
-                if self.busy or self.writing:
-                    # Let the in-flight request finish (its response may still be read by
+                if self.ahead or self.writing:
+                    # Let the in-flight requests finish (its response may still be read by
                     # a half-closed peer), then close.
                     self.eof = True
                     self._stop_reading()
@@ -276,11 +287,17 @@ cdef class Connection:
             self._close(f"read path failed: {exc!r}")
 
     def _process_soon(self):
-        if not self.closed and not (self.busy or self.writing):
+        if not self.closed:
             self._process()
 
     cdef void _process(self):
-        """Hand complete frames to the handler, one at a time (the connection mutes)."""
+        """Hand complete frames to the handler (the connection mutes while it may not).
+
+        Inline, one frame at a time: the next is dispatched once the previous response is
+        queued. Threaded, up to proc.max_ahead frames go to the API loop in one hand-off;
+        the API loop still runs them one after the other (Connection.api_queue), so the
+        request order seen by the broker and the response order are the same.
+        """
         cdef Py_ssize_t avail
         cdef int32_t size
         cdef int count = 0
@@ -289,7 +306,7 @@ cdef class Connection:
             return
         self.in_process = True
         try:
-            while not (self.busy or self.writing) and not self.closed:
+            while not self.writing and self.ahead < self.proc.max_ahead and not self.closed:
                 avail = self.rend - self.rstart
                 if avail < 4:
                     break
@@ -310,12 +327,12 @@ cdef class Connection:
                 count += 1
                 frame = memoryview(self.rbuf)[self.rstart + 4:self.rstart + 4 + size]
                 self.rstart += 4 + size
-                self.busy = True
+                self.ahead += 1
                 self.proc._dispatch(self, frame)
                 frame = None
             if self.wparts is not None and not self.writing and not self.closed:
                 self._on_writable()   # corked responses
-            if not (self.busy or self.writing) and not self.closed:
+            if not self.ahead and not self.writing and not self.closed:
                 if self.rstart == self.rend:
                     self.rstart = self.rend = 0
                     if len(self.rbuf) > READ_BUFFER_KEEP:
@@ -324,6 +341,8 @@ cdef class Connection:
                     self._close("peer closed the connection", True)
                 else:
                     self._start_reading()
+            elif self.ahead and not self.closed and not self.eof:
+                self._start_reading()   # more frames may be dispatched ahead
         except BaseException as exc:
             log.exception("connection %s %s: request dispatch failed", self.id, self.peer)
             self._close(f"dispatch failed: {exc!r}")
@@ -331,7 +350,7 @@ cdef class Connection:
             self.in_process = False
 
     cdef void _unmute(self):
-        if self.closed or self.busy or self.writing:
+        if self.closed or self.writing:
             return
         if self.in_process:
             return   # the _process loop on the stack continues with the next frame
@@ -355,7 +374,8 @@ cdef class Connection:
         cdef bint has_region = False
         if self.closed:
             return
-        self.busy = False
+        if self.ahead > 0:
+            self.ahead -= 1
         if parts is None:
             self._unmute()
             return
@@ -419,7 +439,7 @@ cdef class Connection:
                 self.writing = False
                 self.proc.loop.remove_writer(self.fd)
             self.last_active = _now()
-            if self.eof:
+            if self.eof and not self.ahead:
                 self._close("peer closed the connection", True)
             else:
                 self._unmute()
@@ -577,6 +597,7 @@ cdef class Processor:
         self.connections = {}
         self.to_api = []
         self.to_net = []
+        self.max_ahead = MAX_AHEAD if threaded else 1
         self.api_loop = server.loop
         self.scratch_size = FILE_CHUNK
         self.scratch = <unsigned char *>malloc(self.scratch_size)
@@ -629,7 +650,7 @@ cdef class Processor:
         cdef double now = _now()
         cdef double limit = self.server.idle_timeout
         for conn in list(self.connections.values()):
-            if not conn.busy and not conn.writing and now - conn.last_active > limit:
+            if not conn.ahead and not conn.writing and now - conn.last_active > limit:
                 conn._close(f"idle for more than {limit * 1000:.0f} ms "
                             "(connections.max.idle.ms)")
         self._schedule_idle_check()
@@ -673,12 +694,17 @@ cdef class Processor:
             self.api_loop.call_soon_threadsafe(self._deliver_to_api)
 
     def _deliver_to_api(self):
-        """API loop: run the handlers of every frame queued by this processor."""
+        """API loop: run the handlers of every frame queued by this processor, one
+        request per connection at a time (the others wait in conn.api_queue)."""
         cdef Connection conn
         batch = self.to_api
         self.to_api = []
         for conn, frame in batch:
-            self.server._run_handler(conn, frame)
+            if conn.api_running:
+                conn.api_queue.append(frame)
+            else:
+                conn.api_running = True
+                self.server._run_handler(conn, frame)
 
     cdef void _queue_response(self, Connection conn, object parts):
         self.to_net.append((conn, parts))
@@ -689,12 +715,21 @@ cdef class Processor:
                 self.to_net = []
 
     def _deliver_to_net(self):
-        """Processor loop: write every response the API loop queued for it."""
+        """Processor loop: write every response the API loop queued for it; small ones
+        of the same connection are corked into one writev by the _process that follows."""
         cdef Connection conn
         batch = self.to_net
         self.to_net = []
+        touched = []
         for conn, parts in batch:
+            if not conn.in_process:
+                conn.in_process = True
+                touched.append(conn)
             conn._respond(parts)
+        for conn in touched:
+            conn.in_process = False
+            if not conn.closed:
+                conn._process()
 
 
 def _set_done(fut):
@@ -831,16 +866,31 @@ cdef class SocketServer:
                 log.error("connection %s %s: handler failed, closing the connection",
                           conn.id, conn.peer, exc_info=exc)
             conn.close()
+            self._drop_queued(conn)
             return
         if result is not None and not isinstance(result, (list, tuple)):
             log.error("connection %s %s: handler returned %s, not a list of parts; closing",
                       conn.id, conn.peer, type(result).__name__)
             conn.close()
+            self._drop_queued(conn)
             return
         if proc.threaded:
             proc._queue_response(conn, result)
+            self._run_next(conn)
         else:
             conn._respond(result)
+
+    cdef void _run_next(self, Connection conn):
+        """Threaded mode, API loop: start the connection's next queued request, if any."""
+        if conn.api_queue and not conn.closed and not self.stopping:
+            self._run_handler(conn, conn.api_queue.popleft())
+        else:
+            self._drop_queued(conn)
+
+    cdef void _drop_queued(self, Connection conn):
+        conn.api_running = False
+        if conn.api_queue:
+            conn.api_queue.clear()
 
     async def stop(self, drain_timeout=0.5):
         """Stop accepting, let in-flight handlers finish for up to ``drain_timeout``
