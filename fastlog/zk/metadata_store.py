@@ -32,6 +32,7 @@ from fastlog.server.metadata import (
     new_kafka_uuid,
 )
 from fastlog.zk import paths
+from fastlog.zk.assignment import assign_replicas
 from fastlog.zk.client import KafkaZkClient, TopicExistsError, UnknownTopicError
 from fastlog.zk.paths import NO_LEADER, BrokerInfo, TopicAssignment
 
@@ -125,6 +126,15 @@ class ZkMetadataStore(MetadataStore):
     def brokers(self) -> dict[int, BrokerInfo]:
         """Live brokers by id (their endpoints and racks, for Metadata responses)."""
         return self._brokers
+
+    def assign_replicas(self, num_partitions: int, replication_factor: int,
+                        rack_aware: str = "safe") -> list[list[int]]:
+        """Replica lists for a new topic over the live brokers (Kafka's assignment,
+        rack-aware when they have racks), in the form create_topic takes."""
+        brokers = self._brokers or self.zk.get_all_brokers()
+        got = assign_replicas(num_partitions, replication_factor,
+                              {b: i.rack for b, i in brokers.items()}, rack_aware=rack_aware)
+        return [got[p] for p in range(num_partitions)]
 
     def partition_leader(self, topic: str, partition: int) -> int:
         t = self._topics.get(topic)

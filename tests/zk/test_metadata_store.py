@@ -71,6 +71,16 @@ def test_create_topic_is_seen_by_every_broker_with_leaders(nodes, kazoo):
         asyncio.run(n1.store.create_topic("events", 1, [[1]], {}))
 
 
+def test_assign_replicas_over_live_brokers(nodes):
+    n1, _, _ = nodes(1), nodes(2), nodes(3)
+    wait_until(lambda: sorted(n1.store.brokers()) == [1, 2, 3], what="brokers")
+    replicas = n1.store.assign_replicas(6, 2)
+    assert len(replicas) == 6 and all(len(set(r)) == 2 for r in replicas)
+    assert sorted(r[0] for r in replicas) == [1, 1, 2, 2, 3, 3]
+    t = asyncio.run(n1.store.create_topic("a", 6, replicas, {}))
+    assert sorted(ps.leader for ps in t.partitions.values()) == [1, 1, 2, 2, 3, 3]
+
+
 def test_caches_follow_leadership_when_a_broker_dies(nodes):
     n1 = nodes(1)
     wait_until(lambda: n1.controller.is_active, what="controller")
