@@ -185,6 +185,35 @@ def test_slow_request_between_fast_ones_keeps_order(mode):
     run(main())
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_one_request_per_connection_at_a_time(mode):
+    """The broker never sees two requests of one connection at once (Kafka's muting),
+    while requests of different connections overlap."""
+    active, most, overlap = {}, {}, []
+
+    async def handler(conn, frame):
+        active[conn.id] = active.get(conn.id, 0) + 1
+        most[conn.id] = max(most.get(conn.id, 0), active[conn.id])
+        overlap.append(sum(1 for v in active.values() if v))
+        await asyncio.sleep(0.002 if frame[0] == 0x53 else 0)
+        active[conn.id] -= 1
+        return [bytes(frame[1:])]
+
+    async def main():
+        server = await start(handler, **mode)
+
+        async def client(i):
+            r, w = await connect(server)
+            msgs = [b"%d-%d" % (i, j) for j in range(30)]
+            w.write(b"".join(frame((b"S" if j % 3 else b"E") + m) for j, m in enumerate(msgs)))
+            assert [await read_frame(r) for _ in msgs] == msgs
+        await asyncio.gather(*(client(i) for i in range(4)))
+        await server.stop()
+    run(main())
+    assert len(most) == 4 and set(most.values()) == {1}
+    assert max(overlap) > 1
+
+
 @pytest.mark.parametrize("eager", [True, False], ids=["eager", "task"])
 def test_stdlib_asyncio_loop_as_api_loop(eager):
     async def main():
