@@ -164,3 +164,44 @@ def test_whole_tree_is_kafkas_layout(zk_hosts, tmp_path, members, kazoo):
     assert kazoo.exists("/controller").ephemeralOwner != 0
     assert kazoo.exists("/brokers/ids/1").ephemeralOwner == a.zk.session_id
     assert kazoo.exists("/brokers/topics/orders/partitions/0/state").ephemeralOwner == 0
+
+
+CONTROLLER_PROCESS = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {root!r})
+    from fastlog.server.config import KafkaConfig
+    from fastlog.zk.cluster import ZkClusterMember
+    m = ZkClusterMember(KafkaConfig({{"zookeeper.connect": {hosts!r}, "log.dirs": {d!r},
+                                      "broker.id": "1",
+                                      "zookeeper.session.timeout.ms": "2000"}}))
+    m.connect(); m.resolve_broker_id(); m.register([("PLAINTEXT", "127.0.0.1", 9251)])
+    m.start_metadata(); c = m.start_controller()
+    deadline = time.monotonic() + 20
+    while not c.is_active and time.monotonic() < deadline:
+        time.sleep(0.01)
+    print("controller" if c.is_active else "not controller", c.epoch.epoch if c.epoch else -1,
+          flush=True)
+    time.sleep(60)
+""")
+
+
+def test_sigkilled_controller_is_replaced_within_its_session_timeout(zk_hosts, tmp_path,
+                                                                     members, kazoo):
+    code = CONTROLLER_PROCESS.format(root=ROOT, hosts=zk_hosts, d=str(tmp_path / "p"))
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        role, epoch = proc.stdout.readline().split()
+        assert role == "controller"
+        b = start(members(config(zk_hosts, tmp_path / "b", broker_id=2)), 9252)
+        assert not b.controller.is_active
+        proc.send_signal(signal.SIGKILL)  # no closeSession: ZooKeeper must time it out
+        proc.wait(10)
+        # session timeout 2 s (+ one 0.5 s tick), with slack for a busy machine
+        wait_until(lambda: b.controller.is_active, timeout=8, what="takeover")
+        assert b.controller.epoch.epoch == int(epoch) + 1
+        assert kazoo.exists("/brokers/ids/1") is None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        proc.stdout.close()
