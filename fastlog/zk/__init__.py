@@ -7,6 +7,7 @@ controller.py     ZkController: election, leader election, deletion, epoch-fence
 metadata_store.py ZkMetadataStore: fastlog.server.metadata.MetadataStore over ZooKeeper
 meta_properties.py check_cluster_id: a log dir of another cluster is refused
 cluster.py        ZkClusterMember: a broker's cluster-mode startup from its KafkaConfig
+leadership.py     LeadershipTracker: cache changes -> become_leader/follower/stop_replica
 
 Wiring in a broker (what BrokerServer.startup does when zookeeper.connect is set)::
 
@@ -18,6 +19,7 @@ Wiring in a broker (what BrokerServer.startup does when zookeeper.connect is set
     member.register(config.advertised_listeners)  # /brokers/ids/<id>
     store = member.start_metadata()             # the broker's MetadataStore
     member.start_controller(listener)           # every broker is a candidate
+    LeadershipTracker(store, member.broker_id, replica_role_handler, loop).start()
     ...
     member.controlled_shutdown_local(); member.close()
 """
