@@ -73,6 +73,7 @@ from fastlog._codec cimport FileRegion, fl_be32, fl_put_be32
 import asyncio
 import logging
 from collections import deque
+from contextvars import copy_context as _copy_context
 import os
 import socket
 import threading
@@ -839,12 +840,15 @@ cdef class SocketServer:
             if not self.eager:
                 task = self.loop.create_task(coro)
             else:
+                # A context of its own, as a Task would give it: context variables a
+                # handler sets do not leak into the next request.
+                ctx = _copy_context()
                 try:
-                    yielded = coro.send(None)
+                    yielded = ctx.run(coro.send, None)
                 except StopIteration as stop:
                     self._handler_done(conn, frame, stop.value, None)
                     return
-                task = self.loop.create_task(_Resumed(coro, yielded))
+                task = self.loop.create_task(_Resumed(coro, yielded), context=ctx)
         except BaseException as exc:
             self._handler_done(conn, frame, None, exc)
             return

@@ -214,6 +214,28 @@ def test_one_request_per_connection_at_a_time(mode):
     assert max(overlap) > 1
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_handler_context_variables_do_not_leak(mode):
+    import contextvars
+    var = contextvars.ContextVar("request", default=None)
+
+    async def handler(conn, frame):
+        before = var.get()
+        var.set(bytes(frame))
+        if frame[0] == 0x53:
+            await asyncio.sleep(0.001)
+        assert var.get() == bytes(frame)
+        return [repr(before).encode()]
+
+    async def main():
+        server = await start(handler, **mode)
+        r, w = await connect(server)
+        w.write(frame(b"Ea") + frame(b"Sb") + frame(b"Ec"))
+        assert [await read_frame(r) for _ in range(3)] == [b"None"] * 3
+        await server.stop()
+    run(main())
+
+
 @pytest.mark.parametrize("eager", [True, False], ids=["eager", "task"])
 def test_stdlib_asyncio_loop_as_api_loop(eager):
     async def main():
