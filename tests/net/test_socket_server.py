@@ -414,6 +414,52 @@ def test_file_region_parts_arrive_byte_exact(mode, zero_copy):
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_many_parts_to_a_slow_reader_arrive_byte_exact(mode):
+    """Hundreds of parts (more than one writev takes), big enough that writes stop part-way
+    through a part, to a client that reads slowly."""
+    import random
+    rng = random.Random(7)
+
+    async def main():
+        echo = Echo()
+        server = await start(echo, **mode)
+        content = rng.randbytes(2 * 1024 * 1024)
+        with tempfile.TemporaryFile() as f:
+            f.write(content)
+            f.flush()
+            parts, expect = [], []
+            for i in range(300):
+                kind = i % 3
+                if kind == 0:
+                    b = rng.randbytes(rng.choice([0, 1, 7, 3000, 200000]))
+                    parts.append(b)
+                    expect.append(b)
+                elif kind == 1:
+                    pos, n = rng.randrange(len(content)), rng.choice([0, 1, 5000, 100000])
+                    n = min(n, len(content) - pos)
+                    parts.append(FileRegion(f, pos, n))
+                    expect.append(content[pos:pos + n])
+                else:
+                    b = bytearray(rng.randbytes(rng.choice([2, 64, 70000])))
+                    parts.append(memoryview(b))
+                    expect.append(bytes(b))
+            echo.regions["many"] = parts
+            r, w = await connect(server)
+            w.write(frame(b"Fmany") + frame(b"Eafter"))
+            want = b"".join(expect)
+            (size,) = struct.unpack(">i", await r.readexactly(4))
+            assert size == len(want)
+            got = bytearray()
+            while len(got) < size:
+                got += await r.read(min(size - len(got), 65536))
+                await asyncio.sleep(0.0005)
+            assert bytes(got) == want
+            assert await read_frame(r) == b"after"
+        await server.stop()
+    run(main())
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_file_region_of_unlinked_file_still_arrives(mode):
     async def main():
         echo = Echo()
