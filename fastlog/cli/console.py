@@ -94,15 +94,15 @@ def run_produce(args) -> int:
 async def _produce(args, parse_key: bool, separator: bytes, headers) -> int:
     from fastlog.client import Producer, errors
 
+    failures: list[Exception] = []
     producer = Producer(args.bootstrap_server, client_id="fastlog-console-producer",
                         acks=args.acks, compression=args.compression,
                         linger_ms=args.linger_ms, batch_size=args.batch_size,
                         enable_idempotence=args.idempotence,
                         delivery_timeout_ms=args.timeout_ms,
                         request_timeout_ms=min(args.timeout_ms, 30000),
-                        allow_auto_create_topics=True)
-    handles = []
-    failure: Exception | None = None
+                        allow_auto_create_topics=True,
+                        on_delivery_error=lambda tp, exc: failures.append(exc))
     sent = 0
     try:
         await producer.start()
@@ -116,34 +116,19 @@ async def _produce(args, parse_key: bool, separator: bytes, headers) -> int:
                                    f"{separator.decode()!r}")
             else:
                 value = line
-            handles.append(await producer.send(args.topic, value, key,
-                                               partition=args.partition,
-                                               headers=headers or None))
+            await producer.send(args.topic, value, key, partition=args.partition,
+                                headers=headers or None)
             sent += 1
-            if len(handles) >= 10000:
-                failure = failure or _first_failure(handles)
-                handles = [h for h in handles if not h.done()]
-                if failure is not None:
-                    break
+            if failures:
+                break
         await producer.flush()
-        failure = failure or _first_failure(handles)
     finally:
         await producer.close()
-    if failure is not None:
-        if isinstance(failure, errors.FastlogError):
-            raise failure
-        raise errors.FastlogError(f"a record was not written: {failure}")
+    if failures:
+        if isinstance(failures[0], errors.FastlogError):
+            raise failures[0]
+        raise errors.FastlogError(f"a record was not written: {failures[0]}")
     return 0
-
-
-def _first_failure(handles):
-    for h in handles:
-        if h.done():
-            try:
-                h.result()
-            except Exception as exc:  # noqa: BLE001 - reported as one sentence
-                return exc
-    return None
 
 
 async def _stdin_lines():

@@ -122,7 +122,8 @@ class Producer:
                  max_request_size: int = 1048576, max_in_flight: int = 5,
                  enable_idempotence: bool = False, request_timeout_ms: int = 30000,
                  delivery_timeout_ms: int = 120000, max_buffered_bytes: int = 64 << 20,
-                 allow_auto_create_topics: bool = True, cluster: Cluster | None = None):
+                 allow_auto_create_topics: bool = True, cluster: Cluster | None = None,
+                 on_delivery_error=None):
         if acks in ("all", -1, "-1"):
             acks = -1
         try:
@@ -144,6 +145,9 @@ class Producer:
         self.delivery_timeout = delivery_timeout_ms / 1000.0
         self.max_buffered_bytes = max_buffered_bytes
         self.allow_auto_create = allow_auto_create_topics
+        # Called as on_delivery_error(topic_partition, exception) once per failed batch, for
+        # callers that do not keep every record's handle (e.g. the console producer).
+        self.on_delivery_error = on_delivery_error
         self._own_cluster = cluster is None
         self.cluster = cluster or Cluster(bootstrap_servers, client_id=client_id,
                                           request_timeout_ms=request_timeout_ms)
@@ -218,17 +222,19 @@ class Producer:
         size = (len(key) if key else 0) + (len(value) if value else 0) + _RECORD_OVERHEAD
         if headers:
             size += sum(len(k) + (len(v) if v else 0) + 4 for k, v in headers)
-        while self._buffered + size > self.max_buffered_bytes and self._buffered > 0:
-            self._space.clear()
-            self._wake.set()
-            await self._space.wait()
+        if self._buffered + size > self.max_buffered_bytes:
+            await self._wait_for_space(size)
         if timestamp_ms is None:
             timestamp_ms = int(time.time() * 1000)
         state = self._partitions[tp]
         batch = state.open
         if batch is not None and batch.records and batch.size + size > self.batch_size:
             self._close_batch(state)
+            self._wake.set()
             batch = None
+            closed = True
+        else:
+            closed = False
         if batch is None:
             batch = state.open = _Batch(tp, next(self._order))
             if self.linger > 0:
@@ -237,10 +243,16 @@ class Producer:
         batch.records.append((timestamp_ms, key, value, headers or ()))
         batch.size += size
         self._buffered += size
+        handle = RecordHandle(batch, index, timestamp_ms)
         if batch.size >= self.batch_size or self.linger == 0:
             self._close_batch(state)
             self._wake.set()
-        return RecordHandle(batch, index, timestamp_ms)
+            closed = True
+        if closed:
+            # Let the sender and the connections run once per batch, so a caller that
+            # never yields still gets its batches sent as they fill (and answers read).
+            await asyncio.sleep(0)
+        return handle
 
     async def _check_usable(self) -> None:
         if self._closed:
@@ -249,6 +261,19 @@ class Producer:
             raise self._fatal
         if not self._started:
             await self.start()
+
+    async def _wait_for_space(self, size: int) -> None:
+        """Block the caller while max_buffered_bytes are queued (backpressure)."""
+        while self._buffered + size > self.max_buffered_bytes and self._buffered > 0:
+            if self._fatal is not None:
+                raise self._fatal
+            self._space.clear()
+            self._flushing += 1  # send what is open now rather than after linger
+            self._wake.set()
+            try:
+                await self._space.wait()
+            finally:
+                self._flushing -= 1
 
     async def _load_topic(self, topic: str):
         """(expiry, [TopicPartition per partition]) for topic, from (fresh) metadata."""
@@ -272,6 +297,8 @@ class Producer:
             tps = await self._load_topic(topic)
         if not 0 <= partition < len(tps[1]):
             raise errors.UnknownTopic(topic, partition)
+        if self._buffered > self.max_buffered_bytes:
+            await self._wait_for_space(0)
         state = self._partitions[tps[1][partition]]
         if state.open is not None:
             self._close_batch(state)
@@ -458,6 +485,8 @@ class Producer:
         if not batch.future.done():
             batch.future.set_exception(exc)
             batch.future.exception()  # retrieved: handles re-raise it on await
+            if self.on_delivery_error is not None:
+                self.on_delivery_error(batch.tp, exc)
 
     def _fail_all(self, exc: Exception) -> None:
         for state in self._partitions.values():

@@ -61,3 +61,16 @@ def test_consume_timeout_ends_an_idle_read(fastlog, bootstrap, topic_name):
                 "--from-beginning", "--timeout-ms", 1500)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["a", "b"]
+
+
+def test_many_lines_produce_and_consume(fastlog, bootstrap, topic_name):
+    # Enough lines that the console producer must keep sending while it reads stdin.
+    n = 50_000
+    data = b"".join(b"%d\n" % i for i in range(n))
+    r = fastlog("produce", "--bootstrap-server", bootstrap, "--topic", topic_name,
+                "--compression", "lz4", input=data)
+    assert r.returncode == 0, r.stderr
+    r = fastlog("consume", "--bootstrap-server", bootstrap, "--topic", topic_name,
+                "--from-beginning", "--max-messages", n)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.encode() == data
