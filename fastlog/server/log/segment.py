@@ -42,6 +42,7 @@ SWAP_SUFFIX = ".swap"
 # segment never turns into one huge list of batch headers.
 SCAN_WINDOW = 8 * 1024 * 1024
 INT32_MAX = (1 << 31) - 1
+_MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
 
 def file_name(dir_path: str, base_offset: int, suffix: str) -> str:
@@ -208,12 +209,15 @@ class LogSegment:
 
     # ---- reading the file ----
 
-    def _mapped(self):
-        """A read-only mapping of the whole file (remapped when it has grown)."""
+    def _mapped(self, populate: bool = False):
+        """A read-only mapping of the whole file (remapped when it has grown). populate:
+        fill the page tables at once (a whole-file scan then takes no page faults)."""
         if self.size == 0:
             return b""
         if self._map is None or self._map_len < self.size:
-            self._map = mmap.mmap(self.file.fileno(), self.size, access=mmap.ACCESS_READ)
+            flags = mmap.MAP_SHARED | (_MAP_POPULATE if populate else 0)
+            self._map = mmap.mmap(self.file.fileno(), self.size, flags=flags,
+                                  prot=mmap.PROT_READ)
             self._map_len = self.size
         return self._map
 
@@ -441,7 +445,7 @@ class LogSegment:
         self.time_index.reset()
         self.rolling_based_timestamp = None
         self._drop_map()
-        buf = self._mapped()
+        buf = self._mapped(populate=True)
         latest_epoch = leader_epoch_cache.latest_epoch if leader_epoch_cache is not None else -1
         ix = SegmentIndexer(self.offset_index, self.time_index, self.index_interval_bytes,
                             prev_last_offset=self.base_offset - 1, last_epoch=latest_epoch)
