@@ -774,7 +774,8 @@ cdef class SocketServer:
         self.started = True
         if self.loop is None:
             self.loop = asyncio.get_running_loop()
-        infos = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM,
+        # An empty host (Kafka's "PLAINTEXT://:9092") means every interface.
+        infos = socket.getaddrinfo(self.host or None, self.port, type=socket.SOCK_STREAM,
                                    flags=socket.AI_PASSIVE)
         family, _, _, _, addr = infos[0]
         lsock = socket.socket(family, socket.SOCK_STREAM)

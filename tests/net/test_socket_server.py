@@ -236,6 +236,17 @@ def test_handler_context_variables_do_not_leak(mode):
     run(main())
 
 
+def test_empty_host_listens_on_every_interface():
+    async def main():
+        server = SocketServer(Echo(), host="", port=0)
+        await server.start()
+        r, w = await asyncio.open_connection("127.0.0.1", server.port)
+        w.write(frame(b"Eany"))
+        assert await read_frame(r) == b"any"
+        await server.stop()
+    run(main())
+
+
 @pytest.mark.parametrize("eager", [True, False], ids=["eager", "task"])
 def test_stdlib_asyncio_loop_as_api_loop(eager):
     async def main():
