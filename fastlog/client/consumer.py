@@ -9,10 +9,12 @@
 # decompression and records all in compiled code) -- no per-record parsing in Python.
 #
 # Offsets: seek(), seek_to_beginning/end(), offsets_for_times() (ListOffsets by time),
-# auto_offset_reset when a position is unknown or out of range. Group membership is an
-# extension point: pass `group=` an object with `async assignment(consumer)` and
-# `async commit(offsets)` (the groups engineer's coordinator can provide one); without it,
-# commit()/committed() use OffsetCommit/OffsetFetch with generation -1 (a "simple" group).
+# auto_offset_reset when a position is unknown or out of range, else the group's
+# committed offset when a group_id is set. Group membership is an extension point:
+# subscribe() installs group.GroupMembership, and any object with the same three
+# coroutines -- ensure_active() (join/rejoin, then assign() the consumer), commit(offsets)
+# and close() -- can be passed as `group=` instead. Without a membership, commit() and
+# committed() use OffsetCommit/OffsetFetch with generation -1 (a "simple" group).
 #
 # Use from the event loop that created it; sync.SyncConsumer wraps it for threads.
 
@@ -109,6 +111,37 @@ class Consumer:
         self.assign(self._assigned + [tp for tp in tps if tp not in self._assigned])
         return tps
 
+    async def subscribe(self, topics, group_id: str | None = None, **group_options) -> None:
+        """Join consumer group group_id (or the constructor's) for these topics.
+
+        Partitions are assigned by the group (range or roundrobin) and follow rebalances;
+        positions start at the group's committed offsets, else auto_offset_reset; offsets
+        are committed every auto_commit_interval_ms (None: only by commit()).
+        """
+        from fastlog.client.group import GroupMembership
+
+        group_id = group_id or self.group_id
+        if not group_id:
+            raise errors.FastlogError("subscribe needs a group_id")
+        if isinstance(topics, str):
+            topics = [topics]
+        await self.start()
+        for t in topics:
+            await self.cluster.topic(t)  # UnknownTopic now rather than an empty assignment
+        if self.group is not None:
+            await self.group.close()
+        self.group_id = group_id
+        self.group = GroupMembership(self, group_id, topics, **group_options)
+        await self.group.ensure_active()
+
+    def consumed_offsets(self) -> dict[TopicPartition, int]:
+        """The next offset to hand out, per assigned partition with a known position."""
+        return {tp: self._pos[tp] for tp in self._assigned if tp in self._pos}
+
+    def wake(self) -> None:
+        """Make a waiting getmany() return early (e.g. a rebalance is due)."""
+        self._data.set()
+
     def assignment(self) -> list[TopicPartition]:
         return list(self._assigned)
 
@@ -168,7 +201,7 @@ class Consumer:
         return {tp: (o if o.offset >= 0 else None) for tp, o in found.items()}
 
     async def _reset_positions(self, tps) -> None:
-        if self.group is None and self.group_id is not None:
+        if self.group_id is not None:
             committed = await self.admin.fetch_offsets(self.group_id, list(tps))
             for tp, (offset, _meta) in committed.items():
                 self._fetch_pos[tp] = self._pos[tp] = offset
@@ -190,7 +223,7 @@ class Consumer:
     async def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
         """Commit offsets (default: the consumed positions of all assigned partitions)."""
         if offsets is None:
-            offsets = {tp: self._pos[tp] for tp in self._assigned if tp in self._pos}
+            offsets = self.consumed_offsets()
         if self.group is not None:
             await self.group.commit(offsets)
             return
@@ -217,6 +250,8 @@ class Consumer:
         out: dict[TopicPartition, list] = {}
         count = 0
         while True:
+            if self.group is not None:
+                await self.group.ensure_active()
             self._raise_pending_error()
             while self._buffer and (max_records is None or count < max_records):
                 tp, epoch, records, next_pos = self._buffer[0]
@@ -417,6 +452,11 @@ class Consumer:
         if self._closed:
             return
         self._closed = True
+        if self.group is not None:
+            try:
+                await self.group.close()
+            except errors.FastlogError:
+                pass
         if self._fetcher is not None:
             self._fetcher.cancel()
             try:
