@@ -174,6 +174,7 @@ class Log:
             segments = [LogSegment.open(self.dir, start, self.config, now)]
         for seg in segments:
             seg.init_bytes_since_last_index_entry()
+            seg.release_read_map()
         active = segments[-1]
         active.resize_indexes(self.config.segment_index_bytes)
         self._publish(segments)

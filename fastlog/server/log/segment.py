@@ -410,6 +410,12 @@ class LogSegment:
                                          skip_full_check=True)
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
+        self._drop_map()  # old segments map again only when read
+
+    def release_read_map(self) -> None:
+        """Drop the read mapping (a new one is made by the next read): keeps the number
+        of mappings per inactive segment at the two indexes after a load."""
+        self._drop_map()
 
     def resize_indexes(self, size: int) -> None:
         self.offset_index.resize(size)
