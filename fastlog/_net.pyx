@@ -600,10 +600,11 @@ cdef class Processor:
         self.to_net = []
         self.max_ahead = MAX_AHEAD if threaded else 1
         self.api_loop = server.loop
-        self.scratch_size = FILE_CHUNK
-        self.scratch = <unsigned char *>malloc(self.scratch_size)
-        if self.scratch is NULL:
-            raise MemoryError()
+        if not server.zero_copy:   # pread+send needs a bounce buffer; sendfile does not
+            self.scratch_size = FILE_CHUNK
+            self.scratch = <unsigned char *>malloc(self.scratch_size)
+            if self.scratch is NULL:
+                raise MemoryError()
         if not threaded:
             self.loop = server.loop
 
