@@ -1,5 +1,5 @@
 import pytest
-from protocol_helpers import kafka_python_classes
+from tests.protocol.protocol_helpers import kafka_python_classes
 
 
 @pytest.fixture(scope="session")

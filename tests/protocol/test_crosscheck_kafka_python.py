@@ -7,7 +7,7 @@ import pytest
 from fastlog._codec import Reader, Writer
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from protocol_helpers import all_cases, make_value, normalize, restrict
+from tests.protocol.protocol_helpers import all_cases, make_value, normalize, restrict
 
 from fastlog.protocol import REQUESTS, RESPONSES
 
