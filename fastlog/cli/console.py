@@ -183,6 +183,9 @@ def add_consume_parser(subparsers) -> None:
     p.add_argument("--format", default=None, metavar="TEMPLATE|json",
                    help="output template, e.g. '%%k:%%v\\n' (%%k key, %%v value, %%o offset, "
                         "%%p partition, %%t topic, %%T timestamp, %%h headers), or 'json'")
+    p.add_argument("--group", metavar="GROUP",
+                   help="consume as a member of this consumer group (partitions assigned by "
+                        "the group, offsets committed); without it no offsets are committed")
     p.add_argument("--isolation-level", default="read_uncommitted",
                    choices=("read_uncommitted", "read_committed"))
     p.set_defaults(run=run_consume)
@@ -216,15 +219,25 @@ async def _consume(args, start, formatter) -> int:
     count = 0
     async with Consumer(args.bootstrap_server, client_id="fastlog-console-consumer",
                         auto_offset_reset="earliest" if start == "earliest" else "latest",
-                        isolation_level=args.isolation_level) as consumer:
-        if args.partition is None:
+                        isolation_level=args.isolation_level,
+                        max_buffered_fetches=2) as consumer:
+        if args.group is not None:
+            if args.partition is not None or isinstance(start, int):
+                raise CliError("--group cannot be combined with --partition or --offset N")
+            await consumer.subscribe([args.topic], args.group)
+            # As in Kafka's console consumer, --from-beginning only matters while the group
+            # has no committed offset (auto_offset_reset=earliest above).
+            start = None
+        elif args.partition is None:
             await consumer.assign_topic(args.topic)
         else:
             parts = await consumer.cluster.partitions_for(args.topic)
             if args.partition not in parts:
                 raise errors.UnknownTopic(args.topic, args.partition)
             consumer.assign([TopicPartition(args.topic, args.partition)])
-        if start == "earliest":
+        if start is None:
+            pass
+        elif start == "earliest":
             await consumer.seek_to_beginning()
         elif start == "latest":
             await consumer.seek_to_end()
@@ -246,6 +259,8 @@ async def _consume(args, start, formatter) -> int:
                     idle_deadline = time.monotonic() + args.timeout_ms / 1000.0
             elif idle_deadline is not None and time.monotonic() >= idle_deadline:
                 break
+        if args.group is not None:
+            await consumer.commit()
     print(f"Processed a total of {count} messages", file=sys.stderr)
     return 0
 

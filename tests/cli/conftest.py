@@ -25,7 +25,8 @@ def bootstrap(tmp_path_factory):
         yield external
         return
     b = BrokerProcess(tmp_path_factory.mktemp("broker") / "data",
-                      overrides={"num.partitions": "1"})
+                      overrides={"num.partitions": "1",
+                                 "group.initial.rebalance.delay.ms": "0"})
     b.start()
     yield b.bootstrap
     if b.alive():

@@ -74,3 +74,21 @@ def test_many_lines_produce_and_consume(fastlog, bootstrap, topic_name):
                 "--from-beginning", "--max-messages", n)
     assert r.returncode == 0, r.stderr
     assert r.stdout.encode() == data
+
+
+def test_consume_with_group_resumes_from_committed_offsets(fastlog, bootstrap, topic_name):
+    _create(fastlog, bootstrap, topic_name, partitions=2)
+    fastlog("produce", "--bootstrap-server", bootstrap, "--topic", topic_name,
+            "--partition", 0, input=b"".join(b"%d\n" % i for i in range(6)))
+    group = topic_name + "-group"
+    seen = []
+    for want in (4, 2):
+        r = fastlog("consume", "--bootstrap-server", bootstrap, "--topic", topic_name,
+                    "--group", group, "--from-beginning", "--max-messages", want)
+        assert r.returncode == 0, r.stderr
+        seen += r.stdout.splitlines()
+    assert seen == [str(i) for i in range(6)]
+    r = fastlog("consume", "--bootstrap-server", bootstrap, "--topic", topic_name,
+                "--group", group, "--from-beginning", "--timeout-ms", 1500)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == ""
