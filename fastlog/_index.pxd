@@ -23,6 +23,7 @@ cdef class AbstractIndex:
     cdef int _check_open(self) except -1
     cdef int64_t _key(self, Py_ssize_t n) noexcept nogil
     cdef int64_t _value(self, Py_ssize_t n) noexcept nogil
+    cdef void _truncate_to_relative(self, int64_t relative, bint by_value) noexcept
     cdef Py_ssize_t _largest_lower_bound(self, int64_t target, bint by_value) noexcept nogil
     cdef Py_ssize_t _smallest_upper_bound(self, int64_t target, bint by_value) noexcept nogil
     cdef void _slot_range(self, int64_t target, bint by_value,

@@ -234,6 +234,16 @@ cdef class AbstractIndex:
         self._slot_range(target, by_value, &lower, &upper)
         return upper
 
+    cdef void _truncate_to_relative(self, int64_t relative, bint by_value) noexcept:
+        # Keep only the entries whose offset field (key or value) is below `relative`.
+        cdef Py_ssize_t slot = self._largest_lower_bound(relative, by_value)
+        if slot < 0:
+            self._entries = 0
+        elif _field(self._data, self._entry_size, slot, by_value) == relative:
+            self._entries = slot
+        else:
+            self._entries = slot + 1
+
     # ---- housekeeping shared by both indexes ----
 
     @property
@@ -434,14 +444,7 @@ cdef class OffsetIndex(AbstractIndex):
     def truncate_to(self, int64_t offset):
         """Remove every entry whose offset is >= `offset`."""
         self._check_open()
-        cdef int64_t relative = offset - self.base_offset
-        cdef Py_ssize_t slot = self._largest_lower_bound(relative, False)
-        if slot < 0:
-            self._entries = 0
-        elif self._key(slot) == relative:
-            self._entries = slot
-        else:
-            self._entries = slot + 1
+        self._truncate_to_relative(offset - self.base_offset, False)
 
     def fetch_upper_bound_offset(self, int64_t fetch_position, int64_t fetch_size):
         """Offset of the first entry at or beyond fetch_position + fetch_size, or None."""
@@ -552,14 +555,7 @@ cdef class TimeIndex(AbstractIndex):
     def truncate_to(self, int64_t offset):
         """Remove every entry whose offset is >= `offset`."""
         self._check_open()
-        cdef int64_t relative = offset - self.base_offset
-        cdef Py_ssize_t slot = self._largest_lower_bound(relative, True)
-        if slot < 0:
-            self._entries = 0
-        elif self._value(slot) == relative:
-            self._entries = slot
-        else:
-            self._entries = slot + 1
+        self._truncate_to_relative(offset - self.base_offset, True)
 
     def sanity_check(self, next_offset=None):
         """Raise CorruptIndexError unless timestamps strictly increase and offsets never

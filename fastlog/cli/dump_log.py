@@ -103,6 +103,15 @@ def _batch_last_offsets(log_path: str) -> dict[int, int] | None:
     return {h.position: h.last_offset for h in scan_batches(buf, verify_crc=False).batches}
 
 
+def _sanity(idx, what: str, out) -> int:
+    try:
+        idx.sanity_check()
+    except CorruptIndexError as exc:
+        out.write(f"Corrupt {what}: {exc}\n")
+        return 1
+    return 0
+
+
 def dump_index_file(path: str, verify: bool, out) -> int:
     base = _base_offset(path)
     log_path = path[: -len(".index")] + ".log"
@@ -122,11 +131,7 @@ def dump_index_file(path: str, verify: bool, out) -> int:
                           f"{position}, the segment has "
                           f"{'no batch there' if position not in batches else batches[position]}\n")
         if verify:
-            try:
-                idx.sanity_check()
-            except CorruptIndexError as exc:
-                problems += 1
-                out.write(f"Corrupt index: {exc}\n")
+            problems += _sanity(idx, "index", out)
     finally:
         idx.close_handler()
     return problems
@@ -144,11 +149,7 @@ def dump_time_index_file(path: str, verify: bool, out) -> int:
                 break
             out.write(f"timestamp: {ts} offset: {offset}\n")
         if verify:
-            try:
-                idx.sanity_check()
-            except CorruptIndexError as exc:
-                problems += 1
-                out.write(f"Corrupt time index: {exc}\n")
+            problems += _sanity(idx, "time index", out)
     finally:
         idx.close_handler()
     return problems
