@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import time
+from functools import partial
 
 from fastlog.client.errors import FastlogError
 from fastlog.perf.histogram import LatencyHistogram
@@ -56,11 +57,13 @@ def _run_confluent(opts, wl: Workload):
     topic, conns = opts.topic, len(producers)
     clock = time.perf_counter
 
-    def delivered(err, msg, t):
+    record = hist.record
+
+    def delivered(t, err, msg):
         if err is not None:
             failed[0] += 1
         else:
-            hist.record(clock() - t)
+            record(clock() - t)
 
     start = clock()
     deadline = start + opts.duration
@@ -72,10 +75,7 @@ def _run_confluent(opts, wl: Workload):
             for _ in range(burst):
                 p = producers[sent % conns]
                 key, value = wl.key(sent), wl.value(sent)
-                cb = None
-                if sent % every == 0:
-                    t = clock()
-                    cb = lambda err, msg, t=t: delivered(err, msg, t)  # noqa: E731
+                cb = partial(delivered, clock()) if sent % every == 0 else None
                 while True:
                     try:
                         p.produce(topic, value, key, on_delivery=cb)
