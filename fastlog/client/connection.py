@@ -140,8 +140,7 @@ class BrokerConnection:
             self._pending.append((cid, api_key, version, fut, fallback_v0))
         else:
             fut.set_result(None)
-        self._writer.writelines(frame) if isinstance(frame, list | tuple) else \
-            self._writer.write(frame)
+        self._writer.write(frame)
         return fut
 
     async def request(self, api_key: int, request, *, version: int | None = None,
