@@ -66,3 +66,20 @@ def test_delete_missing_topic_fails_in_one_sentence(fastlog, bootstrap, topic_na
     assert r.returncode != 0
     assert len(r.stderr.strip().splitlines()) == 1 and "does not exist" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_alter_partitions_grows_or_says_why_not(fastlog, bootstrap, topic_name):
+    fastlog("topics", "--bootstrap-server", bootstrap, "--create", "--topic", topic_name,
+            "--partitions", 2)
+    r = fastlog("topics", "--bootstrap-server", bootstrap, "--alter", "--topic", topic_name,
+                "--partitions", 1)
+    assert r.returncode != 0 and "can only grow" in r.stderr
+    r = fastlog("topics", "--bootstrap-server", bootstrap, "--alter", "--topic", topic_name,
+                "--partitions", 3)
+    if r.returncode == 0:
+        described = fastlog("topics", "--bootstrap-server", bootstrap, "--describe",
+                            "--topic", topic_name).stdout
+        assert "PartitionCount: 3" in described
+    else:  # a broker without CreatePartitions: one sentence, no traceback
+        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+        assert "partition" in r.stderr

@@ -146,3 +146,23 @@ def test_consumer_waits_for_new_records(bootstrap, topic_name, arun):
             assert [r.value for r in got[tp]] == [b"late"]
 
     arun(go())
+
+
+def test_acks_zero_and_send_batch(bootstrap, topic_name, arun):
+    async def go():
+        await _create(bootstrap, topic_name)
+        async with Producer(bootstrap, acks=0) as p:
+            handles = [await p.send(topic_name, b"%d" % i, partition=0) for i in range(50)]
+            await p.flush()
+            assert {(await h).offset for h in handles} == {-1}  # no answer, no offsets
+        async with Producer(bootstrap, compression="zstd") as p:
+            fut = await p.send_batch(topic_name, 0, [(1000 + i, b"k", b"b%d" % i, [])
+                                                     for i in range(50)])
+            await p.flush()
+            assert fut.result() == 50
+        got = (await _read_all(bootstrap, topic_name, 100))[0]
+        assert [r.value for r in got] == [b"%d" % i for i in range(50)] + \
+            [b"b%d" % i for i in range(50)]
+        assert [r.timestamp for r in got[50:]] == [1000 + i for i in range(50)]
+
+    arun(go())
