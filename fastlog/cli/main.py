@@ -76,8 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     command = _find_command(argv)
     try:
         parser = _build_parser(command)
-    except ImportError as exc:
-        print(f"fastlog {command}: this command is not available ({exc})", file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001 - a broken or missing subcommand module
+        if os.environ.get("FASTLOG_DEBUG"):
+            raise
+        print(f"fastlog {command}: this command is not available "
+              f"({type(exc).__name__}: {_sentence(exc)})", file=sys.stderr)
         return 1
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
