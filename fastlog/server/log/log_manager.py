@@ -182,6 +182,7 @@ class LogManager:
                        scheduler=self.scheduler)
         self._logs[key] = log
         self._dir_of[key] = log_dir
+        self.scheduler.submit(fsync_dir, log_dir)  # the new partition dir must survive a crash
         return log
 
     def delete_log(self, topic: str, partition: int) -> bool:
