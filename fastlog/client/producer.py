@@ -154,7 +154,9 @@ class Producer:
         self.producer_id = -1
         self.producer_epoch = -1
         self._sticky = StickyPartitioner()
-        self._topic_partitions: dict[str, tuple[float, list[TopicPartition]]] = {}
+        # topic -> (expiry, [TopicPartition], [_PartitionState]) indexed by partition: the
+        # per-record path finds its queue without hashing anything but the topic name.
+        self._topic_partitions: dict[str, tuple] = {}
         self._partitions: dict[TopicPartition, _PartitionState] = collections.defaultdict(
             _PartitionState)
         self._order = itertools.count()
@@ -208,17 +210,15 @@ class Producer:
         tps = self._topic_partitions.get(topic)
         if tps is None or time.monotonic() > tps[0]:
             tps = await self._load_topic(topic)
+        states = tps[2]
         if partition is None:
-            n = len(tps[1])
             if key is not None:
-                partition = partition_for_key(key, n)
+                partition = partition_for_key(key, len(states))
             else:
-                partition = self._sticky.partition(topic, n)
-            tp = tps[1][partition]
-        elif 0 <= partition < len(tps[1]):
-            tp = tps[1][partition]
-        else:
+                partition = self._sticky.partition(topic, len(states))
+        elif not 0 <= partition < len(states):
             raise errors.UnknownTopic(topic, partition)
+        state = states[partition]
         size = (len(key) if key else 0) + (len(value) if value else 0) + _RECORD_OVERHEAD
         if headers:
             size += sum(len(k) + (len(v) if v else 0) + 4 for k, v in headers)
@@ -226,7 +226,6 @@ class Producer:
             await self._wait_for_space(size)
         if timestamp_ms is None:
             timestamp_ms = int(time.time() * 1000)
-        state = self._partitions[tp]
         batch = state.open
         if batch is not None and batch.records and batch.size + size > self.batch_size:
             self._close_batch(state)
@@ -236,7 +235,7 @@ class Producer:
         else:
             closed = False
         if batch is None:
-            batch = state.open = _Batch(tp, next(self._order))
+            batch = state.open = _Batch(tps[1][partition], next(self._order))
             if self.linger > 0:
                 asyncio.get_running_loop().call_later(self.linger, self._wake.set)
         index = len(batch.records)
@@ -280,8 +279,9 @@ class Producer:
         info = await self.cluster.topic(topic, allow_auto_create=self.allow_auto_create,
                                         refresh=topic in self._topic_partitions)
         n = max(info.partitions) + 1
-        entry = (time.monotonic() + self.cluster.metadata_max_age,
-                 [TopicPartition(topic, p) for p in range(n)])
+        tps = [TopicPartition(topic, p) for p in range(n)]
+        entry = (time.monotonic() + self.cluster.metadata_max_age, tps,
+                 [self._partitions[tp] for tp in tps])
         self._topic_partitions[topic] = entry
         return entry
 
