@@ -1504,7 +1504,7 @@ cdef class _RecordIterator:
         return _make_record(<const unsigned char *>self.view.buf, &r, self.header)
 
 
-def iter_records(buf, Py_ssize_t pos=0, *, Py_ssize_t decompress_limit=DEFAULT_DECOMPRESS_LIMIT,
+def iter_records(buf, Py_ssize_t pos=0, Py_ssize_t decompress_limit=DEFAULT_DECOMPRESS_LIMIT,
                  bint verify_crc=True):
     """Iterate the records of the one v2 batch at pos (decompressing as needed)."""
     cdef Py_buffer view
