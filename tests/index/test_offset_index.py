@@ -200,3 +200,11 @@ def test_lookup_and_truncate_match_model(tmp_path_factory, gaps, targets, cut):
         assert idx.lookup(t) == model(t)
     idx.sanity_check()
     idx.delete()
+
+
+def test_lookup_bounds_gives_the_next_entry_position(tmp_path):
+    idx = _filled(tmp_path, 5)  # offsets BASE+1, +4, ...; positions 7, 107, ...
+    assert idx.lookup_bounds(BASE) == (BASE, 0, 7)
+    assert idx.lookup_bounds(BASE + 5) == (BASE + 4, 107, 207)
+    assert idx.lookup_bounds(BASE + 100) == (BASE + 13, 407, -1)
+    assert OffsetIndex(tmp_path / "e.index", BASE).lookup_bounds(BASE + 3) == (BASE, 0, -1)

@@ -1,8 +1,8 @@
 """Shared helpers for storage tests: real files under tmp_path, a controllable clock."""
 
 import pytest
-from fastlog._codec import build_batch, scan_batches, validate_record_set
 
+from fastlog._codec import build_batch, scan_batches, validate_record_set
 from fastlog.server.log import Log, LogConfig
 
 

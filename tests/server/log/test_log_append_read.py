@@ -4,8 +4,8 @@ timestamp, truncation, log start offset, reopen, flush policy, leader epochs."""
 import os
 
 import pytest
-from fastlog._codec import scan_batches, stamp_batches
 
+from fastlog._codec import scan_batches, stamp_batches
 from fastlog.server.log import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -208,3 +208,29 @@ def test_roll_when_index_is_full(tmp_path):
     append_n(log, 12)
     assert log.num_segments > 2
     assert [b for b, _ in read_all(log)] == list(range(0, 24, 2))
+
+
+def test_background_flushes_race_appends_and_truncation(tmp_path):
+    worker = IoWorker()
+    try:
+        log = Log.open(str(tmp_path / "t-0"), LogConfig(flush_messages=1, segment_bytes=2000),
+                       scheduler=worker)
+        futures = []
+        for _round in range(5):
+            for _ in range(40):
+                buf, hs = record_set(make_batch(2, value_size=30))
+                info = log.append(buf, hs, 0)
+                futures.append(info.flush_future)
+                assert log.recovery_point <= log.log_end_offset
+            # Truncate while flushes may still be queued or running.
+            log.truncate_to(log.log_end_offset - 20)
+            assert log.recovery_point <= log.log_end_offset
+        for f in futures:
+            f.result(timeout=30)
+        assert worker.drain(30)
+        assert log.recovery_point <= log.log_end_offset == 5 * 60
+        log.flush()
+        assert log.recovery_point == log.log_end_offset
+        assert [b for b, _ in read_all(log)] == list(range(0, 300, 2))
+    finally:
+        worker.shutdown()

@@ -4,11 +4,11 @@ and after a crash) against a plain list-of-batches model."""
 import shutil
 import tempfile
 
-from fastlog._codec import scan_batches
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from fastlog._codec import scan_batches
 from fastlog.server.log import Log, LogConfig, OffsetOutOfRangeError
 from tests.server.log.conftest import make_batch, record_set
 

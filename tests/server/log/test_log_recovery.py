@@ -6,8 +6,8 @@ import os
 import random
 
 import pytest
-from fastlog._codec import scan_batches
 
+from fastlog._codec import scan_batches
 from fastlog.server.log import Log, LogConfig
 from tests.server.log.conftest import append_n, read_all
 

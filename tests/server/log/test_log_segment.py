@@ -2,7 +2,6 @@
 reads and offset translation, recovery rebuilds identical indexes, roll rules."""
 
 from fastlog._codec import scan_batches, stamp_batches
-
 from fastlog.server.log import LogConfig
 from fastlog.server.log.segment import LogSegment
 from tests.server.log.conftest import make_batch, record_set

@@ -1,0 +1,53 @@
+"""The compiled per-batch helpers: SegmentIndexer (index entries every interval bytes, as
+Kafka's LogSegment.append does) and summarize_batches (what Log.append reports)."""
+
+from fastlog._index import OffsetIndex, SegmentIndexer, TimeIndex, summarize_batches
+
+from fastlog._codec import build_batch, stamp_batches, validate_record_set
+
+
+def _batches(n, size=200, ts0=1000):
+    raw = b"".join(build_batch([(ts0 + i, b"k", b"v" * size)]) for i in range(n))
+    buf = bytearray(raw)
+    hs = validate_record_set(buf)
+    stamp_batches(buf, hs, 50, 3)
+    return buf, hs
+
+
+def test_entries_every_interval_like_kafka(tmp_path):
+    buf, hs = _batches(10)
+    oi = OffsetIndex(tmp_path / "a.index", 50, 4096)
+    ti = TimeIndex(tmp_path / "a.timeindex", 50, 4096)
+    ix = SegmentIndexer(oi, ti, 500)
+    assert ix.add(hs, 0) == 10
+    # An entry goes before the first batch that follows more than 500 bytes since the last.
+    expected, since = [], 0
+    for h in hs:
+        if since > 500:
+            expected.append((h.last_offset, h.position))
+            since = 0
+        since += h.size
+    assert [oi.entry(i) for i in range(oi.entries)] == expected
+    assert ti.entries == oi.entries
+    assert (ix.max_timestamp, ix.offset_of_max_timestamp) == (1009, 59)
+    assert ix.bytes_since == since
+
+
+def test_offset_checks_stop_at_the_first_out_of_order_batch(tmp_path):
+    buf, hs = _batches(6)
+    stamp_batches(buf, hs[3:4], 40, 3)  # batch 3 goes back in offsets
+    ix = SegmentIndexer(OffsetIndex(tmp_path / "a.index", 50, 4096),
+                        TimeIndex(tmp_path / "a.timeindex", 50, 4096), 100,
+                        prev_last_offset=49)
+    epochs = []
+    assert ix.add(hs, 0, True, epochs) == 3
+    assert ix.prev_last_offset == 52 and epochs == [(3, 50)]
+
+
+def test_summarize_batches():
+    buf, hs = _batches(4)
+    count, max_ts, off_max, epochs, bad, reason = summarize_batches(hs, 10_000, 50, True, -1)
+    assert (count, max_ts, off_max, epochs, bad, reason) == (4, 1003, 53, [(3, 50)], -1, None)
+    assert summarize_batches(hs, 100, 50, False, 3)[4:] == (0, "too_large")
+    assert summarize_batches(hs, 10_000, 52, True, 3)[4:] == (0, "order")
+    assert summarize_batches(hs, 10_000, 50, True, 3)[3] == []
