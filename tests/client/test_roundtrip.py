@@ -166,3 +166,35 @@ def test_acks_zero_and_send_batch(bootstrap, topic_name, arun):
         assert [r.timestamp for r in got[50:]] == [1000 + i for i in range(50)]
 
     arun(go())
+
+
+@pytest.mark.parametrize("reset", ["earliest", "latest", "none"])
+def test_offset_out_of_range_follows_auto_offset_reset(bootstrap, topic_name, arun, reset):
+    from fastlog.client import errors
+
+    async def go():
+        await _create(bootstrap, topic_name)
+        async with Producer(bootstrap) as p:
+            for i in range(10):
+                await p.send(topic_name, b"%d" % i)
+        tp = TopicPartition(topic_name, 0)
+        async with Consumer(bootstrap, auto_offset_reset=reset, fetch_max_wait_ms=100) as c:
+            c.assign([tp])
+            c.seek(tp, 1000)
+            if reset == "none":
+                with pytest.raises(errors.KafkaError) as exc:
+                    for _ in range(20):
+                        await c.getmany(200)
+                assert exc.value.code == errors.OFFSET_OUT_OF_RANGE
+                return
+            got = []
+            for _ in range(10):
+                got += (await c.getmany(200)).get(tp, [])
+                if reset == "earliest" and len(got) >= 10:
+                    break
+            if reset == "earliest":
+                assert [r.offset for r in got] == list(range(10))
+            else:
+                assert got == [] and await c.position(tp) == 10
+
+    arun(go())
