@@ -60,6 +60,9 @@ from cpython.buffer cimport (
 )
 from cpython.bytearray cimport PyByteArray_AS_STRING
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.contextvars cimport PyContext_CopyCurrent, PyContext_Enter, PyContext_Exit
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_XDECREF
 from libc.errno cimport EAGAIN, EINTR, errno  # EWOULDBLOCK == EAGAIN on Linux
 from libc.stdint cimport int32_t
 from libc.stdlib cimport free, malloc
@@ -73,7 +76,6 @@ from fastlog._codec cimport FileRegion, fl_be32, fl_put_be32
 import asyncio
 import logging
 from collections import deque
-from contextvars import copy_context as _copy_context
 import os
 import socket
 import threading
@@ -82,6 +84,10 @@ try:
     import uvloop as _uvloop
 except ImportError:  # pragma: no cover - uvloop is a runtime dependency
     _uvloop = None
+
+cdef extern from "Python.h":
+    # 0: the coroutine returned (*out = its value); 1: it yielded (*out = what); -1 raises
+    int PyIter_Send(object iterator, object arg, PyObject **out) except -1
 
 cdef extern from "<sys/socket.h>" nogil:
     ssize_t recv(int fd, void *buf, size_t n, int flags)
@@ -836,21 +842,28 @@ cdef class SocketServer:
     # ---- handler side (API loop) ---------------------------------------------------
 
     cdef void _run_handler(self, Connection conn, object frame):
-        cdef object yielded
+        cdef PyObject *out = NULL
+        cdef bint finished
         try:
             coro = self.handler(conn, frame)
             if not self.eager:
                 task = self.loop.create_task(coro)
             else:
                 # A context of its own, as a Task would give it: context variables a
-                # handler sets do not leak into the next request.
-                ctx = _copy_context()
+                # handler sets do not leak into the next request. PyIter_Send returns
+                # the result of a finished coroutine without raising StopIteration.
+                ctx = PyContext_CopyCurrent()
+                PyContext_Enter(ctx)
                 try:
-                    yielded = ctx.run(coro.send, None)
-                except StopIteration as stop:
-                    self._handler_done(conn, frame, stop.value, None)
+                    finished = PyIter_Send(coro, None, &out) == 0
+                finally:
+                    PyContext_Exit(ctx)
+                value = <object>out
+                Py_XDECREF(out)
+                if finished:
+                    self._handler_done(conn, frame, value, None)
                     return
-                task = self.loop.create_task(_Resumed(coro, yielded), context=ctx)
+                task = self.loop.create_task(_Resumed(coro, value), context=ctx)
         except BaseException as exc:
             self._handler_done(conn, frame, None, exc)
             return
