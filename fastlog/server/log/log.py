@@ -175,6 +175,10 @@ class Log:
         for seg in segments:
             seg.init_bytes_since_last_index_entry()
             seg.release_read_map()
+        for seg in segments[:-1]:
+            # Rebuilt indexes come back at full size: trim them and record the final time
+            # entry, as a roll would have (a no-op for indexes loaded intact).
+            seg.on_become_inactive_segment()
         active = segments[-1]
         active.resize_indexes(self.config.segment_index_bytes)
         self._publish(segments)

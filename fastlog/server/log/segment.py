@@ -404,7 +404,10 @@ class LogSegment:
     def on_become_inactive_segment(self) -> None:
         """The segment stops being active: record its final time entry, trim indexes."""
         self._load_max_timestamp()
-        if self._indexer.max_timestamp > NO_TIMESTAMP:
+        ti = self.time_index
+        if self._indexer.max_timestamp > max(NO_TIMESTAMP, ti.last_entry[0]):
+            if ti.entries >= ti.max_entries:  # a trimmed index: make room for one entry
+                ti.resize((ti.entries + 1) * ti.entry_size)
             self.time_index.maybe_append(self._indexer.max_timestamp,
                                          self._indexer.offset_of_max_timestamp,
                                          skip_full_check=True)
