@@ -108,3 +108,31 @@ def test_two_members_share_then_one_takes_over(bootstrap, topic_name, arun):
             {0: 100, 1: 100, 2: 100, 3: 100}
 
     arun(go(), timeout=90)
+
+
+def test_admin_lists_and_describes_an_active_group(bootstrap, topic_name, arun):
+    group = topic_name + "-g"
+
+    async def go():
+        async with Admin(bootstrap) as admin:
+            await admin.create_topic(topic_name, 2, 1)
+            c = Consumer(bootstrap, client_id="describe-me")
+            try:
+                await c.subscribe([topic_name], group, auto_commit_interval_ms=None)
+                assert (group, "consumer") in await admin.list_groups()
+                (desc,) = await admin.describe_groups([group])
+                assert desc.state == "Stable" and desc.protocol_type == "consumer"
+                assert desc.protocol in ("range", "roundrobin")
+                (member,) = desc.members
+                assert member.client_id == "describe-me"
+                assert sorted(decode_assignment(member.assignment),
+                              key=lambda tp: tp.partition) == \
+                    [TopicPartition(topic_name, 0), TopicPartition(topic_name, 1)]
+                await c.commit({TopicPartition(topic_name, 1): 0})
+            finally:
+                await c.close()
+            assert await admin.fetch_offsets(group) == {TopicPartition(topic_name, 1): (0, "")}
+            (desc,) = await admin.describe_groups([group])
+            assert desc.members == [] and desc.state == "Empty"
+
+    arun(go(), timeout=60)
