@@ -70,7 +70,9 @@ class Consumer:
         self._paused: set[TopicPartition] = set()
         self._high_watermark: dict[TopicPartition, int] = {}
         self._buffer: collections.deque = collections.deque()
-        self._errors: collections.deque = collections.deque()
+        # Errors for the caller, raised by the next getmany(); bounded so a partition that
+        # keeps failing while nobody polls cannot grow it without limit.
+        self._errors: collections.deque = collections.deque(maxlen=16)
         self._data = asyncio.Event()
         self._room = asyncio.Event()
         self._kick = asyncio.Event()
@@ -384,7 +386,11 @@ class Consumer:
 
     async def _fetch_from(self, node: int, tps: list[TopicPartition]) -> None:
         conn = await self.cluster.connection(node)
-        asked = {tp: (self._fetch_pos[tp], self._epoch[tp]) for tp in tps}
+        # A seek or reassignment while connecting may have dropped some positions.
+        asked = {tp: (self._fetch_pos[tp], self._epoch[tp]) for tp in tps
+                 if tp in self._fetch_pos}
+        if not asked:
+            return
         topics = collections.defaultdict(list)
         for tp, (offset, _epoch) in asked.items():
             topics[tp.topic].append({
