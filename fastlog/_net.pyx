@@ -283,6 +283,9 @@ cdef class Connection:
                     # a half-closed peer), then close.
                     self.eof = True
                     self._stop_reading()
+                elif self.rend > self.rstart:
+                    self._close(f"peer closed the connection in the middle of a request "
+                                f"({self.rend - self.rstart} bytes of it received)")
                 else:
                     self._close("peer closed the connection", True)
             else:

@@ -365,7 +365,7 @@ def test_absurd_size_allocates_nothing():
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_claimed_but_unsent_frame_grows_with_received_bytes_only(mode):
+def test_claimed_but_unsent_frame_grows_with_received_bytes_only(mode, caplog):
     """A legal but huge claimed size, then a trickle of bytes and EOF: closes, stays up."""
     async def main():
         server = await start(Echo(), max_request_size=100 * 1024 * 1024, **mode)
@@ -376,7 +376,9 @@ def test_claimed_but_unsent_frame_grows_with_received_bytes_only(mode):
         assert await closed_by_server(r)
         await still_serves(server)
         await server.stop()
-    run(main())
+    with caplog.at_level(logging.INFO, logger="fastlog.net"):
+        run(main())
+    assert "in the middle of a request (50005 bytes of it received)" in caplog.text
 
 
 @pytest.mark.parametrize("mode", MODES)
