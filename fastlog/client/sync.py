@@ -112,7 +112,18 @@ class SyncProducer(_SyncWrapper):
             handle = await self._obj.send(topic, value, key, **kwargs)
             return asyncio.ensure_future(_await(handle))
 
-        task = self._runner.run(queue())
+        return self._bridge(self._runner.run(queue()))
+
+    def send_batch(self, topic, partition, records) -> concurrent.futures.Future:
+        """Future of the base offset of one batch built from prepared records."""
+        async def queue():
+            return asyncio.ensure_future(
+                _await(await self._obj.send_batch(topic, partition, records)))
+
+        return self._bridge(self._runner.run(queue()))
+
+    def _bridge(self, task) -> concurrent.futures.Future:
+        """A thread-safe future completed when the loop-side task completes."""
         out: concurrent.futures.Future = concurrent.futures.Future()
 
         def done(t):

@@ -15,6 +15,8 @@ def test_sync_round_trip(bootstrap, topic_name):
         meta = [f.result(10) for f in futures]
         assert sorted(m.offset for m in meta if m.partition == 0) == list(range(10))
         assert producer.send_and_wait(topic_name, b"last", partition=1).offset == 10
+        base = producer.send_batch(topic_name, 1, [(5, None, b"bulk", [])] * 3).result(10)
+        assert base == 11
     with SyncConsumer(bootstrap) as consumer:
         consumer.assign([TopicPartition(topic_name, 0), TopicPartition(topic_name, 1)])
         consumer.seek_to_beginning()
@@ -22,10 +24,10 @@ def test_sync_round_trip(bootstrap, topic_name):
         for _ in range(50):
             for tp, records in consumer.poll(200).items():
                 got.setdefault(tp.partition, []).extend(r.value for r in records)
-            if sum(map(len, got.values())) >= 21:
+            if sum(map(len, got.values())) >= 24:
                 break
         assert got[0] == [b"v%d" % i for i in range(0, 20, 2)]
-        assert got[1] == [b"v%d" % i for i in range(1, 20, 2)] + [b"last"]
+        assert got[1] == [b"v%d" % i for i in range(1, 20, 2)] + [b"last"] + [b"bulk"] * 3
 
 
 def test_sync_producer_usable_from_several_threads(bootstrap, topic_name):
