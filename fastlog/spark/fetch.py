@@ -2,11 +2,11 @@
 #
 # Owns the path from broker to Spark on an executor: Fetch requests for one topic
 # partition over [start, end) through fastlog.client's connection (the next Fetch is on
-# the wire while the previous answer is decoded), decoding each answer's record batches
-# with the compiled ColumnBuilder (fastlog/spark/_arrow.pyx) and wrapping its buffers as
-# pyarrow arrays without copying; data-loss detection (records deleted by retention or
+# the wire, on a private loop thread, while the previous answer is decoded and Spark
+# consumes), decoding each answer's record batches with the compiled ColumnBuilder
+# (fastlog/spark/_arrow.pyx) and wrapping its buffers as pyarrow arrays without copying; data-loss detection (records deleted by retention or
 # DeleteRecords before they were read). Runs inside one Spark task (a Python worker),
-# single-threaded, with a private event loop; no state outlives the task.
+# with one private event-loop thread for the network; no state outlives the task.
 
 from __future__ import annotations
 
@@ -46,27 +46,30 @@ def report_data_loss(what: str, fail: bool) -> None:
 
 
 class RangeFetcher:
-    """Fetches one partition's records from its leader, one request ahead."""
+    """Fetches one partition's records from its leader on a private event-loop thread.
+
+    fetch_async(offset) returns a concurrent Future, so the next Fetch travels and its
+    answer is read off the socket while the task decodes the previous one and Spark
+    consumes the Arrow batches already yielded.
+    """
 
     def __init__(self, bootstrap: str, tp: TopicPartition, timeout_ms: int):
+        from fastlog.client.sync import _LoopThread
+
         self.tp = tp
         self.timeout = timeout_ms / 1000.0
-        self.loop = asyncio.new_event_loop()
+        self._runner = _LoopThread("fastlog-spark-fetch")
         self.cluster = Cluster(bootstrap, client_id="fastlog-spark-executor",
                                request_timeout_ms=min(timeout_ms, 30000))
         self._conn = None
-        self._ahead = None  # (offset, future) of the request already sent
 
-    def run(self, coro):
-        return self.loop.run_until_complete(coro)
+    def reset_connection(self) -> None:
+        self._conn = None
 
-    async def _connection(self):
+    async def _fetch(self, offset: int):
         if self._conn is None or not self._conn.connected:
             self._conn = await self.cluster.leader_connection(self.tp, refresh=True)
-        return self._conn
-
-    async def _submit(self, offset: int):
-        conn = await self._connection()
+        conn = self._conn
         request = {
             "replica_id": -1, "max_wait_ms": 200, "min_bytes": 1,
             "max_bytes": FETCH_MAX_BYTES, "isolation_level": 0, "session_id": 0,
@@ -76,17 +79,8 @@ class RangeFetcher:
                 "fetch_offset": offset, "log_start_offset": -1,
                 "partition_max_bytes": FETCH_MAX_BYTES}]}],
         }
-        fut = conn.submit(ApiKey.FETCH, request)
-        await conn.drain()
-        return conn, fut
-
-    async def _fetch(self, offset: int):
-        if self._ahead is not None and self._ahead[0] == offset:
-            conn, fut = self._ahead[1]
-        else:
-            conn, fut = await self._submit(offset)
-        self._ahead = None
-        resp = await conn.wait(fut, self.cluster.request_timeout_ms / 1000.0 + 1.0)
+        resp = await conn.request(ApiKey.FETCH, request,
+                                  timeout=self.cluster.request_timeout_ms / 1000.0 + 1.0)
         errors.raise_for(getattr(resp, "error_code", 0), f"fetch {self.tp}")
         for t in resp.responses:
             for p in t.partitions:
@@ -94,29 +88,26 @@ class RangeFetcher:
                     return p
         raise errors.ProtocolMismatch(f"fetch answer without {self.tp}")
 
-    def fetch(self, offset: int):
-        """The partition answer (records, error_code, high_watermark, log_start_offset)."""
-        return self.run(self._fetch(offset))
+    def fetch_async(self, offset: int):
+        """A concurrent.futures.Future of the partition's Fetch answer at offset."""
+        return asyncio.run_coroutine_threadsafe(self._fetch(offset), self._runner.loop)
 
-    def send_ahead(self, offset: int) -> None:
-        """Put the Fetch for offset on the wire now; fetch(offset) will collect it."""
-        try:
-            self._ahead = (offset, self.run(self._submit(offset)))
-        except errors.FastlogError:
-            self._ahead = None  # fetch() retries it the ordinary way
+    def fetch(self, offset: int):
+        return self.fetch_async(offset).result(self.timeout)
 
     def earliest(self) -> int:
         async def ask():
-            admin = Admin(cluster=self.cluster)
-            got = await admin.list_offsets({self.tp: EARLIEST})
+            got = await Admin(cluster=self.cluster).list_offsets({self.tp: EARLIEST})
             return got[self.tp].offset
-        return self.run(ask())
+        return asyncio.run_coroutine_threadsafe(ask(), self._runner.loop).result(self.timeout)
 
     def close(self) -> None:
         try:
-            self.run(self.cluster.close())
-        finally:
-            self.loop.close()
+            asyncio.run_coroutine_threadsafe(self.cluster.close(),
+                                             self._runner.loop).result(10)
+        except Exception:  # noqa: BLE001 - closing anyway
+            pass
+        self._runner.stop()
 
 
 def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int, *,
@@ -131,19 +122,24 @@ def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int,
     offset = start
     attempt = 0
     stalled_since = None
+    pending = fetcher.fetch_async(offset) if offset < end else None
     try:
         while offset < end:
+            if pending is None:
+                pending = fetcher.fetch_async(offset)
             try:
-                p = fetcher.fetch(offset)
+                p = pending.result(timeout_ms / 1000.0)
             except (errors.BrokerUnavailable, errors.ClientTimeout, errors.KafkaError) as exc:
+                pending = None
                 if isinstance(exc, errors.KafkaError) and not exc.retriable:
                     raise
                 attempt += 1
                 if attempt > 10:
                     raise
                 time.sleep(fetcher.cluster.backoff(attempt))
-                fetcher._conn = None
+                fetcher.reset_connection()
                 continue
+            pending = None
             attempt = 0
             code = p.error_code
             log_start = getattr(p, "log_start_offset", -1)
@@ -161,7 +157,7 @@ def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int,
                 if not exc.retriable:
                     raise exc
                 time.sleep(fetcher.cluster.backoff(1))
-                fetcher._conn = None
+                fetcher.reset_connection()
                 continue
             records = p.records
             if records is not None and len(records):
@@ -169,8 +165,11 @@ def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int,
                 if scan.batches:
                     ahead = scan.batches[-1].next_offset
                     if offset < ahead < end:
-                        fetcher.send_ahead(ahead)
+                        pending = fetcher.fetch_async(ahead)  # travels while we decode
                 nxt = builder.add(records, offset, end)
+                if pending is not None and nxt != ahead:
+                    pending.cancel()
+                    pending = None
             else:
                 nxt = offset
             if nxt > offset:
@@ -192,6 +191,8 @@ def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int,
         if builder.rows:
             yield to_record_batch(builder.finish(), topic, partition, arrow_schema)
     finally:
+        if pending is not None:
+            pending.cancel()
         fetcher.close()
 
 

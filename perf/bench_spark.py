@@ -1,0 +1,210 @@
+"""Spark source throughput: rows/s delivered into Spark micro-batches by format "fastlog".
+
+    .venv/bin/python perf/bench_spark.py [--records 1000000] [--value-bytes 100] [--runs 2]
+
+A real fastlog-server is started on a free port and a 2-partition topic is pre-filled
+with --records records (8-byte key, --value-bytes value, uncompressed). Then, in one
+local[2] SparkSession, two streaming queries run alternately into the `noop` sink with
+trigger(availableNow=True), each taking everything in one micro-batch:
+
+1. fastlog: spark.readStream.format("fastlog") over the topic (executors fetch from the
+   broker and decode record batches into Arrow in compiled code);
+2. memory (the anchor): a trivial Python data source yielding rows of the same shape
+   (same columns, same key/value sizes, 2 partitions) as ready-made Arrow batches from
+   memory -- the ceiling of the Python Data Source path.
+
+rows/s of a run = input rows / the micro-batches' triggerExecution time (from Spark's
+query progress); each source is warmed up once (worker start) and then its best of
+--runs is kept. The last line printed is a JSON object with rows_per_s (fastlog) and
+vs_memory_source (fastlog / memory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition  # noqa: E402
+
+from fastlog.spark.source import kafka_schema  # noqa: E402
+
+BATCH_ROWS = 65536
+
+
+class MemoryPartition(InputPartition):
+    def __init__(self, partition: int, start: int, end: int, value_bytes: int):
+        super().__init__((partition, start, end))
+        self.partition, self.start, self.end, self.value_bytes = (partition, start, end,
+                                                                  value_bytes)
+
+
+class MemoryStreamReader(DataSourceStreamReader):
+    """Offsets {"mem": {"0": n, "1": n}} jump from 0 to the record count in one batch."""
+
+    def __init__(self, schema, options):
+        self.schema = schema
+        self.records = int(options.get("records", "1000000"))
+        self.value_bytes = int(options.get("valuebytes", "100"))
+
+    def initialOffset(self):
+        return {"mem": {"0": 0, "1": 0}}
+
+    def latestOffset(self, start=None, limit=None):
+        half = self.records // 2
+        return {"mem": {"0": half, "1": self.records - half}}
+
+    def partitions(self, start, end):
+        return [MemoryPartition(int(p), start["mem"][p], end["mem"][p], self.value_bytes)
+                for p in ("0", "1") if end["mem"][p] > start["mem"][p]]
+
+    def read(self, part):
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        schema = to_arrow_schema(self.schema, timezone="UTC")
+        vb = part.value_bytes
+        # Built once per task, then sliced: the cost left is Spark's own.
+        n = BATCH_ROWS
+        key_offsets = pa.py_buffer(b"".join(i.to_bytes(4, "little") for i in range(0, 8 * n + 1, 8)))
+        val_offsets = pa.py_buffer(b"".join(i.to_bytes(4, "little")
+                                            for i in range(0, vb * n + 1, vb)))
+        keys = pa.Array.from_buffers(pa.binary(), n, [None, key_offsets,
+                                                      pa.py_buffer(b"k" * (8 * n))])
+        values = pa.Array.from_buffers(pa.binary(), n, [None, val_offsets,
+                                                        pa.py_buffer(b"v" * (vb * n))])
+        topic = pa.repeat(pa.scalar("mem", pa.string()), n)
+        partition = pa.repeat(pa.scalar(part.partition, pa.int32()), n)
+        ts = pa.repeat(pa.scalar(1_700_000_000_000_000, schema.field("timestamp").type), n)
+        ts_type = pa.repeat(pa.scalar(0, pa.int32()), n)
+        pos = part.start
+        while pos < part.end:
+            m = min(n, part.end - pos)
+            offsets = pa.array(range(pos, pos + m), pa.int64())
+            yield pa.RecordBatch.from_arrays(
+                [keys.slice(0, m), values.slice(0, m), topic.slice(0, m),
+                 partition.slice(0, m), offsets, ts.slice(0, m), ts_type.slice(0, m)],
+                schema=schema)
+            pos += m
+
+
+class MemorySource(DataSource):
+    @classmethod
+    def name(cls):
+        return "fastlog_bench_memory"
+
+    def schema(self):
+        return kafka_schema(False)
+
+    def streamReader(self, schema):
+        return MemoryStreamReader(schema, self.options)
+
+
+def prefill(bootstrap: str, topic: str, records: int, value_bytes: int) -> None:
+    import asyncio
+
+    from fastlog.client import Admin, Producer
+
+    async def fill():
+        async with Admin(bootstrap) as admin:
+            await admin.create_topic(topic, 2, 1)
+        value = b"v" * value_bytes
+        per_batch = max(1, (512 << 10) // (value_bytes + 20))
+        async with Producer(bootstrap, linger_ms=0) as producer:
+            futures = []
+            now = int(time.time() * 1000)
+            for p in (0, 1):
+                todo = records // 2 if p == 0 else records - records // 2
+                while todo:
+                    n = min(per_batch, todo)
+                    recs = [(now, b"%08d" % i, value, ()) for i in range(n)]
+                    futures.append(await producer.send_batch(topic, p, recs))
+                    todo -= n
+            await producer.flush()
+            for f in futures:
+                await f
+
+    asyncio.run(fill())
+
+
+def run_query(spark, fmt: str, options: dict) -> tuple[int, float]:
+    """(input rows, seconds of triggerExecution) of one availableNow query into noop."""
+    reader = spark.readStream.format(fmt)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    q = reader.load().writeStream.format("noop").trigger(availableNow=True).start()
+    q.awaitTermination()
+    if q.exception() is not None:
+        raise RuntimeError(f"{fmt} query failed: {q.exception()}")
+    rows = sum(p["numInputRows"] for p in q.recentProgress)
+    ms = sum(p["durationMs"].get("triggerExecution", 0) for p in q.recentProgress
+             if p["numInputRows"])
+    parts = {}
+    for p in q.recentProgress:
+        if p["numInputRows"]:
+            for k, v in p["durationMs"].items():
+                parts[k] = parts.get(k, 0) + v
+    print(f"    {fmt}: durationMs {parts}", flush=True)
+    return rows, ms / 1000.0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--value-bytes", type=int, default=100)
+    ap.add_argument("--runs", type=int, default=2)
+    args = ap.parse_args()
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    from fastlog.spark import register
+    from tests.broker_fixture import BrokerProcess
+
+    with tempfile.TemporaryDirectory() as tmp, BrokerProcess(Path(tmp) / "data") as broker:
+        t0 = time.perf_counter()
+        prefill(broker.bootstrap, "bench", args.records, args.value_bytes)
+        print(f"prefilled {args.records} records in {time.perf_counter() - t0:.1f} s",
+              flush=True)
+        spark = (SparkSession.builder.master("local[2]").appName("bench_spark")
+                 .config("spark.ui.enabled", "false")
+                 .config("spark.ui.showConsoleProgress", "false")
+                 .config("spark.python.authenticate.socketTimeout", "120s")
+                 .config("spark.driver.memory", "2g").getOrCreate())
+        spark.sparkContext.setLogLevel("ERROR")
+        register(spark)
+        spark.dataSource.register(MemorySource)
+        sources = {
+            "fastlog": ("fastlog", {"kafka.bootstrap.servers": broker.bootstrap,
+                                    "subscribe": "bench", "startingOffsets": "earliest"}),
+            "memory": ("fastlog_bench_memory", {"records": str(args.records),
+                                                "valueBytes": str(args.value_bytes)}),
+        }
+        best: dict[str, float] = {}
+        for run in range(args.runs + 1):
+            for name, (fmt, options) in sources.items():
+                rows, secs = run_query(spark, fmt, options)
+                if rows != args.records:
+                    raise RuntimeError(f"{name} delivered {rows} rows, expected {args.records}")
+                rate = rows / secs if secs else 0.0
+                label = "warm-up" if run == 0 else f"run {run}"
+                print(f"{name:8s} {label:8s} {rows} rows in {secs:.2f} s: "
+                      f"{rate / 1e6:.2f} M rows/s", flush=True)
+                if run > 0:
+                    best[name] = max(best.get(name, 0.0), rate)
+        spark.stop()
+    print(json.dumps({"rows_per_s": round(best["fastlog"]),
+                      "memory_rows_per_s": round(best["memory"]),
+                      "vs_memory_source": round(best["fastlog"] / best["memory"], 3),
+                      "records": args.records, "value_bytes": args.value_bytes}))
+
+
+if __name__ == "__main__":
+    main()
