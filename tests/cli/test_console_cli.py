@@ -92,3 +92,27 @@ def test_consume_with_group_resumes_from_committed_offsets(fastlog, bootstrap, t
                 "--group", group, "--from-beginning", "--timeout-ms", 1500)
     assert r.returncode == 0, r.stderr
     assert r.stdout == ""
+
+
+def test_interrupted_consume_exits_quietly(bootstrap, topic_name, fastlog):
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    _create(fastlog, bootstrap, topic_name)
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).with_name("fastlog")), "consume", "--bootstrap-server", bootstrap, "--topic", topic_name],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        time.sleep(1.5)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(10) == 130
+        assert b"Traceback" not in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+        proc.stderr.close()
