@@ -710,6 +710,8 @@ cdef class Processor:
         cdef Connection conn
         batch = self.to_api
         self.to_api = []
+        if self.server.stopping:
+            return   # stop() no longer waits for new requests; their connections close
         for conn, frame in batch:
             if conn.api_running:
                 conn.api_queue.append(frame)
