@@ -331,7 +331,18 @@ class Producer:
             batch.data = build_batch(batch.records, self.compression, self.producer_id,
                                      self.producer_epoch, batch.base_sequence)
         except Exception as exc:  # noqa: BLE001 - e.g. a codec library missing: fail these records
-            self._fail_batch(batch, errors.FastlogError(f"cannot build a record batch: {exc}"))
+            batch.data = None
+            failure = errors.FastlogError(f"cannot build a record batch: {exc}")
+        else:
+            failure = None
+            if len(batch.data) > self.max_request_size:
+                failure = errors.FastlogError(
+                    f"a record batch for {batch.tp} is {len(batch.data)} bytes, more than "
+                    f"max_request_size ({self.max_request_size})")
+        if failure is not None:
+            if self.idempotent:  # this was the newest batch: give its sequence numbers back
+                state.next_sequence = batch.base_sequence
+            self._fail_batch(batch, failure)
             return
         batch.first_timestamp = batch.records[0][0]
         self._buffered -= batch.size

@@ -198,3 +198,26 @@ def test_offset_out_of_range_follows_auto_offset_reset(bootstrap, topic_name, ar
                 assert got == [] and await c.position(tp) == 10
 
     arun(go())
+
+
+def test_oversized_record_fails_alone_and_idempotent_sequence_continues(bootstrap, topic_name,
+                                                                       arun):
+    from fastlog.client import errors
+
+    async def go():
+        await _create(bootstrap, topic_name)
+        async with Producer(bootstrap, enable_idempotence=True, acks="all",
+                            max_request_size=100_000, linger_ms=0) as p:
+            first = await p.send(topic_name, b"before", partition=0)
+            big = await p.send(topic_name, b"x" * 200_000, partition=0)
+            after = await p.send(topic_name, b"after", partition=0)
+            await p.flush()
+            assert (await first).offset == 0
+            with pytest.raises(errors.FastlogError) as exc:
+                await big
+            assert "max_request_size" in str(exc.value)
+            assert (await after).offset == 1
+        got = (await _read_all(bootstrap, topic_name, 2))[0]
+        assert [r.value for r in got] == [b"before", b"after"]
+
+    arun(go())
