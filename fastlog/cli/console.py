@@ -180,6 +180,10 @@ def add_consume_parser(subparsers) -> None:
     p.add_argument("--print-timestamp", action="store_true", help="print the timestamp")
     p.add_argument("--key-separator", default="\\t", metavar="SEP",
                    help="between printed fields (default: TAB)")
+    p.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
+                   help="kafka-console-consumer style: print.key, print.offset, "
+                        "print.partition, print.timestamp, print.headers (true|false), "
+                        "key.separator; repeatable")
     p.add_argument("--format", default=None, metavar="TEMPLATE|json",
                    help="output template, e.g. '%%k:%%v\\n' (%%k key, %%v value, %%o offset, "
                         "%%p partition, %%t topic, %%T timestamp, %%h headers), or 'json'")
@@ -191,7 +195,26 @@ def add_consume_parser(subparsers) -> None:
     p.set_defaults(run=run_consume)
 
 
+_CONSUME_PROPERTIES = {"print.key", "print.offset", "print.partition", "print.timestamp",
+                       "print.headers", "key.separator"}
+
+
+def _apply_consume_properties(args) -> None:
+    for text in args.property:
+        key, value = parse_key_value(text, "--property")
+        if key not in _CONSUME_PROPERTIES:
+            raise CliError(f"unknown --property {key!r} (known: "
+                           f"{', '.join(sorted(_CONSUME_PROPERTIES))})")
+        if key == "key.separator":
+            args.key_separator = value
+            continue
+        if value.lower() not in ("true", "false"):
+            raise CliError(f"bad {key} value '{value}': expected true or false")
+        setattr(args, key.replace(".", "_"), value.lower() == "true")
+
+
 def run_consume(args) -> int:
+    _apply_consume_properties(args)
     start = args.offset
     if args.from_beginning:
         if start not in (None, "earliest"):

@@ -116,3 +116,14 @@ def test_interrupted_consume_exits_quietly(bootstrap, topic_name, fastlog):
             proc.kill()
             proc.wait(5)
         proc.stderr.close()
+
+
+def test_consume_accepts_kafka_style_print_properties(fastlog, bootstrap, topic_name):
+    _create(fastlog, bootstrap, topic_name)
+    fastlog("produce", "--bootstrap-server", bootstrap, "--topic", topic_name,
+            "--property", "parse.key=true", "--property", "key.separator=:", input=b"a:b\n")
+    r = fastlog("consume", "--bootstrap-server", bootstrap, "--topic", topic_name,
+                "--from-beginning", "--max-messages", 1, "--property", "print.key=true",
+                "--property", "print.partition=true", "--property", "key.separator=|")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "Partition:0|a|b\n"
