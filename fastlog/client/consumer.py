@@ -447,6 +447,10 @@ class Consumer:
 
     def _retry_or_report(self, exc: errors.FastlogError) -> None:
         retriable = not isinstance(exc, errors.KafkaError) or exc.retriable
+        if retriable:
+            # The leader may have moved (or the broker restarted elsewhere): look again.
+            for tp in self._assigned:
+                self.cluster.topics.pop(tp.topic, None)
         if not retriable or isinstance(exc, errors.UnknownTopic):
             self._report(exc)
 
