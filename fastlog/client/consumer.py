@@ -446,7 +446,10 @@ class Consumer:
         self._report(exc)
 
     def _retry_or_report(self, exc: errors.FastlogError) -> None:
-        retriable = not isinstance(exc, errors.KafkaError) or exc.retriable
+        if isinstance(exc, errors.KafkaError):
+            retriable = exc.retriable
+        else:
+            retriable = isinstance(exc, errors.BrokerUnavailable | errors.ClientTimeout)
         if retriable:
             # The leader may have moved (or the broker restarted elsewhere): look again.
             for tp in self._assigned:
