@@ -291,7 +291,7 @@ cdef class Connection:
             else:
                 if errno == EAGAIN or errno == EINTR:
                     return
-                self._close(f"read failed: {os.strerror(errno)}", True)
+                self._close(f"read failed: {os.strerror(errno)}")
         except BaseException as exc:
             log.exception("connection %s %s: read path failed", self.id, self.peer)
             self._close(f"read path failed: {exc!r}")
@@ -433,7 +433,7 @@ cdef class Connection:
         try:
             done = self._flush()
         except OSError as exc:
-            self._close(f"write failed: {exc.strerror or exc}", True)
+            self._close(f"write failed: {exc.strerror or exc}")
             return
         except ValueError as exc:   # a file region that the file no longer covers
             log.warning("connection %s %s: closing: %s", self.id, self.peer, exc)

@@ -382,7 +382,7 @@ def test_claimed_but_unsent_frame_grows_with_received_bytes_only(mode, caplog):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_reset_mid_response_leaves_server_up(mode):
+def test_reset_mid_response_leaves_server_up(mode, caplog):
     async def main():
         echo = Echo()
         server = await start(echo, max_request_size=1024, **mode)
@@ -400,7 +400,10 @@ def test_reset_mid_response_leaves_server_up(mode):
             await asyncio.sleep(0.1)
             await still_serves(server)
         await server.stop()
-    run(main())
+    with caplog.at_level(logging.INFO, logger="fastlog.net"):
+        run(main())
+    # the reset shows on whichever side of the socket the server touched first
+    assert ("closed: read failed" in caplog.text) or ("closed: write failed" in caplog.text)
 
 
 @pytest.mark.parametrize("mode", MODES)
