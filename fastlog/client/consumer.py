@@ -327,7 +327,7 @@ class Consumer:
                     try:
                         await self._reset_positions(missing)
                     except errors.FastlogError as exc:
-                        self._report(exc)
+                        self._retry_or_report(exc)
                         await asyncio.sleep(self.cluster.backoff(attempt))
                         attempt += 1
                         continue
@@ -338,7 +338,7 @@ class Consumer:
                 try:
                     plan = await self._plan(in_flight)
                 except errors.FastlogError as exc:
-                    self._report(exc)
+                    self._retry_or_report(exc)
                     await asyncio.sleep(self.cluster.backoff(attempt))
                     attempt += 1
                     continue
