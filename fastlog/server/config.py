@@ -200,11 +200,17 @@ _KEYS: list[ConfigKey] = [
     ConfigKey("transaction.state.log.num.partitions", "int", 50, inert=True),
     ConfigKey("transaction.state.log.replication.factor", "short", 3, inert=True),
     ConfigKey("transaction.state.log.min.isr", "int", 2, inert=True),
-    # replication (cluster mode, later)
-    ConfigKey("replica.lag.time.max.ms", "long", 30000),
-    ConfigKey("replica.fetch.max.bytes", "int", 1048576),
-    ConfigKey("replica.fetch.wait.max.ms", "int", 500),
-    ConfigKey("num.replica.fetchers", "int", 1),
+    # replication (cluster mode; fastlog/server/replica_manager.py, replica_fetcher.py)
+    ConfigKey("replica.lag.time.max.ms", "long", 30000, "A follower not caught up for this long leaves the ISR.", _at_least(1)),
+    ConfigKey("replica.fetch.max.bytes", "int", 1048576, "Bytes a follower asks for per partition.", _at_least(1)),
+    ConfigKey("replica.fetch.wait.max.ms", "int", 500, "Longest a follower fetch waits at the leader.", _at_least(0)),
+    ConfigKey("replica.fetch.min.bytes", "int", 1, "Bytes a follower fetch waits for.", _at_least(1)),
+    ConfigKey("replica.fetch.backoff.ms", "int", 1000, "Follower pause after a fetch error.", _at_least(0)),
+    ConfigKey("replica.socket.timeout.ms", "int", 30000, "Follower request timeout.", _at_least(1)),
+    ConfigKey("replica.high.watermark.checkpoint.interval.ms", "long", 5000, "How often high watermarks are checkpointed.", _at_least(1)),
+    ConfigKey("replica.selector.class", "string", None, "Set to a name ending in RackAwareReplicaSelector to let consumers read from a replica in their rack."),
+    ConfigKey("num.replica.fetchers", "int", 1, "Fetcher tasks per source broker.", _at_least(1)),
+    ConfigKey("fastlog.debug.ack.before.replication", "boolean", False, "TEST ONLY: answer acks=all produces before the ISR has the data (loses acknowledged records on failover; used by the replication checker's control test)."),
     ConfigKey("controlled.shutdown.enable", "boolean", True, inert=True),
     ConfigKey("auto.leader.rebalance.enable", "boolean", True, inert=True),
     # groups and offsets (issue 5 reads these)
