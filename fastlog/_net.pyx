@@ -31,11 +31,11 @@
 #   - Requests reach handlers INLINE, started EAGERLY. The handler coroutine is driven by
 #     hand up to its first real suspension; most finish there with no Task at all, and
 #     only a suspended one is wrapped in a Task (_Resumed). Server CPU per small request
-#     (1 and 4 connections x 10 in flight, trivial handler), four runs:
-#       inline+eager                 2.9-4.0 us  (48k-132k round trips/s)
-#       inline, a Task per request  19.8-22.7 us (7k-12k/s)
-#       1 processor thread           4.6-10.3 us (19k-66k/s)
-#       2 processor threads          4.4-5.6 us  (26k-85k/s)
+#     (1 and 4 connections x 10 in flight, trivial handler), six runs:
+#       inline+eager                 2.6-4.2 us  (45k-132k round trips/s)
+#       inline, a Task per request  15.4-22.7 us (7k-23k/s)
+#       1 processor thread           4.6-10.3 us (19k-79k/s)
+#       2 processor threads          4.4-5.6 us  (26k-100k/s)
 #     Threads were 25-50 us before their hand-offs were batched and frames dispatched
 #     ahead (see _process); on 2 cores, with the GIL, they still cost more CPU than
 #     doing the socket work on the API loop, so N=1 runs inline and threads are used
@@ -75,10 +75,10 @@ from fastlog._codec cimport FileRegion, fl_be32, fl_put_be32
 
 import asyncio
 import logging
-from collections import deque
 import os
 import socket
 import threading
+from collections import deque
 
 try:
     import uvloop as _uvloop
