@@ -147,6 +147,8 @@ cdef inline int write_uvarint(unsigned char *p, uint64_t v) noexcept nogil:
 # caller): crc32c_update(0, p, n) equals crc32c.crc32c(bytes(p[:n])). No GIL needed.
 cdef uint32_t crc32c_update(uint32_t crc, const unsigned char *data, size_t length) noexcept nogil
 cdef int raise_varint_error(Py_ssize_t code, Py_ssize_t pos, str what) except -1
+# fastlog.compression.decompress(codec, data, limit), imported once (per batch, with GIL).
+cdef object decompress_records(int codec, object data, Py_ssize_t limit)
 
 
 cdef class FileRegion:

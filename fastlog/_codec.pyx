@@ -174,55 +174,48 @@ def encode_varlong(n):
     return PyBytes_FromStringAndSize(<char *>tmp, k)
 
 
-def decode_uvarint(buf, Py_ssize_t pos=0):
-    """Return (value, next_pos) of the unsigned varint at pos."""
+cdef object _decode(object buf, Py_ssize_t pos, int kind):
+    # kind 0: unsigned varint, 1: zig-zag varint, 2: zig-zag varlong.
     cdef Py_buffer view
-    cdef uint32_t value = 0
+    cdef uint32_t u = 0
+    cdef int32_t i = 0
+    cdef int64_t wide = 0
     cdef Py_ssize_t nxt
+    cdef const unsigned char *data
     _get_buffer(buf, &view, False)
     try:
         if pos < 0:
             raise ValueError("negative position")
-        nxt = read_uvarint32(<const unsigned char *>view.buf, pos, view.len, &value)
+        data = <const unsigned char *>view.buf
+        if kind == 0:
+            nxt = read_uvarint32(data, pos, view.len, &u)
+            value = u
+        elif kind == 1:
+            nxt = read_varint32(data, pos, view.len, &i)
+            value = i
+        else:
+            nxt = read_varint64(data, pos, view.len, &wide)
+            value = wide
         if nxt < 0:
-            raise_varint_error(nxt, pos, "uvarint")
+            raise_varint_error(nxt, pos, ("uvarint", "varint", "varlong")[kind])
         return value, nxt
     finally:
         PyBuffer_Release(&view)
+
+
+def decode_uvarint(buf, Py_ssize_t pos=0):
+    """Return (value, next_pos) of the unsigned varint at pos."""
+    return _decode(buf, pos, 0)
 
 
 def decode_varint(buf, Py_ssize_t pos=0):
     """Return (value, next_pos) of the zig-zag 32-bit varint at pos."""
-    cdef Py_buffer view
-    cdef int32_t value = 0
-    cdef Py_ssize_t nxt
-    _get_buffer(buf, &view, False)
-    try:
-        if pos < 0:
-            raise ValueError("negative position")
-        nxt = read_varint32(<const unsigned char *>view.buf, pos, view.len, &value)
-        if nxt < 0:
-            raise_varint_error(nxt, pos, "varint")
-        return value, nxt
-    finally:
-        PyBuffer_Release(&view)
+    return _decode(buf, pos, 1)
 
 
 def decode_varlong(buf, Py_ssize_t pos=0):
     """Return (value, next_pos) of the zig-zag 64-bit varint at pos."""
-    cdef Py_buffer view
-    cdef int64_t value = 0
-    cdef Py_ssize_t nxt
-    _get_buffer(buf, &view, False)
-    try:
-        if pos < 0:
-            raise ValueError("negative position")
-        nxt = read_varint64(<const unsigned char *>view.buf, pos, view.len, &value)
-        if nxt < 0:
-            raise_varint_error(nxt, pos, "varlong")
-        return value, nxt
-    finally:
-        PyBuffer_Release(&view)
+    return _decode(buf, pos, 2)
 
 
 # ---------------------------------------------------------------------------------------
@@ -241,7 +234,8 @@ cdef object _py_crc32c = None
 cdef Py_ssize_t _NOGIL_CRC_MIN = 32 * 1024
 
 
-cdef void _load_crc_kernel() noexcept:
+cdef int _load_crc_kernel() except -1:
+    # Import errors propagate: without the crc32c package the codec refuses to load.
     global _crc_kernel, _py_crc32c
     import crc32c as _pkg
     import crc32c._crc32c as _ext
@@ -250,7 +244,7 @@ cdef void _load_crc_kernel() noexcept:
     cdef void *handle = dlopen(path, RTLD_NOW | RTLD_NOLOAD)
     cdef void *sym = NULL
     if handle == NULL:
-        return
+        return 0
     if _pkg.hardware_based:
         sym = dlsym(handle, b"_crc32c_hw_adler")
     else:
@@ -261,6 +255,7 @@ cdef void _load_crc_kernel() noexcept:
         if (crc32c_update(0, <const unsigned char *>b"123456789", 9)
                 != _py_crc32c(b"123456789")):
             _crc_kernel = NULL
+    return 0
 
 
 cdef uint32_t crc32c_update(uint32_t crc, const unsigned char *data,
@@ -1400,6 +1395,10 @@ cdef inline Record _make_record(const unsigned char *d, RecordSpan *r, BatchHead
 
 
 cdef object _decompress_fn = None
+
+
+cdef object decompress_records(int codec, object data, Py_ssize_t limit):
+    return _decompress(codec, data, limit)
 
 
 cdef object _decompress(int codec, object data, Py_ssize_t limit):
