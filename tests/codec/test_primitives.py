@@ -314,3 +314,24 @@ def test_file_region_attributes_and_read():
         assert region.read() == b"3456"
         with pytest.raises(c.TruncatedError):
             c.FileRegion(f, 8, 4).read()
+
+
+READ_METHODS = [
+    "int8", "int16", "int32", "int64", "uint16", "uint32", "float64", "boolean", "uuid",
+    "uvarint", "varint", "varlong", "string", "nullable_string", "compact_string",
+    "compact_nullable_string", "bytes_", "nullable_bytes", "compact_bytes",
+    "compact_nullable_bytes", "bytes_view", "nullable_bytes_view",
+    "compact_nullable_bytes_view", "array_len", "compact_array_len", "tagged_fields",
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.binary(max_size=64), st.lists(st.sampled_from(READ_METHODS), max_size=12))
+def test_random_bytes_never_crash_the_reader(data, methods):
+    r = c.Reader(data)
+    try:
+        for name in methods:
+            getattr(r, name)()
+            assert 0 <= r.pos <= len(data)
+    except c.CodecError:
+        pass
