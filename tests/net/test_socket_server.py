@@ -532,8 +532,10 @@ def test_no_response_then_next_request_served(mode):
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("op", [b"X", b"C"], ids=["exception", "CloseConnection"])
 def test_handler_error_closes_only_that_connection(mode, op, caplog):
+    echo = Echo()
+
     async def main():
-        server = await start(Echo(), **mode)
+        server = await start(echo, **mode)
         good_r, good_w = await connect(server)
         r, w = await connect(server)
         w.write(frame(op) + frame(b"Enever"))
@@ -543,6 +545,7 @@ def test_handler_error_closes_only_that_connection(mode, op, caplog):
         await server.stop()
     with caplog.at_level(logging.INFO, logger="fastlog.net"):
         run(main())
+    assert echo.seen == [op, b"Efine"]   # the request behind the failed one never ran
     text = caplog.text
     assert ("handler bug" in text) if op == b"X" else ("told to close" in text)
 
