@@ -1,15 +1,20 @@
 # fastlog/server/replica_manager.py — the partitions this broker hosts (Kafka's ReplicaManager).
 #
-# Owns: one `Partition` per hosted (topic, partition): its Log (through LogManager), its
-# leader epoch, in-sync replicas, high watermark and idempotent-producer state; the fetch
-# and produce purgatories. `append_records` validates client record sets with the codec
-# (Kafka's error codes), checks producer sequences, appends once and wakes parked
-# fetches; `fetch_messages` reads file regions (never copies record bytes) and parks in the
-# purgatory for min_bytes / max_wait_ms. Single node today: this broker leads every
-# partition and is its only in-sync replica, so the high watermark is the log end offset
-# after every append; replication will add followers behind the same methods.
-# Called from: the broker's asyncio API loop only (handlers and the group coordinator);
-# it never touches files itself except producer-state snapshots in the partition dir.
+# Owns: one `Partition` (fastlog/server/partition.py) per hosted (topic, partition), the
+# fetch and produce purgatories, the replica fetchers (fastlog/server/replica_fetcher.py),
+# the periodic ISR check and each log dir's `replication-offset-checkpoint` (Kafka's
+# format: high watermarks of replicated partitions). `append_records` validates client
+# record sets with the codec (Kafka's error codes), checks producer sequences, appends
+# once and wakes parked fetches; with acks=all on a replicated partition it parks until
+# the ISR has the batch. `read_partition` reads file regions (never copies record bytes);
+# a follower's fetch moves its known position, the high watermark and the ISR.
+# Single node (no ZooKeeper): partitions come from make_leader, this broker leads alone
+# and the high watermark is the log end after every append. Cluster mode: the role
+# handler calls become_leader / become_follower / stop_replica / session_changed; ISR
+# changes go to the partition's state znode, conditional on our leader epoch and the
+# znode version, from the default executor (kazoo calls block).
+# Called from: the broker's asyncio API loop only (handlers, group coordinator, role
+# handler, fetchers); it touches files only for producer snapshots and the HW checkpoint.
 """Hosted partitions: append with validation and idempotence, fetch with long polling."""
 
 from __future__ import annotations
@@ -17,15 +22,23 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import time
 
 from fastlog import _codec
 from fastlog.protocol.errors import Errors
 from fastlog.server.log import KafkaStorageError, OffsetOutOfRangeError, RecordBatchTooLargeError
+from fastlog.server.log.checkpoint import (
+    REPLICATION_OFFSET_CHECKPOINT,
+    CorruptCheckpointError,
+    OffsetCheckpointFile,
+)
+from fastlog.server.partition import NO_LEADER, Partition
 from fastlog.server.producer_state import (
     NO_PRODUCER_ID,
     ProducerStateError,
     ProducerStateManager,
+    list_snapshots,
 )
 from fastlog.server.purgatory import Purgatory
 
@@ -51,6 +64,8 @@ class PartitionResult:
     error_message: str | None = None
     record_errors: list = dataclasses.field(default_factory=list)
     flush_future: object = None
+    # acks=all: the offset the high watermark must reach before the answer (exclusive)
+    required_offset: int = -1
 
 
 @dataclasses.dataclass
@@ -61,31 +76,11 @@ class FetchPartitionResult:
     log_start_offset: int = -1
     regions: list | None = None
     size: int = 0
+    preferred_read_replica: int = -1
 
 
-class Partition:
-    """One hosted partition. `leader_epoch` is stamped into every appended batch."""
-
-    def __init__(self, topic: str, partition: int, log_, leader_epoch: int, replicas: list[int]):
-        self.topic = topic
-        self.partition = partition
-        self.key = (topic, partition)
-        self.log = log_
-        self.leader_epoch = leader_epoch
-        self.replicas = list(replicas)
-        self.isr = list(replicas)
-        self.producer_state = ProducerStateManager(topic, partition)
-        # zstd may only go to Fetch >= 10: remember whether this log has any.
-        self.has_zstd = False
-        # map end offset of the last producer snapshot written
-        self.snapshot_offset = -1
-
-    @property
-    def high_watermark(self) -> int:
-        return self.log.high_watermark
-
-    def __repr__(self) -> str:
-        return f"Partition({self.topic}-{self.partition})"
+__all__ = ["FetchPartitionResult", "Partition", "PartitionResult", "ReplicaManager",
+           "codec_error_code"]
 
 
 # Codec exception -> Kafka error code for a client record set (order matters: subclasses first).
@@ -133,12 +128,40 @@ def codec_error_code(exc: Exception) -> Errors:
 
 
 class ReplicaManager:
+    """Every partition hosted here (see the module comment). In single-node mode (no
+    ZooKeeper) partitions come from `make_leader` and behave as before replication; in
+    cluster mode the broker's role handler calls become_leader / become_follower /
+    stop_replica / session_changed on the loop, and this class runs the replica fetchers,
+    the ISR checks and the high-watermark checkpoint."""
+
     def __init__(self, broker):
         self.broker = broker
-        self.node_id = broker.node_id
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.fetch_purgatory = Purgatory("Fetch")
         self.produce_purgatory = Purgatory("Produce")
+        self.fetcher_manager = None  # ReplicaFetcherManager, made on the first follower role
+        self._tasks: list[asyncio.Task] = []
+        self._hw_checkpoint: dict[tuple[str, int], int] | None = None
+        self._stopped = False
+        # Counters for operators and tests (Kafka's IsrShrinksPerSec, IsrExpandsPerSec ...).
+        self.metrics = {
+            "isr_shrinks": 0, "isr_expands": 0, "isr_update_failures": 0,
+            "fenced_leaderships": 0, "follower_truncations": 0,
+            # records removed below a follower's high watermark: committed data lost, which
+            # only an unclean leader election (or a lost disk) can cause
+            "unclean_truncated_records": 0,
+        }
+
+    @property
+    def node_id(self) -> int:
+        return self.broker.node_id
+
+    def _cfg(self, key: str, default):
+        try:
+            value = self.broker.config.get(key, default)
+        except AttributeError:
+            return default
+        return default if value is None else value
 
     # ------------------------------------------------------------------ partitions
     def get_partition(self, topic: str, partition: int) -> Partition | None:
@@ -150,7 +173,7 @@ class ReplicaManager:
 
     def make_leader(self, topic: str, partition: int, log_config, leader_epoch: int,
                     replicas: list[int]) -> Partition:
-        """Open (or create) the partition's log and become its leader."""
+        """Single node: open (or create) the partition's log and lead it alone."""
         p = self.partitions.get((topic, partition))
         if p is not None:
             p.leader_epoch = leader_epoch
@@ -162,8 +185,10 @@ class ReplicaManager:
         return p
 
     def delete_partition(self, topic: str, partition: int) -> None:
+        self._stop_fetching((topic, partition))
         p = self.partitions.pop((topic, partition), None)
         self.fetch_purgatory.check_and_complete((topic, partition))
+        self.produce_purgatory.check_and_complete((topic, partition))
         if p is not None:
             self.broker.log_manager.delete_log(topic, partition)
 
@@ -171,6 +196,371 @@ class ReplicaManager:
         for (t, _), p in self.partitions.items():
             if t == topic:
                 p.log.update_config(log_config)
+
+    # ------------------------------------------------------------------ roles (cluster mode)
+    def is_leader(self, topic: str, partition: int) -> bool:
+        """True when this broker leads the partition and may take writes for it."""
+        p = self.partitions.get((topic, partition))
+        return p is not None and p.can_accept_writes
+
+    def leader_for(self, topic: str, partition: int) -> int:
+        """The partition's leader as this broker knows it, -1 when unknown or offline."""
+        p = self.partitions.get((topic, partition))
+        if p is None:
+            return NO_LEADER
+        return p.leader_id if p.leader_id is not None else NO_LEADER
+
+    def _hosted(self, topic: str, partition: int, leader_epoch: int,
+                replicas: list[int]) -> Partition:
+        """The partition in cluster mode, opened (log, checkpointed high watermark,
+        producer state) on first use."""
+        key = (topic, partition)
+        p = self.partitions.get(key)
+        if p is not None and p.local_id is not None:
+            return p
+        if p is None:
+            log_ = self.broker.log_manager.get_or_create_log(
+                topic, partition, self.broker.log_config(topic))
+            p = Partition(topic, partition, log_, leader_epoch, replicas, local_id=self.node_id)
+            self._load_producer_state(p)
+            self.partitions[key] = p
+        else:  # opened in single-node style before the cluster roles arrived
+            p.local_id = self.node_id
+        log_ = p.log
+        # Loading left the high watermark at the log end (single-node rule); a replica only
+        # trusts what it checkpointed, since the tail may never have been committed.
+        log_.hw_follows_leo = False
+        hw = self._checkpointed_hw().get(key, 0)
+        log_.high_watermark = max(log_.log_start_offset, min(hw, log_.log_end_offset))
+        self._start_cluster_tasks()
+        return p
+
+    def become_leader(self, topic: str, partition: int, leader_epoch, isr=None, replicas=None,
+                      partition_epoch: int = -1) -> Partition:
+        """Lead the partition from `leader_epoch` on, with the given ISR and replicas;
+        `partition_epoch` is the state znode's version (-1: read it when needed). The third
+        argument may also be a PartitionState (fastlog.zk.leadership's handler call)."""
+        if not isinstance(leader_epoch, int):
+            st = leader_epoch
+            leader_epoch, isr, replicas = st.leader_epoch, list(st.isr), list(st.replicas)
+            partition_epoch = getattr(st, "zk_version", getattr(st, "partition_epoch", -1))
+        replicas = list(replicas or [self.node_id])
+        p = self._hosted(topic, partition, leader_epoch, replicas)
+        self._stop_fetching(p.key)
+        old_epoch = p.leader_epoch
+        changed = p.make_leader(leader_epoch, list(isr or [self.node_id]), replicas,
+                                partition_epoch, _now_ms())
+        if changed:
+            log.info("%s: leader at epoch %d (was %d), ISR %s, replicas %s, log end %d, "
+                     "high watermark %d", p, leader_epoch, old_epoch, p.isr, p.replicas,
+                     p.log.log_end_offset, p.high_watermark)
+        p.maybe_increment_high_watermark()
+        self._wake(p.key)
+        return p
+
+    def become_follower(self, topic: str, partition: int, leader_id, leader_epoch=None,
+                        replicas=None) -> Partition:
+        """Follow `leader_id` (-1: offline, nobody to fetch from) at `leader_epoch`. Parked
+        acks=all produces of this partition fail with NOT_LEADER_OR_FOLLOWER; the fetcher
+        truncates the log (OffsetForLeaderEpoch) before it fetches again. The third
+        argument may also be a PartitionState."""
+        if not isinstance(leader_id, int):
+            st = leader_id
+            leader_id, leader_epoch, replicas = st.leader, st.leader_epoch, list(st.replicas)
+        replicas = list(replicas or [])
+        p = self._hosted(topic, partition, leader_epoch, replicas)
+        was_leader = p.is_leader
+        changed = p.make_follower(leader_id, leader_epoch, replicas)
+        if changed:
+            log.info("%s: follower of %d at epoch %d%s, log end %d, high watermark %d", p,
+                     leader_id, leader_epoch, " (was leader)" if was_leader else "",
+                     p.log.log_end_offset, p.high_watermark)
+        self._wake(p.key)
+        if leader_id < 0 or leader_id == self.node_id:
+            self._stop_fetching(p.key)
+        elif changed or self.fetcher_manager is None or not self.fetcher_manager.has(p.key):
+            self._fetchers().add_partition(p, leader_id, leader_epoch)
+        return p
+
+    def stop_replica(self, topic: str, partition: int, delete: bool) -> None:
+        """No longer a replica here: stop fetching and serving; remove the log if `delete`."""
+        key = (topic, partition)
+        self._stop_fetching(key)
+        if delete:
+            self.delete_partition(topic, partition)
+            return
+        p = self.partitions.pop(key, None)
+        self._wake(key)
+        if p is not None:
+            log.info("%s: no longer a replica here (log kept)", p)
+
+    def session_changed(self, expired: bool) -> None:
+        """ZooKeeper session lost: leadership recorded here may be stale, so stop taking
+        writes and acknowledging them until ZooKeeper confirms us again (the periodic ISR
+        check re-reads the state) or a new role arrives."""
+        if not expired:
+            return
+        for p in self.partitions.values():
+            if p.replicated and p.is_leader and not p.fenced:
+                p.fenced = True
+                self.metrics["fenced_leaderships"] += 1
+                self._wake(p.key)
+        log.warning("ZooKeeper session expired: not accepting writes until leadership is "
+                    "confirmed again")
+
+    def _wake(self, key) -> None:
+        self.produce_purgatory.check_and_complete(key)
+        self.fetch_purgatory.check_and_complete(key)
+
+    def _fetchers(self):
+        if self.fetcher_manager is None:
+            from fastlog.server.replica_fetcher import ReplicaFetcherManager
+            self.fetcher_manager = ReplicaFetcherManager(self)
+        return self.fetcher_manager
+
+    def _stop_fetching(self, key) -> None:
+        if self.fetcher_manager is not None:
+            self.fetcher_manager.remove_partition(key)
+
+    def broker_endpoint(self, broker_id: int) -> tuple[str, int] | None:
+        """(host, port) of a live broker from the metadata cache, for follower fetches."""
+        brokers_fn = getattr(self.broker.metadata, "brokers", None)
+        info = brokers_fn().get(broker_id) if brokers_fn is not None else None
+        if info is None:
+            return None
+        ep = info.endpoint() if hasattr(info, "endpoint") else None
+        if ep is None:
+            return None
+        return ep.host, ep.port
+
+    # ------------------------------------------------------------------ follower appends
+    def append_as_follower(self, p: Partition, data, leader_hw: int) -> int:
+        """Append the leader's batches byte for byte (their offsets and epochs kept), replay
+        them into producer state, and follow the leader's high watermark. Returns the
+        number of bytes appended; raises codec/storage errors for the fetcher to handle."""
+        appended = 0
+        if data is not None and len(data):
+            scan = _codec.scan_batches(data, verify_crc=True)
+            batches = scan.batches
+            if scan.error is not None and not batches and scan.valid_end == 0 and len(data) > 61:
+                raise scan.error
+            if batches:
+                buf = data if scan.valid_end == len(data) else memoryview(data)[:scan.valid_end]
+                info = p.log.append(buf, batches, p.leader_epoch, assign_offsets=False)
+                ps = p.producer_state
+                for b in batches:
+                    if b.compression == COMPRESSION_ZSTD:
+                        p.has_zstd = True
+                    if b.producer_id != NO_PRODUCER_ID and not b.is_control:
+                        ps.update(b.producer_id, b.producer_epoch, b.base_sequence,
+                                  b.record_count, b.base_offset, b.last_offset, b.max_timestamp)
+                ps.update_map_end_offset(info.last_offset + 1)
+                appended = scan.valid_end
+        before = p.high_watermark
+        p.update_follower_high_watermark(leader_hw)
+        if p.high_watermark != before:
+            self.fetch_purgatory.check_and_complete(p.key)
+        return appended
+
+    def truncate_as_follower(self, p: Partition, offset: int, why: str,
+                             fully: bool = False) -> None:
+        """Remove everything at or after `offset`; producer state is rebuilt without it.
+        fully: drop the whole log and restart it, empty, at `offset` (the leader's log
+        start moved past our end)."""
+        log_ = p.log
+        if fully:
+            log_.truncate_fully_and_start_at(offset)
+            for _, path in list_snapshots(log_.dir):
+                _unlink_quietly(path)
+            p.producer_state = ProducerStateManager(p.topic, p.partition)
+            p.snapshot_offset = -1
+            self._load_producer_state(p)
+            return
+        if offset >= log_.log_end_offset:
+            return
+        hw = log_.high_watermark
+        if offset < hw:
+            lost = hw - offset
+            self.metrics["unclean_truncated_records"] += lost
+            log.warning("%s: truncating to %d BELOW the high watermark %d (%s): %d committed "
+                        "records are gone from this replica; only an unclean leader election "
+                        "does this", p, offset, hw, why, lost)
+        else:
+            log.info("%s: truncating from %d to %d (%s)", p, log_.log_end_offset, offset, why)
+        self.metrics["follower_truncations"] += 1
+        log_.truncate_to(offset)
+        # Snapshots of the removed history must not be loaded after a restart.
+        for snap_offset, path in list_snapshots(log_.dir):
+            if snap_offset > log_.log_end_offset:
+                _unlink_quietly(path)
+        p.producer_state = ProducerStateManager(p.topic, p.partition)
+        p.snapshot_offset = -1
+        self._load_producer_state(p)
+
+    # ------------------------------------------------------------------ ISR (leader side)
+    def _on_follower_fetch(self, p: Partition, replica_id: int, fetch_offset: int) -> None:
+        if fetch_offset > p.log.log_end_offset:
+            return  # a diverged follower: it truncates before it counts
+        p.update_follower_fetch(replica_id, fetch_offset, _now_ms())
+        if p.maybe_increment_high_watermark():
+            self._wake(p.key)
+        if not p.isr_update_in_flight and not p.fenced:
+            joining = p.expand_candidates()
+            if joining:
+                new_isr = p.isr + [b for b in p.replicas if b in joining]
+                self._spawn(self._update_isr(p, new_isr, f"{joining} caught up"))
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.append(task)
+        task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
+
+    def _zk(self):
+        return getattr(self.broker.metadata, "zk", None)
+
+    async def _update_isr(self, p: Partition, new_isr: list[int], why: str) -> bool:
+        """Write the new ISR to the state znode, conditional on the znode's version and on
+        our leader epoch still being the recorded one; announce it under
+        /isr_change_notification. A failed condition means another leader exists: fenced."""
+        if p.isr_update_in_flight:
+            return False
+        p.isr_update_in_flight = True
+        epoch = p.leader_epoch
+        zk = self._zk()
+        loop = asyncio.get_running_loop()
+        try:
+            if zk is None:
+                version = p.partition_epoch + 1  # no ZooKeeper (in-process tests): local only
+            else:
+                version = await loop.run_in_executor(
+                    None, _write_isr, zk, p.topic, p.partition, self.node_id, epoch,
+                    tuple(new_isr))
+        except Exception as e:  # noqa: BLE001 - ZooKeeper unreachable: retry next round
+            self.metrics["isr_update_failures"] += 1
+            log.warning("%s: ISR update to %s failed: %s", p, new_isr, e)
+            return False
+        finally:
+            p.isr_update_in_flight = False
+        if self.partitions.get(p.key) is not p or not p.is_leader or p.leader_epoch != epoch:
+            return False  # the role changed while we wrote
+        if version is None:
+            p.fenced = True
+            self.metrics["fenced_leaderships"] += 1
+            log.warning("%s: ISR update refused: ZooKeeper records another leader or epoch "
+                        "than our %d; no longer accepting writes", p, epoch)
+            self._wake(p.key)
+            return False
+        old = p.isr
+        p.isr = list(new_isr)
+        p.partition_epoch = version
+        self.metrics["isr_expands" if len(new_isr) > len(old) else "isr_shrinks"] += 1
+        log.info("%s: ISR %s -> %s (%s), partition epoch %d", p, old, p.isr, why, version)
+        p.maybe_increment_high_watermark()
+        self._wake(p.key)
+        if zk is not None:
+            try:
+                await loop.run_in_executor(None, zk.propagate_isr_changes, [p.key])
+            except Exception as e:  # noqa: BLE001 - the controller re-reads states anyway
+                log.warning("%s: cannot announce the ISR change: %s", p, e)
+        return True
+
+    async def check_isr(self) -> None:
+        """One round of Kafka's maybeShrinkIsr: drop followers that have not caught up
+        within replica.lag.time.max.ms; re-validate fenced leaderships against ZooKeeper."""
+        now = _now_ms()
+        lag = int(self._cfg("replica.lag.time.max.ms", 30000))
+        for p in list(self.partitions.values()):
+            if not p.replicated or not p.is_leader or p.isr_update_in_flight:
+                continue
+            if p.fenced:
+                await self._revalidate(p)
+                continue
+            out = p.out_of_sync_replicas(now, lag)
+            if out:
+                new_isr = [b for b in p.isr if b not in out]
+                await self._update_isr(p, new_isr, f"{out} lagged more than {lag} ms")
+
+    async def _revalidate(self, p: Partition) -> None:
+        zk = self._zk()
+        if zk is None or getattr(self.broker.metadata, "session_expired", False):
+            return
+        epoch = p.leader_epoch
+        try:
+            st = await asyncio.get_running_loop().run_in_executor(
+                None, zk.get_partition_state, p.topic, p.partition)
+        except Exception:  # noqa: BLE001 - still unreachable
+            return
+        if (st is not None and st.leader == self.node_id and st.leader_epoch == epoch
+                and p.leader_epoch == epoch and p.is_leader and p.fenced):
+            p.fenced = False
+            p.isr = [b for b in st.isr if b in p.replicas] or [self.node_id]
+            p.partition_epoch = st.zk_version
+            log.info("%s: leadership at epoch %d confirmed by ZooKeeper again", p, epoch)
+            self._wake(p.key)
+
+    def _start_cluster_tasks(self) -> None:
+        if self._stopped or any(t.get_name() == "isr-expiration" for t in self._tasks):
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop (offline tools): nothing periodic
+        lag = int(self._cfg("replica.lag.time.max.ms", 30000))
+        hw_ms = int(self._cfg("replica.high.watermark.checkpoint.interval.ms", 5000))
+
+        async def every(interval_s: float, fn, name: str):
+            while True:
+                await asyncio.sleep(interval_s)
+                try:
+                    res = fn()
+                    if asyncio.iscoroutine(res):
+                        await res
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("periodic task %s failed", name)
+
+        for name, interval, fn in (("isr-expiration", max(lag / 2, 50) / 1000.0, self.check_isr),
+                                   ("highwatermark-checkpoint", max(hw_ms, 100) / 1000.0,
+                                    self.checkpoint_high_watermarks)):
+            self._tasks.append(loop.create_task(every(interval, fn, name), name=name))
+
+    # ------------------------------------------------------------------ HW checkpoint
+    def _checkpointed_hw(self) -> dict[tuple[str, int], int]:
+        if self._hw_checkpoint is None:
+            merged: dict[tuple[str, int], int] = {}
+            for d in getattr(self.broker.log_manager, "log_dirs", []):
+                try:
+                    merged.update(OffsetCheckpointFile(
+                        os.path.join(d, REPLICATION_OFFSET_CHECKPOINT)).read())
+                except (CorruptCheckpointError, OSError) as e:
+                    log.warning("%s: ignoring unreadable %s: %s", d,
+                                REPLICATION_OFFSET_CHECKPOINT, e)
+            self._hw_checkpoint = merged
+        return self._hw_checkpoint
+
+    def checkpoint_high_watermarks(self, sync: bool = False):
+        """Write each log dir's replication-offset-checkpoint (on the I/O worker unless
+        sync) with the high watermarks of the replicated partitions."""
+        lm = self.broker.log_manager
+        by_dir: dict[str, dict] = {d: {} for d in lm.log_dirs}
+        for key, p in self.partitions.items():
+            if not p.replicated:
+                continue
+            d = lm.log_dir_of(*key)
+            if d in by_dir:
+                by_dir[d][key] = p.high_watermark
+        if not any(by_dir.values()) and self._hw_checkpoint is None:
+            return None
+
+        def write():
+            for d, offsets in by_dir.items():
+                OffsetCheckpointFile(os.path.join(d, REPLICATION_OFFSET_CHECKPOINT)).write(offsets)
+
+        if sync:
+            write()
+            return None
+        return lm.scheduler.submit(write)
 
     # ------------------------------------------------------------------ producer state
     def _load_producer_state(self, p: Partition) -> None:
@@ -239,10 +629,13 @@ class ReplicaManager:
             self.broker.log_manager.scheduler.submit(write_all)
 
     # ------------------------------------------------------------------ produce
+    # ------------------------------------------------------------------ produce
     async def append_records(self, entries, *, acks: int, api_version: int,
                              timeout_ms: int = 0) -> dict[tuple[str, int], PartitionResult]:
         """Append client record sets. `entries` is an iterable of (topic, partition, records)
-        where records is a (zero-copy) memoryview of the request frame or None."""
+        where records is a (zero-copy) memoryview of the request frame or None. With
+        acks=all on replicated partitions the answer waits (produce purgatory) until the
+        high watermark passes the batch, i.e. every ISR member has it, or timeout_ms."""
         results: dict[tuple[str, int], PartitionResult] = {}
         for topic, partition, records in entries:
             key = (topic, partition)
@@ -260,9 +653,55 @@ class ReplicaManager:
         if flushes and acks != 0:
             await asyncio.gather(*(asyncio.wrap_future(f) for f in flushes),
                                  return_exceptions=True)
+        if acks == -1:
+            await self._wait_for_replication(results, timeout_ms)
         return results
 
+    async def _wait_for_replication(self, results: dict, timeout_ms: int) -> None:
+        """Kafka's DelayedProduce: complete each partition once its high watermark reaches
+        the end of what we appended (NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank
+        below min.insync.replicas meanwhile), fail it if leadership moved, and answer
+        REQUEST_TIMED_OUT for whatever is still short at timeout_ms."""
+        pending = {}
+        for key, r in results.items():
+            p = self.partitions.get(key)
+            if r.error == Errors.NONE and r.required_offset > 0 and p is not None and p.replicated:
+                pending[key] = (p, r, p.leader_epoch)
+        if not pending:
+            return
+        if self._cfg("fastlog.debug.ack.before.replication", False):
+            return  # test-only switch: acknowledge before replication (loses data on failover)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(timeout_ms, 0) / 1000.0
+        while True:
+            for key, (p, r, epoch) in list(pending.items()):
+                if (self.partitions.get(key) is not p or not p.is_leader or p.fenced
+                        or p.leader_epoch != epoch):
+                    r.error, r.base_offset = Errors.NOT_LEADER_OR_FOLLOWER, -1
+                    r.error_message = "leadership moved before the batch was replicated"
+                    del pending[key]
+                elif p.high_watermark >= r.required_offset:
+                    min_isr = self.broker.log_config(p.topic).min_insync_replicas
+                    if len(p.isr) < min_isr:
+                        r.error = Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+                        r.error_message = (f"written, but the ISR {p.isr} is smaller than "
+                                           f"min.insync.replicas {min_isr}")
+                    del pending[key]
+            if not pending:
+                return
+            remaining = deadline - loop.time()
+            if remaining <= 0 or self._stopped or getattr(self.broker, "stopping", False):
+                for _, r, _ in pending.values():
+                    r.error, r.base_offset = Errors.REQUEST_TIMED_OUT, -1
+                    r.error_message = "the in-sync replicas did not all get the batch in time"
+                return
+            await self.produce_purgatory.wait(list(pending), remaining)
+
     def _append_one(self, p: Partition, records, acks: int, api_version: int) -> PartitionResult:
+        if not p.can_accept_writes:
+            return PartitionResult(Errors.NOT_LEADER_OR_FOLLOWER,
+                                   error_message=f"broker {self.node_id} does not lead "
+                                                 f"{p.topic}-{p.partition}")
         topic_cfg = self.broker.log_config(p.topic)
         if acks == -1 and len(p.isr) < topic_cfg.min_insync_replicas:
             return PartitionResult(
@@ -313,7 +752,8 @@ class ReplicaManager:
                                    log_start_offset=p.log.log_start_offset)
         if dup is not None:
             # A retried batch already in the log: answer with its original offset.
-            return PartitionResult(Errors.NONE, dup.first_offset, -1, p.log.log_start_offset)
+            return PartitionResult(Errors.NONE, dup.first_offset, -1, p.log.log_start_offset,
+                                   required_offset=dup.last_offset + 1)
         # The frame buffer is reused after this request: copy the batch exactly once.
         buf = bytearray(records)
         if topic_cfg.log_append_time:
@@ -333,20 +773,24 @@ class ReplicaManager:
         ps.update_map_end_offset(info.last_offset + 1)
         self._after_append(p)
         return PartitionResult(Errors.NONE, info.first_offset, info.log_append_time,
-                               p.log.log_start_offset, flush_future=info.flush_future)
+                               p.log.log_start_offset, flush_future=info.flush_future,
+                               required_offset=info.last_offset + 1)
 
     def _after_append(self, p: Partition) -> None:
-        # Single node: we are the whole ISR, so the high watermark follows the log end.
-        p.log.update_high_watermark(p.log.log_end_offset)
+        # Single node, or an ISR of one: the high watermark follows the log end at once;
+        # otherwise it waits for the followers' fetches.
+        if p.maybe_increment_high_watermark():
+            self.produce_purgatory.check_and_complete(p.key)
+        # Followers parked on this partition read up to the log end: wake them too.
         self.fetch_purgatory.check_and_complete(p.key)
 
     async def append_internal(self, topic: str, partition: int, record_set: bytearray):
         """Append broker-built batches (group coordinator: __consumer_offsets). Validates
         structure, assigns offsets, advances the high watermark. Raises KeyError for an
-        unknown partition and codec errors for bad input."""
+        unknown partition or one this broker does not lead, codec errors for bad input."""
         p = self.partitions.get((topic, partition))
-        if p is None:
-            raise KeyError(f"{topic}-{partition} is not hosted here")
+        if p is None or not p.can_accept_writes:
+            raise KeyError(f"{topic}-{partition} is not led here")
         batches = _codec.validate_record_set(record_set, verify_records=False)
         if not batches:
             raise ValueError("empty record set")
@@ -357,9 +801,32 @@ class ReplicaManager:
         return info
 
     # ------------------------------------------------------------------ fetch
+    def check_replica_fetch(self, p: Partition, replica_id: int) -> Errors:
+        """Whether `replica_id` may fetch `p` as a follower: only another replica of the
+        partition that is a registered broker of this cluster, from its leader. A client
+        that claims a replica id would otherwise read past the high watermark and move it
+        (CVE-2018-1288)."""
+        if replica_id == self.node_id or replica_id not in p.replicas or not p.is_leader:
+            return Errors.NOT_LEADER_OR_FOLLOWER
+        brokers_fn = getattr(self.broker.metadata, "brokers", None)
+        if brokers_fn is not None and p.replicated and replica_id not in brokers_fn():
+            log.warning("%s: refusing a replica fetch from %d, which is not a registered "
+                        "broker", p, replica_id)
+            return Errors.NOT_LEADER_OR_FOLLOWER
+        return Errors.NONE
+
     def read_partition(self, p: Partition, fetch_offset: int, max_bytes: int, *,
-                       min_one_batch: bool, from_follower: bool, api_version: int) -> FetchPartitionResult:
+                       min_one_batch: bool, from_follower: bool, api_version: int,
+                       replica_id: int | None = None) -> FetchPartitionResult:
         log_ = p.log
+        if from_follower and replica_id is not None:
+            err = self.check_replica_fetch(p, replica_id)
+            if err != Errors.NONE:
+                return FetchPartitionResult(err)
+            if p.replicated:
+                self._on_follower_fetch(p, replica_id, fetch_offset)
+        elif not from_follower and not p.is_leader:
+            return FetchPartitionResult(Errors.NOT_LEADER_OR_FOLLOWER)
         hw = log_.high_watermark
         res = FetchPartitionResult(Errors.NONE, hw, hw, log_.log_start_offset)
         if api_version < 10 and (p.has_zstd or p.log.config.compression_type == "zstd"):
@@ -407,6 +874,38 @@ class ReplicaManager:
         return Errors.NONE, log_.log_start_offset
 
     def shutdown(self) -> None:
+        self._stopped = True
+        for t in list(self._tasks):
+            t.cancel()
+        self._tasks.clear()
+        if self.fetcher_manager is not None:
+            self.fetcher_manager.shutdown()
         self.checkpoint_producer_state(sync=True)
+        try:
+            self.checkpoint_high_watermarks(sync=True)
+        except OSError as e:
+            log.warning("cannot write %s: %s", REPLICATION_OFFSET_CHECKPOINT, e)
         self.fetch_purgatory.wake_all()
         self.produce_purgatory.wake_all()
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _write_isr(zk, topic: str, partition: int, leader: int, leader_epoch: int,
+               isr: tuple[int, ...]) -> int | None:
+    """(ZooKeeper thread) Set the partition's ISR if ZooKeeper still records `leader` at
+    `leader_epoch`, conditional on the znode version just read; the new version, or None
+    when another leader or epoch is recorded or the znode moved meanwhile."""
+    from fastlog.zk.paths import LeaderAndIsr
+
+    cur = zk.get_partition_state(topic, partition)
+    if cur is None or cur.leader != leader or cur.leader_epoch != leader_epoch:
+        return None
+    new = LeaderAndIsr(cur.leader, cur.leader_epoch, tuple(isr), cur.controller_epoch,
+                       cur.zk_version, cur.leader_recovery_state)
+    return zk.conditional_update_partition_state(topic, partition, new)
