@@ -329,7 +329,7 @@ class KafkaApis:
                 budget = min(fp.partition_max_bytes, max_bytes - total)
                 res = rm.read_partition(p, fp.fetch_offset, max(budget, 0),
                                         min_one_batch=(total == 0), from_follower=from_follower,
-                                        api_version=v)
+                                        api_version=v, replica_id=request.replica_id)
                 entry["error_code"] = res.error
                 entry["high_watermark"] = res.high_watermark
                 entry["last_stable_offset"] = res.last_stable_offset
