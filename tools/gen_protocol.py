@@ -41,6 +41,7 @@ SERVED = {
     "IncrementalAlterConfigs": (0, 1),
     "DeleteGroups": (0, 1),
     "OffsetDelete": (0, 0),
+    "CreatePartitions": (0, 1),
 }
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

@@ -575,6 +575,27 @@ OFFSET_DELETE_RESPONSE = Message(47, 'response', 'OffsetDelete', valid=(0, 0), f
     )),
 ))
 
+CREATE_PARTITIONS_REQUEST = Message(37, 'request', 'CreatePartitions', valid=(0, 1), flexible=2, fields=(
+    F('topics', '[]CreatePartitionsTopic', '0+', fields=(
+        F('name', 'string', '0+'),
+        F('count', 'int32', '0+'),
+        F('assignments', '[]CreatePartitionsAssignment', '0+', nullable='0+', fields=(
+            F('broker_ids', '[]int32', '0+'),
+        )),
+    )),
+    F('timeout_ms', 'int32', '0+'),
+    F('validate_only', 'bool', '0+'),
+))
+
+CREATE_PARTITIONS_RESPONSE = Message(37, 'response', 'CreatePartitions', valid=(0, 1), flexible=2, fields=(
+    F('throttle_time_ms', 'int32', '0+'),
+    F('results', '[]CreatePartitionsTopicResult', '0+', fields=(
+        F('name', 'string', '0+'),
+        F('error_code', 'int16', '0+'),
+        F('error_message', 'string', '0+', nullable='0+', default=None),
+    )),
+))
+
 # fmt: on
 
 ALL = (
@@ -626,4 +647,6 @@ ALL = (
     DELETE_GROUPS_RESPONSE,
     OFFSET_DELETE_REQUEST,
     OFFSET_DELETE_RESPONSE,
+    CREATE_PARTITIONS_REQUEST,
+    CREATE_PARTITIONS_RESPONSE,
 )

@@ -35,6 +35,7 @@ SUPPORTED_VERSIONS = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ApiKey.DELETE_GROUPS: (0, 1),
     ApiKey.OFFSET_DELETE: (0, 0),
+    ApiKey.CREATE_PARTITIONS: (0, 1),
 }
 
 # Produce v0-2 are advertised and decodable, but a handler answers them with
