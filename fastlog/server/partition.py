@@ -62,6 +62,9 @@ class Partition:
         # to have reached it: only then does it hold everything of the current epoch).
         self.leader_epoch_start_offset = 0
         self.isr_update_in_flight = False
+        # Bumped whenever this replica stops leading (its log may be truncated then): a
+        # parked acks=all produce is only good while this stays what it was at append time.
+        self.follower_transitions = 0
         self.producer_state = ProducerStateManager(topic, partition)
         # zstd may only go to Fetch >= 10: remember whether this log has any.
         self.has_zstd = False
@@ -127,6 +130,8 @@ class Partition:
         or the epoch changed (the fetcher must then truncate before fetching again)."""
         changed = (leader_id != self.leader_id or leader_epoch != self.leader_epoch
                    or self.fenced)
+        if self.is_leader or changed:
+            self.follower_transitions += 1
         self.leader_id = leader_id
         self.leader_epoch = leader_epoch
         self.replicas = list(replicas)

@@ -666,7 +666,7 @@ class ReplicaManager:
         for key, r in results.items():
             p = self.partitions.get(key)
             if r.error == Errors.NONE and r.required_offset > 0 and p is not None and p.replicated:
-                pending[key] = (p, r, p.leader_epoch)
+                pending[key] = (p, r, p.follower_transitions)
         if not pending:
             return
         if self._cfg("fastlog.debug.ack.before.replication", False):
@@ -674,9 +674,11 @@ class ReplicaManager:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(timeout_ms, 0) / 1000.0
         while True:
-            for key, (p, r, epoch) in list(pending.items()):
+            for key, (p, r, transitions) in list(pending.items()):
+                # A new epoch with us still leading (the controller dropped a dead follower)
+                # keeps the batch; having stopped leading in between may have truncated it.
                 if (self.partitions.get(key) is not p or not p.is_leader or p.fenced
-                        or p.leader_epoch != epoch):
+                        or p.follower_transitions != transitions):
                     r.error, r.base_offset = Errors.NOT_LEADER_OR_FOLLOWER, -1
                     r.error_message = "leadership moved before the batch was replicated"
                     del pending[key]
