@@ -161,9 +161,14 @@ class Admin:
         if not conn.supports(ApiKey.CREATE_PARTITIONS):
             raise errors.ProtocolMismatch(
                 "changing the partition count is not supported by this broker")
-        resp = await conn.request(ApiKey.CREATE_PARTITIONS, {
-            "topics": [{"name": name, "count": total, "assignments": None}],
-            "timeout_ms": self.request_timeout_ms, "validate_only": False})
+        try:
+            resp = await conn.request(ApiKey.CREATE_PARTITIONS, {
+                "topics": [{"name": name, "count": total, "assignments": None}],
+                "timeout_ms": self.request_timeout_ms, "validate_only": False})
+        except errors.BrokerUnavailable as exc:
+            # A broker that advertises the API but drops the request lands here.
+            raise errors.BrokerUnavailable(
+                f"cannot change partitions of topic '{name}': {exc}") from None
         for r in resp.results:
             errors.raise_for(r.error_code, f"cannot change partitions of topic '{name}'",
                              getattr(r, "error_message", None))
