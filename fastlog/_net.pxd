@@ -30,6 +30,7 @@ cdef class Connection:
     # threaded mode, touched only on the API loop: requests waiting for the one running
     cdef object api_queue
     cdef bint api_running
+    cdef bint api_dead    # a request failed: run none of the connection's later ones
     cdef double last_active
     # write side: the response being written, as parts; widx/woff say how far.
     cdef list wparts

@@ -713,6 +713,8 @@ cdef class Processor:
         if self.server.stopping:
             return   # stop() no longer waits for new requests; their connections close
         for conn, frame in batch:
+            if conn.api_dead:
+                continue   # an earlier request of this connection failed: it is closing
             if conn.api_running:
                 conn.api_queue.append(frame)
             else:
@@ -889,12 +891,14 @@ cdef class SocketServer:
             else:
                 log.error("connection %s %s: handler failed, closing the connection",
                           conn.id, conn.peer, exc_info=exc)
+            conn.api_dead = True
             conn.close()
             self._drop_queued(conn)
             return
         if result is not None and not isinstance(result, (list, tuple)):
             log.error("connection %s %s: handler returned %s, not a list of parts; closing",
                       conn.id, conn.peer, type(result).__name__)
+            conn.api_dead = True
             conn.close()
             self._drop_queued(conn)
             return
