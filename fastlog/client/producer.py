@@ -35,6 +35,7 @@ COMPRESSION = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 # header count varints): used only to decide when a batch is full.
 _RECORD_OVERHEAD = 12
 _BATCH_OVERHEAD = 61
+_BLOB = (bytes, bytearray, memoryview)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -219,6 +220,9 @@ class Producer:
         elif not 0 <= partition < len(states):
             raise errors.UnknownTopic(topic, partition)
         state = states[partition]
+        if not isinstance(value, _BLOB) and value is not None or \
+                not isinstance(key, _BLOB) and key is not None:
+            raise TypeError("record key and value must be bytes-like or None")
         size = (len(key) if key else 0) + (len(value) if value else 0) + _RECORD_OVERHEAD
         if headers:
             size += sum(len(k) + (len(v) if v else 0) + 4 for k, v in headers)
@@ -395,9 +399,16 @@ class Producer:
         for node, rounds in by_node.items():
             # The k-th batch of every partition goes in the k-th request (stable sort).
             rounds.sort(key=lambda item: item[0])
+            # Connect here, once, so every request task below writes without suspending,
+            # in creation order (tasks that waited for a connection woke after newer
+            # ones and sent a partition's batches out of order).
+            try:
+                conn = await self.cluster.connection(node)
+            except Exception:  # noqa: BLE001 - each request retries and reports the failure
+                conn = None
             for request_batches in self._split_requests([b for _, b in rounds]):
                 task = asyncio.get_running_loop().create_task(
-                    self._produce(node, request_batches))
+                    self._produce(node, request_batches, conn))
                 self._inflight_tasks.add(task)
                 task.add_done_callback(self._inflight_tasks.discard)
 
@@ -416,7 +427,7 @@ class Producer:
         if chunk:
             yield chunk
 
-    async def _produce(self, node: int, batches: list[_Batch]) -> None:
+    async def _produce(self, node: int, batches: list[_Batch], conn=None) -> None:
         topics: dict[str, list] = collections.defaultdict(list)
         for b in batches:
             topics[b.tp.topic].append({"index": b.tp.partition, "records": b.data})
@@ -426,7 +437,8 @@ class Producer:
             "topic_data": [{"name": t, "partition_data": parts} for t, parts in topics.items()],
         }
         try:
-            conn = await self.cluster.connection(node)
+            if conn is None or not conn.connected:
+                conn = await self.cluster.connection(node)
             fut = conn.submit(ApiKey.PRODUCE, request, expect_response=self.acks != 0)
             await conn.drain()
             resp = await conn.wait(fut)

@@ -221,3 +221,18 @@ def test_oversized_record_fails_alone_and_idempotent_sequence_continues(bootstra
         assert [r.value for r in got] == [b"before", b"after"]
 
     arun(go())
+
+
+def test_send_rejects_non_bytes_without_harming_the_batch(bootstrap, topic_name, arun):
+    async def go():
+        await _create(bootstrap, topic_name)
+        async with Producer(bootstrap) as p:
+            ok = await p.send(topic_name, b"fine", partition=0)
+            with pytest.raises(TypeError):
+                await p.send(topic_name, "text is not bytes", partition=0)
+            with pytest.raises(TypeError):
+                await p.send(topic_name, b"v", key=42, partition=0)
+            await p.flush()
+            assert (await ok).offset == 0
+
+    arun(go())
