@@ -225,7 +225,10 @@ class Producer:
             raise TypeError("record key and value must be bytes-like or None")
         size = (len(key) if key else 0) + (len(value) if value else 0) + _RECORD_OVERHEAD
         if headers:
-            size += sum(len(k) + (len(v) if v else 0) + 4 for k, v in headers)
+            for k, v in headers:
+                if not isinstance(k, str) or not isinstance(v, _BLOB) and v is not None:
+                    raise TypeError("record headers must be (str, bytes-like or None) pairs")
+                size += len(k) + (len(v) if v else 0) + 4
         if self._buffered + size > self.max_buffered_bytes:
             await self._wait_for_space(size)
         if timestamp_ms is None:
