@@ -94,6 +94,12 @@ class RecordHandle:
     def done(self) -> bool:
         return self._batch.future.done()
 
+    @property
+    def batch_future(self) -> asyncio.Future:
+        """The future of this record's whole batch (its base offset): shared by every record
+        of the batch, so callers can watch batches rather than records."""
+        return self._batch.future
+
     def result(self) -> RecordMetadata:
         base = self._batch.future.result()
         tp = self._batch.tp
