@@ -1156,6 +1156,34 @@ def stamp_batches(buf, batches, int64_t first_offset, int32_t leader_epoch):
         PyBuffer_Release(&view)
 
 
+def stamp_log_append_time(buf, batches, int64_t timestamp):
+    """For topics with message.timestamp.type=LogAppendTime: mark each batch of buf
+    (writable) as log-append-time with maxTimestamp = timestamp, in place, and recompute
+    its CRC (both fields are covered by it). Readers then give every record timestamp.
+    """
+    cdef Py_buffer view
+    cdef BatchHeader h
+    cdef unsigned char *data
+    cdef Py_ssize_t size
+    _get_buffer(buf, &view, True)
+    try:
+        data = <unsigned char *>view.buf
+        for obj in batches:
+            h = <BatchHeader?>obj
+            size = <Py_ssize_t>h.batch_length + OVERHEAD
+            if h.position < 0 or h.position + size > view.len:
+                raise ValueError(f"batch at {h.position} is not inside this buffer")
+            h.attributes |= ATTR_TIMESTAMP_TYPE
+            h.max_timestamp = timestamp
+            fl_put_be16(data + h.position + OFF_ATTRIBUTES, <uint16_t>h.attributes)
+            fl_put_be64(data + h.position + OFF_MAX_TIMESTAMP, <uint64_t>timestamp)
+            h.crc = _crc32c_maybe_nogil(data + h.position + OFF_ATTRIBUTES,
+                                        size - OFF_ATTRIBUTES)
+            fl_put_be32(data + h.position + OFF_CRC, h.crc)
+    finally:
+        PyBuffer_Release(&view)
+
+
 # ---------------------------------------------------------------------------------------
 # Records inside a v2 batch
 

@@ -172,6 +172,18 @@ def test_stamp_batches_writes_offsets_and_epoch_outside_the_crc():
         c.stamp_batches(bytes(blob), batches, 0, 0)
 
 
+def test_stamp_log_append_time_rewrites_type_max_timestamp_and_crc():
+    blob = bytearray(aio_batch(3) + aio_batch(2, compression=c.COMPRESSION_GZIP))
+    batches = c.validate_record_set(blob)
+    c.stamp_log_append_time(blob, batches, 1_800_000_000_000)
+    after = c.scan_batches(blob)
+    assert after.error is None
+    assert all(h.timestamp_type == 1 and h.max_timestamp == 1_800_000_000_000
+               for h in after.batches)
+    assert {r.timestamp for r in c.read_records(blob)} == {1_800_000_000_000}
+    assert [h.crc for h in batches] == [h.crc for h in after.batches]
+
+
 def test_validate_record_set_limits():
     blob = aio_batch(3) + aio_batch(2)
     assert [h.record_count for h in c.validate_record_set(blob)] == [3, 2]
