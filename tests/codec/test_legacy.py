@@ -5,6 +5,8 @@ conversion to and from v2 batches."""
 import struct
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kafka.record import legacy_records as kp_legacy
 from kafka.record.memory_records import MemoryRecords
 
@@ -130,3 +132,20 @@ def test_convert_from_v2_refuses_zstd():
     zstd = c.build_batch([(1, b"k", b"v", None)], compression=c.COMPRESSION_ZSTD)
     with pytest.raises(c.UnsupportedCodecError):
         c.convert_from_v2(zstd, 1)
+
+
+@settings(max_examples=100, deadline=None)
+@given(combo=st.sampled_from(COMBOS), edits=st.lists(
+    st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1, max_size=3),
+    cut=st.integers(0, 10**6))
+def test_mutated_legacy_sets_raise_codec_error_or_parse(combo, edits, cut):
+    magic, codec = combo
+    data = bytearray(c.build_message_set([(5, b"k", b"v" * 20), (6, None, b"w")], magic, codec))
+    for pos, value in edits:
+        data[pos % len(data)] = value
+    data = bytes(data[:len(data) - cut % 8])
+    try:
+        list(c.read_message_set(data, decompress_limit=1 << 16))
+        c.convert_to_v2(data, decompress_limit=1 << 16)
+    except c.CodecError:
+        pass
