@@ -133,8 +133,8 @@ async def _run_fastlog(opts, wl: Workload):
             for _ in range(burst):
                 c = sent % conns
                 handle = await producers[c].send(topic, wl.value(sent), wl.key(sent))
-                # one error check per batch, not per record (the handle's batch future)
-                fut = handle._batch.future
+                # one error check per batch, not per record
+                fut = handle.batch_future
                 if fut is not last_batch[c]:
                     last_batch[c] = fut
                     fut.add_done_callback(batch_done)
