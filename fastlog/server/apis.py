@@ -32,7 +32,7 @@ import time
 
 from fastlog import protocol
 from fastlog._net import CloseConnection
-from fastlog.protocol import ApiKey, Errors
+from fastlog.protocol import ApiKey, Errors, KafkaApiError
 from fastlog.server.config import (
     CONFIG_KEYS,
     CONFIG_TYPE_CODES,
@@ -43,6 +43,7 @@ from fastlog.server.config import (
     parse_topic_config,
 )
 from fastlog.server.group import GROUP_HANDLERS
+from fastlog.server.replica_manager import PartitionResult
 
 log = logging.getLogger("fastlog.server.apis")
 
@@ -103,6 +104,7 @@ class KafkaApis:
             ApiKey.FETCH: self.handle_fetch,
             ApiKey.LIST_OFFSETS: self.handle_list_offsets,
             ApiKey.CREATE_TOPICS: self.handle_create_topics,
+            ApiKey.CREATE_PARTITIONS: self.handle_create_partitions,
             ApiKey.DELETE_TOPICS: self.handle_delete_topics,
             ApiKey.DELETE_RECORDS: self.handle_delete_records,
             ApiKey.DESCRIBE_CONFIGS: self.handle_describe_configs,
@@ -150,6 +152,26 @@ class KafkaApis:
         return protocol.encode_response(header.api_key, header.api_version,
                                         header.correlation_id, response)
 
+    # ------------------------------------------------------------------ leadership
+    def _led_partition(self, topic: str, partition: int, write: bool = False):
+        """(Partition, Errors.NONE) when this broker serves clients for it, else (None,
+        error): UNKNOWN_TOPIC_OR_PARTITION for a partition the cluster does not have,
+        NOT_LEADER_OR_FOLLOWER for one another broker leads (or none does, or — for
+        writes — while this broker's ZooKeeper session has expired), so clients refresh
+        their metadata and retry."""
+        broker = self.broker
+        rm = broker.replica_manager
+        p = rm.get_partition(topic, partition)
+        if broker.cluster is None:
+            return (p, Errors.NONE) if p is not None else (None, Errors.UNKNOWN_TOPIC_OR_PARTITION)
+        if p is not None and rm.is_leader(topic, partition) and not (
+                write and broker.session_expired):
+            return p, Errors.NONE
+        state = broker.metadata.topic(topic)
+        if state is None or partition not in state.partitions:
+            return None, Errors.UNKNOWN_TOPIC_OR_PARTITION
+        return None, Errors.NOT_LEADER_OR_FOLLOWER
+
     # ------------------------------------------------------------------ ApiVersions
     async def handle_api_versions(self, ctx, request):
         return protocol.api_versions_response()
@@ -165,6 +187,8 @@ class KafkaApis:
             names = list(dict.fromkeys(t.name for t in request.topics))  # Kafka dedups
         auto_create = broker.config["auto.create.topics.enable"] and (
             v < 4 or request.allow_auto_topic_creation)
+        live = broker.live_brokers()
+        live_ids = {b[0] for b in live}
         topics = []
         for name in names:
             state = md.topic(name)
@@ -193,13 +217,15 @@ class KafkaApis:
                 "is_internal": state.internal,
                 "partitions": [
                     {
-                        "error_code": Errors.NONE,
+                        # leader -1: offline until an in-sync replica returns; clients retry
+                        "error_code": (Errors.NONE if ps.leader >= 0
+                                       else Errors.LEADER_NOT_AVAILABLE),
                         "partition_index": p,
                         "leader_id": ps.leader,
                         "leader_epoch": ps.leader_epoch,
                         "replica_nodes": ps.replicas,
                         "isr_nodes": ps.isr,
-                        "offline_replicas": [],
+                        "offline_replicas": [r for r in ps.replicas if r not in live_ids],
                     }
                     for p, ps in sorted(state.partitions.items())
                 ],
@@ -207,8 +233,8 @@ class KafkaApis:
             })
         return {
             "throttle_time_ms": 0,
-            "brokers": [{"node_id": broker.node_id, "host": broker.advertised_host,
-                         "port": broker.advertised_port, "rack": broker.config["broker.rack"]}],
+            "brokers": [{"node_id": bid, "host": host, "port": port, "rack": rack}
+                        for bid, host, port, rack in live],
             "cluster_id": md.cluster_id,
             "controller_id": md.controller_id,
             "topics": topics,
@@ -240,8 +266,19 @@ class KafkaApis:
                 raise CloseConnection("transactional produce")
             return {"responses": responses, "throttle_time_ms": 0}
         entries = [(t.name, p.index, p.records) for t in request.topic_data for p in t.partition_data]
+        refused = {}
+        if self.broker.cluster is not None:
+            # Only the leader takes writes, and only while its ZooKeeper session lives.
+            for name, index, _ in entries:
+                _, err = self._led_partition(name, index, write=True)
+                if err != Errors.NONE:
+                    refused[(name, index)] = PartitionResult(err)
+            if refused:
+                entries = [e for e in entries if (e[0], e[1]) not in refused]
         results = await self.broker.replica_manager.append_records(
             entries, acks=acks, api_version=v, timeout_ms=request.timeout_ms)
+        if refused:
+            results.update(refused)
         if acks == 0:
             # No response; like Kafka, close the connection on an error so the client notices.
             if any(r.error != Errors.NONE for r in results.values()):
@@ -309,9 +346,9 @@ class KafkaApis:
                          "aborted_transactions": [] if read_committed else None,
                          "preferred_read_replica": -1, "records": b""}
                 parts.append(entry)
-                p = rm.get_partition(t.topic, fp.partition)
+                p, err = self._led_partition(t.topic, fp.partition)
                 if p is None:
-                    entry["error_code"] = Errors.UNKNOWN_TOPIC_OR_PARTITION
+                    entry["error_code"] = err
                     errored = True
                     continue
                 if from_follower and (request.replica_id not in p.replicas
@@ -344,7 +381,6 @@ class KafkaApis:
 
     # ------------------------------------------------------------------ ListOffsets
     async def handle_list_offsets(self, ctx, request):
-        rm = self.broker.replica_manager
         v = ctx.api_version
         topics = []
         for t in request.topics:
@@ -353,9 +389,9 @@ class KafkaApis:
                 entry = {"partition_index": lp.partition_index, "error_code": Errors.NONE,
                          "timestamp": -1, "offset": -1, "leader_epoch": -1}
                 parts.append(entry)
-                p = rm.get_partition(t.name, lp.partition_index)
+                p, err = self._led_partition(t.name, lp.partition_index)
                 if p is None:
-                    entry["error_code"] = Errors.UNKNOWN_TOPIC_OR_PARTITION
+                    entry["error_code"] = err
                     continue
                 err = _check_leader_epoch(lp.current_leader_epoch if v >= 4 else -1, p.leader_epoch)
                 if err != Errors.NONE:
@@ -419,7 +455,7 @@ class KafkaApis:
 
     def _creation_shape(self, t, v) -> tuple[int, int]:
         cfg = self.broker.config
-        live = [self.broker.node_id]
+        live = [b[0] for b in self.broker.live_brokers()]
         if t.assignments:
             if t.num_partitions != -1 or t.replication_factor != -1:
                 raise _ApiError(Errors.INVALID_REQUEST,
@@ -468,6 +504,30 @@ class KafkaApis:
             raise _ApiError(Errors.INVALID_CONFIG, str(e)) from None
         return out
 
+    # ------------------------------------------------------------------ CreatePartitions
+    async def handle_create_partitions(self, ctx, request):
+        seen: dict[str, int] = {}
+        for t in request.topics:
+            seen[t.name] = seen.get(t.name, 0) + 1
+        results = []
+        for t in request.topics:
+            error, message = Errors.NONE, None
+            try:
+                if seen[t.name] > 1:
+                    raise _ApiError(Errors.INVALID_REQUEST,
+                                    f"topic {t.name!r} appears more than once")
+                assignments = (None if t.assignments is None
+                               else [list(a.broker_ids) for a in t.assignments])
+                await self.broker.create_partitions(t.name, t.count, assignments,
+                                                    validate_only=request.validate_only)
+            except _ApiError as e:
+                error, message = e.code, e.message
+            except Exception as e:  # noqa: BLE001 - one bad topic must not fail the rest
+                log.exception("adding partitions to topic %r failed", t.name)
+                error, message = Errors.UNKNOWN_SERVER_ERROR, str(e)
+            results.append({"name": t.name, "error_code": error, "error_message": message})
+        return {"throttle_time_ms": 0, "results": results}
+
     # ------------------------------------------------------------------ DeleteTopics
     async def handle_delete_topics(self, ctx, request):
         broker = self.broker
@@ -494,7 +554,10 @@ class KafkaApis:
         for t in request.topics:
             parts = []
             for dp in t.partitions:
-                error, low = rm.delete_records(t.name, dp.partition_index, dp.offset)
+                _, error = self._led_partition(t.name, dp.partition_index, write=True)
+                low = -1
+                if error == Errors.NONE:
+                    error, low = rm.delete_records(t.name, dp.partition_index, dp.offset)
                 parts.append({"partition_index": dp.partition_index, "low_watermark": low,
                               "error_code": error})
             topics.append({"name": t.name, "partitions": parts})
@@ -685,7 +748,6 @@ class KafkaApis:
 
     # ------------------------------------------------------------------ OffsetForLeaderEpoch
     async def handle_offset_for_leader_epoch(self, ctx, request):
-        rm = self.broker.replica_manager
         topics = []
         for t in request.topics:
             parts = []
@@ -693,9 +755,9 @@ class KafkaApis:
                 entry = {"error_code": Errors.NONE, "partition": op.partition,
                          "leader_epoch": -1, "end_offset": -1}
                 parts.append(entry)
-                p = rm.get_partition(t.topic, op.partition)
+                p, err = self._led_partition(t.topic, op.partition)
                 if p is None:
-                    entry["error_code"] = Errors.UNKNOWN_TOPIC_OR_PARTITION
+                    entry["error_code"] = err
                     continue
                 err = _check_leader_epoch(op.current_leader_epoch, p.leader_epoch)
                 if err != Errors.NONE:
@@ -707,11 +769,8 @@ class KafkaApis:
         return {"throttle_time_ms": 0, "topics": topics}
 
 
-class _ApiError(Exception):
-    def __init__(self, code: Errors, message: str | None = None):
-        super().__init__(message)
-        self.code = code
-        self.message = message
+# A refusal with a Kafka error code, from a handler or from a broker operation it calls.
+_ApiError = KafkaApiError
 
 
 def _timestamp_offset(found, default_epoch: int) -> tuple[int, int, int]:

@@ -6,9 +6,17 @@
 # and the periodic tasks (retention, flush, checkpoints, producer snapshots). Also the
 # topic operations that span several parts (create / delete / reconfigure a topic), so
 # handlers and the group coordinator call one place.
+# Two modes behind one MetadataStore: single node (no zookeeper.connect: the embedded JSON
+# store, this broker leads every partition) and cluster mode (zookeeper.connect set:
+# fastlog.zk's ZkClusterMember joins the cluster in the order fastlog/zk/__init__.py
+# documents; the LeadershipTracker turns recorded leadership into replica-manager role
+# changes and group-coordinator elections; SIGTERM first moves leadership off this broker
+# — the controlled shutdown described at `_controlled_shutdown`).
 # Files: none directly — meta.properties, logs and checkpoints through LogManager, topics
-# and ids through the metadata store (it only reads meta.properties to learn broker.id).
-# Called from: the asyncio API loop that runs the broker (fastlog.cli.server), only.
+# and ids through the metadata store (it only reads meta.properties to learn broker.id and
+# cluster.id).
+# Called from: the asyncio API loop that runs the broker (fastlog.cli.server), only; the
+# blocking ZooKeeper steps run in the loop's default executor.
 """Broker lifecycle and topic operations."""
 
 from __future__ import annotations
@@ -20,18 +28,22 @@ import re
 import time
 
 from fastlog._net import SocketServer
+from fastlog.protocol import Errors, KafkaApiError
 from fastlog.server.apis import KafkaApis
 from fastlog.server.config import KafkaConfig, parse_properties
 from fastlog.server.group import GroupCoordinator
 from fastlog.server.log import KafkaStorageError, LogConfig, LogManager
 from fastlog.server.log.config import TOPIC_CONFIG_KEYS as STORAGE_TOPIC_KEYS
-from fastlog.server.metadata import EmbeddedMetadataStore, MetadataError, TopicState
+from fastlog.server.metadata import EmbeddedMetadataStore, MetadataError, PartitionState, TopicState
 from fastlog.server.producer_state import ProducerIdManager
 from fastlog.server.replica_manager import Partition, ReplicaManager
 
 log = logging.getLogger("fastlog.server.broker")
 
 META_PROPERTIES = "meta.properties"
+GROUP_METADATA_TOPIC = "__consumer_offsets"
+# How long a stopping broker waits for the controller to move its leadership away.
+CONTROLLED_SHUTDOWN_TIMEOUT_S = 10.0
 MAX_TOPIC_NAME = 249
 # Kafka's producer.id.expiration.check.interval.ms default.
 PRODUCER_EXPIRATION_CHECK_MS = 600_000
@@ -62,17 +74,28 @@ class BrokerServer:
         self._timestamp_limits: dict[str, tuple[int, int]] = {}  # per topic, from its configs
         self._started = False
         self.stopping = False
+        # cluster mode (zookeeper.connect): fastlog.zk.cluster.ZkClusterMember, the
+        # LeadershipTracker, and what the group coordinator asked to create lazily.
+        self.cluster = None
+        self.leadership = None
+        self._registered = False
+        self._internal_topic_specs: dict[str, tuple[int, dict[str, str]]] = {}
+        self._internal_topic_lock = asyncio.Lock()
+        self._event_loop: asyncio.AbstractEventLoop | None = None
 
     # ------------------------------------------------------------------ startup
     async def startup(self) -> None:
-        self._prepare_dirs()
-        try:
-            self.metadata = EmbeddedMetadataStore(self.log_dirs[0], self.node_id)
-        except MetadataError as e:
-            raise BrokerStartupError(str(e)) from None
-        await self.metadata.start()
+        stored_id = self._prepare_dirs()
+        if self.config["zookeeper.connect"]:
+            await self._join_cluster(stored_id)
+        else:
+            try:
+                self.metadata = EmbeddedMetadataStore(self.log_dirs[0], self.node_id)
+            except MetadataError as e:
+                raise BrokerStartupError(str(e)) from None
+            await self.metadata.start()
         for name in self.metadata.topic_names():
-            self._log_configs[name] = self.build_log_config(self.metadata.topic(name).configs)
+            self._log_configs[name] = self._safe_log_config(name, self.metadata.topic(name).configs)
         try:
             # LogManager checks/writes meta.properties (broker.id, cluster.id) in each dir
             # and recovers the logs (unless the clean-shutdown marker is there).
@@ -83,7 +106,11 @@ class BrokerServer:
             raise BrokerStartupError(str(e)) from None
         self.replica_manager = ReplicaManager(self)
         self.producer_id_manager = ProducerIdManager(self.metadata)
-        self._open_partitions()
+        if self.cluster is None:
+            self._open_partitions()
+        else:
+            # Cluster mode: the LeadershipTracker opens partitions once registered.
+            self._delete_stray_logs()
         # ---- group coordinator hook (issue 5): groups and committed offsets.
         self.group_coordinator = GroupCoordinator(self)
         await self.group_coordinator.startup()
@@ -106,12 +133,179 @@ class BrokerServer:
             self.socket_servers.append(server)
             self.bound.append(("PLAINTEXT", host, server.port))
         self._set_advertised()
+        if self.cluster is not None:
+            await self._register_in_cluster()
         self._start_periodic_tasks()
         self._started = True
         log.info("broker %d started: %s, data in %s", self.node_id,
                  ", ".join(f"{h}:{p}" for _, h, p in self.bound), ", ".join(self.log_dirs))
 
-    def _prepare_dirs(self) -> None:
+    # ------------------------------------------------------------------ cluster mode
+    async def _join_cluster(self, stored_id: int | None) -> None:
+        """ZooKeeper session, cluster id (checked against every log dir's meta.properties),
+        broker id, then the metadata cache; registration waits for the bound listeners."""
+        from kazoo.handlers.threading import KazooTimeoutError
+
+        from fastlog.zk.cluster import BrokerIdError, ZkClusterMember
+        from fastlog.zk.meta_properties import InconsistentClusterIdError
+
+        connect = self.config["zookeeper.connect"]
+        member = ZkClusterMember(self.config, self.log_dirs)
+        self.cluster = member
+
+        def join():
+            member.connect()
+            for d in self.log_dirs:
+                props = _read_properties(os.path.join(d, META_PROPERTIES)) or {}
+                member.check_log_dir(props.get("cluster.id"), d)
+            member.resolve_broker_id([stored_id] if stored_id is not None else [])
+            return member.start_metadata()
+
+        try:
+            self.metadata = await asyncio.get_running_loop().run_in_executor(None, join)
+        except (InconsistentClusterIdError, BrokerIdError, ValueError) as e:
+            raise BrokerStartupError(str(e)) from None
+        except KazooTimeoutError:
+            raise BrokerStartupError(
+                f"cannot connect to ZooKeeper at {connect} within "
+                f"{member.zk.connection_timeout:g} s") from None
+        except Exception as e:  # noqa: BLE001 - one sentence for the operator
+            raise BrokerStartupError(f"cannot join the cluster at {connect}: {e!r}") from None
+        self.node_id = member.broker_id
+
+    async def _register_in_cluster(self) -> None:
+        """Publish /brokers/ids/<id> with the advertised listeners, stand as controller
+        candidate, and start following recorded leadership."""
+        from fastlog.zk.client import BrokerIdInUseError
+        from fastlog.zk.leadership import LeadershipTracker
+
+        loop = asyncio.get_running_loop()
+        endpoints = self.advertised_endpoints()
+        member = self.cluster
+
+        def register():
+            member.register(endpoints)
+            member.start_controller()
+
+        try:
+            await loop.run_in_executor(None, register)
+        except BrokerIdInUseError as e:
+            raise BrokerStartupError(str(e)) from None
+        except Exception as e:  # noqa: BLE001
+            raise BrokerStartupError(f"cannot register broker {self.node_id}: {e!r}") from None
+        self._registered = True
+        self._event_loop = loop
+        self.metadata.add_listener(self._on_metadata_event)
+        self.leadership = LeadershipTracker(self.metadata, self.node_id, _ReplicaRoles(self), loop)
+        self.leadership.start()
+
+    def advertised_endpoints(self) -> list[tuple[str, str, int]]:
+        """(listener, host, port) as clients should reach this broker: advertised.listeners
+        (listeners when unset), port 0 replaced by the bound port, a wildcard host by
+        loopback."""
+        out = []
+        for i, (name, host, port) in enumerate(self.config.advertised_listeners):
+            if port == 0 and self.bound:
+                port = self.bound[min(i, len(self.bound) - 1)][2]
+            if host in ("", "0.0.0.0", "::"):
+                host = "127.0.0.1" if host != "::" else "::1"
+            out.append((name, host, port))
+        return out
+
+    def _on_metadata_event(self, kind: str, name) -> None:
+        # kazoo's thread: hand topic config changes to the loop (roles go through the
+        # LeadershipTracker).
+        if kind == "config" and not self.stopping:
+            try:
+                self._event_loop.call_soon_threadsafe(self._topic_config_changed, name)
+            except RuntimeError:  # loop closed while stopping
+                pass
+
+    def _topic_config_changed(self, topic: str) -> None:
+        state = self.metadata.topic(topic)
+        if state is None or self.replica_manager is None:
+            return
+        cfg = self._safe_log_config(topic, state.configs)
+        self._log_configs[topic] = cfg
+        self._timestamp_limits.pop(topic, None)
+        self.replica_manager.update_config(topic, cfg)
+        log.info("topic %s configs are now %s", topic, state.configs or "the broker defaults")
+
+    def _delete_stray_logs(self) -> None:
+        """Logs of topics deleted while this broker was away, or of partitions it no longer
+        replicates (cluster mode, at startup)."""
+        for lg in list(self.log_manager.all_logs()):
+            state = self.metadata.topic(lg.topic)
+            ps = state.partitions.get(lg.partition) if state is not None else None
+            if ps is None or self.node_id not in ps.replicas:
+                log.info("deleting stray log %s-%d", lg.topic, lg.partition)
+                self.log_manager.delete_log(lg.topic, lg.partition)
+
+    def live_brokers(self) -> list[tuple[int, str, int, str | None]]:
+        """(id, host, port, rack) of every live broker, this one included."""
+        own = (self.node_id, self.advertised_host, self.advertised_port, self.config["broker.rack"])
+        if self.cluster is None:
+            return [own]
+        out = {}
+        for bid, info in self.metadata.brokers().items():
+            ep = info.endpoint()
+            if ep is not None:
+                out[bid] = (bid, ep.host, ep.port, info.rack)
+        if self.node_id not in out and self._started:
+            out[self.node_id] = own
+        return [out[b] for b in sorted(out)]
+
+    def broker_endpoint(self, node_id: int) -> tuple[str, int]:
+        """(host, port) of a live broker; KeyError if it is not live."""
+        for bid, host, port, _ in self.live_brokers():
+            if bid == node_id:
+                return host, port
+        raise KeyError(node_id)
+
+    def is_controller(self) -> bool:
+        return self.cluster is not None and self.cluster.controller is not None \
+            and self.cluster.controller.is_active
+
+    @property
+    def session_expired(self) -> bool:
+        """Cluster mode: the ZooKeeper session ended and no new one exists yet."""
+        return self.cluster is not None and self.metadata.session_expired
+
+    async def _controlled_shutdown(self) -> None:
+        """Move leadership off this broker before it stops (Kafka's controlled shutdown).
+        When this broker is the controller it does so itself; otherwise it asks the
+        controller through ZooKeeper: an ephemeral /admin/controlled_shutdown/<id> node that
+        the active controller watches and answers in place with the partitions this broker
+        still leads (fastlog/zk/controller.py). We chose ZooKeeper over Kafka's
+        ControlledShutdown request (API key 7) because the request needs no connection to
+        the controller's listener, survives a controller change (a new controller answers
+        pending requests on election) and dies with this broker's session."""
+        if not self._registered or not self.config["controlled.shutdown.enable"]:
+            return
+        member = self.cluster
+
+        def run():
+            remaining = member.controlled_shutdown_local()
+            if remaining is None:
+                remaining = member.request_controlled_shutdown(CONTROLLED_SHUTDOWN_TIMEOUT_S)
+            return remaining
+
+        try:
+            remaining = await asyncio.get_running_loop().run_in_executor(None, run)
+        except Exception as e:  # noqa: BLE001 - a failed controlled shutdown still stops
+            log.warning("controlled shutdown failed: %r; stopping anyway", e)
+            return
+        if remaining is None:
+            log.warning("controlled shutdown: no answer from the controller within %g s; "
+                        "stopping anyway", CONTROLLED_SHUTDOWN_TIMEOUT_S)
+        elif remaining:
+            log.info("controlled shutdown: still leading %d partition(s) with no other live "
+                     "in-sync replica: %s", len(remaining), sorted(remaining)[:10])
+        else:
+            log.info("controlled shutdown: leadership moved off broker %d", self.node_id)
+
+    def _prepare_dirs(self) -> int | None:
+        """Create the log dirs; return the broker.id stored in their meta.properties."""
         for d in self.log_dirs:
             try:
                 os.makedirs(d, exist_ok=True)
@@ -128,12 +322,15 @@ class BrokerServer:
                     raise BrokerStartupError(
                         f"log dirs belong to different brokers ({stored} and {bid})")
                 stored = bid
+        if self.config["zookeeper.connect"]:
+            return stored  # cluster mode: ZkClusterMember.resolve_broker_id decides
         if self.node_id < 0:
             self.node_id = stored if stored is not None else 0
         elif stored is not None and stored != self.node_id:
             raise BrokerStartupError(
                 f"broker.id {self.node_id} does not match the id {stored} stored in "
                 f"{META_PROPERTIES}; use broker.id={stored} or another log dir")
+        return stored
 
     def _open_partitions(self) -> None:
         md = self.metadata
@@ -216,6 +413,9 @@ class BrokerServer:
             return
         self.stopping = True
         log.info("broker %d shutting down", self.node_id)
+        if self.cluster is not None:
+            # While still serving: clients follow the moved leadership to other brokers.
+            await self._controlled_shutdown()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -227,6 +427,8 @@ class BrokerServer:
         if self.replica_manager is not None:
             self.replica_manager.fetch_purgatory.wake_all()
         await self._stop_servers()
+        if self.leadership is not None:
+            self.leadership.stop()
         if self.group_coordinator is not None:
             await self.group_coordinator.shutdown()
         if self.replica_manager is not None:
@@ -235,6 +437,13 @@ class BrokerServer:
             self.log_manager.shutdown()
         if self.metadata is not None:
             await self.metadata.stop()
+        if self.cluster is not None:
+            # Resigns the controller office if held and closes the session, so the
+            # registration goes at once (not after the session timeout).
+            try:
+                await self.cluster.aclose()
+            except Exception:  # noqa: BLE001 - keep shutting down
+                log.exception("closing the ZooKeeper session failed")
         log.info("broker %d shut down cleanly", self.node_id)
 
     async def _stop_servers(self) -> None:
@@ -293,13 +502,34 @@ class BrokerServer:
     def log_config(self, topic: str) -> LogConfig:
         cfg = self._log_configs.get(topic)
         if cfg is None:
-            cfg = LogConfig.from_broker(self.config)
+            state = self.metadata.topic(topic) if self.metadata is not None else None
+            if state is None:
+                return LogConfig.from_broker(self.config)
+            cfg = self._log_configs[topic] = self._safe_log_config(topic, state.configs)
         return cfg
+
+    def _safe_log_config(self, topic: str, overrides: dict[str, str]) -> LogConfig:
+        # Overrides written by another broker or tool may be invalid here: broker defaults.
+        try:
+            return self.build_log_config(overrides)
+        except ValueError as e:
+            log.warning("topic %s: ignoring invalid config overrides %s: %s", topic, overrides, e)
+            return LogConfig.from_broker(self.config)
 
     async def create_topic(self, name: str, partitions: int, replication_factor: int,
                            configs: dict[str, str], internal: bool = False) -> TopicState:
         """Create and open a topic (validated by the caller); KeyError if it exists."""
         cfg = self.build_log_config(configs)
+        if self.cluster is not None:
+            # Kafka's assignment over the live brokers; the controller elects the leaders
+            # and every replica's LeadershipTracker opens its logs.
+            replicas = self.metadata.assign_replicas(partitions, replication_factor)
+            state = await self.metadata.create_topic(name, partitions, replicas, configs,
+                                                     internal)
+            self._log_configs[name] = cfg
+            log.info("created topic %s with %d partitions, replication factor %d%s", name,
+                     partitions, replication_factor, f" and configs {configs}" if configs else "")
+            return state
         # One node: it is the only replica (handlers refuse a larger replication factor).
         replicas = [[self.node_id] for _ in range(partitions)]
         state = await self.metadata.create_topic(name, partitions, replicas, configs, internal)
@@ -316,7 +546,35 @@ class BrokerServer:
         state = self.metadata.topic(name)
         if state is not None:
             return state
+        if self.cluster is not None:
+            # Cluster mode creates it on first use (FindCoordinator), as Kafka does, so the
+            # partitions spread over the brokers that are up by then, not the first one.
+            self._internal_topic_specs[name] = (partitions, dict(configs))
+            return None
         return await self.create_topic(name, partitions, 1, dict(configs), internal=True)
+
+    async def ensure_internal_topic(self, name: str) -> TopicState | None:
+        """Cluster mode: create an internal topic the group coordinator asked for, with
+        offsets.topic.replication.factor replicas; None while fewer brokers are live (Kafka
+        answers COORDINATOR_NOT_AVAILABLE then)."""
+        state = self.metadata.topic(name)
+        if state is not None or name not in self._internal_topic_specs:
+            return state
+        async with self._internal_topic_lock:
+            state = self.metadata.topic(name)
+            if state is not None:
+                return state
+            partitions, configs = self._internal_topic_specs[name]
+            rf = int(self.config["offsets.topic.replication.factor"])
+            live = len(self.live_brokers())
+            if live < rf:
+                log.info("not creating %s yet: %d live broker(s), "
+                         "offsets.topic.replication.factor is %d", name, live, rf)
+                return None
+            try:
+                return await self.create_topic(name, partitions, rf, configs, internal=True)
+            except KeyError:  # another broker created it meanwhile
+                return self.metadata.topic(name)
 
     async def delete_topic(self, name: str) -> None:
         state = self.metadata.topic(name)
@@ -325,8 +583,11 @@ class BrokerServer:
         await self.metadata.delete_topic(name)
         self._log_configs.pop(name, None)
         self._timestamp_limits.pop(name, None)
-        for p in state.partitions:
-            self.replica_manager.delete_partition(name, p)
+        if self.cluster is None:
+            # (cluster mode: the controller deletes it; every replica's LeadershipTracker
+            # then stops and deletes its logs)
+            for p in state.partitions:
+                self.replica_manager.delete_partition(name, p)
         log.info("deleted topic %s", name)
 
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
@@ -336,6 +597,47 @@ class BrokerServer:
         self._timestamp_limits.pop(name, None)
         self.replica_manager.update_config(name, cfg)
         log.info("topic %s configs are now %s", name, configs or "the broker defaults")
+
+    async def create_partitions(self, name: str, total: int,
+                                assignments: list[list[int]] | None = None,
+                                validate_only: bool = False) -> TopicState:
+        """Grow topic `name` to `total` partitions (Kafka's CreatePartitions): the new
+        partitions' replicas are `assignments` (one broker list per added partition) or the
+        default (this node alone in single-node mode; Kafka's placement over the live
+        brokers in cluster mode). Existing partitions keep their data; new ones start
+        empty at offset 0. KafkaApiError (UNKNOWN_TOPIC_OR_PARTITION, INVALID_PARTITIONS,
+        INVALID_REPLICA_ASSIGNMENT) when refused; with validate_only nothing changes."""
+        state = self.metadata.topic(name)
+        if state is None:
+            raise KafkaApiError(Errors.UNKNOWN_TOPIC_OR_PARTITION,
+                                f"The topic '{name}' does not exist.")
+        have = len(state.partitions)
+        if total < have:
+            raise KafkaApiError(Errors.INVALID_PARTITIONS,
+                                f"Topic currently has {have} partitions, which is higher "
+                                f"than the requested {total}.")
+        if total == have:
+            raise KafkaApiError(Errors.INVALID_PARTITIONS, f"Topic already has {have} partitions.")
+        single_node = isinstance(self.metadata, EmbeddedMetadataStore)
+        if assignments is None:
+            replicas = ([[self.node_id] for _ in range(total - have)] if single_node
+                        else self.metadata.assign_new_partitions(name, total))
+        else:
+            live = {self.node_id} if single_node else set(self.metadata.brokers())
+            replicas = [list(r) for r in assignments]
+            _check_new_assignment(replicas, total - have, state.replication_factor, live)
+        if validate_only:
+            return state
+        new_state = await self.metadata.add_partitions(name, replicas)
+        if single_node:
+            # (cluster mode: the controller elects the new partitions' leaders and every
+            # replica's LeadershipTracker opens their logs)
+            cfg = self.log_config(name)
+            for p in range(have, total):
+                ps = new_state.partitions[p]
+                self.replica_manager.make_leader(name, p, cfg, ps.leader_epoch, ps.replicas)
+        log.info("topic %s grew from %d to %d partitions", name, have, total)
+        return new_state
 
     def end_offset_for_epoch(self, p: Partition, epoch: int) -> tuple[int, int]:
         """(leader epoch, end offset) for OffsetForLeaderEpoch: the start offset of the
@@ -350,6 +652,69 @@ class BrokerServer:
             if found is not None:
                 return found
         return -1, -1
+
+
+class _ReplicaRoles:
+    """The LeadershipTracker's handler (fastlog.zk.leadership.ReplicaRoleHandler): recorded
+    leadership -> ReplicaManager roles, and __consumer_offsets leadership -> the group
+    coordinator's elections. Runs on the broker loop."""
+
+    def __init__(self, broker: BrokerServer):
+        self.broker = broker
+
+    def become_leader(self, topic: str, partition: int, state: PartitionState) -> None:
+        b = self.broker
+        b.replica_manager.become_leader(topic, partition, state.leader_epoch, list(state.isr),
+                                        list(state.replicas), state.partition_epoch)
+        if topic == GROUP_METADATA_TOPIC and b.group_coordinator is not None:
+            b.group_coordinator.on_elected(partition)
+
+    def become_follower(self, topic: str, partition: int, state: PartitionState) -> None:
+        b = self.broker
+        if topic == GROUP_METADATA_TOPIC and b.group_coordinator is not None:
+            b.group_coordinator.on_resigned(partition)
+        b.replica_manager.become_follower(topic, partition, state.leader, state.leader_epoch,
+                                          list(state.replicas))
+
+    def stop_replica(self, topic: str, partition: int, delete: bool) -> None:
+        b = self.broker
+        if topic == GROUP_METADATA_TOPIC and b.group_coordinator is not None:
+            b.group_coordinator.on_resigned(partition)
+        b.replica_manager.stop_replica(topic, partition, delete)
+        if delete:
+            b._log_configs.pop(topic, None)
+            b._timestamp_limits.pop(topic, None)
+
+    def session_changed(self, expired: bool) -> None:
+        log.warning("ZooKeeper session %s", "expired: refusing writes until a new one"
+                    if expired else "renewed")
+        self.broker.replica_manager.session_changed(expired)
+
+
+def _check_new_assignment(replicas: list[list[int]], added: int, replication_factor: int,
+                          live: set[int]) -> None:
+    """Refuse (INVALID_REPLICA_ASSIGNMENT, Kafka's sentences) an explicit assignment for
+    `added` new partitions that is the wrong size, repeats or names unknown brokers, or
+    changes the topic's replication factor."""
+    if len(replicas) != added:
+        raise KafkaApiError(Errors.INVALID_REPLICA_ASSIGNMENT,
+                            f"Increasing the number of partitions by {added} but "
+                            f"{len(replicas)} assignments provided.")
+    for r in replicas:
+        if not r:
+            raise KafkaApiError(Errors.INVALID_REPLICA_ASSIGNMENT,
+                                "Empty replica assignment for a new partition.")
+        if len(set(r)) != len(r):
+            raise KafkaApiError(Errors.INVALID_REPLICA_ASSIGNMENT,
+                                f"Duplicate brokers not allowed in replica assignment: {r}.")
+        unknown = sorted(set(r) - live)
+        if unknown:
+            raise KafkaApiError(Errors.INVALID_REPLICA_ASSIGNMENT,
+                                f"Unknown broker(s) in replica assignment: {unknown}.")
+        if len(r) != replication_factor:
+            raise KafkaApiError(Errors.INVALID_REPLICA_ASSIGNMENT,
+                                f"Inconsistent replication factor between partitions: the topic "
+                                f"has {replication_factor} replicas per partition, {r} has {len(r)}.")
 
 
 def _read_properties(path: str) -> dict[str, str] | None:

@@ -5,7 +5,8 @@
 # `EmbeddedMetadataStore` is the single-node implementation, persisted as one JSON file
 # `<first log dir>/fastlog-metadata.json` written atomically (write tmp, fsync, rename,
 # fsync dir) so a crash leaves either the old or the new version. The ZooKeeper store
-# (cluster mode) will implement the same interface over Kafka's znodes.
+# (cluster mode, fastlog/zk/metadata_store.py) implements the same interface over Kafka's
+# znodes.
 # Called from: the broker's asyncio API loop only (reads are plain attribute reads of an
 # in-memory cache; mutations are coroutines so a ZooKeeper store can await its round trip).
 """Cluster metadata interface and the embedded single-node store."""
@@ -35,6 +36,9 @@ class PartitionState:
     leader: int
     leader_epoch: int = 0
     isr: list[int] = dataclasses.field(default_factory=list)
+    # The recorded state's version (Kafka's partition epoch: ZooKeeper's znode version of
+    # .../partitions/<p>/state), for a leader's conditional ISR updates; -1 when unknown.
+    partition_epoch: int = -1
 
 
 @dataclasses.dataclass
@@ -82,6 +86,12 @@ class MetadataStore(abc.ABC):
 
     @abc.abstractmethod
     async def delete_topic(self, name: str) -> None: ...
+
+    @abc.abstractmethod
+    async def add_partitions(self, name: str, new_replicas: list[list[int]]) -> TopicState:
+        """Append len(new_replicas) partitions to topic `name`, numbered on from its current
+        count, partition i's replicas new_replicas[i] (first one the preferred leader);
+        returns the topic's new state. KeyError if the topic does not exist."""
 
     @abc.abstractmethod
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
@@ -149,7 +159,9 @@ class EmbeddedMetadataStore(MetadataStore):
                     "internal": t.internal,
                     "configs": t.configs,
                     "partitions": {
-                        str(p): dataclasses.asdict(s) for p, s in sorted(t.partitions.items())
+                        str(p): {"replicas": s.replicas, "leader": s.leader,
+                                 "leader_epoch": s.leader_epoch, "isr": s.isr}
+                        for p, s in sorted(t.partitions.items())
                     },
                 }
                 for name, t in sorted(self._topics.items())
@@ -208,6 +220,21 @@ class EmbeddedMetadataStore(MetadataStore):
         except BaseException:
             self._topics[name] = old
             raise
+
+    async def add_partitions(self, name, new_replicas):
+        old = self._topics[name]
+        parts = dict(old.partitions)
+        first = max(parts, default=-1) + 1
+        for i, replicas in enumerate(new_replicas):
+            parts[first + i] = PartitionState(list(replicas), replicas[0], 0, list(replicas))
+        # Replace, never mutate, the state readers may hold; restore it if the write fails.
+        self._topics[name] = dataclasses.replace(old, partitions=parts)
+        try:
+            self._write()
+        except BaseException:
+            self._topics[name] = old
+            raise
+        return self._topics[name]
 
     async def set_topic_configs(self, name, configs):
         topic = self._topics[name]

@@ -4,7 +4,8 @@
 # settle the broker id (configured, stored in meta.properties, or generated through
 # /brokers/seqid), then — once the listeners are bound — register /brokers/ids/<id>, start
 # the metadata cache (ZkMetadataStore, the broker's MetadataStore) and the controller
-# candidate (ZkController). The session's credentials are kept in the first log dir
+# candidate (ZkController). A stopping broker that is not the controller asks for its
+# controlled shutdown through /admin/controlled_shutdown/<id> (request_controlled_shutdown). The session's credentials are kept in the first log dir
 # (`zk-session`, mode 0600) so that after a crash the restarted broker recognises and
 # ends its previous session instead of failing on its own stale registration.
 #
@@ -21,8 +22,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable
 
+from kazoo.exceptions import NoNodeError
+
+from fastlog.zk import paths
 from fastlog.zk.client import KafkaZkClient, load_session, save_session
 from fastlog.zk.controller import ZkController
 from fastlog.zk.meta_properties import check_cluster_id
@@ -153,10 +158,37 @@ class ZkClusterMember:
     def controlled_shutdown_local(self) -> set | None:
         """When this broker is the controller, move leadership off it; returns the
         partitions it still leads, or None when another broker is the controller (the
-        broker then asks that one with a ControlledShutdown request)."""
+        broker then asks that one: request_controlled_shutdown)."""
         if self.controller is None or not self.controller.is_active:
             return None
         return self.controller.controlled_shutdown(self.broker_id)
+
+    def request_controlled_shutdown(self, timeout: float) -> set | None:
+        """Ask the active controller (another broker) to move leadership off this one:
+        create the ephemeral /admin/controlled_shutdown/<id> and wait for the controller's
+        answer in it. Returns the partitions still led here, or None after `timeout`."""
+        kz = self.zk.kazoo
+        path = paths.controlled_shutdown_path(self.broker_id)
+        try:
+            kz.delete(path)  # our own earlier, unanswered request
+        except NoNodeError:
+            pass
+        kz.create(path, paths.encode_controlled_shutdown(self.broker_epoch), ephemeral=True,
+                  makepath=True)
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                data, _ = kz.get(path)
+                _, remaining = paths.decode_controlled_shutdown(data)
+                if remaining is not None:
+                    return remaining
+                time.sleep(0.05)
+            return None
+        finally:
+            try:
+                kz.delete(path)
+            except Exception:  # noqa: BLE001 - it goes with the session anyway
+                pass
 
     def close(self) -> None:
         """Resign if controller, end the session (registration goes), forget it on disk."""

@@ -5,7 +5,8 @@
 # /isr_change_notification, creates the partition states of new topics, elects leaders from
 # the live ISR when brokers leave or return (offline, leader -1, when no ISR member is live
 # unless unclean election is allowed), runs preferred-leader and controlled-shutdown
-# elections, and deletes topics. Every one of its writes is fenced by its controller epoch;
+# elections (a stopping broker asks through its ephemeral /admin/controlled_shutdown/<id>,
+# answered in place), and deletes topics. Every one of its writes is fenced by its controller epoch;
 # a ControllerMovedError makes it resign.
 #
 # Threading: ZooKeeper watches only enqueue events; one controller thread handles them in
@@ -80,6 +81,51 @@ class TopicDeleted:
 _SHUTDOWN = object()
 
 
+def new_partitions_assignment(existing: Mapping[int, list[int]], brokers: Mapping[int, BrokerInfo],
+                              total: int, rack_aware: str = "safe") -> dict[int, list[int]]:
+    """Replicas for partitions len(existing)..total-1 of a growing topic, as Kafka assigns
+    them: like a new topic's, with the existing replication factor, continuing the
+    numbering and starting at partition 0's leader (`brokers`: the live ones)."""
+    have = len(existing)
+    ids = sorted(brokers)
+    first = existing.get(0) or next(iter(existing.values()), None) or ids[:1]
+    rf = len(first)
+    start = next((i for i, b in enumerate(ids) if b >= first[0]), 0)
+    return assign_replicas(total - have, rf, {b: brokers[b].rack for b in ids},
+                           rack_aware=rack_aware, fixed_start_index=start,
+                           start_partition_id=have)
+
+
+def add_partitions(zk: KafkaZkClient, topic: str, total: int,
+                   assignment: Mapping[int, list[int]] | None = None, *,
+                   rack_aware: str = "safe") -> dict[int, list[int]]:
+    """Grow `topic` to `total` partitions (any broker, any thread; blocking): the new
+    partitions' replicas are `assignment` (partition -> brokers, exactly the partitions
+    added) or Kafka's default (new_partitions_assignment); /brokers/topics/<t> is rewritten
+    conditionally on the version read, and the active controller then creates the new
+    partitions' states. Returns the added assignment. UnknownTopicError if the topic does
+    not exist, ValueError if `total` adds nothing or `assignment` covers other partitions,
+    kazoo's BadVersionError if the assignment changed meanwhile."""
+    got = zk.get_topic_assignment_and_version(topic)
+    if got is None:
+        raise UnknownTopicError(f"topic {topic!r} does not exist")
+    current, version = got
+    have = len(current.partitions)
+    if total <= have:
+        raise ValueError(f"topic {topic!r} has {have} partitions; {total} would not add any")
+    if assignment is None:
+        assignment = new_partitions_assignment(current.partitions, zk.get_all_brokers(), total,
+                                               rack_aware)
+    if sorted(assignment) != list(range(have, total)):
+        raise ValueError(f"assignment must cover partitions {have}..{total - 1}")
+    merged = dict(current.partitions)
+    merged.update({p: list(r) for p, r in assignment.items()})
+    zk.set_topic_assignment(
+        TopicAssignment(topic, merged, current.topic_id, current.adding_replicas,
+                        current.removing_replicas), version)
+    return {p: list(r) for p, r in assignment.items()}
+
+
 class ZkController:
     def __init__(self, zk: KafkaZkClient, broker_id: int, *,
                  unclean_leader_election: bool | Callable[[str], bool] = False,
@@ -105,6 +151,7 @@ class ZkController:
         self._shutting_down: set[int] = set()
         self._bounced: set[int] = set()
         self._topic_watched: set[str] = set()  # topics whose assignment znode we watch
+        self._cs_children_watched = False
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -130,6 +177,8 @@ class ZkController:
         kz.ChildrenWatch(paths.DELETE_TOPICS, self._watch("topic_deletion"))
         kz.ChildrenWatch(paths.ISR_CHANGE_NOTIFICATION, self._watch("isr_change"))
         kz.DataWatch(paths.PREFERRED_REPLICA_ELECTION, self._watch("preferred_replica_election"))
+        # Not among Kafka's persistent paths: the first request creates it, so watch for that.
+        kz.DataWatch(paths.CONTROLLED_SHUTDOWN, self._on_controlled_shutdown_parent)
         if self._rebalance_interval:
             threading.Thread(target=self._rebalance_timer, daemon=True,
                              name=f"zk-controller-rebalance-{self.broker_id}").start()
@@ -152,6 +201,19 @@ class ZkController:
             self._events.put((kind,))
             return None
         return fire
+
+    def _on_controlled_shutdown_parent(self, data, stat, *args):
+        # kazoo's thread. A children watch on a missing node ends at once: start one when
+        # the parent exists (again).
+        if self._stopped.is_set():
+            return False
+        if stat is None:
+            self._cs_children_watched = False
+        elif not self._cs_children_watched:
+            self._cs_children_watched = True
+            self.zk.kazoo.ChildrenWatch(paths.CONTROLLED_SHUTDOWN,
+                                        self._watch("controlled_shutdown_request"))
+        return None
 
     def _rebalance_timer(self) -> None:
         while not self._stopped.wait(self._rebalance_interval):
@@ -259,6 +321,7 @@ class ZkController:
         self._initialize_new_partitions()
         self._elect_and_shrink()
         self._on_isr_change()
+        self._on_controlled_shutdown_request()
 
     # -- event handlers (active controller only) --------------------------------------------------
 
@@ -369,6 +432,40 @@ class ZkController:
             return
         self._preferred_election([tp for tp in requested if tp in self._states])
         self.zk.delete_preferred_replica_election(self.epoch)
+
+    def _on_controlled_shutdown_request(self) -> None:
+        """Stopping brokers asked (ephemeral /admin/controlled_shutdown/<id>): move their
+        leadership away and answer each request in place with what they still lead."""
+        if self.epoch is None:
+            return
+        kz = self.zk.kazoo
+        try:
+            children = kz.get_children(paths.CONTROLLED_SHUTDOWN)
+        except NoNodeError:
+            return
+        for child in sorted(children):
+            try:
+                broker_id = int(child)
+            except ValueError:
+                continue
+            path = paths.controlled_shutdown_path(broker_id)
+            try:
+                data, stat = kz.get(path)
+                epoch, answered = paths.decode_controlled_shutdown(data)
+            except NoNodeError:
+                continue
+            except paths.ZkDataError:
+                log.warning("ignoring malformed request %s", path)
+                continue
+            if answered is not None:
+                continue
+            remaining = self._controlled_shutdown(broker_id)
+            log.info("controller %d: controlled shutdown of broker %d, %d partition(s) still "
+                     "led by it", self.broker_id, broker_id, len(remaining))
+            try:
+                kz.set(path, paths.encode_controlled_shutdown(epoch, remaining), stat.version)
+            except (NoNodeError, BadVersionError):
+                pass  # the broker went (or asked again): nothing to answer
 
     def _on_auto_rebalance(self) -> None:
         if self.epoch is None:
@@ -532,31 +629,34 @@ class ZkController:
         the broker may retry or stop anyway. Active controller only."""
         def run():
             self._require_active()
-            if broker_id not in self._live:
-                return set()
-            self._shutting_down.add(broker_id)
-            involved = {tp for tp, st in self._states.items() if broker_id in st.isr}
-
-            def decide(tp, st):
-                if broker_id not in st.isr:
-                    return None
-                if st.leader == broker_id:
-                    others = [r for r in self._replicas(tp)
-                              if r in st.isr and r != broker_id and self._eligible(r)]
-                    if not others:
-                        return None  # stays leader until it really goes
-                    leader = others[0]
-                    return st.new_leader_and_isr(
-                        leader, [leader] + [b for b in st.isr if b not in (leader, broker_id)],
-                        self.epoch.epoch)
-                if len(st.isr) > 1:
-                    return st.new_leader_and_isr(
-                        st.leader, [b for b in st.isr if b != broker_id], self.epoch.epoch)
-                return None
-            changes = {tp: d for tp in involved if (d := decide(tp, self._states[tp]))}
-            self._write_states(changes, decide)
-            return {tp for tp, st in self._states.items() if st.leader == broker_id}
+            return self._controlled_shutdown(broker_id)
         return self._call(run)
+
+    def _controlled_shutdown(self, broker_id: int) -> set[TopicPartition]:
+        if broker_id not in self._live:
+            return set()
+        self._shutting_down.add(broker_id)
+        involved = {tp for tp, st in self._states.items() if broker_id in st.isr}
+
+        def decide(tp, st):
+            if broker_id not in st.isr:
+                return None
+            if st.leader == broker_id:
+                others = [r for r in self._replicas(tp)
+                          if r in st.isr and r != broker_id and self._eligible(r)]
+                if not others:
+                    return None  # stays leader until it really goes
+                leader = others[0]
+                return st.new_leader_and_isr(
+                    leader, [leader] + [b for b in st.isr if b not in (leader, broker_id)],
+                    self.epoch.epoch)
+            if len(st.isr) > 1:
+                return st.new_leader_and_isr(
+                    st.leader, [b for b in st.isr if b != broker_id], self.epoch.epoch)
+            return None
+        changes = {tp: d for tp in involved if (d := decide(tp, self._states[tp]))}
+        self._write_states(changes, decide)
+        return {tp for tp, st in self._states.items() if st.leader == broker_id}
 
     def create_topic(self, topic: str, num_partitions: int, replication_factor: int,
                      config: dict[str, str] | None = None, *,
@@ -580,33 +680,10 @@ class ZkController:
                           assignment: dict[int, list[int]] | None = None, *,
                           rack_aware: str = "safe", wait: float = 10.0
                           ) -> dict[int, LeaderAndIsr]:
-        """Grow `topic` to `total` partitions from any broker (Kafka's CreatePartitions):
-        new partitions get replicas like a new topic's, continuing the numbering and
-        starting at partition 0's leader, with the existing replication factor; the
-        assignment znode is rewritten conditionally, the controller creates the states."""
-        got = self.zk.get_topic_assignment_and_version(topic)
-        if got is None:
-            raise UnknownTopicError(f"topic {topic!r} does not exist")
-        current, version = got
-        have = len(current.partitions)
-        if total <= have:
-            raise ValueError(f"topic {topic!r} has {have} partitions; {total} would not add any")
-        if assignment is None:
-            brokers = sorted(self.zk.get_all_brokers().items())
-            rf = len(current.partitions.get(0) or next(iter(current.partitions.values())))
-            ids = [b for b, _ in brokers]
-            first_leader = (current.partitions.get(0) or [ids[0]])[0]
-            start = next((i for i, b in enumerate(ids) if b >= first_leader), 0)
-            assignment = assign_replicas(total - have, rf, {b: i.rack for b, i in brokers},
-                                         rack_aware=rack_aware, fixed_start_index=start,
-                                         start_partition_id=have)
-        if sorted(assignment) != list(range(have, total)):
-            raise ValueError(f"assignment must cover partitions {have}..{total - 1}")
-        merged = dict(current.partitions)
-        merged.update({p: list(r) for p, r in assignment.items()})
-        self.zk.set_topic_assignment(
-            TopicAssignment(topic, merged, current.topic_id, current.adding_replicas,
-                            current.removing_replicas), version)
+        """Grow `topic` to `total` partitions from any broker (Kafka's CreatePartitions,
+        see add_partitions); waits up to `wait` seconds for the controller to create the
+        new partitions' states and returns partition -> state."""
+        add_partitions(self.zk, topic, total, assignment, rack_aware=rack_aware)
         return self.wait_for_partition_states(topic, total, wait)
 
     def wait_for_partition_states(self, topic: str, num_partitions: int, timeout: float

@@ -48,6 +48,7 @@ class _Role:
     leader_epoch: int
     replicas: tuple[int, ...]
     isr: tuple[int, ...] = field(default=(), compare=False)
+    partition_epoch: int = field(default=-1, compare=False)
 
 
 class LeadershipTracker:
@@ -113,7 +114,7 @@ class LeadershipTracker:
             for p, ps in state.partitions.items():
                 if me in ps.replicas:
                     wanted[(name, p)] = _Role(ps.leader, ps.leader_epoch, tuple(ps.replicas),
-                                              tuple(ps.isr))
+                                              tuple(ps.isr), ps.partition_epoch)
         for tp in sorted(set(self._roles) - set(wanted)):
             del self._roles[tp]
             self._call(self.handler.stop_replica, tp[0], tp[1], tp[0] not in topic_names)
@@ -122,7 +123,7 @@ class LeadershipTracker:
                 continue
             self._roles[tp] = role
             ps = PartitionState(list(role.replicas), role.leader, role.leader_epoch,
-                                list(role.isr))
+                                list(role.isr), role.partition_epoch)
             if role.leader == me:
                 self._call(self.handler.become_leader, tp[0], tp[1], ps)
             else:

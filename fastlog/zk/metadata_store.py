@@ -34,6 +34,7 @@ from fastlog.server.metadata import (
 from fastlog.zk import paths
 from fastlog.zk.assignment import assign_replicas
 from fastlog.zk.client import KafkaZkClient, TopicExistsError, UnknownTopicError
+from fastlog.zk.controller import add_partitions, new_partitions_assignment
 from fastlog.zk.paths import NO_LEADER, BrokerInfo, TopicAssignment
 
 log = logging.getLogger("fastlog.zk.metadata")
@@ -136,6 +137,16 @@ class ZkMetadataStore(MetadataStore):
                               {b: i.rack for b, i in brokers.items()}, rack_aware=rack_aware)
         return [got[p] for p in range(num_partitions)]
 
+    def assign_new_partitions(self, name: str, total: int) -> list[list[int]]:
+        """Replica lists for the partitions that growing topic `name` to `total` adds
+        (Kafka's default, see fastlog.zk.controller.new_partitions_assignment), in the form
+        add_partitions takes. KeyError if the topic is unknown."""
+        t = self._topics[name]
+        brokers = self._brokers or self.zk.get_all_brokers()
+        got = new_partitions_assignment({p: ps.replicas for p, ps in t.partitions.items()},
+                                        brokers, total)
+        return [got[p] for p in sorted(got)]
+
     def partition_leader(self, topic: str, partition: int) -> int:
         t = self._topics.get(topic)
         ps = t.partitions.get(partition) if t else None
@@ -220,7 +231,8 @@ class ZkMetadataStore(MetadataStore):
                 prev = old.partitions.get(p) if old else None
                 parts[p] = PartitionState(list(replicas), prev.leader if prev else NO_LEADER,
                                           prev.leader_epoch if prev else 0,
-                                          list(prev.isr) if prev else [])
+                                          list(prev.isr) if prev else [],
+                                          prev.partition_epoch if prev else -1)
             topic_id = assignment.topic_id or (old.topic_id if old else "")
             self._put_topic(TopicState(topic, topic_id, parts, configs,
                                        topic in INTERNAL_TOPICS))
@@ -248,7 +260,7 @@ class ZkMetadataStore(MetadataStore):
                     return None
                 parts = dict(old.partitions)
                 parts[partition] = PartitionState(old.partitions[partition].replicas, st.leader,
-                                                  st.leader_epoch, list(st.isr))
+                                                  st.leader_epoch, list(st.isr), st.zk_version)
                 self._put_topic(TopicState(topic, old.topic_id, parts, old.configs, old.internal))
             self._notify("partition", (topic, partition))
             return None
@@ -341,3 +353,30 @@ class ZkMetadataStore(MetadataStore):
 
     async def allocate_producer_ids(self, block_size=PRODUCER_ID_BLOCK_SIZE):
         return await self._run(self.zk.allocate_producer_id_block, self.node_id, block_size)
+
+    async def add_partitions(self, name, new_replicas):
+        """Append partitions to topic `name` (their replicas: `new_replicas`, numbered on
+        from the current count) through the controller's conditional assignment rewrite;
+        returns the topic's state once the controller gave every new partition a leader,
+        or after wait_timeout with whatever is known. KeyError if the topic is unknown."""
+        t = self._topics.get(name)
+        if t is None:
+            raise KeyError(name)
+        have = len(t.partitions)
+        total = have + len(new_replicas)
+        assignment = {have + i: list(r) for i, r in enumerate(new_replicas)}
+
+        def write():
+            try:
+                add_partitions(self.zk, name, total, assignment)
+            except UnknownTopicError:
+                raise KeyError(name) from None
+        await self._run(write)
+        deadline = time.monotonic() + self.wait_timeout
+        while time.monotonic() < deadline:
+            t = self._topics.get(name)
+            if t is not None and all(p in t.partitions and t.partitions[p].leader != NO_LEADER
+                                     for p in assignment):
+                return t
+            await asyncio.sleep(0.01)
+        return self._topics.get(name)

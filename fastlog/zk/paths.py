@@ -33,6 +33,10 @@ LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
 REASSIGN_PARTITIONS = "/admin/reassign_partitions"
+# fastlog's own (Kafka sends a ControlledShutdown request instead): a stopping broker's
+# ephemeral .../<id> asks the active controller to move leadership off it; the controller
+# answers by rewriting the node's data (encode/decode_controlled_shutdown below).
+CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
 
 CONFIG_TYPES = ("topics", "clients", "users", "brokers", "ips")
 
@@ -71,6 +75,30 @@ def validate_topic(topic: str) -> str:
 
 def broker_id_path(broker_id: int) -> str:
     return f"{BROKER_IDS}/{int(broker_id)}"
+
+
+def controlled_shutdown_path(broker_id: int) -> str:
+    return f"{CONTROLLED_SHUTDOWN}/{int(broker_id)}"
+
+
+def encode_controlled_shutdown(broker_epoch: int, remaining=None) -> bytes:
+    """{"version":1,"broker_epoch":E} asks; the controller adds "remaining":[[topic,p],...]
+    (partitions still led by the broker: no other live in-sync replica) when done."""
+    obj = {"version": 1, "broker_epoch": int(broker_epoch)}
+    if remaining is not None:
+        obj["remaining"] = [[t, int(p)] for t, p in sorted(remaining)]
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def decode_controlled_shutdown(data: bytes | None) -> tuple[int, set | None]:
+    """(broker_epoch, remaining partitions or None while unanswered); ZkDataError if bad."""
+    try:
+        obj = json.loads(data or b"{}")
+        remaining = obj.get("remaining")
+        return (int(obj.get("broker_epoch", -1)),
+                None if remaining is None else {(str(t), int(p)) for t, p in remaining})
+    except (ValueError, TypeError, AttributeError) as e:
+        raise ZkDataError(f"malformed controlled shutdown request: {e}") from None
 
 
 def topic_path(topic: str) -> str:

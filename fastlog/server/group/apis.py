@@ -59,6 +59,16 @@ async def handle_find_coordinator(ctx, request):
         return fail(Errors.COORDINATOR_NOT_AVAILABLE, "the group coordinator is not running")
     if not request.key:
         return fail(Errors.INVALID_REQUEST, "empty group id")
+    ensure = getattr(broker, "ensure_internal_topic", None)
+    if ensure is not None and getattr(broker, "cluster", None) is not None:
+        # Cluster mode creates __consumer_offsets on first use, over the live brokers.
+        try:
+            created = await ensure(GROUP_METADATA_TOPIC)
+        except Exception as e:  # noqa: BLE001 - the client retries
+            return fail(Errors.COORDINATOR_NOT_AVAILABLE, f"cannot create {GROUP_METADATA_TOPIC}: {e}")
+        if created is None:
+            return fail(Errors.COORDINATOR_NOT_AVAILABLE,
+                        f"{GROUP_METADATA_TOPIC} needs offsets.topic.replication.factor live brokers")
     if c.is_coordinator_for(request.key):
         return {"throttle_time_ms": 0, "error_code": Errors.NONE, "error_message": None,
                 "node_id": broker.node_id, "host": broker.advertised_host,
