@@ -6,8 +6,8 @@
 # consumes), decoding each answer's record batches with the compiled ColumnBuilder
 # (fastlog/spark/_arrow.pyx) and wrapping its buffers as pyarrow arrays without copying;
 # data-loss detection (records deleted by retention or DeleteRecords before they were
-# read). Runs inside one Spark task (a Python worker),
-# with one private event-loop thread for the network; no state outlives the task.
+# read). Runs inside one Spark task (a Python worker), with one private event-loop
+# thread for the network; no state outlives the task.
 
 from __future__ import annotations
 

@@ -527,7 +527,6 @@ class FastlogDataSource(DataSource):
         return FastlogBatchWriter(schema, parse_write_options(self.options))
 
     def streamWriter(self, schema, overwrite: bool):
-        if overwrite:
-            raise OptionError("the fastlog sink only appends: use outputMode('append') or "
-                              "'update'")
+        # overwrite is True in complete mode: like Kafka's sink, each batch then appends
+        # the whole result table to the topic. (Spark offers Python sinks no update mode.)
         return FastlogStreamWriter(schema, parse_write_options(self.options))
