@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
-STAMP := $(VENV)/.fastlog-installed
+RUN_STAMP := $(VENV)/.fastlog-run
+TEST_STAMP := $(VENV)/.fastlog-test
 
 .PHONY: run test build lint perf clean system-deps venv
 
@@ -14,13 +15,18 @@ $(PY):
 venv: $(PY)
 
 # Editable install: builds the Cython extensions in place and installs the runtime
-# dependencies pinned in pyproject.toml, plus the test, dev and spark extras.
-$(STAMP): $(PY) pyproject.toml setup.py
+# dependencies pinned in pyproject.toml (plus Cython for rebuilds). The test stamp adds
+# the test and spark extras (real Kafka clients, PySpark) that `make run` does not need.
+$(RUN_STAMP): $(PY) pyproject.toml setup.py
+	$(PIP) install -e '.[dev]'
+	touch $@
+
+$(TEST_STAMP): $(PY) pyproject.toml setup.py
 	$(PIP) install -e '.[test,dev,spark]'
-	touch $(STAMP)
+	touch $@ $(RUN_STAMP)
 
 # Rebuild the compiled modules after a .pyx/.pxd change.
-build: $(STAMP)
+build: $(RUN_STAMP)
 	$(PY) setup.py -q build_ext --inplace
 
 run: build
@@ -30,10 +36,10 @@ run: build
 system-deps:
 	@bash scripts/install-system-deps.sh
 
-test: build system-deps
+test: $(TEST_STAMP) build system-deps
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
-lint: $(STAMP)
+lint: $(RUN_STAMP)
 	$(VENV)/bin/ruff check fastlog tests perf
 	$(VENV)/bin/cython-lint fastlog
 
