@@ -1,0 +1,41 @@
+"""Fixtures for cluster-mode tests: one real ZooKeeper per test session (a fresh chroot per
+cluster), `cluster` (three brokers shared by a module; tests that kill or stop a broker
+start it again before they end) and `fresh_cluster` (per test)."""
+
+import pytest
+
+from tests.cluster.harness import ClusterHarness
+from tests.zk_fixture import ZooKeeperServer, make_chroot, zookeeper_available
+
+
+@pytest.fixture(scope="session")
+def zk_server(tmp_path_factory):
+    if not zookeeper_available():
+        pytest.skip("Debian package 'zookeeper' (and java) not installed: "
+                    "run scripts/install-system-deps.sh")
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper")).start()
+    yield server
+    server.kill()
+
+
+@pytest.fixture(scope="module")
+def cluster(zk_server, tmp_path_factory):
+    c = ClusterHarness(tmp_path_factory.mktemp("cluster"), make_chroot(zk_server.hosts))
+    try:
+        yield c.start()
+    finally:
+        c.close()
+
+
+@pytest.fixture
+def fresh_cluster(zk_server, tmp_path):
+    made = []
+
+    def make(zk_hosts=None, **extra) -> ClusterHarness:
+        c = ClusterHarness(tmp_path, zk_hosts or make_chroot(zk_server.hosts), **extra)
+        made.append(c)
+        return c.start()
+
+    yield make
+    for c in made:
+        c.close()
