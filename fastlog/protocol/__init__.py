@@ -13,6 +13,7 @@ from .api_keys import ApiKey
 from .errors import (
     Errors,
     InvalidRequestError,
+    KafkaApiError,
     ProtocolError,
     UnsupportedVersionError,
 )
@@ -35,7 +36,7 @@ from .wire import (
 )
 
 __all__ = [
-    "ApiKey", "Errors", "InvalidRequestError", "ProtocolError", "UnsupportedVersionError",
+    "ApiKey", "Errors", "InvalidRequestError", "KafkaApiError", "ProtocolError", "UnsupportedVersionError",
     "REQUESTS", "RESPONSES", "RequestHeader", "PRODUCE_MIN_IMPLEMENTED",
     "SUPPORTED_VERSIONS", "api_versions_response", "is_supported", "decode_request",
     "decode_request_header", "decode_response", "encode_request", "encode_response",

@@ -1,5 +1,5 @@
 """Kafka's error codes (the int16 ``error_code`` of every response) and the exceptions the
-protocol layer raises while decoding frames.
+protocol layer raises while decoding frames (and KafkaApiError, a refusal carrying a code).
 
 Codes and names are Kafka's (org.apache.kafka.common.protocol.Errors); ``retriable`` says
 whether a Kafka client treats the code as transient (retries the request) rather than
@@ -164,6 +164,17 @@ _RETRIABLE = frozenset({
     Errors.UNSTABLE_OFFSET_COMMIT, Errors.THROTTLING_QUOTA_EXCEEDED, Errors.UNKNOWN_TOPIC_ID,
     Errors.INCONSISTENT_TOPIC_ID, Errors.FETCH_SESSION_TOPIC_ID_ERROR,
 })
+
+
+class KafkaApiError(Exception):
+    """An operation refused with a Kafka error code; ``message`` is the sentence for the
+    response's error_message (Kafka's wording where it has one). Raised by broker-level
+    operations that several handlers share, turned into per-item results by the handler."""
+
+    def __init__(self, code: Errors, message: str | None = None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
 
 
 class ProtocolError(CodecError):
