@@ -39,3 +39,12 @@ def fresh_cluster(zk_server, tmp_path):
     yield make
     for c in made:
         c.close()
+
+
+@pytest.fixture
+def own_zk_server(zk_server, tmp_path_factory):
+    """A ZooKeeper the test may stop and restart (the shared one is never disrupted).
+    Request it before `fresh_cluster`, so the brokers stop before it goes."""
+    server = ZooKeeperServer(tmp_path_factory.mktemp("own-zookeeper")).start()
+    yield server
+    server.kill()

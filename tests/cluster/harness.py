@@ -69,10 +69,7 @@ class ClusterHarness:
                     b.stop()
                 except AssertionError:
                     b.kill()
-        if self._kazoo is not None:
-            self._kazoo.stop()
-            self._kazoo.close()
-            self._kazoo = None
+        self.reset_zk()
 
     @property
     def bootstrap(self) -> str:
@@ -90,6 +87,13 @@ class ClusterHarness:
             self._kazoo = KazooClient(hosts=self.zk_hosts, timeout=5.0)
             self._kazoo.start(timeout=15)
         return self._kazoo
+
+    def reset_zk(self) -> None:
+        """Drop the inspecting client (before ZooKeeper stops); the next read opens a new one."""
+        if self._kazoo is not None:
+            self._kazoo.stop()
+            self._kazoo.close()
+            self._kazoo = None
 
     def json(self, path: str):
         data, _ = self.zk.get(path)

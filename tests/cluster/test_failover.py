@@ -1,0 +1,215 @@
+"""Failures and orderly stops in a three-broker ZooKeeper-mode cluster (shared by this
+module; every test restarts what it stopped): SIGKILL of the controller, SIGKILL of a
+broker that leads partitions (RF=3 leadership moves to a live ISR member, RF=1 partitions
+go offline until it returns), SIGTERM's controlled shutdown, and ZooKeeper itself stopped
+and restarted under a running cluster."""
+
+import json
+import threading
+import time
+
+import pytest
+from kazoo.client import KazooClient
+
+from tests.cluster.harness import BROKER_IDS, SESSION_TIMEOUT_MS
+from tests.zk_fixture import make_chroot, wait_until
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka import Consumer, Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+# Crash detection is the ZooKeeper session timeout plus a tick; leave room on a busy box.
+FAILOVER_S = SESSION_TIMEOUT_MS / 1000 + 10
+
+
+def create_topic(cluster, name, partitions, rf):
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(name, partitions, rf)], operation_timeout=10)[name].result(15)
+    return cluster.wait_leaders(name, partitions)
+
+
+def bootstrap_of(cluster, exclude=()):
+    return ",".join(b.bootstrap for i, b in cluster.brokers.items()
+                    if i not in exclude and b.alive())
+
+
+def test_controller_sigkill_elects_a_new_controller_with_a_higher_epoch(cluster):
+    old = cluster.controller()
+    epoch = cluster.controller_epoch()
+    cluster.kill(old)
+    new = wait_until(lambda: (c := cluster.controller()) not in (None, old) and c,
+                     FAILOVER_S, what="a new controller")
+    assert new in BROKER_IDS and new != old
+    assert cluster.controller_epoch() > epoch
+    assert cluster.json("/controller")["brokerid"] == new
+    wait_until(lambda: str(old) not in cluster.zk.get_children("/brokers/ids"), FAILOVER_S,
+               what="the killed broker's registration gone")
+    cluster.start_broker(old)
+    wait_until(lambda: cluster.registered() == [1, 2, 3], 15, what="it registers again")
+    assert cluster.controller() == new  # the office stays where it is
+
+
+def test_broker_sigkill_moves_rf3_leadership_and_takes_rf1_offline_until_back(cluster):
+    rf3 = create_topic(cluster, "kill-rf3", 3, 3)
+    rf1 = create_topic(cluster, "kill-rf1", 6, 1)
+    victim = next(b for b in BROKER_IDS if b != cluster.controller()
+                  and b in rf3.values() and b in rf1.values())
+    mine3 = [p for p, lead in rf3.items() if lead == victim]
+    mine1 = [p for p, lead in rf1.items() if lead == victim]
+    epochs = {p: cluster.state("kill-rf3", p)["leader_epoch"] for p in mine3}
+    cluster.kill(victim)
+
+    def moved():
+        states = {p: cluster.state("kill-rf3", p) for p in mine3}
+        return all(st["leader"] not in (victim, -1) for st in states.values()) and states
+    states = wait_until(moved, FAILOVER_S, what="RF=3 leadership moved off the killed broker")
+    for p, st in states.items():
+        assert st["leader"] in st["isr"] and victim not in st["isr"]
+        assert st["leader_epoch"] > epochs[p]
+    offline = wait_until(lambda: all(cluster.state("kill-rf1", p)["leader"] == -1
+                                     for p in mine1), FAILOVER_S,
+                         what="RF=1 partitions of the killed broker offline")
+    assert offline
+    for p in mine1:
+        assert cluster.state("kill-rf1", p)["isr"] == [victim]  # kept: who may lead again
+    others = {p: lead for p, lead in rf1.items() if lead != victim}
+    assert {p: cluster.state("kill-rf1", p)["leader"] for p in others} == others
+
+    # Metadata from a live broker says so; a producer still reaches the live partitions
+    md = AdminClient({"bootstrap.servers": bootstrap_of(cluster)}).list_topics("kill-rf1",
+                                                                               timeout=10)
+    assert sorted(md.brokers) == sorted(set(BROKER_IDS) - {victim})
+    for p in mine1:
+        assert md.topics["kill-rf1"].partitions[p].leader == -1
+    prod = Producer({"bootstrap.servers": bootstrap_of(cluster)})
+    for p in others:
+        prod.produce("kill-rf1", value=b"while-down", partition=p)
+    assert prod.flush(15) == 0
+
+    cluster.start_broker(victim)
+    wait_until(lambda: all(cluster.state("kill-rf1", p)["leader"] == victim for p in mine1),
+               FAILOVER_S, what="RF=1 partitions back online on their broker")
+    prod = Producer({"bootstrap.servers": cluster.bootstrap})
+    for p in mine1:
+        prod.produce("kill-rf1", value=b"after", partition=p)
+    assert prod.flush(15) == 0
+
+
+def test_sigterm_moves_leadership_off_the_broker_before_it_exits(cluster):
+    rf3 = create_topic(cluster, "term-rf3", 6, 3)
+    for stopping_controller in (False, True):
+        ctl = cluster.controller()
+        target = ctl if stopping_controller else next(
+            b for b in BROKER_IDS if b != ctl and b in rf3.values())
+        led = [p for p in range(6) if cluster.state("term-rf3", p)["leader"] == target]
+        assert led, "the broker leads something"
+        # Watch ZooKeeper while the broker stops: leadership must leave it while its
+        # registration is still there, not after (that would be a crash-style failover).
+        seen = {}
+        done = threading.Event()
+
+        def watch(target=target, led=led, seen=seen, done=done):
+            zk = KazooClient(hosts=cluster.zk_hosts, timeout=5.0)
+            zk.start(timeout=10)
+            try:
+                while not done.is_set():
+                    registered = zk.exists(f"/brokers/ids/{target}") is not None
+                    leaders = [json.loads(zk.get(
+                        f"/brokers/topics/term-rf3/partitions/{p}/state")[0])["leader"]
+                        for p in led]
+                    if all(lead != target for lead in leaders):
+                        seen["registered_when_moved"] = registered
+                        return
+                    time.sleep(0.005)
+            finally:
+                zk.stop()
+                zk.close()
+
+        t = threading.Thread(target=watch)
+        t.start()
+        try:
+            assert cluster.stop(target) == 0
+            t.join(15)
+        finally:
+            done.set()
+            t.join(5)
+        assert seen.get("registered_when_moved") is True, seen
+        lines = [ln for ln in cluster.brokers[target].log_path.read_text().splitlines()
+                 if "controlled shutdown:" in ln]
+        assert len(lines) == 1 and "term-rf3" not in lines[0], lines
+        for p in led:
+            st = cluster.state("term-rf3", p)
+            assert st["leader"] not in (target, -1) and target not in st["isr"]
+        cluster.start_broker(target)
+        wait_until(lambda: cluster.registered() == [1, 2, 3], 15, what="broker back")
+        wait_until(lambda: cluster.controller() is not None, FAILOVER_S, what="a controller")
+
+
+def test_zookeeper_stopped_and_restarted_under_a_running_cluster(own_zk_server, fresh_cluster):
+    zk = own_zk_server
+    cluster = fresh_cluster(zk_hosts=make_chroot(zk.hosts))
+    create_topic(cluster, "zkdown", 3, 1)
+    prod = Producer({"bootstrap.servers": cluster.bootstrap})
+    for i in range(30):
+        prod.produce("zkdown", value=b"before-%d" % i, partition=i % 3)
+    assert prod.flush(15) == 0
+    sessions = {i: cluster.zk.exists(f"/brokers/ids/{i}").ephemeralOwner for i in BROKER_IDS}
+
+    cluster.reset_zk()
+    zk.stop()
+    # Leaders keep serving what they lead while ZooKeeper is away (sessions live on).
+    for i in range(30):
+        prod.produce("zkdown", value=b"during-%d" % i, partition=i % 3)
+    assert prod.flush(15) == 0
+    time.sleep(SESSION_TIMEOUT_MS / 1000 + 0.5)  # longer than the session timeout
+    zk.start()
+
+    # ZooKeeper reloads the sessions; one whose broker reconnected too late for the session
+    # timeout expired, and that broker registered again: either way all are back.
+    wait_until(lambda: _registered_quietly(cluster) == [1, 2, 3], 15, what="registrations")
+    owners = {i: cluster.zk.exists(f"/brokers/ids/{i}").ephemeralOwner for i in BROKER_IDS}
+    assert all(owners[i] == sessions[i] or _renewed(cluster, i) for i in BROKER_IDS), owners
+    # The cluster takes metadata changes again: a new topic gets leaders and traffic
+    leaders = wait_until(lambda: _try_create(cluster, "zkback"), 30, interval=0.5,
+                         what="topic creation after ZooKeeper is back")
+    assert set(leaders.values()) <= set(BROKER_IDS)
+    for i in range(30):
+        prod.produce("zkback", value=b"after-%d" % i, partition=i % 3)
+    assert prod.flush(15) == 0
+
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "zk-restart",
+                  "auto.offset.reset": "earliest"})
+    try:
+        c.subscribe(["zkdown"])
+        got = set()
+        deadline = time.monotonic() + 30
+        while len(got) < 60 and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and not m.error():
+                got.add(m.value())
+    finally:
+        c.close()
+    assert got == {b"before-%d" % i for i in range(30)} | {b"during-%d" % i for i in range(30)}
+
+
+def _registered_quietly(cluster):
+    try:
+        return cluster.registered()
+    except Exception:  # noqa: BLE001 - the inspecting client is reconnecting
+        return None
+
+
+def _renewed(cluster, node_id):
+    return f"re-registered broker {node_id} after session expiry" in \
+        cluster.brokers[node_id].log_path.read_text()
+
+
+def _try_create(cluster, name):
+    try:
+        if not cluster.zk.exists(f"/brokers/topics/{name}"):
+            admin = AdminClient({"bootstrap.servers": cluster.bootstrap})  # kept alive
+            admin.create_topics([NewTopic(name, 3, 1)], operation_timeout=10)[name].result(15)
+        return cluster.wait_leaders(name, 3, timeout=5)
+    except Exception as e:  # noqa: BLE001 - retried until the cluster answers again
+        print(f"creating {name}: {e!r}")
+        return None
