@@ -1,43 +1,19 @@
-"""Fixtures for the `fastlog` CLI tests: a real fastlog-server per module, and `fastlog`
-itself run as a subprocess through its installed entry point (.venv/bin/fastlog).
-
-FASTLOG_TEST_BOOTSTRAP=host:port uses an already running broker instead.
+"""Fixtures for the `fastlog` CLI tests: a real fastlog-server per module and a unique
+topic name (tests/client_fixture.py; FASTLOG_TEST_BOOTSTRAP=host:port uses an already
+running broker instead), and `fastlog` itself run as a subprocess through its installed
+entry point (.venv/bin/fastlog).
 """
 
-import os
 import socket
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.broker_fixture import BrokerProcess
+from tests.client_fixture import bootstrap, topic_name  # noqa: F401 - fixtures
 
 FASTLOG = Path(sys.executable).with_name("fastlog")
-
-
-@pytest.fixture(scope="module")
-def bootstrap(tmp_path_factory):
-    external = os.environ.get("FASTLOG_TEST_BOOTSTRAP")
-    if external:
-        yield external
-        return
-    b = BrokerProcess(tmp_path_factory.mktemp("broker") / "data",
-                      overrides={"num.partitions": "1",
-                                 "group.initial.rebalance.delay.ms": "0"})
-    b.start()
-    yield b.bootstrap
-    if b.alive():
-        code = b.stop()
-        assert code == 0, f"broker exited with {code}:\n{b.log_tail()}"
-
-
-@pytest.fixture
-def topic_name(request):
-    base = "".join(c if c.isalnum() else "-" for c in request.node.name)[:40]
-    return f"{base}-{uuid.uuid4().hex[:6]}"
 
 
 @pytest.fixture

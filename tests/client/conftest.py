@@ -1,40 +1,13 @@
-"""Fixtures for fastlog.client tests: one real fastlog-server per test module.
-
-FASTLOG_TEST_BOOTSTRAP=host:port points the tests at an already running Kafka-compatible
-broker instead (useful while developing against a peer broker); by default each module
-starts its own fastlog-server through tests/broker_fixture.py.
+"""Fixtures for fastlog.client tests: `bootstrap` (one real fastlog-server per test
+module, or FASTLOG_TEST_BOOTSTRAP) and `topic_name` from tests/client_fixture.py, and
+`arun` to run a coroutine.
 """
 
 import asyncio
-import os
-import uuid
 
 import pytest
 
-from tests.broker_fixture import BrokerProcess
-
-
-@pytest.fixture(scope="module")
-def bootstrap(tmp_path_factory):
-    external = os.environ.get("FASTLOG_TEST_BOOTSTRAP")
-    if external:
-        yield external
-        return
-    b = BrokerProcess(tmp_path_factory.mktemp("broker") / "data",
-                      overrides={"num.partitions": "1",
-                                 "group.initial.rebalance.delay.ms": "0"})
-    b.start()
-    yield b.bootstrap
-    if b.alive():
-        code = b.stop()
-        assert code == 0, f"broker exited with {code}:\n{b.log_tail()}"
-
-
-@pytest.fixture
-def topic_name(request):
-    """A topic name unique to this test (tests share one broker per module)."""
-    base = "".join(c if c.isalnum() else "-" for c in request.node.name)[:40]
-    return f"{base}-{uuid.uuid4().hex[:6]}"
+from tests.client_fixture import bootstrap, topic_name  # noqa: F401 - fixtures
 
 
 @pytest.fixture

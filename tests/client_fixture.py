@@ -1,0 +1,38 @@
+"""Fixtures shared by the client and CLI tests (tests/client, tests/cli): one real
+fastlog-server per test module and a topic name unique to each test.
+
+FASTLOG_TEST_BOOTSTRAP=host:port points the tests at an already running Kafka-compatible
+broker instead (useful while developing against a peer broker); by default each module
+starts its own fastlog-server through tests/broker_fixture.py. A conftest.py uses them
+with `from tests.client_fixture import bootstrap, topic_name  # noqa: F401`.
+"""
+
+import os
+import uuid
+
+import pytest
+
+from tests.broker_fixture import BrokerProcess
+
+
+@pytest.fixture(scope="module")
+def bootstrap(tmp_path_factory):
+    external = os.environ.get("FASTLOG_TEST_BOOTSTRAP")
+    if external:
+        yield external
+        return
+    b = BrokerProcess(tmp_path_factory.mktemp("broker") / "data",
+                      overrides={"num.partitions": "1",
+                                 "group.initial.rebalance.delay.ms": "0"})
+    b.start()
+    yield b.bootstrap
+    if b.alive():
+        code = b.stop()
+        assert code == 0, f"broker exited with {code}:\n{b.log_tail()}"
+
+
+@pytest.fixture
+def topic_name(request):
+    """A topic name unique to this test (tests share one broker per module)."""
+    base = "".join(c if c.isalnum() else "-" for c in request.node.name)[:40]
+    return f"{base}-{uuid.uuid4().hex[:6]}"
