@@ -23,8 +23,13 @@ The last line of --json output is one JSON object with the goal ratios:
 produce_cpu_vs_peer (worst of acks=1/all/lz4), consume_cpu_vs_peer, large_consume_vs_loopback,
 p99_vs_peer (fastlog / peer; the peer is tansu, or the first other broker).
 
+Replicated case (--replicated, or --replicated-only): ZooKeeper and three fastlog brokers;
+produce throughput and broker CPU per record (all three brokers, and the leader alone)
+with RF=3 acks=all as a ratio to RF=1 acks=1 on the same cluster in the same run.
+
 Usage: .venv/bin/python perf/compare.py [--quick] [--reps N] [--json]
                                         [--broker NAME=HOST:PORT[:PID]] [--no-tansu]
+                                        [--replicated | --replicated-only]
 """
 
 from __future__ import annotations
@@ -108,14 +113,16 @@ def _wait_connectable(host: str, port: int, proc, timeout: float = 30.0) -> None
     raise RuntimeError(f"broker on {host}:{port} did not accept connections in {timeout:.0f}s")
 
 
-def start_fastlog(workdir: Path) -> Broker:
-    data = workdir / "fastlog-data"
+def start_fastlog(workdir: Path, name: str = "fastlog", extra: tuple = ()) -> Broker:
+    data = workdir / f"{name}-data"
     script = Path(sys.executable).with_name("fastlog-server")
     cmd = [str(script)] if script.exists() else [sys.executable, "-m", "fastlog.cli.server"]
     cmd += ["--override", "listeners=PLAINTEXT://127.0.0.1:0",
             "--override", f"log.dirs={data}", "--override", "num.partitions=1",
             "--log-level", "WARNING"]
-    err = open(workdir / "fastlog.log", "wb")
+    for kv in extra:
+        cmd += ["--override", kv]
+    err = open(workdir / f"{name}.log", "wb")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
     err.close()
@@ -127,11 +134,11 @@ def start_fastlog(workdir: Path) -> Broker:
         line = proc.stdout.readline()
     if b"listening on" not in line:
         proc.kill()
-        raise RuntimeError(f"fastlog-server did not start; see {workdir / 'fastlog.log'}")
+        raise RuntimeError(f"fastlog-server did not start; see {workdir / (name + '.log')}")
     port = int(line.split(b"PLAINTEXT://", 1)[1].split(b" ", 1)[0].rsplit(b":", 1)[1])
     proc.stdout.close()
     _wait_connectable("127.0.0.1", port, proc)
-    return Broker("fastlog", f"127.0.0.1:{port}", proc.pid, proc)
+    return Broker(name, f"127.0.0.1:{port}", proc.pid, proc)
 
 
 def tansu_binary() -> Path | None:
@@ -401,6 +408,83 @@ def run_matrix(brokers: list[Broker], opts, emit) -> list[dict]:
     return rows
 
 
+# ---- replicated case (RF=3 acks=all vs RF=1 acks=1 on one 3-broker cluster) -----------------
+
+def run_replicated(opts, emit) -> dict:
+    """A real ZooKeeper (tests/zk_fixture.py) and three fastlog brokers; topic rep-rf1
+    (replica [1]) and rep-rf3 (replicas [1, 2, 3], leader 1), both one partition; the same
+    produce load (100 B records, linger.ms=5) with acks=1 on rep-rf1 and acks=all on
+    rep-rf3, alternated `reps` times. CPU is utime+stime of all three brokers (followers
+    do work too) and of the leader alone, per record. Returns the ratios RF=3/RF=1."""
+    sys.path.insert(0, str(ROOT))
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from tests.zk_fixture import ZooKeeperServer, make_chroot, zookeeper_available
+
+    if not zookeeper_available():
+        print("replicated: ZooKeeper is not installed (scripts/install-system-deps.sh); "
+              "skipped", file=sys.stderr)
+        return {}
+    workdir = Path(tempfile.mkdtemp(prefix="fastlog-compare-repl-"))
+    zk = ZooKeeperServer(workdir / "zk").start()
+    brokers: list[Broker] = []
+    rows: list[dict] = []
+    try:
+        hosts = make_chroot(zk.hosts)
+        for i in (1, 2, 3):
+            brokers.append(start_fastlog(workdir, f"fastlog-{i}", (
+                f"broker.id={i}", f"zookeeper.connect={hosts}", "auto.create.topics.enable=false",
+                "offsets.topic.replication.factor=3", "min.insync.replicas=2")))
+        bootstrap = ",".join(b.bootstrap for b in brokers)
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        deadline = time.monotonic() + 60
+        while len(admin.list_topics(timeout=10).brokers) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for name, assignment in (("rep-rf1", [[1]]), ("rep-rf3", [[1, 2, 3]])):
+            admin.create_topics([NewTopic(name, num_partitions=1, replication_factor=-1,
+                                         replica_assignment=assignment)])[name].result(30)
+        while time.monotonic() < deadline:  # leader 1 and, for rep-rf3, the full ISR
+            md = admin.list_topics(timeout=10).topics
+            parts = [md.get(t) and md[t].partitions.get(0) for t in ("rep-rf1", "rep-rf3")]
+            if all(p is not None and p.leader == 1 for p in parts) and len(parts[1].isrs) == 3:
+                break
+            time.sleep(0.2)
+        cases = [("RF=1 acks=1", "rep-rf1", "1"), ("RF=3 acks=all", "rep-rf3", "all")]
+        for rep in range(opts.reps):
+            for label, topic, acks in cases:
+                before = [b.cpu_seconds() or 0.0 for b in brokers]
+                summary = fastlog_perf(
+                    ["produce", "--bootstrap-server", bootstrap, "--topic", topic,
+                     "--num-records", opts.records, "--linger-ms", 5, "--client", "confluent",
+                     "--record-size", 100, "--acks", acks], opts.timeout)
+                spent = [(b.cpu_seconds() or 0.0) - c for b, c in zip(brokers, before, strict=True)]
+                rec = summary["records"] or 1
+                r = {"broker": "fastlog x3", "workload": f"produce {label}", "rep": rep,
+                     "records": summary["records"], "records_per_s": summary["records_per_s"],
+                     "mb_per_s": summary["mb_per_s"],
+                     "cluster_cpu_us_per_record": round(sum(spent) / rec * 1e6, 4),
+                     "leader_cpu_us_per_record": round(spent[0] / rec * 1e6, 4)}
+                rows.append(r)
+                emit(r)
+    finally:
+        for b in brokers:
+            b.stop()
+        zk.kill()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    def med(label, key):
+        vals = [r[key] for r in rows if r["workload"] == f"produce {label}"]
+        return statistics.median(vals) if vals else None
+
+    out = {}
+    for key in ("records_per_s", "cluster_cpu_us_per_record", "leader_cpu_us_per_record"):
+        out[f"rf3_acks_all_vs_rf1_acks1_{key}"] = _ratio(med("RF=3 acks=all", key),
+                                                         med("RF=1 acks=1", key))
+        out[f"rf1_acks1_{key}"] = med("RF=1 acks=1", key)
+        out[f"rf3_acks_all_{key}"] = med("RF=3 acks=all", key)
+    return out
+
+
 # ---- results --------------------------------------------------------------------------------
 
 def _median(rows, broker, workload, key):
@@ -490,6 +574,11 @@ def main(argv=None) -> int:
     ap.add_argument("--broker", action="append", default=[], metavar="NAME=HOST:PORT[:PID]")
     ap.add_argument("--no-tansu", action="store_true")
     ap.add_argument("--timeout", type=float, default=600.0, help="per workload, seconds")
+    ap.add_argument("--replicated", action="store_true",
+                    help="also run the replicated case (ZooKeeper + 3 fastlog brokers: produce "
+                         "RF=3 acks=all as a ratio to RF=1 acks=1)")
+    ap.add_argument("--replicated-only", action="store_true",
+                    help="run only the replicated case")
     opts = ap.parse_args(argv)
     if opts.quick:
         opts.records, opts.latency_records, opts.large_mib = 200_000, 40_000, 256
@@ -499,6 +588,11 @@ def main(argv=None) -> int:
         opts.reps = opts.reps or 3
     emit = (lambda r: print(json.dumps(r), flush=True)) if opts.json else \
         (lambda r: print(f"  {r}", file=sys.stderr, flush=True))
+    if opts.replicated_only:
+        ratios = run_replicated(opts, emit)
+        print(json.dumps(ratios) if opts.json else
+              "\n".join(f"{k}: {v}" for k, v in ratios.items()))
+        return 0
     workdir = Path(tempfile.mkdtemp(prefix="fastlog-compare-"))
     brokers: list[Broker] = []
     try:
@@ -516,6 +610,8 @@ def main(argv=None) -> int:
     names = [b.name for b in brokers]
     peer = next((n for n in names if n != "fastlog"), None)
     table, ratios = summarize(rows, names, peer)
+    if opts.replicated:
+        ratios.update(run_replicated(opts, emit))
     if opts.json:
         for t in table:
             print(json.dumps({"table": t}))
