@@ -403,6 +403,10 @@ class KafkaApis:
                     entry["offset"] = log_.log_start_offset
                     entry["leader_epoch"] = p.leader_epoch
                 elif ts == LIST_OFFSETS_LATEST:
+                    if self.broker.replica_manager.high_watermark_pending(p):
+                        # a new leader still learning the committed end: clients retry
+                        entry["error_code"] = Errors.OFFSET_NOT_AVAILABLE
+                        continue
                     # read_committed sees up to the last stable offset (= high watermark
                     # without transactions); read_uncommitted up to the high watermark.
                     entry["offset"] = p.high_watermark

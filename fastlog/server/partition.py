@@ -51,7 +51,9 @@ class Partition:
         # None: single node (this broker leads and is the only replica; the high watermark
         # follows the log end exactly as before replication existed).
         self.local_id = local_id
-        self.leader_id = local_id if local_id is not None else (replicas[0] if replicas else -1)
+        # Cluster mode: no role until make_leader / make_follower (so the first one always
+        # counts as a change); single node: this broker, the only replica, leads.
+        self.leader_id = NO_LEADER if local_id is not None else (replicas[0] if replicas else -1)
         self.partition_epoch = -1
         # Set when ZooKeeper says we no longer lead (an ISR update failed on the znode
         # version or the session expired): refuse writes and acknowledgements until the

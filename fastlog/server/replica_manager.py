@@ -210,6 +210,13 @@ class ReplicaManager:
             return NO_LEADER
         return p.leader_id if p.leader_id is not None else NO_LEADER
 
+    def high_watermark_pending(self, p: Partition) -> bool:
+        """A new leader whose high watermark has not yet reached the log end it had when
+        its epoch began: its HW may be below what the previous leader had shown, so the
+        latest offset is not answered yet (Kafka's OFFSET_NOT_AVAILABLE; consumers never
+        see the high watermark go backwards)."""
+        return p.replicated and p.is_leader and p.high_watermark < p.leader_epoch_start_offset
+
     def _hosted(self, topic: str, partition: int, leader_epoch: int,
                 replicas: list[int]) -> Partition:
         """The partition in cluster mode, opened (log, checkpointed high watermark,
@@ -226,6 +233,7 @@ class ReplicaManager:
             self.partitions[key] = p
         else:  # opened in single-node style before the cluster roles arrived
             p.local_id = self.node_id
+            p.leader_id = NO_LEADER
         log_ = p.log
         # Loading left the high watermark at the log end (single-node rule); a replica only
         # trusts what it checkpointed, since the tail may never have been committed.

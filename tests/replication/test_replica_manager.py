@@ -239,3 +239,23 @@ def test_high_watermark_checkpoint_survives_restart(tmp_path):
     run(tmp_path, body)
     text = (tmp_path / "b2" / "replication-offset-checkpoint").read_text().split("\n")
     assert text[:3] == ["0", "1", f"{TOPIC} 0 3"]
+
+
+def test_new_leader_answers_latest_offset_only_once_its_hw_caught_up(tmp_path):
+    async def body(pair):
+        pair.lead(pair.b1, pair.b2, 1)
+        rm1, rm2 = pair.b1.replica_manager, pair.b2.replica_manager
+        for i in range(5):
+            assert (await pair.produce(pair.b1, [b"p%d" % i])).error == Errors.NONE
+        p2 = rm2.get_partition(*KEY)
+        assert await _until(lambda: p2.log.log_end_offset == 5)
+        rm2.stop_replica(TOPIC, 0, delete=False)
+        rm1.stop_replica(TOPIC, 0, delete=False)
+        # the follower's HW lags the leader's by a fetch round trip: say it saw only 2
+        p2 = rm2.become_leader(TOPIC, 0, 2, [2, 1], [1, 2], 1)
+        p2.log.high_watermark = 2
+        assert rm2.high_watermark_pending(p2)  # ListOffsets(latest): OFFSET_NOT_AVAILABLE
+        rm1.become_follower(TOPIC, 0, 2, 2, [1, 2])
+        assert await _until(lambda: not rm2.high_watermark_pending(p2))
+        assert p2.high_watermark == 5
+    run(tmp_path, body)
