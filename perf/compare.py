@@ -76,13 +76,14 @@ class Broker:
             return None
         return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
 
-    def rss_mb(self) -> float | None:
+    def rss_mb(self, field: str = "VmRSS") -> float | None:
+        """Resident MB from /proc/PID/status: VmRSS, or RssAnon (heap, not file pages)."""
         if self.pid is None:
             return None
         try:
             with open(f"/proc/{self.pid}/status") as f:
                 for line in f:
-                    if line.startswith("VmRSS:"):
+                    if line.startswith(field + ":"):
                         return int(line.split()[1]) / 1024.0
         except OSError:
             return None
@@ -318,20 +319,24 @@ def measure(broker: Broker, fn):
     cpu = None if c0 is None or c1 is None else c1 - c0
     other = (b1 - b0) - (o1 - o0) - (cpu or 0.0)
     MEASURED_OTHER.append(round(100.0 * max(0.0, other) / max(1e-9, t1 - t0), 1))
+    MEASURED_ANON.append(broker.rss_mb("RssAnon"))
     return result, cpu, broker.rss_mb()
 
 
 MEASURED_OTHER: list[float] = []  # other_cpu_pct of each measure(), read by row()
+MEASURED_ANON: list = []  # the broker's RssAnon after each measure()
 
 
 def row(broker, workload, rep, summary, cpu, rss, **extra) -> dict:
     rec, nbytes = summary["records"], summary["bytes"]
-    r = {"broker": broker.name, "workload": workload, "rep": rep, "records": rec,
+    r = {"broker": broker.name, "workload": workload, "rep": rep, "records": rec, "bytes": nbytes,
          "records_per_s": summary["records_per_s"], "mb_per_s": summary["mb_per_s"],
          "broker_cpu_s": None if cpu is None else round(cpu, 3),
          "cpu_us_per_record": None if cpu is None or not rec else round(cpu / rec * 1e6, 4),
          "cpu_ms_per_mb": None if cpu is None or not nbytes else round(cpu / nbytes * 1e9, 3),
          "rss_mb": None if rss is None else round(rss, 1),
+         "rss_anon_mb": round(MEASURED_ANON[-1], 1) if MEASURED_ANON and MEASURED_ANON[-1]
+         is not None else None,
          "other_cpu_pct": MEASURED_OTHER[-1] if MEASURED_OTHER else None}
     lat = summary.get("latency")
     if lat and lat.get("count"):
@@ -353,7 +358,8 @@ def run_matrix(brokers: list[Broker], opts, emit) -> list[dict]:
         emit(r)
 
     for b in brokers:
-        add({"broker": b.name, "workload": "idle", "rep": 0, "rss_mb": b.rss_mb()})
+        add({"broker": b.name, "workload": "idle", "rep": 0, "rss_mb": b.rss_mb(),
+             "rss_anon_mb": b.rss_mb("RssAnon")})
     produce_cfgs = [("produce acks=1", ["--acks", "1"]), ("produce acks=all", ["--acks", "all"]),
                     ("produce lz4", ["--acks", "1", "--compression", "lz4"])]
     for rep in range(opts.reps):
@@ -404,7 +410,8 @@ def run_matrix(brokers: list[Broker], opts, emit) -> list[dict]:
             add(row(b, "large consume librdkafka", rep, s, cpu, rss,
                     vs_loopback=round(s["mb_per_s"] / pump, 3)))
     for b in brokers:
-        add({"broker": b.name, "workload": "end", "rep": 0, "rss_mb": b.rss_mb()})
+        add({"broker": b.name, "workload": "end", "rep": 0, "rss_mb": b.rss_mb(),
+             "rss_anon_mb": b.rss_mb("RssAnon")})
     return rows
 
 
@@ -513,7 +520,7 @@ def summarize(rows: list[dict], names: list[str], peer: str | None) -> tuple[lis
                 continue
             t = {"workload": w, "broker": name}
             for key in ("records_per_s", "mb_per_s", "cpu_us_per_record", "cpu_ms_per_mb",
-                        "rss_mb", "other_cpu_pct", "p50_ms", "p99_ms", "p99_9_ms", "max_ms", "vs_loopback"):
+                        "rss_mb", "rss_anon_mb", "other_cpu_pct", "p50_ms", "p99_ms", "p99_9_ms", "max_ms", "vs_loopback"):
                 v = _median(rows, name, w, key)
                 if v is not None:
                     t[key] = v
@@ -539,12 +546,15 @@ def summarize(rows: list[dict], names: list[str], peer: str | None) -> tuple[lis
         "loopback_mb_per_s": pump,
         "peer": peer,
     }
-    for name in names:
-        idle = next((r["rss_mb"] for r in rows if r["broker"] == name and
-                     r["workload"] == "idle"), None)
-        end = next((r["rss_mb"] for r in rows if r["broker"] == name and
-                    r["workload"] == "end"), None)
-        ratios[f"rss_mb_{name}"] = [idle, end]
+    for name in names:  # [idle, after everything]: the memory goal's evidence
+        ratios[f"retained_mb_{name}"] = round(sum(
+            r.get("bytes") or 0 for r in rows if r["broker"] == name and
+            r["workload"].split()[0] in ("produce", "latency", "large") and
+            "consume" not in r["workload"]) / 1e6, 1)
+        for key in ("rss_mb", "rss_anon_mb"):
+            ratios[f"{key}_{name}"] = [next((r.get(key) for r in rows if r["broker"] == name
+                                             and r["workload"] == w), None)
+                                       for w in ("idle", "end")]
     return table, ratios
 
 
@@ -552,7 +562,8 @@ def print_table(table: list[dict], ratios: dict, opts) -> None:
     cols = [("workload", "workload", "{}"), ("broker", "broker", "{}"),
             ("records_per_s", "rec/s", "{:,.0f}"), ("mb_per_s", "MB/s", "{:,.1f}"),
             ("cpu_us_per_record", "CPU µs/rec", "{:.3f}"), ("cpu_ms_per_mb", "CPU ms/MB", "{:.2f}"),
-            ("rss_mb", "RSS MB", "{:,.0f}"), ("other_cpu_pct", "other CPU %", "{:.0f}"),
+            ("rss_mb", "RSS MB", "{:,.0f}"), ("rss_anon_mb", "anon MB", "{:,.0f}"),
+            ("other_cpu_pct", "other CPU %", "{:.0f}"),
             ("p50_ms", "p50 ms", "{:.2f}"),
             ("p99_ms", "p99 ms", "{:.2f}"), ("p99_9_ms", "p99.9 ms", "{:.2f}"),
             ("max_ms", "max ms", "{:.1f}"), ("vs_loopback", "x pump", "{:.2f}")]
