@@ -509,11 +509,9 @@ class FastlogDataSource(DataSource):
     def schema(self):
         # Called at load(): a bad read option fails here, with one sentence. Whether the
         # read is streaming is unknown yet, so streaming-only checks run again later.
-        opts = dict(self.options)
-        streaming_unknown = {k: v for k, v in opts.items()
-                             if k.lower() not in ("endingoffsets", "endingtimestamp")}
-        parse_read_options(streaming_unknown, streaming=True)
-        return kafka_schema(parse_read_options(streaming_unknown, True).include_headers)
+        common = {k: v for k, v in dict(self.options).items()
+                  if k.lower() not in ("endingoffsets", "endingtimestamp")}
+        return kafka_schema(parse_read_options(common, streaming=True).include_headers)
 
     def reader(self, schema):
         return FastlogBatchReader(schema, self._read_options(streaming=False))

@@ -7,6 +7,7 @@ partitions, data loss, option errors at load(), and the sink read back by Kafka 
 """
 
 import json
+import time
 
 import pytest
 
@@ -56,6 +57,9 @@ def test_stream_counts_exactly_restarts_from_checkpoint_and_bounds_batches(spark
     assert sum(ends[topic].values()) == 1000
 
     # More data, then a restart from the same checkpoint: exactly the new records.
+    time.sleep(0.05)
+    between = int(time.time() * 1000)
+    time.sleep(0.05)
     produce(broker.bootstrap, topic, [(b"late", f"w{i}".encode()) for i in range(500)])
     second: list = []
     _run_available_now(df, tmp_path / "ckpt", second)
@@ -72,6 +76,11 @@ def test_stream_counts_exactly_restarts_from_checkpoint_and_bounds_batches(spark
              .option("endingOffsets", json.dumps({topic: {"0": 20, "1": 5}})).load())
     got = sorted((r.partition, r.offset) for r in batch.select("partition", "offset").collect())
     assert got == [(0, o) for o in range(10, 20)] + [(1, o) for o in range(5)]
+    # ... and from a timestamp: exactly the records produced after it.
+    late = (spark.read.format("fastlog").option("kafka.bootstrap.servers", broker.bootstrap)
+            .option("subscribe", topic).option("startingTimestamp", str(between)).load())
+    assert sorted(r.value for r in late.select("value").collect()) == \
+        sorted(f"w{i}".encode() for i in range(500))
 
 
 def test_pattern_subscription_picks_up_new_topics_and_partitions(spark, broker):
@@ -151,6 +160,11 @@ def test_sink_output_read_back_by_a_kafka_client(spark, broker):
     got = {(m.key, m.value, tuple(m.headers)) for m in consumer}
     consumer.close()
     assert got == {(k.encode(), v.encode(), (("h", h[0][1]),)) for k, v, _, h in rows}
+    # ... and by the fastlog source itself, headers included (includeHeaders).
+    back = (spark.read.format("fastlog").option("kafka.bootstrap.servers", broker.bootstrap)
+            .option("subscribe", "sink-out").option("includeHeaders", "true").load())
+    assert {(r.key, r.value, tuple((h.key, bytes(h.value)) for h in r.headers))
+            for r in back.collect()} == got
 
     # A row without a topic (and no topic option) fails the task with a clear message.
     bad = spark.createDataFrame([("v", None)], "value string, topic string")
