@@ -1,0 +1,103 @@
+"""fastlog.spark.options / offsets and the reader's rate limit, without Spark (fast).
+
+Options arrive as Spark hands them to a Python data source: keys lower-cased, values
+strings. Every bad or contradictory combination must fail with one sentence naming it.
+"""
+
+import json
+
+import pytest
+
+from fastlog.spark.offsets import from_json_dict, parse_assign, to_json_dict
+from fastlog.spark.options import OptionError, parse_read_options, parse_write_options
+
+BOOT = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
+
+
+def _read(streaming=True, **opts):
+    return parse_read_options({**BOOT, **{k.lower(): v for k, v in opts.items()}}, streaming)
+
+
+def test_kafka_defaults_and_names():
+    o = _read(subscribe="b,a,b")
+    assert o.subscribe == ("a", "b") and o.starting == "latest" and o.fail_on_data_loss
+    assert _read(False, subscribe="a").starting == "earliest"
+    o = _read(subscribePattern="ev.*", maxOffsetsPerTrigger="10", includeHeaders="TRUE")
+    assert o.matches("events") and not o.matches("xevents")
+    assert o.max_offsets_per_trigger == 10 and o.include_headers
+    o = parse_read_options({"bootstrap.servers": "h:1", "assign": '{"t":[1,0]}'}, True)
+    assert o.bootstrap == "h:1" and o.assign == (("t", 0), ("t", 1))
+    spec = _read(startingOffsets='{"t":{"0":5,"1":-2}}', subscribe="t").starting
+    assert spec == {("t", 0): 5, ("t", 1): -2}
+
+
+@pytest.mark.parametrize("opts,streaming,message", [
+    ({"subscribe": "a"}, True, None),
+    ({"subscribe": "a", "subscribePattern": "b"}, True, "exactly one of the options"),
+    ({}, True, "exactly one of the options"),
+    ({"subscribe": "a", "endingOffsets": "latest"}, True, "not valid in streaming queries"),
+    ({"subscribe": "a", "startingOffsets": "latest"}, False, "cannot be 'latest' for batch"),
+    ({"subscribe": "a", "endingOffsets": "earliest"}, False, "cannot be 'earliest' for batch"),
+    ({"subscribe": "a", "startingOffsets": "{bad"}, True, "must be 'earliest', 'latest'"),
+    ({"subscribe": "a", "startingOffsets": '{"a":{"0":-3}}'}, True, "is invalid"),
+    ({"subscribe": "a", "startingOffsets": "earliest", "startingTimestamp": "1"}, True,
+     "contradict each other"),
+    ({"subscribe": "a", "failOnDataLoss": "maybe"}, True, "must be true or false"),
+    ({"subscribe": "a", "maxOffsetsPerTrigger": "0"}, True, "must be at least 1"),
+    ({"subscribePattern": "("}, True, "not a valid regular expression"),
+    ({"assign": "[0]"}, True, "option assign must be a JSON object"),
+    ({"assign": '{"a":[0]}', "startingOffsets": '{"b":{"0":1}}'}, True,
+     "which option assign does not include"),
+    ({"subscribe": "a", "kafka.auto.offset.reset": "earliest"}, True, "set startingOffsets"),
+    ({"subscribe": "a", "minOffsetsPerTrigger": "5"}, True, "is not supported"),
+    ({"subscribe": "a", "colour": "red"}, True, "unknown option 'colour'"),
+    ({"subscribe": "a", "kafka.client.id": "x"}, True, None),
+])
+def test_bad_or_contradictory_read_options_fail_with_one_sentence(opts, streaming, message):
+    if message is None:
+        _read(streaming, **opts)
+        return
+    with pytest.raises(OptionError) as err:
+        _read(streaming, **opts)
+    text = str(err.value)
+    assert message in text and text.count(". ") == 0 and "\n" not in text
+
+
+def test_bootstrap_is_required():
+    with pytest.raises(OptionError, match="kafka.bootstrap.servers is required"):
+        parse_read_options({"subscribe": "a"}, True)
+
+
+def test_write_options():
+    o = parse_write_options({**BOOT, "topic": "t", "compression": "LZ4"})
+    assert (o.topic, o.compression) == ("t", "lz4")
+    assert parse_write_options({**BOOT, "kafka.compression.type": "zstd"}).compression == "zstd"
+    for bad, message in [({"compression": "brotli"}, "compression must be one of"),
+                         ({"kafka.acks": "2"}, "kafka.acks must be 0, 1 or all"),
+                         ({"bogus": "1"}, "unknown option 'bogus'")]:
+        with pytest.raises(OptionError, match=message):
+            parse_write_options({**BOOT, **bad})
+
+
+def test_offsets_json_is_canonical_whatever_the_input_order():
+    a = {("b", 10): 1, ("a", 2): 5, ("a", 10): 7, ("b", 1): 0}
+    b = dict(reversed(list(a.items())))
+    assert json.dumps(to_json_dict(a)) == json.dumps(to_json_dict(b)) == \
+        '{"a": {"2": 5, "10": 7}, "b": {"1": 0, "10": 1}}'
+    assert from_json_dict(json.loads(json.dumps(to_json_dict(a)))) == a
+    assert parse_assign('{"x":[2,0,2]}') == [("x", 0), ("x", 2)]
+
+
+def test_rate_limit_never_exceeds_the_limit_and_always_progresses():
+    pytest.importorskip("pyspark")
+    from fastlog.spark.source import _rate_limit
+
+    start = {("t", 0): 0, ("t", 1): 100, ("t", 2): 5}
+    latest = {("t", 0): 1000, ("t", 1): 101, ("t", 2): 8, ("t", 3): 50}
+    fresh = {("t", 3): 0}
+    for limit in (1, 2, 3, 7, 100, 999, 5000):
+        end = _rate_limit(start, fresh, latest, limit)
+        begins = {**fresh, **start}
+        taken = sum(end[tp] - begins[tp] for tp in end)
+        assert taken == min(limit, 1000 + 1 + 3 + 50)
+        assert all(begins[tp] <= end[tp] <= latest[tp] for tp in end)
