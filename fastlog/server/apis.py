@@ -451,6 +451,8 @@ class KafkaApis:
                     await broker.create_topic(name, partitions, rf, configs)
             except _ApiError as e:
                 error, message = e.code, e.message
+            except KeyError:  # cluster mode: another broker created it meanwhile
+                error, message = Errors.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists."
             except Exception as e:  # noqa: BLE001 - one bad topic must not fail the rest
                 log.exception("creating topic %r failed", name)
                 error, message = Errors.UNKNOWN_SERVER_ERROR, str(e)
