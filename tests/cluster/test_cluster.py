@@ -230,3 +230,21 @@ def test_duplicate_broker_id_fails_to_start_with_one_sentence(cluster, tmp_path)
     # the running broker 2 kept its registration
     reg = cluster.json("/brokers/ids/2")
     assert reg["port"] == cluster.brokers[2].port
+
+
+def test_broker_id_generated_through_seqid_and_kept_in_meta_properties(cluster, tmp_path):
+    props = overrides(cluster.zk_hosts, 0)
+    del props["broker.id"]
+    b = BrokerProcess(tmp_path / "generated", props)
+    b.start()
+    try:
+        gen = wait_until(lambda: [i for i in cluster.registered() if i > 1000], 15,
+                         what="a generated broker id")
+        assert len(gen) == 1 and gen[0] > 1000  # above reserved.broker.max.id
+        assert f"broker.id={gen[0]}" in (b.data_dir / "meta.properties").read_text()
+        assert b.stop() == 0
+        b.start()
+        wait_until(lambda: gen[0] in cluster.registered(), 15, what="same id after restart")
+    finally:
+        b.stop()
+    wait_until(lambda: cluster.registered() == [1, 2, 3], 15, what="registration gone")

@@ -213,3 +213,114 @@ def _try_create(cluster, name):
     except Exception as e:  # noqa: BLE001 - retried until the cluster answers again
         print(f"creating {name}: {e!r}")
         return None
+
+
+def test_restart_within_the_session_timeout_replaces_its_own_stale_registration(cluster):
+    victim = next(b for b in BROKER_IDS if b != cluster.controller())
+    old_owner = cluster.zk.exists(f"/brokers/ids/{victim}").ephemeralOwner
+    cluster.kill(victim)
+    cluster.start_broker(victim)  # at once: ZooKeeper still holds the crashed session
+    new_owner = cluster.zk.exists(f"/brokers/ids/{victim}").ephemeralOwner
+    assert new_owner != old_owner
+    assert "ending our previous session" in cluster.brokers[victim].log_path.read_text()
+    wait_until(lambda: cluster.registered() == [1, 2, 3], 15, what="all registered")
+
+
+def test_expired_session_stops_writes_then_the_broker_registers_and_leads_again(cluster):
+    leaders = create_topic(cluster, "expiry", 6, 1)
+    victim = next(b for b in BROKER_IDS if b != cluster.controller())
+    mine = [p for p, lead in leaders.items() if lead == victim]
+    epochs = {p: cluster.state("expiry", p)["leader_epoch"] for p in mine}
+    creds = _load_session(cluster.brokers[victim].data_dir / "zk-session")
+    clone = KazooClient(hosts=cluster.zk_hosts.split("/", 1)[0], client_id=creds, timeout=5.0)
+    clone.start(timeout=10)
+    clone.stop()  # ends the broker's session on the server, as an expiry does
+    clone.close()
+
+    log_path = cluster.brokers[victim].log_path
+    wait_until(lambda: f"re-registered broker {victim} after session expiry"
+               in log_path.read_text(), 15, what="registration after expiry")
+    assert "ZooKeeper session expired: refusing writes" in log_path.read_text()
+    wait_until(lambda: all((st := cluster.state("expiry", p))["leader"] == victim
+                           and st["leader_epoch"] > epochs[p] for p in mine),
+               FAILOVER_S, what="leadership given back at a new epoch")
+    prod = Producer({"bootstrap.servers": cluster.bootstrap})
+    for p in mine:
+        prod.produce("expiry", value=b"after-expiry", partition=p)
+    assert prod.flush(15) == 0
+
+
+def _load_session(path):
+    from fastlog.zk.client import load_session
+    creds = load_session(str(path))
+    assert creds is not None, f"no saved session in {path}"
+    return creds
+
+
+def test_group_coordinator_hands_the_group_on_when_its_broker_stops(own_zk_server,
+                                                                  fresh_cluster):
+    cluster = fresh_cluster(zk_hosts=make_chroot(own_zk_server.hosts),
+                            **{"offsets.topic.replication.factor": 3,
+                               "min.insync.replicas": 1})
+    create_topic(cluster, "handover", 3, 3)
+    prod = Producer({"bootstrap.servers": cluster.bootstrap})
+    for i in range(30):
+        prod.produce("handover", value=b"first-%d" % i, partition=i % 3)
+    assert prod.flush(15) == 0
+
+    group = "handover-group"
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        c.subscribe(["handover"])
+        got = _poll_values(c, 30)
+        assert len(got) == 30
+        c.commit(asynchronous=False)
+    finally:
+        c.close()
+
+    from fastlog.server.group.offsets import partition_for
+    op = partition_for(group, 6)
+    coordinator = cluster.state("__consumer_offsets", op)["leader"]
+    # the commits reached every replica of the group's partition before the leader stops
+    wait_until(lambda: len({_log_bytes(b, f"__consumer_offsets-{op}")
+                            for b in cluster.brokers.values()}) == 1, 15,
+               what="__consumer_offsets replicated")
+    assert cluster.stop(coordinator) == 0
+    new = wait_until(lambda: (lead := cluster.state("__consumer_offsets", op)["leader"])
+                     not in (coordinator, -1) and lead, FAILOVER_S, what="a new coordinator")
+
+    for i in range(30):
+        prod.produce("handover", value=b"second-%d" % i, partition=i % 3)
+    assert prod.flush(15) == 0
+    c = Consumer({"bootstrap.servers": bootstrap_of(cluster), "group.id": group,
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        c.subscribe(["handover"])
+        got = _poll_values(c, 30)
+    finally:
+        c.close()
+    # the new coordinator loaded the committed offsets: only the second batch is read
+    assert sorted(got) == sorted(b"second-%d" % i for i in range(30)), (new, got[:5])
+    cluster.start_broker(coordinator)
+
+
+def _poll_values(consumer, want, timeout=30.0):
+    got = []
+    deadline = time.monotonic() + timeout
+    while len(got) < want and time.monotonic() < deadline:
+        m = consumer.poll(0.5)
+        if m is not None and not m.error():
+            got.append(m.value())
+    # a little longer: nothing beyond what is expected may arrive
+    end = time.monotonic() + 1.0
+    while time.monotonic() < end:
+        m = consumer.poll(0.2)
+        if m is not None and not m.error():
+            got.append(m.value())
+    return got
+
+
+def _log_bytes(broker, dirname):
+    d = broker.data_dir / dirname
+    return sum(f.stat().st_size for f in d.glob("*.log")) if d.is_dir() else -1
