@@ -290,7 +290,10 @@ def read_all(bootstrap: str, topic: str, partitions: int, timeout: float = 60.0)
     try:
         ends = {}
         for p in range(partitions):
-            ends[p] = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            # a new leader answers OFFSET_NOT_AVAILABLE until its HW caught up: retry
+            ends[p] = Cluster.wait(
+                lambda p=p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1] + 1,
+                30, f"the high watermark of partition {p}") - 1
         c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         out = {p: [] for p in range(partitions)}
         done = {p for p in range(partitions) if ends[p] == 0}
