@@ -165,6 +165,30 @@ cdef int _bad(str what, Py_ssize_t where) except -1:
     raise InvalidRecordError(f"{what} (batch at byte {where} of the fetch answer)", where)
 
 
+cdef inline Py_ssize_t _nullable_blob(const unsigned char *d, Py_ssize_t q, Py_ssize_t rend,
+                                      int32_t *length, str what, Py_ssize_t where) except -1:
+    """Read a varint length (-1: null) at q; return where its bytes start."""
+    cdef Py_ssize_t nxt = read_varint32(d, q, rend, length)
+    if nxt < 0:
+        raise_varint_error(nxt, where, f"{what} length")
+    if length[0] < -1 or length[0] > rend - nxt:
+        _bad(f"invalid {what} length {length[0]}", where)
+    return nxt
+
+
+cdef inline int _append_binary(GrowBuf *valid, GrowBuf *offsets, GrowBuf *data,
+                               Py_ssize_t row, const unsigned char *p,
+                               int32_t length) noexcept nogil:
+    """Append one binary value (length -1: null) to an Arrow binary column; 1 if null."""
+    cdef int null = 1
+    if length >= 0:
+        set_bit(valid, row)
+        gb_bytes(data, p, length)
+        null = 0
+    gb_i32(offsets, <int32_t>data.len)
+    return null
+
+
 @cython.final
 cdef class ColumnBuilder:
     """Accumulates Spark's Kafka columns from record batches of one partition.
@@ -329,22 +353,10 @@ cdef class ColumnBuilder:
             q = read_varint32(d, q, rend, &odelta)
             if q < 0:
                 raise_varint_error(q, where, "offset delta")
-            q = read_varint32(d, q, rend, &klen)
-            if q < 0:
-                raise_varint_error(q, where, "key length")
-            if klen < -1 or klen > rend - q:
-                _bad(f"invalid key length {klen}", where)
-            kpos = q
-            if klen > 0:
-                q += klen
-            q = read_varint32(d, q, rend, &vlen)
-            if q < 0:
-                raise_varint_error(q, where, "value length")
-            if vlen < -1 or vlen > rend - q:
-                _bad(f"invalid value length {vlen}", where)
-            vpos = q
-            if vlen > 0:
-                q += vlen
+            kpos = _nullable_blob(d, q, rend, &klen, "key", where)
+            vpos = _nullable_blob(d, kpos + (klen if klen > 0 else 0), rend, &vlen, "value",
+                                  where)
+            q = vpos + (vlen if vlen > 0 else 0)
             offset = base_offset + odelta
             if offset < start:
                 p = rend
@@ -359,18 +371,10 @@ cdef class ColumnBuilder:
             else:
                 gb_i64(&self.timestamps, (first_ts + tdelta) * 1000)
                 gb_i32(&self.ts_types, 0)
-            if klen >= 0:
-                set_bit(&self.key_valid, row)
-                gb_bytes(&self.key_data, d + kpos, klen)
-            else:
-                self.key_nulls += 1
-            gb_i32(&self.key_offsets, <int32_t>self.key_data.len)
-            if vlen >= 0:
-                set_bit(&self.value_valid, row)
-                gb_bytes(&self.value_data, d + vpos, vlen)
-            else:
-                self.value_nulls += 1
-            gb_i32(&self.value_offsets, <int32_t>self.value_data.len)
+            self.key_nulls += _append_binary(&self.key_valid, &self.key_offsets,
+                                             &self.key_data, row, d + kpos, klen)
+            self.value_nulls += _append_binary(&self.value_valid, &self.value_offsets,
+                                               &self.value_data, row, d + vpos, vlen)
             if headers:
                 q = read_varint32(d, q, rend, &hcount)
                 if q < 0:
