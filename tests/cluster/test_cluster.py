@@ -248,3 +248,30 @@ def test_broker_id_generated_through_seqid_and_kept_in_meta_properties(cluster, 
     finally:
         b.stop()
     wait_until(lambda: cluster.registered() == [1, 2, 3], 15, what="registration gone")
+
+
+def _start_fails(command, timeout=60):
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("fastlog-server:")]
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    return lines[0]
+
+
+def test_log_dir_of_another_cluster_is_refused(cluster, tmp_path):
+    data = tmp_path / "foreign"
+    data.mkdir()
+    (data / "meta.properties").write_text("version=0\nbroker.id=7\ncluster.id=AAAAAAAAAAAAAAAAAAAAAA\n")
+    line = _start_fails(BrokerProcess(data, overrides(cluster.zk_hosts, 7)).command())
+    assert "belongs to cluster AAAAAAAAAAAAAAAAAAAAAA" in line
+    assert 7 not in cluster.registered()
+
+
+def test_unreachable_zookeeper_is_one_sentence(tmp_path):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once closed
+    props = overrides(f"127.0.0.1:{port}", 1, **{"zookeeper.connection.timeout.ms": 1000})
+    line = _start_fails(BrokerProcess(tmp_path / "nozk", props).command())
+    assert f"cannot connect to ZooKeeper at 127.0.0.1:{port}" in line
