@@ -1,13 +1,14 @@
 """Fixtures shared by the client and CLI tests (tests/client, tests/cli): one real
-fastlog-server per test module and a topic name unique to each test.
+fastlog-server per test module, a topic name unique to each test and a closed port.
 
 FASTLOG_TEST_BOOTSTRAP=host:port points the tests at an already running Kafka-compatible
 broker instead (useful while developing against a peer broker); by default each module
 starts its own fastlog-server through tests/broker_fixture.py. A conftest.py uses them
-with `from tests.client_fixture import bootstrap, topic_name  # noqa: F401`.
+with `from tests.client_fixture import bootstrap, closed_port, topic_name  # noqa: F401`.
 """
 
 import os
+import socket
 import uuid
 
 import pytest
@@ -36,3 +37,13 @@ def topic_name(request):
     """A topic name unique to this test (tests share one broker per module)."""
     base = "".join(c if c.isalnum() else "-" for c in request.node.name)[:40]
     return f"{base}-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture
+def closed_port():
+    """A local port with nothing listening on it."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port

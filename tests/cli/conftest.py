@@ -1,17 +1,16 @@
-"""Fixtures for the `fastlog` CLI tests: a real fastlog-server per module and a unique
-topic name (tests/client_fixture.py; FASTLOG_TEST_BOOTSTRAP=host:port uses an already
-running broker instead), and `fastlog` itself run as a subprocess through its installed
-entry point (.venv/bin/fastlog).
+"""Fixtures for the `fastlog` CLI tests: a real fastlog-server per module, a unique topic
+name and a closed port (tests/client_fixture.py; FASTLOG_TEST_BOOTSTRAP=host:port uses an
+already running broker instead), and `fastlog` itself run as a subprocess through its
+installed entry point (.venv/bin/fastlog).
 """
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.client_fixture import bootstrap, topic_name  # noqa: F401 - fixtures
+from tests.client_fixture import bootstrap, closed_port, topic_name  # noqa: F401 - fixtures
 
 FASTLOG = Path(sys.executable).with_name("fastlog")
 
@@ -27,13 +26,3 @@ def fastlog():
         proc.stderr = proc.stderr.decode(errors="replace")
         return proc
     return run
-
-
-@pytest.fixture
-def closed_port():
-    """A local port with nothing listening on it."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port

@@ -1,13 +1,13 @@
 """Fixtures for fastlog.client tests: `bootstrap` (one real fastlog-server per test
-module, or FASTLOG_TEST_BOOTSTRAP) and `topic_name` from tests/client_fixture.py, and
-`arun` to run a coroutine.
+module, or FASTLOG_TEST_BOOTSTRAP), `topic_name` and `closed_port` from
+tests/client_fixture.py, and `arun` to run a coroutine.
 """
 
 import asyncio
 
 import pytest
 
-from tests.client_fixture import bootstrap, topic_name  # noqa: F401 - fixtures
+from tests.client_fixture import bootstrap, closed_port, topic_name  # noqa: F401 - fixtures
 
 
 @pytest.fixture

@@ -99,13 +99,8 @@ def test_unknown_topic_is_one_clear_error(bootstrap, arun):
     arun(go())
 
 
-def test_unreachable_broker_is_one_clear_error(arun):
-    import socket
-
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
+def test_unreachable_broker_is_one_clear_error(arun, closed_port):
+    port = closed_port
 
     async def go():
         with pytest.raises(errors.BrokerUnavailable) as exc:

@@ -117,13 +117,8 @@ def test_silent_broker_times_out(arun):
     arun(go())
 
 
-def test_connect_to_closed_port(arun):
-    import socket
-
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
+def test_connect_to_closed_port(arun, closed_port):
+    port = closed_port
 
     async def go():
         with pytest.raises(errors.BrokerUnavailable) as exc:
