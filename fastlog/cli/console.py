@@ -15,7 +15,14 @@ import json
 import sys
 import time
 
-from fastlog.cli.main import CliError, add_bootstrap_option, parse_key_value, run_async
+from fastlog.cli.main import (
+    CliError,
+    add_bootstrap_option,
+    non_negative_int,
+    parse_key_value,
+    positive_int,
+    run_async,
+)
 
 # -- produce ------------------------------------------------------------------------------
 
@@ -26,7 +33,7 @@ def add_produce_parser(subparsers) -> None:
         description="Read lines from stdin and produce each as one record.")
     add_bootstrap_option(p)
     p.add_argument("--topic", required=True, help="topic to write to")
-    p.add_argument("--partition", type=_non_negative, metavar="P",
+    p.add_argument("--partition", type=non_negative_int, metavar="P",
                    help="write every record to this partition (default: by key / sticky)")
     p.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
                    help="parse.key=true|false, key.separator=SEP (default TAB); repeatable")
@@ -39,34 +46,13 @@ def add_produce_parser(subparsers) -> None:
                    help="acknowledgements to wait for (default: %(default)s)")
     p.add_argument("--idempotence", action="store_true",
                    help="idempotent producer (needs --acks all)")
-    p.add_argument("--linger-ms", type=_non_negative, default=5, metavar="MS",
+    p.add_argument("--linger-ms", type=non_negative_int, default=5, metavar="MS",
                    help="batching delay (default: %(default)s)")
-    p.add_argument("--batch-size", type=_positive, default=16384, metavar="BYTES",
+    p.add_argument("--batch-size", type=positive_int, default=16384, metavar="BYTES",
                    help="batch size (default: %(default)s)")
-    p.add_argument("--timeout-ms", type=_positive, default=30000, metavar="MS",
+    p.add_argument("--timeout-ms", type=positive_int, default=30000, metavar="MS",
                    help="give up on a record after this long (default: %(default)s)")
     p.set_defaults(run=run_produce)
-
-
-def _non_negative(text: str) -> int:
-    import argparse
-
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"'{text}' must not be negative")
-    return value
-
-
-def _positive(text: str) -> int:
-    import argparse
-
-    value = _non_negative(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"'{text}' must be at least 1")
-    return value
 
 
 _PRODUCE_PROPERTIES = {"parse.key", "key.separator", "ignore.error"}
@@ -163,15 +149,15 @@ def add_consume_parser(subparsers) -> None:
         description="Print records of a topic to stdout.")
     add_bootstrap_option(p)
     p.add_argument("--topic", required=True, help="topic to read")
-    p.add_argument("--partition", type=_non_negative, metavar="P",
+    p.add_argument("--partition", type=non_negative_int, metavar="P",
                    help="read only this partition (default: all)")
     p.add_argument("--offset", default=None, metavar="N|earliest|latest",
                    help="where to start in each partition read (default: latest)")
     p.add_argument("--from-beginning", action="store_true",
                    help="start at the earliest offset (same as --offset earliest)")
-    p.add_argument("--max-messages", type=_positive, metavar="N",
+    p.add_argument("--max-messages", type=positive_int, metavar="N",
                    help="exit after printing N records")
-    p.add_argument("--timeout-ms", type=_positive, metavar="MS",
+    p.add_argument("--timeout-ms", type=positive_int, metavar="MS",
                    help="exit when no record arrived for this long")
     p.add_argument("--print-key", action="store_true", help="print the key before the value")
     p.add_argument("--print-headers", action="store_true", help="print the headers")

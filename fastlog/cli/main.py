@@ -134,6 +134,28 @@ def add_bootstrap_option(parser) -> None:
                         help="broker to connect to (default: %(default)s)")
 
 
+def non_negative_int(text: str) -> int:
+    """argparse type: a whole number >= 0 (a partition, a delay)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"'{text}' must not be negative")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a whole number >= 1 (a count, a size, a timeout)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"'{text}' must be at least 1")
+    return value
+
+
 def parse_key_value(text: str, what: str = "--config") -> tuple[str, str]:
     """'k=v' -> ('k', 'v'); CliError with one sentence otherwise."""
     key, sep, value = text.partition("=")

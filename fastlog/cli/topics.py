@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import sys
 
-from fastlog.cli.main import CliError, add_bootstrap_option, parse_key_value, run_async
+from fastlog.cli.main import (
+    CliError,
+    add_bootstrap_option,
+    parse_key_value,
+    positive_int,
+    run_async,
+)
 
 ACTIONS = ("create", "list", "describe", "alter", "delete")
 
@@ -24,9 +30,9 @@ def add_parser(subparsers) -> None:
                              help=f"{action} topics" if action != "alter"
                              else "change the partition count or configs of a topic")
     p.add_argument("--topic", help="topic name")
-    p.add_argument("--partitions", type=_positive_int, metavar="N",
+    p.add_argument("--partitions", type=positive_int, metavar="N",
                    help="number of partitions (create, or grow with --alter)")
-    p.add_argument("--replication-factor", type=_positive_int, metavar="R",
+    p.add_argument("--replication-factor", type=positive_int, metavar="R",
                    help="replicas per partition (create)")
     p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                    help="topic config override (create, alter); repeatable")
@@ -39,18 +45,6 @@ def add_parser(subparsers) -> None:
     p.add_argument("--exclude-internal", action="store_true",
                    help="with --list/--describe: leave out internal topics")
     p.set_defaults(run=run)
-
-
-def _positive_int(text: str) -> int:
-    import argparse
-
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"'{text}' must be at least 1")
-    return value
 
 
 def run(args) -> int:
