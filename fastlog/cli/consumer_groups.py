@@ -111,24 +111,16 @@ async def _run(args) -> int:
 
 # -- describe ---------------------------------------------------------------------------
 
-def parse_assignment(data: bytes) -> list[tuple[str, int]]:
-    """(topic, partition) pairs of a ConsumerProtocolAssignment (any version: int16
-    version, then [topic string, [int32 partition]]); [] if it does not parse."""
-    from fastlog._codec import CodecError, Reader
+def _assigned_partitions(data: bytes) -> list:
+    """The TopicPartitions of a member's ConsumerProtocolAssignment; [] if it does not
+    parse (the group's members are not ours to trust)."""
+    from fastlog._codec import CodecError
+    from fastlog.client.group import decode_assignment
 
-    if not data:
-        return []
-    out = []
     try:
-        r = Reader(data)
-        r.int16()
-        for _ in range(max(r.array_len(), 0)):
-            topic = r.string()
-            for _ in range(max(r.array_len(), 0)):
-                out.append((topic, r.int32()))
+        return decode_assignment(data)
     except CodecError:
         return []
-    return out
 
 
 async def _group(admin, group_id: str):
@@ -151,8 +143,8 @@ async def _describe(admin, group_id: str) -> int:
     owner: dict[TopicPartition, object] = {}
     for m in desc.members:
         if desc.protocol_type == "consumer":
-            for t, p in parse_assignment(m.assignment):
-                owner[TopicPartition(t, p)] = m
+            for tp in _assigned_partitions(m.assignment):
+                owner[tp] = m
     tps = sorted(set(committed) | set(owner), key=lambda tp: (tp.topic, tp.partition))
     ends = await _end_offsets(admin, tps)
     out = sys.stdout
