@@ -29,7 +29,7 @@ def add_parser(subparsers):
                    help="print record keys and values (implies --deep-iteration)")
     p.add_argument("--verify", action="store_true",
                    help="check CRCs, sizes and index entries; exit 1 on corruption")
-    p.set_defaults(func=run)
+    p.set_defaults(run=run)
     return p
 
 
