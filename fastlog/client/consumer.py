@@ -21,7 +21,9 @@
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
+import operator
 import time
 
 from fastlog import _codec
@@ -31,6 +33,7 @@ from fastlog.client.cluster import DEFAULT_BOOTSTRAP, Cluster, TopicPartition
 from fastlog.client.versions import ApiKey
 
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+_OFFSET = operator.attrgetter("offset")
 
 
 class Consumer:
@@ -256,22 +259,23 @@ class Consumer:
                 await self.group.ensure_active()
             self._raise_pending_error()
             while self._buffer and (max_records is None or count < max_records):
-                tp, epoch, records, next_pos = self._buffer[0]
+                # start: how many of records earlier calls already handed out (a fetch
+                # answer is drained by index, never re-sliced, so getone() stays O(1)).
+                tp, epoch, records, start, next_pos = self._buffer[0]
                 if epoch != self._epoch[tp] or tp not in self._pos:
                     self._buffer.popleft()
                     continue
-                if max_records is not None and count + len(records) > max_records:
-                    take = max_records - count
-                    head, rest = records[:take], records[take:]
-                    self._buffer[0] = (tp, epoch, rest, next_pos)
-                    out.setdefault(tp, []).extend(head)
-                    self._pos[tp] = head[-1].offset + 1
-                    count += take
+                if max_records is not None and count + len(records) - start > max_records:
+                    end = start + max_records - count
+                    self._buffer[0] = (tp, epoch, records, end, next_pos)
+                    out.setdefault(tp, []).extend(records[start:end])
+                    self._pos[tp] = records[end - 1].offset + 1
+                    count = max_records
                     break
                 self._buffer.popleft()
-                if records:
-                    out.setdefault(tp, []).extend(records)
-                    count += len(records)
+                if len(records) > start:
+                    out.setdefault(tp, []).extend(records[start:] if start else records)
+                    count += len(records) - start
                 self._pos[tp] = next_pos
             if not self._buffer or len(self._buffer) < self.max_buffered_fetches:
                 self._room.set()
@@ -427,7 +431,7 @@ class Consumer:
                     continue
                 if next_pos > offset:
                     self._fetch_pos[tp] = next_pos
-                    self._buffer.append((tp, epoch, records, next_pos))
+                    self._buffer.append((tp, epoch, records, 0, next_pos))
                     got_data = True
         if got_data:
             self._data.set()
@@ -500,12 +504,5 @@ def decode_records(buf, fetch_offset: int, check_crcs: bool = True):
     records = _codec.read_records(buf, verify_crc=check_crcs)
     if records and records[0].offset < fetch_offset:
         # A batch may start below the offset asked for; skip what was already consumed.
-        lo, hi = 0, len(records)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if records[mid].offset < fetch_offset:
-                lo = mid + 1
-            else:
-                hi = mid
-        records = records[lo:]
+        records = records[bisect.bisect_left(records, fetch_offset, key=_OFFSET):]
     return records, max(next_offset, fetch_offset)
