@@ -347,6 +347,9 @@ class KafkaApis:
                          "preferred_read_replica": -1, "records": b""}
                 parts.append(entry)
                 p, err = self._led_partition(t.topic, fp.partition)
+                if p is None and not from_follower and err == Errors.NOT_LEADER_OR_FOLLOWER:
+                    # KIP-392: a follower may serve consumers of its rack (below its HW)
+                    p = rm.follower_read_partition(t.topic, fp.partition)
                 if p is None:
                     entry["error_code"] = err
                     errored = True
@@ -366,13 +369,15 @@ class KafkaApis:
                 budget = min(fp.partition_max_bytes, max_bytes - total)
                 res = rm.read_partition(p, fp.fetch_offset, max(budget, 0),
                                         min_one_batch=(total == 0), from_follower=from_follower,
-                                        api_version=v, replica_id=request.replica_id)
+                                        api_version=v, replica_id=request.replica_id,
+                                        client_rack=request.rack_id if v >= 11 else None)
                 entry["error_code"] = res.error
+                entry["preferred_read_replica"] = res.preferred_read_replica
                 entry["high_watermark"] = res.high_watermark
                 entry["last_stable_offset"] = res.last_stable_offset
                 entry["log_start_offset"] = res.log_start_offset
-                if res.error != Errors.NONE:
-                    errored = True
+                if res.error != Errors.NONE or res.preferred_read_replica >= 0:
+                    errored = True  # answer now: an error, or "read from that replica"
                 elif res.regions:
                     entry["records"] = (res.regions, res.size)
                     total += res.size

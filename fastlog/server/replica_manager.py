@@ -825,9 +825,39 @@ class ReplicaManager:
             return Errors.NOT_LEADER_OR_FOLLOWER
         return Errors.NONE
 
+    # ------------------------------------------------------------------ follower reads
+    def _rack_aware(self) -> bool:
+        sel = self._cfg("replica.selector.class", None)
+        return bool(sel) and str(sel).endswith("RackAwareReplicaSelector")
+
+    def follower_read_partition(self, topic: str, partition: int) -> Partition | None:
+        """KIP-392: with a rack-aware replica selector a follower serves consumers (below
+        its own high watermark); the partition when this broker may, else None."""
+        p = self.partitions.get((topic, partition))
+        if p is None or not self._rack_aware() or not p.replicated or p.is_leader \
+                or p.leader_id < 0:
+            return None
+        return p
+
+    def preferred_read_replica(self, p: Partition, client_rack: str | None) -> int:
+        """The in-sync follower in the consumer's rack (Fetch v11 preferred_read_replica)
+        when the leader is not in that rack itself; -1 to keep reading from the leader."""
+        if not client_rack or not self._rack_aware() or not p.replicated or not p.is_leader:
+            return -1
+        if self._cfg("broker.rack", None) == client_rack:
+            return -1
+        brokers_fn = getattr(self.broker.metadata, "brokers", None)
+        brokers = brokers_fn() if brokers_fn is not None else {}
+        for b in p.isr:
+            info = brokers.get(b)
+            if b != self.node_id and info is not None and getattr(info, "rack", None) == client_rack:
+                return b
+        return -1
+
     def read_partition(self, p: Partition, fetch_offset: int, max_bytes: int, *,
                        min_one_batch: bool, from_follower: bool, api_version: int,
-                       replica_id: int | None = None) -> FetchPartitionResult:
+                       replica_id: int | None = None,
+                       client_rack: str | None = None) -> FetchPartitionResult:
         log_ = p.log
         if from_follower and replica_id is not None:
             err = self.check_replica_fetch(p, replica_id)
@@ -836,7 +866,18 @@ class ReplicaManager:
             if p.replicated:
                 self._on_follower_fetch(p, replica_id, fetch_offset)
         elif not from_follower and not p.is_leader:
-            return FetchPartitionResult(Errors.NOT_LEADER_OR_FOLLOWER)
+            if self.follower_read_partition(p.topic, p.partition) is not p:
+                return FetchPartitionResult(Errors.NOT_LEADER_OR_FOLLOWER)
+            if fetch_offset > log_.log_end_offset:
+                # a consumer ahead of this follower (it read from the leader before): not
+                # out of range, just not here yet
+                return FetchPartitionResult(Errors.OFFSET_NOT_AVAILABLE)
+        elif not from_follower and client_rack and api_version >= 11:
+            preferred = self.preferred_read_replica(p, client_rack)
+            if preferred >= 0:
+                hw = log_.high_watermark
+                return FetchPartitionResult(Errors.NONE, hw, hw, log_.log_start_offset,
+                                            preferred_read_replica=preferred)
         hw = log_.high_watermark
         res = FetchPartitionResult(Errors.NONE, hw, hw, log_.log_start_offset)
         if api_version < 10 and (p.has_zstd or p.log.config.compression_type == "zstd"):

@@ -259,3 +259,35 @@ def test_new_leader_answers_latest_offset_only_once_its_hw_caught_up(tmp_path):
         assert await _until(lambda: not rm2.high_watermark_pending(p2))
         assert p2.high_watermark == 5
     run(tmp_path, body)
+
+
+def test_rack_aware_consumer_is_sent_to_the_follower_in_its_rack(tmp_path):
+    from fastlog.zk.paths import BrokerInfo
+
+    async def body(pair):
+        racks = {1: "r1", 2: "r2"}
+        for b in (pair.b1, pair.b2):
+            b.config.values["broker.rack"] = racks[b.node_id]
+            b.metadata.brokers = lambda: {i: BrokerInfo(i, (), rack=r) for i, r in racks.items()}
+        pair.lead(pair.b1, pair.b2, 1)
+        rm1, rm2 = pair.b1.replica_manager, pair.b2.replica_manager
+        for i in range(5):
+            assert (await pair.produce(pair.b1, [b"r%d" % i])).error == Errors.NONE
+        p1, p2 = rm1.get_partition(*KEY), rm2.get_partition(*KEY)
+        res = rm1.read_partition(p1, 0, 1 << 20, min_one_batch=True, from_follower=False,
+                                 api_version=11, client_rack="r2")
+        assert res.preferred_read_replica == 2 and not res.regions
+        res = rm1.read_partition(p1, 0, 1 << 20, min_one_batch=True, from_follower=False,
+                                 api_version=11, client_rack="r1")
+        assert res.preferred_read_replica == -1 and res.regions
+        # the follower serves the consumer, below its own high watermark only
+        assert rm2.follower_read_partition(*KEY) is p2
+        assert await _until(lambda: p2.high_watermark == 5)
+        res = rm2.read_partition(p2, 0, 1 << 20, min_one_batch=True, from_follower=False,
+                                 api_version=11)
+        assert res.error == Errors.NONE and res.size > 0 and res.high_watermark == 5
+        res = rm2.read_partition(p2, 99, 1 << 20, min_one_batch=True, from_follower=False,
+                                 api_version=11)
+        assert res.error == Errors.OFFSET_NOT_AVAILABLE
+    run(tmp_path, body, **{"replica.selector.class":
+                           "org.apache.kafka.common.replica.RackAwareReplicaSelector"})
