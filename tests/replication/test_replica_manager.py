@@ -291,3 +291,36 @@ def test_rack_aware_consumer_is_sent_to_the_follower_in_its_rack(tmp_path):
         assert res.error == Errors.OFFSET_NOT_AVAILABLE
     run(tmp_path, body, **{"replica.selector.class":
                            "org.apache.kafka.common.replica.RackAwareReplicaSelector"})
+
+
+def test_isr_shrinking_under_a_parked_produce_answers_not_enough_replicas_after_append(tmp_path):
+    async def body(pair):
+        pair.lead(pair.b1, pair.b2, 1)
+        assert (await pair.produce(pair.b1, [b"a"])).error == Errors.NONE
+        pair.b2.replica_manager.stop_replica(TOPIC, 0, delete=False)
+        # parked until the lagging follower is dropped (600 ms): then the HW covers the
+        # batch, but only one replica has it, below min.insync.replicas=2
+        r = await pair.produce(pair.b1, [b"b"], timeout_ms=5000)
+        assert r.error == Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        assert pair.b1.replica_manager.get_partition(*KEY).isr == [1]
+    run(tmp_path, body)
+
+
+def test_truncation_below_the_high_watermark_is_counted_as_unclean_loss(tmp_path):
+    async def body(pair):
+        pair.lead(pair.b1, pair.b2, 1)
+        rm1, rm2 = pair.b1.replica_manager, pair.b2.replica_manager
+        for i in range(3):
+            assert (await pair.produce(pair.b1, [b"c%d" % i])).error == Errors.NONE
+        rm2.stop_replica(TOPIC, 0, delete=False)
+        p1 = rm1.get_partition(*KEY)
+        assert await _until(lambda: p1.isr == [1])
+        for i in range(2):  # committed by an ISR of one
+            assert (await pair.produce(pair.b1, [b"u%d" % i], acks=1)).error == Errors.NONE
+        assert p1.high_watermark == 5
+        # an out-of-sync replica is made leader (what unclean election does)
+        rm2.become_leader(TOPIC, 0, 2, [2], [1, 2], 2)
+        rm1.become_follower(TOPIC, 0, 2, 2, [1, 2])
+        assert await _until(lambda: rm1.metrics["unclean_truncated_records"] == 2)
+        assert p1.log.log_end_offset == 3
+    run(tmp_path, body)
