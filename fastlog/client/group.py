@@ -3,9 +3,9 @@
 # Owns one member's life in a Kafka consumer group: FindCoordinator, JoinGroup (with the
 # MEMBER_ID_REQUIRED second join of KIP-394), the leader's partition assignment (range or
 # roundrobin, the names librdkafka, kafka-python and aiokafka offer too), SyncGroup,
-# heartbeats, offset commits tagged with the generation, and LeaveGroup on close. It
-# reads and writes the "consumer" embedded protocol (ConsumerProtocolSubscription /
-# ConsumerProtocolAssignment v0: int16 version, [topic, [partition]], user data bytes).
+# heartbeats, offset commits tagged with the generation, and LeaveGroup on close. The
+# "consumer" embedded protocol (ConsumerProtocolSubscription / ConsumerProtocolAssignment)
+# is fastlog.protocol.consumer_protocol's; here assignments are TopicPartitions.
 #
 # It talks to the coordinator over a connection of its own, so a JoinGroup the broker
 # holds during a rebalance never queues behind (or in front of) the consumer's fetches.
@@ -17,11 +17,13 @@ import asyncio
 import collections
 import time
 
-from fastlog._codec import CodecError, Reader, Writer
+from fastlog._codec import CodecError
 from fastlog.client import errors
 from fastlog.client.cluster import TopicPartition
 from fastlog.client.connection import BrokerConnection
 from fastlog.client.versions import ApiKey
+from fastlog.protocol import consumer_protocol
+from fastlog.protocol.consumer_protocol import decode_subscription, encode_subscription
 
 MEMBER_ID_REQUIRED = 79
 ILLEGAL_GENERATION = 22
@@ -32,48 +34,14 @@ _COORDINATOR_MOVED = {errors.NOT_COORDINATOR, errors.COORDINATOR_NOT_AVAILABLE,
                       errors.COORDINATOR_LOAD_IN_PROGRESS}
 
 
-def encode_subscription(topics, user_data: bytes = b"") -> bytes:
-    w = Writer()
-    w.int16(0)
-    w.array_len(len(topics))
-    for t in topics:
-        w.string(t)
-    w.bytes_(user_data)
-    return w.getvalue()
-
-
-def decode_subscription(data) -> list[str]:
-    r = Reader(data)
-    r.int16()
-    return [r.string() for _ in range(max(r.array_len(), 0))]
-
-
 def encode_assignment(tps) -> bytes:
-    by_topic = collections.defaultdict(list)
-    for tp in tps:
-        by_topic[tp.topic].append(tp.partition)
-    w = Writer()
-    w.int16(0)
-    w.array_len(len(by_topic))
-    for topic, parts in sorted(by_topic.items()):
-        w.string(topic)
-        w.array_len(len(parts))
-        for p in sorted(parts):
-            w.int32(p)
-    w.bytes_(b"")
-    return w.getvalue()
+    """ConsumerProtocolAssignment v0 of TopicPartitions (fastlog.protocol.consumer_protocol)."""
+    return consumer_protocol.encode_assignment((tp.topic, tp.partition) for tp in tps)
 
 
 def decode_assignment(data) -> list[TopicPartition]:
-    if not data:
-        return []
-    r = Reader(data)
-    r.int16()
-    out = []
-    for _ in range(max(r.array_len(), 0)):
-        topic = r.string()
-        out.extend(TopicPartition(topic, r.int32()) for _ in range(max(r.array_len(), 0)))
-    return out
+    """TopicPartitions of a ConsumerProtocolAssignment; CodecError on bad bytes."""
+    return [TopicPartition(t, p) for t, p in consumer_protocol.decode_assignment(data)]
 
 
 def assign_range(members: dict[str, list[str]], partitions: dict[str, int]

@@ -43,15 +43,13 @@ class IllegalStateTransition(RuntimeError):
 
 
 def parse_subscription_topics(data: bytes) -> list[str]:
-    """The topic list of a ConsumerProtocolSubscription (int16 version, then an array of
-    int16-length strings, in every version); ValueError if it does not parse."""
-    from fastlog._codec import CodecError, Reader
+    """The topic list of a ConsumerProtocolSubscription (any version); ValueError if it
+    does not parse."""
+    from fastlog._codec import CodecError
+    from fastlog.protocol.consumer_protocol import decode_subscription
 
     try:
-        r = Reader(data)
-        r.int16()
-        n = r.array_len()
-        return [r.string() for _ in range(max(n, 0))]
+        return decode_subscription(data)
     except CodecError as e:
         raise ValueError(f"bad consumer subscription: {e}") from None
 
