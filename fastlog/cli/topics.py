@@ -44,6 +44,11 @@ def add_parser(subparsers) -> None:
                    help="with --alter/--delete/--describe: do nothing if the topic is absent")
     p.add_argument("--exclude-internal", action="store_true",
                    help="with --list/--describe: leave out internal topics")
+    p.add_argument("--under-replicated-partitions", action="store_true",
+                   help="with --describe: only partitions whose ISR is smaller than their "
+                        "replica list")
+    p.add_argument("--unavailable-partitions", action="store_true",
+                   help="with --describe: only partitions without a leader")
     p.set_defaults(run=run)
 
 
@@ -107,16 +112,29 @@ async def _run(args, configs) -> int:
                 if args.if_exists:
                     return 0
                 raise
+            only = None
+            if args.under_replicated_partitions or args.unavailable_partitions:
+                def only(p, under=args.under_replicated_partitions,
+                         unavailable=args.unavailable_partitions):
+                    return (under and len(p.isr) < len(p.replicas)) or \
+                        (unavailable and p.leader < 0)
             for info in topics:
                 if args.exclude_internal and info.internal:
                     continue
-                await _describe(admin, info, out)
+                await _describe(admin, info, out, only)
     return 0
 
 
-async def _describe(admin, info, out) -> None:
+async def _describe(admin, info, out, only=None) -> None:
+    """kafka-topics.sh --describe output; with `only` (a partition filter, as for
+    --under-replicated-partitions) just the matching partition lines."""
     from fastlog.client import errors
 
+    if only is not None:
+        for p in (info.partitions[i] for i in sorted(info.partitions)):
+            if only(p):
+                _partition_line(info, p, out)
+        return
     try:
         entries = await admin.describe_configs(info.name)
     except errors.FastlogError:
@@ -128,9 +146,13 @@ async def _describe(admin, info, out) -> None:
     out.write(f"Topic: {info.name}\tPartitionCount: {len(parts)}\tReplicationFactor: {rf}\t"
               f"Configs: {overrides}\n")
     for p in parts:
-        out.write(f"\tTopic: {info.name}\tPartition: {p.partition}\tLeader: "
-                  f"{p.leader if p.leader >= 0 else 'none'}\t"
-                  f"Replicas: {','.join(map(str, p.replicas))}\t"
-                  f"Isr: {','.join(map(str, p.isr))}"
-                  + (f"\tOffline: {','.join(map(str, p.offline))}" if p.offline else "")
-                  + "\n")
+        _partition_line(info, p, out)
+
+
+def _partition_line(info, p, out) -> None:
+    out.write(f"\tTopic: {info.name}\tPartition: {p.partition}\tLeader: "
+              f"{p.leader if p.leader >= 0 else 'none'}\t"
+              f"Replicas: {','.join(map(str, p.replicas))}\t"
+              f"Isr: {','.join(map(str, p.isr))}"
+              + (f"\tOffline: {','.join(map(str, p.offline))}" if p.offline else "")
+              + "\n")
