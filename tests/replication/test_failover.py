@@ -14,6 +14,7 @@ import pytest
 from fastlog import _codec
 from fastlog.client.connection import BrokerConnection
 from fastlog.protocol import ApiKey, Errors
+from tests.client_fixture import run_fastlog
 from tests.replication.cluster import Load, check
 
 pytestmark = pytest.mark.slow
@@ -110,6 +111,13 @@ def test_two_of_three_down_refuses_writes_and_loses_nothing(cluster_factory):
         assert code == Errors.NOT_ENOUGH_REPLICAS
         # acks=1 still works on the lone leader (the availability/durability trade of acks)
         assert asyncio.run(_produce_raw(b.host, b.port, 0, b"-2", acks=1)) == Errors.NONE
+        # fastlog topics shows it as under-replicated (Kafka's filter flag)
+        r = run_fastlog("topics", "--bootstrap-server", b.bootstrap, "--describe",
+                        "--topic", TOPIC, "--under-replicated-partitions")
+        assert r.returncode == 0, r.stderr
+        lines = r.stdout.splitlines()
+        assert any("Partition: 0\t" in ln and f"Isr: {leader}" in ln for ln in lines), lines
+        assert all(ln.startswith(f"\tTopic: {TOPIC}") for ln in lines), lines
         stalled = load.acked_count()
         time.sleep(1.0)
         acked_while_down = load.acked_count() - stalled
