@@ -29,3 +29,8 @@ def cluster_factory(repl_zk_server, tmp_path):
     yield make
     for c in made:
         c.stop()
+
+
+@pytest.fixture
+def zk_hosts(repl_zk_server):
+    return make_chroot(repl_zk_server.hosts)
