@@ -109,6 +109,7 @@ class ReplicaFetcher:
         self._wakeup = asyncio.Event()
         self._stopped = False
         self._last_error = ""
+        self._rotation = 0
 
     def __repr__(self) -> str:
         return f"ReplicaFetcher(leader={self.leader_id}, index={self.index})"
@@ -293,6 +294,10 @@ class ReplicaFetcher:
         wait_ms = int(rm._cfg("replica.fetch.wait.max.ms", 500))
         asked: dict[tuple[str, int], tuple[FetchState, int]] = {}
         topics: dict[str, list] = {}
+        # Rotate the order: only the first partition of an answer is sure to get a whole
+        # batch however large, so none may stay last forever.
+        self._rotation = (self._rotation + 1) % max(1, len(ready))
+        ready = ready[self._rotation:] + ready[:self._rotation]
         for st in ready:
             p = st.partition
             offset = p.log.log_end_offset

@@ -350,8 +350,10 @@ class ReplicaManager:
         if data is not None and len(data):
             scan = _codec.scan_batches(data, verify_crc=True)
             batches = scan.batches
-            if scan.error is not None and not batches and scan.valid_end == 0 and len(data) > 61:
-                raise scan.error
+            if scan.error is not None and not batches and \
+                    not isinstance(scan.error, _codec.TruncatedError):
+                raise scan.error  # damaged data from the leader: nothing appended
+            # (a batch cut short by the size limit comes whole in a later fetch)
             if batches:
                 buf = data if scan.valid_end == len(data) else memoryview(data)[:scan.valid_end]
                 info = p.log.append(buf, batches, p.leader_epoch, assign_offsets=False)

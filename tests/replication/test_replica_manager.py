@@ -324,3 +324,13 @@ def test_truncation_below_the_high_watermark_is_counted_as_unclean_loss(tmp_path
         assert await _until(lambda: rm1.metrics["unclean_truncated_records"] == 2)
         assert p1.log.log_end_offset == 3
     run(tmp_path, body)
+
+
+def test_batches_larger_than_replica_fetch_max_bytes_still_replicate(tmp_path):
+    async def body(pair):
+        pair.lead(pair.b1, pair.b2, 1)
+        for i in range(3):
+            r = await pair.produce(pair.b1, [bytes([65 + i]) * 700 for _ in range(4)])
+            assert r.error == Errors.NONE
+        assert _crcs(pair.b1, 12) == _crcs(pair.b2, 12)
+    run(tmp_path, body, **{"replica.fetch.max.bytes": "1024"})
