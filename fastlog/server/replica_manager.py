@@ -189,7 +189,8 @@ class ReplicaManager:
         p = self.partitions.pop((topic, partition), None)
         self.fetch_purgatory.check_and_complete((topic, partition))
         self.produce_purgatory.check_and_complete((topic, partition))
-        if p is not None:
+        # (also a log whose partition was already stopped without deletion)
+        if p is not None or self.broker.log_manager.get_log(topic, partition) is not None:
             self.broker.log_manager.delete_log(topic, partition)
 
     def update_config(self, topic: str, log_config) -> None:

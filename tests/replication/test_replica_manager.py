@@ -334,3 +334,16 @@ def test_batches_larger_than_replica_fetch_max_bytes_still_replicate(tmp_path):
             assert r.error == Errors.NONE
         assert _crcs(pair.b1, 12) == _crcs(pair.b2, 12)
     run(tmp_path, body, **{"replica.fetch.max.bytes": "1024"})
+
+
+def test_stop_replica_keeps_the_log_unless_deleting(tmp_path):
+    async def body(pair):
+        pair.lead(pair.b1, pair.b2, 1)
+        assert (await pair.produce(pair.b1, [b"k"])).error == Errors.NONE
+        rm2, lm2 = pair.b2.replica_manager, pair.b2.log_manager
+        rm2.stop_replica(TOPIC, 0, delete=False)
+        assert rm2.get_partition(*KEY) is None and lm2.get_log(*KEY) is not None
+        rm2.stop_replica(TOPIC, 0, delete=True)
+        assert lm2.get_log(*KEY) is None
+        assert not (tmp_path / "b2" / f"{TOPIC}-0").exists()
+    run(tmp_path, body)
