@@ -143,6 +143,7 @@ class ReplicaManager:
         self._tasks: list[asyncio.Task] = []
         self._hw_checkpoint: dict[tuple[str, int], int] | None = None
         self._stopped = False
+        self._cluster_tasks_started = False
         # Counters for operators and tests (Kafka's IsrShrinksPerSec, IsrExpandsPerSec ...).
         self.metrics = {
             "isr_shrinks": 0, "isr_expands": 0, "isr_update_failures": 0,
@@ -510,31 +511,20 @@ class ReplicaManager:
             self._wake(p.key)
 
     def _start_cluster_tasks(self) -> None:
-        if self._stopped or any(t.get_name() == "isr-expiration" for t in self._tasks):
+        """The ISR check (every replica.lag.time.max.ms / 2, as Kafka) and the
+        high-watermark checkpoint, as broker periodic tasks (cancelled at its shutdown)."""
+        if self._stopped or self._cluster_tasks_started:
             return
         try:
-            loop = asyncio.get_running_loop()
+            asyncio.get_running_loop()
         except RuntimeError:
             return  # no loop (offline tools): nothing periodic
+        self._cluster_tasks_started = True
         lag = int(self._cfg("replica.lag.time.max.ms", 30000))
         hw_ms = int(self._cfg("replica.high.watermark.checkpoint.interval.ms", 5000))
-
-        async def every(interval_s: float, fn, name: str):
-            while True:
-                await asyncio.sleep(interval_s)
-                try:
-                    res = fn()
-                    if asyncio.iscoroutine(res):
-                        await res
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    log.exception("periodic task %s failed", name)
-
-        for name, interval, fn in (("isr-expiration", max(lag / 2, 50) / 1000.0, self.check_isr),
-                                   ("highwatermark-checkpoint", max(hw_ms, 100) / 1000.0,
-                                    self.checkpoint_high_watermarks)):
-            self._tasks.append(loop.create_task(every(interval, fn, name), name=name))
+        self.broker._every("isr-expiration", max(lag // 2, 50), self.check_isr)
+        self.broker._every("highwatermark-checkpoint", max(hw_ms, 100),
+                           self.checkpoint_high_watermarks)
 
     # ------------------------------------------------------------------ HW checkpoint
     def _checkpointed_hw(self) -> dict[tuple[str, int], int]:
