@@ -49,11 +49,13 @@ def broker_overrides(zk_hosts: str, node_id: int, **extra) -> dict[str, str]:
 
 
 class Cluster:
-    def __init__(self, workdir, zk_hosts: str, **extra):
+    def __init__(self, workdir, zk_hosts: str, racks: dict[int, str] | None = None, **extra):
         self.workdir = workdir
         self.zk_hosts = zk_hosts
+        racks = racks or {}
         self.brokers = {
-            i: BrokerProcess(workdir / f"b{i}", broker_overrides(zk_hosts, i, **extra))
+            i: BrokerProcess(workdir / f"b{i}", broker_overrides(
+                zk_hosts, i, **extra, **({"broker.rack": racks[i]} if i in racks else {})))
             for i in BROKER_IDS}
         self.paused: set[int] = set()
 
