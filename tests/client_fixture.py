@@ -1,5 +1,6 @@
 """Fixtures shared by the client and CLI tests (tests/client, tests/cli): one real
-fastlog-server per test module, a topic name unique to each test and a closed port.
+fastlog-server per test module, a topic name unique to each test and a closed port; and
+run_fastlog(), the `fastlog` command run as a subprocess (also used by tests/server/group).
 
 FASTLOG_TEST_BOOTSTRAP=host:port points the tests at an already running Kafka-compatible
 broker instead (useful while developing against a peer broker); by default each module
@@ -9,11 +10,27 @@ with `from tests.client_fixture import bootstrap, closed_port, topic_name  # noq
 
 import os
 import socket
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
 from tests.broker_fixture import BrokerProcess
+
+FASTLOG = Path(sys.executable).with_name("fastlog")
+
+
+def run_fastlog(*args, input: bytes = b"", timeout: float = 60) -> subprocess.CompletedProcess:
+    """Run `fastlog ARGS...` through its installed entry point (.venv/bin/fastlog, else
+    `python -m fastlog.cli.main`); stdout/stderr decoded to text, bounded by timeout."""
+    cmd = [str(FASTLOG)] if FASTLOG.exists() else [sys.executable, "-m", "fastlog.cli.main"]
+    proc = subprocess.run(cmd + [str(a) for a in args], input=input, capture_output=True,
+                          timeout=timeout)
+    proc.stdout = proc.stdout.decode(errors="replace")
+    proc.stderr = proc.stderr.decode(errors="replace")
+    return proc
 
 
 @pytest.fixture(scope="module")

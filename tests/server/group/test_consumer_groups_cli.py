@@ -4,18 +4,14 @@ offsets (dry run and --execute), delete, and one-sentence errors with non-zero e
 from __future__ import annotations
 
 import subprocess
-import sys
-from pathlib import Path
 
+from tests.client_fixture import run_fastlog
 from tests.server.group.clients import Member, create_topic, produce, wait_until
 from tests.server.group.test_group_clients import fresh
 
 
 def fastlog(*args: str) -> subprocess.CompletedProcess:
-    script = Path(sys.executable).with_name("fastlog")
-    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "fastlog.cli.main"]
-    return subprocess.run(cmd + ["consumer-groups", *args], capture_output=True, text=True,
-                          timeout=60)
+    return run_fastlog("consumer-groups", *args)
 
 
 def table(stdout: str) -> list[dict[str, str]]:
