@@ -1,4 +1,5 @@
 import pytest
+
 from tests.protocol.protocol_helpers import kafka_python_classes
 
 

@@ -4,12 +4,12 @@ they decode to the same values and re-encode to the same bytes, and what they en
 decode to the same values."""
 
 import pytest
-from fastlog._codec import Reader, Writer
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.protocol.protocol_helpers import all_cases, make_value, normalize, restrict
 
+from fastlog._codec import Reader, Writer
 from fastlog.protocol import REQUESTS, RESPONSES
+from tests.protocol.protocol_helpers import all_cases, make_value, normalize, restrict
 
 
 def _ours(kind, key):

@@ -5,7 +5,6 @@ import struct
 import tempfile
 
 import pytest
-from fastlog._codec import CodecError, FileRegion, Reader, Writer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.protocol.consumer.fetch import FetchResponse as KpFetchResponse
@@ -14,6 +13,7 @@ from kafka.protocol.metadata.api_versions import ApiVersionsResponse as KpApiVer
 from kafka.protocol.producer.produce import ProduceRequest as KpProduceRequest
 from kafka.protocol.producer.transaction import InitProducerIdRequest as KpInitProducerId
 
+from fastlog._codec import CodecError, FileRegion, Reader, Writer
 from fastlog.protocol import (
     REQUESTS,
     RESPONSES,
