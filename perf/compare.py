@@ -19,6 +19,8 @@ offset) — so it measures the broker, not a client. Broker CPU is utime+stime f
 /proc/PID/stat before and after each workload (the figure that stays meaningful when
 other tenants share the cores); resident memory is VmRSS after each workload.
 
+The large-record ratio pairs each rep's reads with a loopback pump run just before them
+(the pump swings 0.6-3 GB/s with the other tenants' load) and takes the median.
 The last line of --json output is one JSON object with the goal ratios:
 produce_cpu_vs_peer (worst of acks=1/all/lz4), consume_cpu_vs_peer, large_consume_vs_loopback,
 p99_vs_peer (fastlog / peer; the peer is tansu, or the first other broker).
@@ -385,8 +387,6 @@ def run_matrix(brokers: list[Broker], opts, emit) -> list[dict]:
             add(row(b, "latency 20k/s", rep, s, cpu, rss))
     # large records: produced once, then read by the lean loop and by librdkafka
     large_n = opts.large_mib * PAGE // 65536
-    pump = max(loopback_pump(opts.large_mib * PAGE) for _ in range(opts.reps))
-    add({"broker": "-", "workload": "loopback pump", "rep": 0, "mb_per_s": round(pump, 1)})
     for b in brokers:
         topic = f"cmp-{run_id}-large"
         s, cpu, rss = measure(b, lambda b=b, topic=topic: fastlog_perf(
@@ -395,6 +395,10 @@ def run_matrix(brokers: list[Broker], opts, emit) -> list[dict]:
              "--client", "confluent", "--acks", "1"], tmo))
         add(row(b, "large produce", 0, s, cpu, rss))
     for rep in range(opts.reps):
+        # The pump runs right before each rep's reads: the ratio pairs measurements taken
+        # under the same load from other tenants (it swings 0.6-3 GB/s here).
+        pump = loopback_pump(opts.large_mib * PAGE)
+        add({"broker": "-", "workload": "loopback pump", "rep": rep, "mb_per_s": round(pump, 1)})
         for b in brokers:
             topic = f"cmp-{run_id}-large"
             total = large_n * 65536
@@ -500,12 +504,6 @@ def _median(rows, broker, workload, key):
     return statistics.median(vals) if vals else None
 
 
-def _best(rows, broker, workload, key):
-    vals = [r[key] for r in rows if r["broker"] == broker and r["workload"] == workload
-            and r.get(key) is not None]
-    return max(vals) if vals else None
-
-
 def _ratio(a, b):
     return None if a is None or not b else round(a / b, 3)
 
@@ -531,16 +529,18 @@ def summarize(rows: list[dict], names: list[str], peer: str | None) -> tuple[lis
 
     produce = [_ratio(cpu("fastlog", w), cpu(peer, w)) if peer else None
                for w in ("produce acks=1", "produce acks=all", "produce lz4")]
-    pump = next((r["mb_per_s"] for r in rows if r["workload"] == "loopback pump"), None)
+    pumps = [r["mb_per_s"] for r in rows if r["workload"] == "loopback pump"]
+    pump = statistics.median(pumps) if pumps else None
     ratios = {
         "produce_cpu_vs_peer": max(produce) if peer and None not in produce else None,
         "produce_cpu_vs_peer_each": produce,
         "consume_cpu_vs_peer": _ratio(cpu("fastlog", "consume"), cpu(peer, "consume"))
         if peer else None,
-        "large_consume_vs_loopback": _ratio(_best(rows, "fastlog", "large consume lean",
-                                                  "mb_per_s"), pump),
-        "large_consume_librdkafka_vs_loopback": _ratio(
-            _best(rows, "fastlog", "large consume librdkafka", "mb_per_s"), pump),
+        # median over reps of (lean read MB/s / the pump measured just before it)
+        "large_consume_vs_loopback": _median(rows, "fastlog", "large consume lean",
+                                             "vs_loopback"),
+        "large_consume_librdkafka_vs_loopback": _median(
+            rows, "fastlog", "large consume librdkafka", "vs_loopback"),
         "p99_vs_peer": _ratio(_median(rows, "fastlog", "latency 20k/s", "p99_ms"),
                               _median(rows, peer, "latency 20k/s", "p99_ms")) if peer else None,
         "loopback_mb_per_s": pump,
