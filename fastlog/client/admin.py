@@ -84,6 +84,19 @@ def _tp_tree(tps):
     return tree
 
 
+def offset_commit_request(group_id: str, offsets: dict, *, generation_id: int = -1,
+                          member_id: str = "", metadata: str | None = "") -> dict:
+    """The OffsetCommit request body for {TopicPartition: offset} (shared by the admin's
+    commit_offsets and a group member's commit)."""
+    return {
+        "group_id": group_id, "generation_id_or_member_epoch": generation_id,
+        "member_id": member_id, "group_instance_id": None, "retention_time_ms": -1,
+        "topics": [{"name": t, "partitions": [
+            {"partition_index": p, "committed_offset": off, "committed_leader_epoch": -1,
+             "commit_timestamp": -1, "committed_metadata": metadata}
+            for p, off in parts]} for t, parts in _tp_tree(offsets).items()]}
+
+
 class Admin:
     """Asyncio admin client. `async with Admin("host:port") as admin: ...`."""
 
@@ -378,13 +391,9 @@ class Admin:
                              metadata: str | None = "") -> None:
         """Commit offsets for a group (generation -1: a group with no active members)."""
         conn = await self.cluster.connection(await self.find_coordinator(group_id))
-        resp = await conn.request(ApiKey.OFFSET_COMMIT, {
-            "group_id": group_id, "generation_id_or_member_epoch": generation_id,
-            "member_id": member_id, "group_instance_id": None, "retention_time_ms": -1,
-            "topics": [{"name": t, "partitions": [
-                {"partition_index": p, "committed_offset": off, "committed_leader_epoch": -1,
-                 "commit_timestamp": -1, "committed_metadata": metadata}
-                for p, off in parts]} for t, parts in _tp_tree(offsets).items()]})
+        resp = await conn.request(ApiKey.OFFSET_COMMIT, offset_commit_request(
+            group_id, offsets, generation_id=generation_id, member_id=member_id,
+            metadata=metadata))
         for t in resp.topics:
             for p in t.partitions:
                 errors.raise_for(p.error_code, f"commit offset of group '{group_id}' for "

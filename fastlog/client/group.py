@@ -14,11 +14,11 @@
 from __future__ import annotations
 
 import asyncio
-import collections
 import time
 
 from fastlog._codec import CodecError
 from fastlog.client import errors
+from fastlog.client.admin import offset_commit_request
 from fastlog.client.cluster import TopicPartition
 from fastlog.client.connection import BrokerConnection
 from fastlog.client.versions import ApiKey
@@ -132,13 +132,9 @@ class GroupMembership:
         if not offsets:
             return
         conn = await self._coordinator()
-        resp = await conn.request(ApiKey.OFFSET_COMMIT, {
-            "group_id": self.group_id, "generation_id_or_member_epoch": self.generation_id,
-            "member_id": self.member_id, "group_instance_id": None, "retention_time_ms": -1,
-            "topics": [{"name": t, "partitions": [
-                {"partition_index": p, "committed_offset": off, "committed_leader_epoch": -1,
-                 "commit_timestamp": -1, "committed_metadata": ""} for p, off in parts]}
-                for t, parts in _by_topic(offsets).items()]})
+        resp = await conn.request(ApiKey.OFFSET_COMMIT, offset_commit_request(
+            self.group_id, offsets, generation_id=self.generation_id,
+            member_id=self.member_id))
         self._last_commit = time.monotonic()
         for t in resp.topics:
             for p in t.partitions:
@@ -280,10 +276,3 @@ class GroupMembership:
                 self._rejoin = True
                 self.consumer.wake()
                 return
-
-
-def _by_topic(offsets):
-    out = collections.defaultdict(list)
-    for tp, off in offsets.items():
-        out[tp.topic].append((tp.partition, off))
-    return out
