@@ -134,12 +134,16 @@ def add_bootstrap_option(parser) -> None:
                         help="broker to connect to (default: %(default)s)")
 
 
-def non_negative_int(text: str) -> int:
-    """argparse type: a whole number >= 0 (a partition, a delay)."""
+def _whole_number(text: str) -> int:
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: a whole number >= 0 (a partition, a delay)."""
+    value = _whole_number(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"'{text}' must not be negative")
     return value
@@ -147,10 +151,7 @@ def non_negative_int(text: str) -> int:
 
 def positive_int(text: str) -> int:
     """argparse type: a whole number >= 1 (a count, a size, a timeout)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    value = _whole_number(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"'{text}' must be at least 1")
     return value
