@@ -110,7 +110,7 @@ class BrokerServer:
             self._open_partitions()
         else:
             # Cluster mode: the LeadershipTracker opens partitions once registered.
-            self._delete_stray_logs()
+            await self._delete_stray_logs()
         # ---- group coordinator hook (issue 5): groups and committed offsets.
         self.group_coordinator = GroupCoordinator(self)
         await self.group_coordinator.startup()
@@ -231,15 +231,41 @@ class BrokerServer:
         self.replica_manager.update_config(topic, cfg)
         log.info("topic %s configs are now %s", topic, state.configs or "the broker defaults")
 
-    def _delete_stray_logs(self) -> None:
+    async def _delete_stray_logs(self) -> None:
         """Logs of topics deleted while this broker was away, or of partitions it no longer
-        replicates (cluster mode, at startup)."""
+        replicates (cluster mode, at startup). The cache only nominates them: each one is
+        confirmed by reading its topic's assignment from ZooKeeper itself, so a cache still
+        filling (ZooKeeper slow) never costs a log."""
+        candidates = {}
         for lg in list(self.log_manager.all_logs()):
             state = self.metadata.topic(lg.topic)
             ps = state.partitions.get(lg.partition) if state is not None else None
             if ps is None or self.node_id not in ps.replicas:
-                log.info("deleting stray log %s-%d", lg.topic, lg.partition)
-                self.log_manager.delete_log(lg.topic, lg.partition)
+                candidates[(lg.topic, lg.partition)] = lg
+        if not candidates:
+            return
+        zk = self.cluster.zk
+
+        def confirmed():
+            out = []
+            assignments = {}
+            for topic, partition in candidates:
+                if topic not in assignments:
+                    assignments[topic] = zk.get_topic_assignment(topic)
+                a = assignments[topic]
+                replicas = a.partitions.get(partition) if a is not None else None
+                if not replicas or self.node_id not in replicas:
+                    out.append((topic, partition))
+            return out
+
+        try:
+            stray = await asyncio.get_running_loop().run_in_executor(None, confirmed)
+        except Exception as e:  # noqa: BLE001 - keep the logs; try at the next start
+            log.warning("not deleting stray logs now: %r", e)
+            return
+        for topic, partition in stray:
+            log.info("deleting stray log %s-%d", topic, partition)
+            self.log_manager.delete_log(topic, partition)
 
     def live_brokers(self) -> list[tuple[int, str, int, str | None]]:
         """(id, host, port, rack) of every live broker, this one included."""

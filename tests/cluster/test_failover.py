@@ -324,3 +324,22 @@ def _poll_values(consumer, want, timeout=30.0):
 def _log_bytes(broker, dirname):
     d = broker.data_dir / dirname
     return sum(f.stat().st_size for f in d.glob("*.log")) if d.is_dir() else -1
+
+
+def test_topic_deleted_while_a_broker_is_down_leaves_no_log_on_it(cluster):
+    import re
+    leaders = create_topic(cluster, "gone-while-down", 3, 1)
+    victim = next(b for b in BROKER_IDS if b != cluster.controller())
+    assert victim in leaders.values()
+    broker = cluster.brokers[victim]
+    assert cluster.stop(victim) == 0
+    assert any(re.fullmatch(r"gone-while-down-\d+", d.name) for d in broker.data_dir.iterdir())
+    admin = AdminClient({"bootstrap.servers": bootstrap_of(cluster)})
+    admin.delete_topics(["gone-while-down"], operation_timeout=10)["gone-while-down"].result(15)
+    wait_until(lambda: not cluster.zk.exists("/brokers/topics/gone-while-down"), 10,
+               what="topic deleted")
+    cluster.start_broker(victim)
+    assert not any(re.fullmatch(r"gone-while-down-\d+", d.name)
+                   for d in broker.data_dir.iterdir())
+    assert "deleting stray log gone-while-down-" in broker.log_path.read_text()
+    wait_until(lambda: cluster.registered() == [1, 2, 3], 15, what="broker back")
