@@ -80,7 +80,7 @@ class FetchPartitionResult:
 
 
 __all__ = ["FetchPartitionResult", "Partition", "PartitionResult", "ReplicaManager",
-           "codec_error_code"]
+           "ReplicationError", "codec_error_code"]
 
 
 # Codec exception -> Kafka error code for a client record set (order matters: subclasses first).
@@ -118,6 +118,14 @@ def _set_log_append_time(buf: bytearray, batches: list, now_ms: int) -> list:
         buf[pos + _OFF_CRC:pos + _OFF_CRC + 4] = crc.to_bytes(4, "big")
         out.append(_codec.read_batch_header(buf, pos))
     return out
+
+
+class ReplicationError(Exception):
+    """An internal append that the ISR did not take; `error_code` is Kafka's code."""
+
+    def __init__(self, code: Errors, message: str):
+        super().__init__(message)
+        self.error_code = int(code)
 
 
 def codec_error_code(exc: Exception) -> Errors:
@@ -789,11 +797,20 @@ class ReplicaManager:
 
     async def append_internal(self, topic: str, partition: int, record_set: bytearray):
         """Append broker-built batches (group coordinator: __consumer_offsets). Validates
-        structure, assigns offsets, advances the high watermark. Raises KeyError for an
-        unknown partition or one this broker does not lead, codec errors for bad input."""
+        structure, assigns offsets, advances the high watermark; on a replicated partition
+        it returns only once the ISR has the batches (acks=all, offsets.commit.timeout.ms).
+        Raises KeyError for an unknown partition, ReplicationError (with a Kafka
+        error_code) when not leading, the ISR is too small or replication times out,
+        codec errors for bad input."""
         p = self.partitions.get((topic, partition))
-        if p is None or not p.can_accept_writes:
-            raise KeyError(f"{topic}-{partition} is not led here")
+        if p is None:
+            raise KeyError(f"{topic}-{partition} is not hosted here")
+        if not p.can_accept_writes:
+            raise ReplicationError(Errors.NOT_LEADER_OR_FOLLOWER, f"{p} is not led here")
+        min_isr = self.broker.log_config(topic).min_insync_replicas
+        if p.replicated and len(p.isr) < min_isr:
+            raise ReplicationError(Errors.NOT_ENOUGH_REPLICAS,
+                                   f"{p}: ISR {p.isr} below min.insync.replicas {min_isr}")
         batches = _codec.validate_record_set(record_set, verify_records=False)
         if not batches:
             raise ValueError("empty record set")
@@ -801,6 +818,13 @@ class ReplicaManager:
         self._after_append(p)
         if info.flush_future is not None:
             await asyncio.wrap_future(info.flush_future)
+        if p.replicated:
+            r = PartitionResult(Errors.NONE, info.first_offset,
+                                required_offset=info.last_offset + 1)
+            await self._wait_for_replication(
+                {p.key: r}, int(self._cfg("offsets.commit.timeout.ms", 5000)))
+            if r.error != Errors.NONE:
+                raise ReplicationError(r.error, r.error_message or r.error.name)
         return info
 
     # ------------------------------------------------------------------ fetch

@@ -347,3 +347,31 @@ def test_stop_replica_keeps_the_log_unless_deleting(tmp_path):
         assert lm2.get_log(*KEY) is None
         assert not (tmp_path / "b2" / f"{TOPIC}-0").exists()
     run(tmp_path, body)
+
+
+def test_internal_appends_wait_for_the_isr(tmp_path):
+    from fastlog.server.replica_manager import ReplicationError
+
+    async def body(pair):
+        pair.lead(pair.b1, pair.b2, 1)
+        rm1, rm2 = pair.b1.replica_manager, pair.b2.replica_manager
+        info = await rm1.append_internal(TOPIC, 0, _batch([b"offset-commit"]))
+        # returned => the follower has it (the group coordinator answers only then)
+        assert rm2.get_partition(*KEY).log.log_end_offset >= info.last_offset + 1
+        rm2.stop_replica(TOPIC, 0, delete=False)
+        try:
+            await rm1.append_internal(TOPIC, 0, _batch([b"not replicated"]))
+            raise AssertionError("acknowledged without its follower")
+        except ReplicationError as e:
+            assert e.error_code == Errors.REQUEST_TIMED_OUT
+        assert await _until(lambda: rm1.get_partition(*KEY).isr == [1])
+        try:
+            await rm1.append_internal(TOPIC, 0, _batch([b"refused"]))
+            raise AssertionError("accepted below min.insync.replicas")
+        except ReplicationError as e:
+            assert e.error_code == Errors.NOT_ENOUGH_REPLICAS
+        try:
+            await rm2.append_internal(TOPIC, 0, _batch([b"x"]))
+        except KeyError:
+            pass  # stopped there: not hosted
+    run(tmp_path, body, **{"offsets.commit.timeout.ms": "300"})
