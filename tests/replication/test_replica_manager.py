@@ -375,3 +375,24 @@ def test_internal_appends_wait_for_the_isr(tmp_path):
         except KeyError:
             pass  # stopped there: not hosted
     run(tmp_path, body, **{"offsets.commit.timeout.ms": "300"})
+
+
+def test_follower_behind_the_leaders_log_start_restarts_its_log_there(tmp_path):
+    async def body(pair):
+        pair.lead(pair.b1, pair.b2, 1)
+        rm1, rm2 = pair.b1.replica_manager, pair.b2.replica_manager
+        for i in range(5):
+            assert (await pair.produce(pair.b1, [b"o%d" % i])).error == Errors.NONE
+        rm2.stop_replica(TOPIC, 0, delete=False)
+        p1 = rm1.get_partition(*KEY)
+        assert await _until(lambda: p1.isr == [1])
+        for i in range(5):
+            assert (await pair.produce(pair.b1, [b"n%d" % i], acks=1)).error == Errors.NONE
+        assert rm1.delete_records(TOPIC, 0, 8) == (Errors.NONE, 8)
+        rm2.become_follower(TOPIC, 0, 1, 1, [1, 2])
+        p2 = rm2.get_partition(*KEY)
+        assert await _until(lambda: p2.log.log_end_offset == 10)
+        assert p2.log.log_start_offset == 8
+        assert await _until(lambda: p1.isr == [1, 2])
+        assert _crcs(pair.b1, 10)[-2:] == _crcs(pair.b2, 10)
+    run(tmp_path, body)
