@@ -98,10 +98,16 @@ class Partition:
         changed = not self.is_leader or leader_epoch != self.leader_epoch or self.fenced
         self.leader_id = self.local_id
         self.replicas = list(replicas)
-        self.isr = [b for b in isr if b in self.replicas] or [self.local_id]
-        if self.local_id not in self.isr:
-            self.isr.insert(0, self.local_id)
-        self.partition_epoch = partition_epoch
+        if changed:
+            self.isr = [b for b in isr if b in self.replicas] or [self.local_id]
+            if self.local_id not in self.isr:
+                self.isr.insert(0, self.local_id)
+            self.partition_epoch = partition_epoch
+        else:
+            # Within an epoch the leader owns the ISR (its own conditional writes); a
+            # recorded ISR handed back with the same epoch may predate the latest of them.
+            self.isr = [b for b in self.isr if b in self.replicas or b == self.local_id]
+            self.partition_epoch = max(self.partition_epoch, partition_epoch)
         self.fenced = False
         log_ = self.log
         log_.hw_follows_leo = False
