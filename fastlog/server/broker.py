@@ -25,6 +25,7 @@ import asyncio
 import logging
 import os
 import re
+import threading
 import time
 
 from fastlog._net import SocketServer
@@ -44,6 +45,9 @@ META_PROPERTIES = "meta.properties"
 GROUP_METADATA_TOPIC = "__consumer_offsets"
 # How long a stopping broker waits for the controller to move its leadership away.
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 10.0
+# How long a stopping broker waits for its ZooKeeper session to close (resigning the
+# controller office first when it holds it).
+ZK_CLOSE_TIMEOUT_S = 5.0
 MAX_TOPIC_NAME = 249
 # Kafka's producer.id.expiration.check.interval.ms default.
 PRODUCER_EXPIRATION_CHECK_MS = 600_000
@@ -309,6 +313,10 @@ class BrokerServer:
         if not self._registered or not self.config["controlled.shutdown.enable"]:
             return
         member = self.cluster
+        if not member.zk.connected:
+            log.warning("controlled shutdown skipped: ZooKeeper is unreachable (the controller "
+                        "moves leadership once this broker's session expires)")
+            return
 
         def run():
             remaining = member.controlled_shutdown_local()
@@ -317,7 +325,7 @@ class BrokerServer:
             return remaining
 
         try:
-            remaining = await asyncio.get_running_loop().run_in_executor(None, run)
+            remaining = await _off_loop(run, CONTROLLED_SHUTDOWN_TIMEOUT_S + 2)
         except Exception as e:  # noqa: BLE001 - a failed controlled shutdown still stops
             log.warning("controlled shutdown failed: %r; stopping anyway", e)
             return
@@ -467,9 +475,9 @@ class BrokerServer:
             # Resigns the controller office if held and closes the session, so the
             # registration goes at once (not after the session timeout).
             try:
-                await self.cluster.aclose()
-            except Exception:  # noqa: BLE001 - keep shutting down
-                log.exception("closing the ZooKeeper session failed")
+                await _off_loop(self.cluster.close, ZK_CLOSE_TIMEOUT_S)
+            except Exception as e:  # noqa: BLE001 - keep shutting down
+                log.warning("closing the ZooKeeper session failed: %r", e)
         log.info("broker %d shut down cleanly", self.node_id)
 
     async def _stop_servers(self) -> None:
@@ -741,6 +749,35 @@ def _check_new_assignment(replicas: list[list[int]], added: int, replication_fac
             raise KafkaApiError(Errors.INVALID_REPLICA_ASSIGNMENT,
                                 f"Inconsistent replication factor between partitions: the topic "
                                 f"has {replication_factor} replicas per partition, {r} has {len(r)}.")
+
+
+async def _off_loop(fn, timeout: float):
+    """Run a blocking ZooKeeper step of the shutdown on a daemon thread, waiting at most
+    `timeout` seconds. Not the loop's default executor: a kazoo call queued while ZooKeeper
+    is unreachable never returns, and the executor's threads are joined at exit, so one
+    stuck call there would keep a SIGTERMed broker from ever exiting."""
+    loop = asyncio.get_running_loop()
+    fut = loop.create_future()
+
+    def settle(result, error):
+        if not fut.done():
+            if error is not None:
+                fut.set_exception(error)
+            else:
+                fut.set_result(result)
+
+    def run():
+        try:
+            result, error = fn(), None
+        except Exception as e:  # noqa: BLE001 - handed to the awaiting coroutine
+            result, error = None, e
+        try:
+            loop.call_soon_threadsafe(settle, result, error)
+        except RuntimeError:  # the loop is gone: nobody waits any more
+            pass
+
+    threading.Thread(target=run, daemon=True, name=f"broker-{fn.__name__}").start()
+    return await asyncio.wait_for(fut, timeout)
 
 
 def _read_properties(path: str) -> dict[str, str] | None:

@@ -193,7 +193,8 @@ class ZkClusterMember:
     def close(self) -> None:
         """Resign if controller, end the session (registration goes), forget it on disk."""
         if self.controller is not None:
-            self.controller.stop(resign=True)
+            # Resigning needs ZooKeeper; without it the office goes with the session.
+            self.controller.stop(resign=self.zk.connected)
         self.zk.close()
         path = self._session_path()
         if path:

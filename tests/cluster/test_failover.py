@@ -191,6 +191,16 @@ def test_zookeeper_stopped_and_restarted_under_a_running_cluster(own_zk_server, 
         c.close()
     assert got == {b"before-%d" % i for i in range(30)} | {b"during-%d" % i for i in range(30)}
 
+    # SIGTERM while ZooKeeper is away: no controlled shutdown possible, yet a prompt exit
+    cluster.reset_zk()
+    zk.stop()
+    for i in BROKER_IDS:
+        started = time.monotonic()
+        assert cluster.stop(i) == 0
+        assert time.monotonic() - started < 8
+        assert "controlled shutdown skipped: ZooKeeper is unreachable" in \
+            cluster.brokers[i].log_path.read_text()
+
 
 def _registered_quietly(cluster):
     try:
