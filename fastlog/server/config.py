@@ -132,7 +132,7 @@ _KEYS: list[ConfigKey] = [
     # identity and network
     ConfigKey("broker.id", "int", -1, "This broker's id; -1 means node.id or the id stored in meta.properties (0 on a new single node)."),
     ConfigKey("node.id", "int", -1, "Synonym of broker.id."),
-    ConfigKey("broker.id.generation.enable", "boolean", True, inert=True),
+    ConfigKey("broker.id.generation.enable", "boolean", True, "Cluster mode: without broker.id, generate one through ZooKeeper's /brokers/seqid."),
     ConfigKey("broker.rack", "string", None, "Rack of this broker."),
     ConfigKey("listeners", "list", ["PLAINTEXT://127.0.0.1:9092"], "Listeners this broker binds.", _check_listeners),
     ConfigKey("advertised.listeners", "list", None, "Listeners published to clients; listeners when unset.", _check_listeners),
@@ -211,8 +211,10 @@ _KEYS: list[ConfigKey] = [
     ConfigKey("replica.selector.class", "string", None, "Set to a name ending in RackAwareReplicaSelector to let consumers read from a replica in their rack."),
     ConfigKey("num.replica.fetchers", "int", 1, "Fetcher tasks per source broker.", _at_least(1)),
     ConfigKey("fastlog.debug.ack.before.replication", "boolean", False, "TEST ONLY: answer acks=all produces before the ISR has the data (loses acknowledged records on failover; used by the replication checker's control test)."),
-    ConfigKey("controlled.shutdown.enable", "boolean", True, inert=True),
-    ConfigKey("auto.leader.rebalance.enable", "boolean", True, inert=True),
+    ConfigKey("controlled.shutdown.enable", "boolean", True, "Cluster mode: move leadership off a stopping broker first."),
+    ConfigKey("auto.leader.rebalance.enable", "boolean", True, "Cluster mode: the controller gives leadership back to preferred replicas."),
+    ConfigKey("leader.imbalance.check.interval.seconds", "long", 300, "How often the controller checks leader imbalance.", _at_least(1)),
+    ConfigKey("leader.imbalance.per.broker.percentage", "int", 10, "Share of a broker's preferred partitions led elsewhere that triggers a rebalance.", _at_least(0)),
     # groups and offsets (issue 5 reads these)
     ConfigKey("offsets.topic.num.partitions", "int", 50, "Partitions of __consumer_offsets.", _at_least(1)),
     ConfigKey("offsets.topic.replication.factor", "short", 3, "Replication factor of __consumer_offsets.", _at_least(1)),
@@ -232,7 +234,7 @@ _KEYS: list[ConfigKey] = [
     ConfigKey("zookeeper.session.timeout.ms", "int", 18000),
     ConfigKey("zookeeper.connection.timeout.ms", "int", None),
     ConfigKey("zookeeper.set.acl", "boolean", False, inert=True),
-    ConfigKey("reserved.broker.max.id", "int", 1000, inert=True),
+    ConfigKey("reserved.broker.max.id", "int", 1000, "Generated broker ids start above this.", _at_least(0)),
 ]
 
 CONFIG_KEYS: dict[str, ConfigKey] = {k.name: k for k in _KEYS}
