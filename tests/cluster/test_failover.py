@@ -11,7 +11,9 @@ import time
 import pytest
 from kazoo.client import KazooClient
 
+from fastlog.protocol import ApiKey
 from tests.cluster.harness import BROKER_IDS, SESSION_TIMEOUT_MS
+from tests.server.wire import Wire
 from tests.zk_fixture import make_chroot, wait_until
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -271,7 +273,8 @@ def test_group_coordinator_hands_the_group_on_when_its_broker_stops(own_zk_serve
                                                                   fresh_cluster):
     cluster = fresh_cluster(zk_hosts=make_chroot(own_zk_server.hosts),
                             **{"offsets.topic.replication.factor": 3,
-                               "min.insync.replicas": 1})
+                               "min.insync.replicas": 1,
+                               "leader.imbalance.check.interval.seconds": 1})
     create_topic(cluster, "handover", 3, 3)
     prod = Producer({"bootstrap.servers": cluster.bootstrap})
     for i in range(30):
@@ -312,7 +315,20 @@ def test_group_coordinator_hands_the_group_on_when_its_broker_stops(own_zk_serve
         c.close()
     # the new coordinator loaded the committed offsets: only the second batch is read
     assert sorted(got) == sorted(b"second-%d" % i for i in range(30)), (new, got[:5])
+
+    # Back, in sync again, it is the preferred leader: the controller's rebalance gives the
+    # partition (and so the group) back to it.
     cluster.start_broker(coordinator)
+    wait_until(lambda: cluster.state("__consumer_offsets", op)["leader"] == coordinator,
+               30, what="preferred leader back")
+    w = Wire(cluster.brokers[new])
+    try:
+        found = wait_until(lambda: (r := w.call(ApiKey.FIND_COORDINATOR, 2,
+                                                {"key": group, "key_type": 0})).node_id
+                           == coordinator and r, 10, what="FindCoordinator follows")
+        assert found.port == cluster.brokers[coordinator].port
+    finally:
+        w.close()
 
 
 def _poll_values(consumer, want, timeout=30.0):
