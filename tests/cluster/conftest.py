@@ -36,9 +36,26 @@ def fresh_cluster(zk_server, tmp_path):
         made.append(c)
         return c.start()
 
+    make.made = made
     yield make
     for c in made:
         c.close()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    # A failed cluster test shows the tail of every broker's log next to the assertion.
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.when != "call" or not rep.failed:
+        return
+    clusters = []
+    if isinstance(item.funcargs.get("cluster"), ClusterHarness):
+        clusters.append(item.funcargs["cluster"])
+    clusters.extend(getattr(item.funcargs.get("fresh_cluster"), "made", []))
+    for c in clusters:
+        for i, b in c.brokers.items():
+            rep.sections.append((f"broker {i} log tail", b.log_tail(60)))
 
 
 @pytest.fixture
