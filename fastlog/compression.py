@@ -23,6 +23,7 @@ import struct
 import zlib
 
 import cramjam
+import lz4.block
 import lz4.frame
 import zstandard
 
@@ -196,10 +197,16 @@ def _snappy_decompress(data, max_size):
 # --- lz4 -------------------------------------------------------------------------------
 
 
+_LZ4_MAGIC = 0x184D2204
+
+
 def _lz4_decompress(data, max_size):
     view = memoryview(data)
     if view.ndim != 1 or view.itemsize != 1:
         view = view.cast("B")
+    fast = _lz4_independent_blocks(view, max_size)
+    if fast is not None:
+        return fast
     out = []
     total = 0
     rest = view
@@ -229,6 +236,59 @@ def _lz4_decompress(data, max_size):
         if not d.eof:
             _bad(COMPRESSION_LZ4, "truncated frame")
         rest = d.unused_data or b""
+    return b"".join(out)
+
+
+def _lz4_independent_blocks(view, max_size):
+    """Frames of independent blocks without checksums or dictionary (librdkafka's): each
+    block decoded on its own by lz4.block into a block-sized buffer. 2-3x cheaper than the
+    frame decoder here (no output buffer per call sized for the whole frame, page-faulted
+    and shrunk). None when any frame is something else or looks damaged: the general
+    decoder then decodes it, or reports the error."""
+    out = []
+    total = pos = 0
+    n = len(view)
+    while pos < n:
+        if n - pos < 7:
+            return None
+        magic, flg, bd = struct.unpack_from("<IBB", view, pos)
+        # version 01, independent blocks; no block/content checksum, reserved bit, dict id
+        if magic != _LZ4_MAGIC or flg & 0xE0 != 0x60 or flg & 0x17 or bd & 0x8F:
+            return None
+        desc_end = pos + 6 + (8 if flg & 0x08 else 0)
+        if desc_end >= n or view[desc_end] != (_xxh32(bytes(view[pos + 4:desc_end])) >> 8) & 0xFF:
+            return None
+        if flg & 0x08 and struct.unpack_from("<Q", view, pos + 6)[0] > max_size - total:
+            _over(COMPRESSION_LZ4, max_size)
+        bmax_id = (bd >> 4) & 7
+        if bmax_id < 4:
+            return None
+        bmax = 1 << (8 + 2 * bmax_id)
+        p = desc_end + 1
+        while True:
+            if p + 4 > n:
+                return None
+            (size,) = struct.unpack_from("<I", view, p)
+            p += 4
+            if size == 0:
+                break
+            length = size & 0x7FFFFFFF
+            if length > bmax or p + length > n:
+                return None
+            block = view[p:p + length]
+            p += length
+            if size & 0x80000000:
+                chunk = bytes(block)  # stored uncompressed
+            else:
+                try:
+                    chunk = lz4.block.decompress(block, uncompressed_size=bmax)
+                except lz4.block.LZ4BlockError:
+                    return None
+            total += len(chunk)
+            if total > max_size:
+                _over(COMPRESSION_LZ4, max_size)
+            out.append(chunk)
+        pos = p
     return b"".join(out)
 
 
