@@ -177,6 +177,7 @@ class ZkController:
         kz.ChildrenWatch(paths.DELETE_TOPICS, self._watch("topic_deletion"))
         kz.ChildrenWatch(paths.ISR_CHANGE_NOTIFICATION, self._watch("isr_change"))
         kz.DataWatch(paths.PREFERRED_REPLICA_ELECTION, self._watch("preferred_replica_election"))
+        kz.DataWatch(paths.REASSIGN_PARTITIONS, self._watch("partition_reassignment"))
         # Not among Kafka's persistent paths: the first request creates it, so watch for that.
         kz.DataWatch(paths.CONTROLLED_SHUTDOWN, self._on_controlled_shutdown_parent)
         if self._rebalance_interval:
@@ -322,6 +323,7 @@ class ZkController:
         self._elect_and_shrink()
         self._on_isr_change()
         self._on_controlled_shutdown_request()
+        self._on_partition_reassignment()
 
     # -- event handlers (active controller only) --------------------------------------------------
 
@@ -421,6 +423,7 @@ class ZkController:
         self.zk.delete_isr_change_notifications(self.epoch, names)
         if fresh:
             self._emit(LeadershipChanged(dict(fresh)))
+            self._on_partition_reassignment()  # new replicas may have joined the ISR
 
     def _on_preferred_replica_election(self) -> None:
         """An admin tool asked for preferred leaders (/admin/preferred_replica_election,
@@ -466,6 +469,94 @@ class ZkController:
                 kz.set(path, paths.encode_controlled_shutdown(epoch, remaining), stat.version)
             except (NoNodeError, BadVersionError):
                 pass  # the broker went (or asked again): nothing to answer
+
+    def _on_partition_reassignment(self) -> None:
+        """Move replicas as /admin/reassign_partitions asks (Kafka's ZooKeeper-era
+        reassignment): first the assignment grows to old + new replicas (the new ones
+        start following and the leader adds them to the ISR once caught up); when every
+        target replica is in the ISR, a leader among the targets is elected with the ISR
+        cut to the targets (new leader epoch), the assignment becomes the targets (the
+        removed replicas stop and delete their logs), and the partition leaves the plan.
+        Called on the znode's changes and on every ISR change."""
+        if self.epoch is None:
+            return
+        try:
+            data, _ = self.zk.kazoo.get(paths.REASSIGN_PARTITIONS)
+        except NoNodeError:
+            return
+        try:
+            plan = paths.decode_reassignment(paths.REASSIGN_PARTITIONS, data)
+        except paths.ZkDataError:
+            log.warning("ignoring a malformed reassignment plan", exc_info=True)
+            self.zk.kazoo.delete(paths.REASSIGN_PARTITIONS)
+            return
+        remaining = {}
+        for tp, target in plan.items():
+            if self._reassign_step(tp, list(target)):
+                remaining[tp] = target
+        if remaining == plan:
+            return
+        if remaining:
+            self.zk.kazoo.set(paths.REASSIGN_PARTITIONS, paths.encode_reassignment(remaining))
+        else:
+            self.zk.kazoo.delete(paths.REASSIGN_PARTITIONS)
+            log.info("controller %d: partition reassignment complete", self.broker_id)
+
+    def _reassign_step(self, tp: TopicPartition, target: list[int]) -> bool:
+        """Advance one partition's move; True while it is still in progress."""
+        a = self._assignments.get(tp[0])
+        if (a is None or tp[1] not in a.partitions or not target
+                or len(set(target)) != len(target)):
+            log.warning("dropping reassignment of %s-%d to %s: no such partition or a bad "
+                        "replica list", tp[0], tp[1], target)
+            return False
+        current = list(a.partitions[tp[1]])
+        if current == target:
+            return False
+        if any(r not in current for r in target):
+            self._set_replicas(tp, current + [r for r in target if r not in current],
+                               adding=[r for r in target if r not in current],
+                               removing=[r for r in current if r not in target])
+            return True
+        st = self._states.get(tp)
+        if st is None or any(r not in st.isr for r in target):
+            return True  # the new replicas are catching up
+        if st.leader in target and self._eligible(st.leader):
+            leader = st.leader
+        else:
+            leader = next((r for r in target if r in st.isr and self._eligible(r)), None)
+        if leader is None:
+            return True
+        isr = [leader] + [b for b in st.isr if b in target and b != leader]
+        if st.leader != leader or list(st.isr) != isr:
+            written = self._write_states({tp: st.new_leader_and_isr(leader, isr,
+                                                                    self.epoch.epoch)},
+                                         lambda _tp, _st: None)
+            if tp not in written:
+                return True
+        self._set_replicas(tp, target)
+        log.info("controller %d: %s-%d reassigned from %s to %s", self.broker_id, tp[0], tp[1],
+                 current, target)
+        return False
+
+    def _set_replicas(self, tp: TopicPartition, replicas: list[int],
+                      adding=(), removing=()) -> None:
+        got = self.zk.get_topic_assignment_and_version(tp[0])
+        if got is None:
+            return
+        a, version = got
+        parts = dict(a.partitions)
+        parts[tp[1]] = list(replicas)
+        add, rem = dict(a.adding_replicas), dict(a.removing_replicas)
+        add.pop(tp[1], None)
+        rem.pop(tp[1], None)
+        if adding:
+            add[tp[1]] = list(adding)
+        if removing:
+            rem[tp[1]] = list(removing)
+        new = TopicAssignment(tp[0], parts, a.topic_id, add, rem)
+        self.zk.set_topic_assignment(new, version)
+        self._assignments[tp[0]] = new
 
     def _on_auto_rebalance(self) -> None:
         if self.epoch is None:

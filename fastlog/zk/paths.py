@@ -459,6 +459,25 @@ def decode_partition_list(path: str, data: bytes | None) -> list[tuple[str, int]
     return out
 
 
+def encode_reassignment(plan) -> bytes:
+    """/admin/reassign_partitions: {"version":1,"partitions":[{"topic","partition",
+    "replicas"}]} (Kafka's kafka-reassign-partitions.sh plan)."""
+    return _dumps({"version": 1, "partitions": [
+        {"topic": t, "partition": int(p), "replicas": [int(r) for r in plan[(t, p)]]}
+        for t, p in sorted(plan)]})
+
+
+def decode_reassignment(path: str, data: bytes | None) -> dict[tuple[str, int], list[int]]:
+    obj = _loads(path, data)
+    out = {}
+    for item in _get(path, obj, "partitions", list):
+        if not isinstance(item, dict):
+            raise ZkDataError(f"{path}: partition entry {item!r} is not an object")
+        tp = (_get(path, item, "topic", str), _get(path, item, "partition", int))
+        out[tp] = _int_list(path, "replicas", _get(path, item, "replicas", list))
+    return out
+
+
 # -- /feature ------------------------------------------------------------------------------
 
 def encode_feature(features: dict | None = None, enabled: bool = True) -> bytes:
