@@ -26,6 +26,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "consumer-groups": ("fastlog.cli.consumer_groups",
                         "list and describe consumer groups, reset their offsets"),
     "dump-log": ("fastlog.cli.dump_log", "print the batches and records of log segment files"),
+    "reassign-partitions": ("fastlog.cli.reassign_partitions",
+                            "move partition replicas between brokers (JSON plan)"),
     "perf": ("fastlog.cli.perf", "produce/consume load tests"),
 }
 
