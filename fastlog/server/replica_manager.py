@@ -304,6 +304,13 @@ class ReplicaManager:
         """No longer a replica here: stop fetching and serving; remove the log if `delete`."""
         key = (topic, partition)
         self._stop_fetching(key)
+        if not delete:
+            # A replica moved off this broker (reassignment) goes too, as in Kafka; only a
+            # partition whose metadata still lists us (or is unknown) keeps its log.
+            state = self.broker.metadata.topic(topic) if self.broker.metadata else None
+            ps = state.partitions.get(partition) if state is not None else None
+            delete = ps is not None and self.node_id not in ps.replicas and \
+                self.node_id >= 0 and bool(ps.replicas)
         if delete:
             self.delete_partition(topic, partition)
             return
