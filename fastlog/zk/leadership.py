@@ -19,6 +19,7 @@ from typing import Protocol
 
 from fastlog.server.metadata import PartitionState
 from fastlog.zk.metadata_store import ZkMetadataStore
+from fastlog.zk.paths import NO_LEADER
 
 log = logging.getLogger("fastlog.zk.leadership")
 
@@ -113,6 +114,12 @@ class LeadershipTracker:
                 continue
             for p, ps in state.partitions.items():
                 if me in ps.replicas:
+                    if ps.leader == NO_LEADER and ps.partition_epoch < 0:
+                        # Assigned, but the controller has not written its state yet: no
+                        # role to hand out (nor to take back) until it does.
+                        if (name, p) in self._roles:
+                            wanted[(name, p)] = self._roles[(name, p)]
+                        continue
                     wanted[(name, p)] = _Role(ps.leader, ps.leader_epoch, tuple(ps.replicas),
                                               tuple(ps.isr), ps.partition_epoch)
         for tp in sorted(set(self._roles) - set(wanted)):
