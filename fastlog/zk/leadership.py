@@ -50,6 +50,9 @@ class _Role:
     replicas: tuple[int, ...]
     isr: tuple[int, ...] = field(default=(), compare=False)
     partition_epoch: int = field(default=-1, compare=False)
+    # A topic deleted and created again under the same name is another topic: its old log
+    # must go even if this broker never saw the name disappear.
+    topic_id: str = ""
 
 
 class LeadershipTracker:
@@ -121,13 +124,17 @@ class LeadershipTracker:
                             wanted[(name, p)] = self._roles[(name, p)]
                         continue
                     wanted[(name, p)] = _Role(ps.leader, ps.leader_epoch, tuple(ps.replicas),
-                                              tuple(ps.isr), ps.partition_epoch)
+                                              tuple(ps.isr), ps.partition_epoch,
+                                              state.topic_id)
         for tp in sorted(set(self._roles) - set(wanted)):
             del self._roles[tp]
             self._call(self.handler.stop_replica, tp[0], tp[1], tp[0] not in topic_names)
         for tp, role in sorted(wanted.items()):
-            if self._roles.get(tp) == role:
+            old = self._roles.get(tp)
+            if old == role:
                 continue
+            if old is not None and old.topic_id and role.topic_id and old.topic_id != role.topic_id:
+                self._call(self.handler.stop_replica, tp[0], tp[1], True)
             self._roles[tp] = role
             ps = PartitionState(list(role.replicas), role.leader, role.leader_epoch,
                                 list(role.isr), role.partition_epoch)
