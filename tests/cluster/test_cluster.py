@@ -233,7 +233,7 @@ def test_duplicate_broker_id_fails_to_start_with_one_sentence(cluster, tmp_path)
 
 
 def test_broker_id_generated_through_seqid_and_kept_in_meta_properties(cluster, tmp_path):
-    props = overrides(cluster.zk_hosts, 0)
+    props = overrides(cluster.zk_hosts, 0, **{"broker.rack": "rack-b"})
     del props["broker.id"]
     b = BrokerProcess(tmp_path / "generated", props)
     b.start()
@@ -242,6 +242,9 @@ def test_broker_id_generated_through_seqid_and_kept_in_meta_properties(cluster, 
                          what="a generated broker id")
         assert len(gen) == 1 and gen[0] > 1000  # above reserved.broker.max.id
         assert f"broker.id={gen[0]}" in (b.data_dir / "meta.properties").read_text()
+        assert cluster.json(f"/brokers/ids/{gen[0]}")["rack"] == "rack-b"
+        md = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(timeout=10)
+        assert md.brokers[gen[0]].port == b.port
         assert b.stop() == 0
         b.start()
         wait_until(lambda: gen[0] in cluster.registered(), 15, what="same id after restart")
@@ -275,3 +278,16 @@ def test_unreachable_zookeeper_is_one_sentence(tmp_path):
     props = overrides(f"127.0.0.1:{port}", 1, **{"zookeeper.connection.timeout.ms": 1000})
     line = _start_fails(BrokerProcess(tmp_path / "nozk", props).command())
     assert f"cannot connect to ZooKeeper at 127.0.0.1:{port}" in line
+
+
+def test_metadata_auto_creates_a_topic_over_the_brokers(cluster):
+    kafka = pytest.importorskip("kafka")
+    producer = kafka.KafkaProducer(bootstrap_servers=cluster.brokers[3].bootstrap)
+    try:
+        for i in range(9):
+            producer.send("auto-made", value=b"a%d" % i, partition=i % 3)
+        producer.flush(15)
+    finally:
+        producer.close(5)
+    leaders = cluster.wait_leaders("auto-made", 3)
+    assert sorted(leaders.values()) == [1, 2, 3]  # num.partitions=3, one per broker
