@@ -96,30 +96,6 @@ _CODEC_ERRORS: list[tuple[type, Errors]] = [
 ]
 
 
-# v2 batch header fields rewritten for LogAppendTime topics (Kafka's layout).
-_OFF_CRC = 17
-_OFF_ATTRIBUTES = 21
-_OFF_MAX_TIMESTAMP = 35
-_ATTR_LOG_APPEND_TIME = 0x08
-
-
-def _set_log_append_time(buf: bytearray, batches: list, now_ms: int) -> list:
-    """message.timestamp.type=LogAppendTime: mark each batch's timestamp type, set its
-    max timestamp to the append time and recompute its CRC (both lie inside the CRC),
-    as Kafka does; per batch, never per record. Returns the re-read headers."""
-    out = []
-    for h in batches:
-        pos = h.position
-        attrs = int.from_bytes(buf[pos + _OFF_ATTRIBUTES:pos + _OFF_ATTRIBUTES + 2], "big")
-        buf[pos + _OFF_ATTRIBUTES:pos + _OFF_ATTRIBUTES + 2] = \
-            (attrs | _ATTR_LOG_APPEND_TIME).to_bytes(2, "big")
-        buf[pos + _OFF_MAX_TIMESTAMP:pos + _OFF_MAX_TIMESTAMP + 8] = now_ms.to_bytes(8, "big", signed=True)
-        crc = _codec.crc32c(memoryview(buf)[pos + _OFF_ATTRIBUTES:h.end])
-        buf[pos + _OFF_CRC:pos + _OFF_CRC + 4] = crc.to_bytes(4, "big")
-        out.append(_codec.read_batch_header(buf, pos))
-    return out
-
-
 class ReplicationError(Exception):
     """An internal append that the ISR did not take; `error_code` is Kafka's code."""
 
@@ -774,10 +750,12 @@ class ReplicaManager:
                                    required_offset=dup.last_offset + 1)
         # The frame buffer is reused after this request: copy the batch exactly once.
         buf = bytearray(records)
+        now = _now_ms()
         if topic_cfg.log_append_time:
-            batches = _set_log_append_time(buf, batches, _now_ms())
+            # One clock read for the stamped bytes and the reported log_append_time.
+            _codec.stamp_log_append_time(buf, batches, now)
         try:
-            info = p.log.append(buf, batches, p.leader_epoch)
+            info = p.log.append(buf, batches, p.leader_epoch, now_ms=now)
         except RecordBatchTooLargeError as e:
             return PartitionResult(Errors.MESSAGE_TOO_LARGE, error_message=str(e))
         except (OSError, KafkaStorageError) as e:
