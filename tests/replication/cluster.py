@@ -260,6 +260,49 @@ class Load:
         self._producer = None  # destroys the librdkafka handle
 
 
+class HwMonitor:
+    """Polls every partition's high watermark (ListOffsets latest, as a consumer sees it)
+    every `interval` s on its own thread and records any decrease."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, interval: float = 0.2):
+        self.bootstrap, self.topic, self.partitions, self.interval = (
+            bootstrap, topic, partitions, interval)
+        self.highest: dict[int, int] = {}
+        self.decreases: list[tuple[int, int, int]] = []  # (partition, before, after)
+        self.polls = 0
+
+    def start(self) -> HwMonitor:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="hw-monitor", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "hw-monitor",
+                      "log_level": 2, "topic.metadata.refresh.interval.ms": 500})
+        try:
+            while not self._stop.wait(self.interval):
+                for p in range(self.partitions):
+                    try:
+                        high = c.get_watermark_offsets(TopicPartition(self.topic, p),
+                                                       timeout=2)[1]
+                    except Exception:  # noqa: BLE001 - leader moving: no answer this time
+                        continue
+                    self.polls += 1
+                    before = self.highest.get(p, -1)
+                    if high < before:
+                        self.decreases.append((p, before, high))
+                    self.highest[p] = max(before, high)
+        finally:
+            c.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
 @dataclasses.dataclass
 class Report:
     acked: int

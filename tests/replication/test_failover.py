@@ -15,7 +15,7 @@ from fastlog import _codec
 from fastlog.client.connection import BrokerConnection
 from fastlog.protocol import ApiKey, Errors
 from tests.client_fixture import run_fastlog
-from tests.replication.cluster import Load, check
+from tests.replication.cluster import HwMonitor, Load, check
 
 pytestmark = pytest.mark.slow
 
@@ -38,6 +38,7 @@ def test_leader_sigkill_and_restart_loses_nothing(cluster_factory):
     cluster = cluster_factory()
     cluster.create_topic(TOPIC, PARTITIONS)
     load = Load(cluster.bootstrap, TOPIC, PARTITIONS).start()
+    hw = HwMonitor(cluster.bootstrap, TOPIC, PARTITIONS).start()
     try:
         load.wait_acked(200)
         for rnd in range(2):  # bounded nemesis loop: kill the leader of a partition, restart it
@@ -53,15 +54,19 @@ def test_leader_sigkill_and_restart_loses_nothing(cluster_factory):
             load.wait_acked(100)
     finally:
         load.stop()
+        hw.stop()
     report = check(cluster, TOPIC, PARTITIONS, load)
     assert report.ok, str(report)
     assert report.acked >= 600 and not load.failed, (str(report), list(load.failed.items())[:3])
+    # consumers never saw the high watermark go backwards across the failovers
+    assert hw.polls > 20 and not hw.decreases, (hw.polls, hw.decreases)
 
 
 def test_paused_leader_is_fenced_and_acknowledges_nothing_it_lost(cluster_factory):
     cluster = cluster_factory()
     cluster.create_topic(TOPIC, PARTITIONS)
     load = Load(cluster.bootstrap, TOPIC, PARTITIONS).start()
+    hw = HwMonitor(cluster.bootstrap, TOPIC, PARTITIONS).start()
     try:
         load.wait_acked(200)
         victim = cluster.leader_of(TOPIC, 0)
@@ -74,9 +79,11 @@ def test_paused_leader_is_fenced_and_acknowledges_nothing_it_lost(cluster_factor
         load.wait_acked(100)
     finally:
         load.stop()
+        hw.stop()
     report = check(cluster, TOPIC, PARTITIONS, load)
     assert report.ok, str(report)
     assert not load.failed, list(load.failed.items())[:3]
+    assert hw.polls > 20 and not hw.decreases, (hw.polls, hw.decreases)
 
 
 async def _produce_raw(host, port, partition, value: bytes, acks=-1, timeout_ms=3000):
