@@ -1,6 +1,8 @@
 # fastlog/server/apis.py — KafkaApis: one handle_<api> per API key behind a dispatch table.
 #
 # Owns: turning a decoded request into a response, per Kafka's semantics and error codes.
+# In cluster mode only a partition's leader serves clients for it (`_led_partition`:
+# NOT_LEADER_OR_FOLLOWER elsewhere, so clients refresh Metadata and retry there).
 # Reads/writes: nothing on disk — handlers reach storage only through the broker's
 # ReplicaManager / LogManager / metadata store.
 # Called from: the broker's asyncio API loop only (fastlog._net runs every handler
@@ -12,7 +14,8 @@
 #     async def handle_xxx(ctx: RequestContext, request) -> response | None
 #
 #   ctx.broker      BrokerServer (.config, .log_manager, .replica_manager, .metadata,
-#                   .group_coordinator, .node_id, .advertised_host, .advertised_port)
+#                   .group_coordinator, .node_id, .advertised_host, .advertised_port,
+#                   .live_brokers(), .broker_endpoint(id), .cluster — None on one node)
 #   ctx.header      RequestHeader(api_key, api_version, correlation_id, client_id)
 #   ctx.api_version shortcut for ctx.header.api_version
 #   ctx.connection  the fastlog._net Connection the request came on
