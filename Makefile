@@ -41,7 +41,7 @@ test: $(TEST_STAMP) build system-deps
 
 lint: $(RUN_STAMP)
 	$(VENV)/bin/ruff check fastlog tests perf
-	$(VENV)/bin/cython-lint fastlog
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/cython-lint fastlog
 
 perf: build
 	$(PY) perf/run_all.py
