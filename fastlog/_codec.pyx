@@ -1864,13 +1864,34 @@ cdef class BatchBuilder:
         self._add(delta, ts, key, value, headers)
         return delta
 
-    def build(self):
-        """The finished batch as bytes (compressed as configured, CRC set)."""
+    def append_with_offset_delta(self, int32_t offset_delta, int64_t timestamp, key, value,
+                                 headers=None):
+        """Append a record at a given offset delta (above the last one): the log cleaner
+        rebuilds a batch keeping its surviving records' original offsets."""
+        if offset_delta <= self._last_delta:
+            raise ValueError(f"offset delta {offset_delta} does not follow {self._last_delta}")
+        self._add(offset_delta, timestamp, key, value, headers)
+
+    def build(self, last_offset_delta=None, empty_timestamp=None):
+        """The finished batch as bytes (compressed as configured, CRC set).
+
+        last_offset_delta keeps an original batch's last offset (and so its last sequence)
+        when records were removed from its end (log compaction); with it, a batch of no
+        records may be built (Kafka keeps such an empty batch for a producer's last
+        sequence), first and max timestamp then being empty_timestamp."""
         cdef bytes out
         cdef unsigned char *p
         cdef Py_ssize_t size
         cdef Py_buffer cview
-        if self._count == 0:
+        if last_offset_delta is not None:
+            if last_offset_delta < self._last_delta or last_offset_delta > 0x7FFFFFFF:
+                raise ValueError(f"last offset delta {last_offset_delta} is below the last "
+                                 f"record's {self._last_delta}")
+            self._last_delta = last_offset_delta
+            if self._count == 0:
+                self._first_ts = -1 if empty_timestamp is None else empty_timestamp
+                self._max_ts = self._first_ts
+        elif self._count == 0:
             raise ValueError("cannot build a record batch without records")
         if self.compression:
             records = PyBytes_FromStringAndSize(<char *>self._buf + HEADER_SIZE,
