@@ -35,13 +35,15 @@ _KEYS: dict[str, tuple[str, str, Any]] = {
     "unclean.leader.election.enable": ("unclean_leader_election_enable", "bool", False),
     "delete.retention.ms": ("delete_retention_ms", "int", 24 * 3600 * 1000),
     "min.compaction.lag.ms": ("min_compaction_lag_ms", "int", 0),
+    "max.compaction.lag.ms": ("max_compaction_lag_ms", "int", LONG_MAX),
     "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", "float", 0.5),
     "preallocate": ("preallocate", "bool", False),
 }
 
 _MINIMUM = {"segment.bytes": 14, "segment.ms": 1, "segment.index.bytes": 4,
             "index.interval.bytes": 0, "flush.messages": 1, "flush.ms": 0,
-            "file.delete.delay.ms": 0, "max.message.bytes": 0, "min.insync.replicas": 1}
+            "file.delete.delay.ms": 0, "max.message.bytes": 0, "min.insync.replicas": 1,
+            "min.compaction.lag.ms": 0, "max.compaction.lag.ms": 1, "delete.retention.ms": 0}
 
 
 class LogConfigError(ValueError):
@@ -98,6 +100,7 @@ class LogConfig:
     unclean_leader_election_enable: bool = False
     delete_retention_ms: int = 24 * 3600 * 1000
     min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
     min_cleanable_dirty_ratio: float = 0.5
     preallocate: bool = False
     # The topic keys that were set explicitly (DescribeConfigs reports them as topic-level).

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import logging
 import os
@@ -199,14 +200,63 @@ class Log:
         names = set(os.listdir(self.dir))
         for name in names:
             path = os.path.join(self.dir, name)
-            if name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, ".tmp")):
-                # fastlog has no compactor yet, so a .swap is never the only copy of data;
-                # a .tmp is a checkpoint write that a crash interrupted.
+            if name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, ".tmp")):
+                # A .cleaned file is a compaction that had not reached its swap (the
+                # originals are intact); a .tmp is a checkpoint write a crash interrupted.
                 os.unlink(path)
+        self._complete_swaps()
+        names = set(os.listdir(self.dir))
+        for name in names:
+            path = os.path.join(self.dir, name)
+            if name.endswith(SWAP_SUFFIX):
+                os.unlink(path)  # an index .swap whose .log was lost: rebuilt at load
             elif name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX)):
                 stem = name.rsplit(".", 1)[0]
                 if stem + LOG_SUFFIX not in names:
                     os.unlink(path)
+
+    def _complete_swaps(self) -> None:
+        """Finish a compaction swap that a crash interrupted (Kafka's order: cleaned
+        segments were renamed `.swap` only once all were written and fsynced, so each
+        `.swap` segment is complete): it replaces every original segment whose base offset
+        lies within its offset range, then loses its suffix."""
+        swaps = sorted(n for n in os.listdir(self.dir) if n.endswith(LOG_SUFFIX + SWAP_SUFFIX))
+        for name in swaps:
+            try:
+                base = offset_from_file_name(name)
+            except ValueError:
+                continue
+            seg = LogSegment.open(self.dir, base, self.config, self._now_ms(),
+                                  file_already_exists=True, suffix=SWAP_SUFFIX)
+            try:
+                seg.recover(None, self.config.max_message_bytes)
+                end = seg.next_offset
+            finally:
+                seg.close()
+            for other in os.listdir(self.dir):
+                if not other.endswith(LOG_SUFFIX) or other == name:
+                    continue
+                try:
+                    obase = offset_from_file_name(other)
+                except ValueError:
+                    continue
+                if base < obase < end:
+                    logger.info("%s: segment %d replaced by the interrupted compaction swap",
+                                self.dir, obase)
+                    for sfx in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(file_name(self.dir, obase, sfx))
+            for sfx in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                src = file_name(self.dir, base, sfx + SWAP_SUFFIX)
+                if os.path.exists(src):
+                    os.replace(src, file_name(self.dir, base, sfx))
+                elif sfx != LOG_SUFFIX:
+                    # Never pair the swapped data with the replaced segment's index.
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(file_name(self.dir, base, sfx))
+            logger.info("%s: completed the compaction swap of segment %d", self.dir, base)
+        if swaps:
+            fsync_dir(self.dir)
 
     def _recover_segments(self, segments: list[LogSegment], recovery_point: int):
         """Check every batch from the segment holding recovery_point on; at the first
@@ -515,6 +565,32 @@ class Log:
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         self._delete_segments_async(deletable)
         return len(deletable)
+
+    def replace_segments(self, new_segments, old_segments) -> bool:
+        """Compaction's swap (loop thread): `new_segments` (complete, fsynced, files named
+        `.cleaned`) take the place of the contiguous `old_segments`. Files move as Kafka's
+        do so that a crash at any step recovers at load (see _complete_swaps): cleaned ->
+        .swap, originals -> .deleted, .swap -> final names. Readers holding the old list
+        keep reading the old files until the delayed deletion. False (nothing changed)
+        when the old segments are no longer all in the log, e.g. after a truncation."""
+        segs = list(self.segments)
+        if self.closed or not old_segments:
+            return False
+        try:
+            first = segs.index(old_segments[0])
+        except ValueError:
+            return False
+        if segs[first:first + len(old_segments)] != list(old_segments) or (
+                first + len(old_segments) >= len(segs)):
+            return False  # never the active segment
+        for seg in new_segments:
+            seg.change_suffix(CLEANED_SUFFIX, SWAP_SUFFIX)
+        self._publish(segs[:first] + list(new_segments) + segs[first + len(old_segments):])
+        self._delete_segments_async(old_segments)
+        for seg in new_segments:
+            seg.change_suffix(SWAP_SUFFIX, "")
+        self.scheduler.submit(fsync_dir, self.dir)
+        return True
 
     def _delete_segments_async(self, segments) -> None:
         for seg in segments:

@@ -39,6 +39,7 @@ from .checkpoint import (
     read_meta_properties,
     write_meta_properties,
 )
+from .cleaner import DEFAULT_DEDUPE_BUFFER_SIZE, LogCleaner
 from .config import LogConfig
 from .errors import KafkaStorageError
 from .log import Log, parse_topic_partition
@@ -55,12 +56,16 @@ class LogManager:
 
     def __init__(self, log_dirs: list[str], default_config: LogConfig, *,
                  node_id: int | None = None, cluster_id: str | None = None,
-                 topic_config=None, time_fn=time.time, scheduler=None):
+                 topic_config=None, time_fn=time.time, scheduler=None,
+                 cleaner_enable: bool = True,
+                 dedupe_buffer_size: int = DEFAULT_DEDUPE_BUFFER_SIZE, cleaner_worker=None):
         """Open every log dir and load every partition in it.
 
         topic_config: optional callable topic -> LogConfig for partitions found on disk
         (default: default_config). scheduler: an IoWorker (one is created and owned by
-        this manager when None)."""
+        this manager when None). cleaner_enable (log.cleaner.enable) and dedupe_buffer_size
+        (log.cleaner.dedupe.buffer.size) set up compaction; cleaner_worker: where its
+        segment I/O runs (its own IoWorker thread, started on first use, when None)."""
         if not log_dirs:
             raise ValueError("at least one log dir is required")
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
@@ -78,6 +83,10 @@ class LogManager:
             self._check_meta_properties(d, node_id, cluster_id)
         for d in self.log_dirs:
             self._load_dir(d)
+        self.cleaner = LogCleaner(
+            lambda: [(k, self._dir_of[k], lg) for k, lg in self._logs.items()],
+            self.log_dirs, dedupe_buffer_size=dedupe_buffer_size, worker=cleaner_worker,
+            time_fn=time_fn) if cleaner_enable else None
 
     # ------------------------------------------------------------------ startup
 
@@ -193,6 +202,8 @@ class LogManager:
         self._dir_of.pop(key, None)
         if log is None:
             return False
+        if self.cleaner is not None:
+            self.cleaner.forget(key)
         target = f"{log.dir}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
         log.rename_dir(target)
         self.scheduler.schedule(log.config.file_delete_delay_ms / 1000.0, log.delete)
@@ -211,6 +222,13 @@ class LogManager:
             except OSError:
                 logger.exception("retention failed for %s", log)
         return total
+
+    def clean_logs(self, now_ms: int | None = None):
+        """Compaction tick (loop thread, every log.cleaner.backoff.ms): finish a completed
+        cleaning pass or start one on the dirtiest compacted log (see cleaner.py)."""
+        if self.cleaner is None or self._shut_down:
+            return None
+        return self.cleaner.maybe_clean(now_ms)
 
     def flush_dirty_logs(self, now_ms: int | None = None) -> list[Future]:
         """Queue a flush of every log whose unflushed data is older than its flush.ms."""
@@ -255,6 +273,8 @@ class LogManager:
         if self._shut_down:
             return
         self._shut_down = True
+        if self.cleaner is not None:
+            self.cleaner.shutdown()
         self.scheduler.drain(timeout=30)
         for log in self.all_logs():
             log.flush()
