@@ -105,7 +105,9 @@ class BrokerServer:
             # and recovers the logs (unless the clean-shutdown marker is there).
             self.log_manager = LogManager(
                 self.log_dirs, LogConfig.from_broker(self.config), node_id=self.node_id,
-                cluster_id=self.metadata.cluster_id, topic_config=self._log_configs.get)
+                cluster_id=self.metadata.cluster_id, topic_config=self._log_configs.get,
+                cleaner_enable=self.config["log.cleaner.enable"],
+                dedupe_buffer_size=self.config["log.cleaner.dedupe.buffer.size"])
         except KafkaStorageError as e:
             raise BrokerStartupError(str(e)) from None
         self.replica_manager = ReplicaManager(self)
@@ -405,6 +407,9 @@ class BrokerServer:
         # a loop over the logs; fsyncs run on LogManager's I/O worker.
         flush_ms = min(cfg["log.flush.scheduler.interval.ms"], 1000)
         self._every("log-flusher", flush_ms, lambda: self.log_manager.flush_dirty_logs())
+        if cfg["log.cleaner.enable"]:
+            self._every("log-cleaner", cfg["log.cleaner.backoff.ms"],
+                        lambda: self.log_manager.clean_logs())
         self._every("producer-id-expiration", PRODUCER_EXPIRATION_CHECK_MS,
                     self._expire_producers)
         self._every("recovery-point-checkpoint", cfg["log.flush.offset.checkpoint.interval.ms"],
