@@ -13,7 +13,9 @@
 # so aborted data cannot be told apart: such records neither supersede nor are removed),
 # records without a key. A batch of an idempotent producer that loses every record is
 # kept as an empty batch (header only, last offset delta kept) when it is that producer's
-# last batch in the cleaned range, so its last sequence survives a reload. Tombstones
+# last batch in the cleaned range, so its last sequence survives a reload; so is the last
+# batch of each output segment, so that the cleaned segment ends at the offset where its
+# originals did (crash recovery of a .swap deletes the originals in its range). Tombstones
 # (null value) go once their segment's largest timestamp is older than
 # delete.retention.ms, and only when they are the key's latest record in the map.
 # `cleaner-offset-checkpoint` (Kafka's offset checkpoint format) in each log dir records
@@ -450,6 +452,7 @@ class LogCleaner:
         out = LogSegment.open(log.dir, first.base_offset, log.config, int(self.time_fn() * 1000),
                               suffix=CLEANED_SUFFIX)
         pending = bytearray()
+        last_src = last_kept = None
         try:
             for i in group:
                 seg = task.segments[i]
@@ -457,14 +460,21 @@ class LogCleaner:
                 res.bytes_read += task.sizes[i]
                 for buf, h in _iter_batches(seg.file, task.sizes[i]):
                     self._check_abort()
+                    last_src = h
                     kept = self._filter_batch(buf, h, omap, map_end, drop_tombstones,
                                               last_batch, res)
                     if kept is None:
                         continue
+                    last_kept = h
                     pending += kept
                     if len(pending) >= WRITE_CHUNK:
                         _append(out, pending)
                         pending = bytearray()
+            if last_src is not None and last_kept is not last_src:
+                # The group's last batch always stays (empty if need be): the cleaned
+                # segment then ends where the originals did, which is what a crash
+                # recovery of its .swap relies on to know which originals it replaces.
+                pending += _empty_batch(last_src)
             _append(out, pending)
             if out.size == 0:
                 out.delete_files()
@@ -513,12 +523,15 @@ class LogCleaner:
             return b.build(last_offset_delta=h.last_offset_delta)
         if h.producer_id >= 0 and last_batch.get(h.producer_id, h.base_offset) == h.base_offset:
             # The producer's last batch: keep its header so its sequence survives a reload.
-            b = BatchBuilder(0, h.base_offset, h.producer_id, h.producer_epoch,
-                             h.base_sequence, h.is_transactional, h.timestamp_type,
-                             h.partition_leader_epoch)
-            return b.build(last_offset_delta=h.last_offset_delta,
-                           empty_timestamp=h.max_timestamp)
+            return _empty_batch(h)
         return None
+
+
+def _empty_batch(h) -> bytes:
+    """Batch h's header with no records (offsets, producer fields and timestamp kept)."""
+    b = BatchBuilder(0, h.base_offset, h.producer_id, h.producer_epoch, h.base_sequence,
+                     h.is_transactional, h.timestamp_type, h.partition_leader_epoch)
+    return b.build(last_offset_delta=h.last_offset_delta, empty_timestamp=h.max_timestamp)
 
 
 def _append(out: LogSegment, data: bytearray) -> None:

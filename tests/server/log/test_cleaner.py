@@ -1,0 +1,401 @@
+"""Log compaction (cleaner.py): latest value per key, offsets kept with gaps, tombstones
+after delete.retention.ms, min.compaction.lag.ms, codecs kept, the dedupe bound (several
+passes), reads racing a clean, crashes at each step of the swap, and a real broker read
+by a real client."""
+
+import os
+import time
+
+import pytest
+
+from fastlog._codec import BatchBuilder, iter_records, scan_batches, validate_record_set
+from fastlog.server.log import InlineScheduler, Log, LogConfig, LogManager
+from fastlog.server.log.checkpoint import OffsetCheckpointFile
+from fastlog.server.log.cleaner import (
+    CLEANER_OFFSET_CHECKPOINT,
+    MAP_ENTRY_BYTES,
+    LogCleaner,
+)
+from fastlog.server.log.segment import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX
+from tests.server.log.conftest import read_all
+
+HOUR_MS = 3_600_000
+DAY_MS = 24 * HOUR_MS
+
+
+def _config(**kw):
+    kw.setdefault("segment_bytes", 500)
+    kw.setdefault("cleanup_policy", ("compact",))
+    kw.setdefault("file_delete_delay_ms", 0)
+    return LogConfig(**kw)
+
+
+def _manager(tmp_path, clock, config, dedupe=1 << 20):
+    return LogManager([str(tmp_path / "data")], config, time_fn=clock,
+                      scheduler=InlineScheduler(), cleaner_worker=InlineScheduler(),
+                      dedupe_buffer_size=dedupe)
+
+
+def put(log, pairs, ts, compression=0, producer=(-1, -1, -1)):
+    """Append one batch of (key, value) records at timestamp ts."""
+    b = BatchBuilder(compression, 0, producer[0], producer[1], producer[2])
+    for k, v in pairs:
+        b.append(ts, k, v)
+    buf = bytearray(b.build())
+    return log.append(buf, validate_record_set(buf), leader_epoch=0)
+
+
+def records(log):
+    """Every (offset, key, value) readable from the log start, via Log.read."""
+    out = []
+    for _, data in read_all(log):
+        out += [(r.offset, r.key, r.value) for r in iter_records(data, 0)]
+    return out
+
+
+def latest(log):
+    """key -> value of the last record per key (what compaction must keep)."""
+    return {k: v for _, k, v in records(log)}
+
+
+def fill(log, clock, rounds, keys, start_ts=None):
+    """rounds x keys single-record batches, value = b'<key>@<round>'."""
+    ts = int(clock() * 1000) if start_ts is None else start_ts
+    for r in range(rounds):
+        for k in range(keys):
+            key = b"k%d" % k
+            put(log, [(key, key + b"@%d" % r)], ts)
+
+
+def clean_all(lm, max_passes=50):
+    for _ in range(max_passes):
+        if lm.clean_logs() is None:
+            return
+    raise AssertionError("cleaner never settled")
+
+
+def test_latest_value_per_key_survives_offsets_kept_with_gaps(tmp_path, clock):
+    lm = _manager(tmp_path, clock, _config())
+    log = lm.get_or_create_log("c", 0)
+    fill(log, clock, rounds=6, keys=5)
+    before = records(log)
+    want = latest(log)
+    active = log.active_segment
+    active_bytes = open(active.log_path, "rb").read()
+    clean_all(lm)
+    assert lm.cleaner.passes >= 1
+    after = records(log)
+    assert latest(log) == want
+    # Offsets are the original ones, increasing, with gaps where older values went.
+    original = {o: (k, v) for o, k, v in before}
+    assert all(original[o] == (k, v) for o, k, v in after)
+    offsets = [o for o, _, _ in after]
+    assert offsets == sorted(offsets) and len(offsets) < len(before)
+    assert offsets[-1] == before[-1][0]
+    assert set(range(offsets[-1] + 1)) - set(offsets)  # gaps where older values were
+    # Below the active segment each key appears once.
+    inactive_keys = [k for o, k, _ in after if o < active.base_offset]
+    assert len(inactive_keys) == len(set(inactive_keys))
+    # The active segment is untouched.
+    assert log.active_segment is active
+    assert open(active.log_path, "rb").read() == active_bytes
+    # The checkpoint is Kafka's offset checkpoint format, at the first uncleaned offset.
+    ck = OffsetCheckpointFile(str(tmp_path / "data" / CLEANER_OFFSET_CHECKPOINT)).read()
+    assert ck[("c", 0)] == active.base_offset
+    lm.shutdown()
+
+
+def test_fetch_at_a_compacted_offset_returns_the_next_batch(tmp_path, clock):
+    lm = _manager(tmp_path, clock, _config())
+    log = lm.get_or_create_log("c", 0)
+    fill(log, clock, rounds=6, keys=5)
+    clean_all(lm)
+    kept = [o for o, _, _ in records(log)]
+    gone = next(o for o in range(kept[-1]) if o not in kept)
+    offset, got = gone, []
+    while not got:  # as a consumer does: on from the next batch's offset
+        info = log.read(offset, 1 << 20)
+        data = b"".join(r.read() for r in info.regions)
+        heads = scan_batches(data).batches
+        assert heads[0].last_offset >= offset  # the batch after the gap (maybe empty)
+        got = [r.offset for h in heads for r in iter_records(data, h.position)]
+        offset = heads[-1].next_offset
+    assert got[0] == min(o for o in kept if o > gone)
+    lm.shutdown()
+
+
+def test_tombstones_removed_only_after_delete_retention(tmp_path, clock):
+    lm = _manager(tmp_path, clock, _config(delete_retention_ms=DAY_MS,
+                                           min_cleanable_dirty_ratio=0.01))
+    log = lm.get_or_create_log("c", 0)
+    now = int(clock() * 1000)
+    fill(log, clock, rounds=3, keys=4, start_ts=now)
+    put(log, [(b"k1", None)], now)  # tombstone for k1
+    fill(log, clock, rounds=1, keys=4, start_ts=now)
+    put(log, [(b"k2", None)], now)
+    fill(log, clock, rounds=3, keys=1, start_ts=now)  # k0 again: rolls past the tombstones
+    clean_all(lm)
+    vals = latest(log)
+    assert vals[b"k2"] is None  # the tombstone is still there for consumers to see
+    assert [k for _, k, v in records(log) if k == b"k2"] == [b"k2"]
+    clock.advance_ms(DAY_MS + 1000)
+    fill(log, clock, rounds=6, keys=1)  # new dirty data so that a pass runs
+    clean_all(lm)
+    vals = latest(log)
+    assert b"k2" not in vals  # the expired tombstone went, and every older k2 with it
+    assert vals[b"k1"] == b"k1@0"  # written again after its tombstone
+    assert vals[b"k3"] == b"k3@0"
+    lm.shutdown()
+
+
+def test_min_compaction_lag_respected(tmp_path, clock):
+    lm = _manager(tmp_path, clock, _config(min_compaction_lag_ms=HOUR_MS))
+    log = lm.get_or_create_log("c", 0)
+    fill(log, clock, rounds=6, keys=5)
+    n = len(records(log))
+    clean_all(lm)
+    assert len(records(log)) == n and lm.cleaner.passes == 0
+    clock.advance_ms(HOUR_MS + 1000)
+    clean_all(lm)
+    assert lm.cleaner.passes >= 1 and len(records(log)) < n
+    lm.shutdown()
+
+
+@pytest.mark.parametrize("codec", [1, 2, 3, 4])
+def test_compressed_batch_rebuilt_with_same_codec(tmp_path, clock, codec):
+    lm = _manager(tmp_path, clock, _config())
+    log = lm.get_or_create_log("c", 0)
+    ts = int(clock() * 1000)
+    pairs = [(b"a", b"a0"), (b"b", b"b0"), (b"a", b"a1"), (b"c", b"c0"), (b"b", b"b1")]
+    put(log, pairs, ts, compression=codec, producer=(7, 0, 0))
+    put(log, [(b"x" * 400, b"roll")], ts)
+    put(log, [(b"y", b"roll")], ts)
+    clean_all(lm)
+    seg = log.segments[0]
+    data = open(seg.log_path, "rb").read()
+    h = scan_batches(data, verify_crc=True).batches[0]
+    assert h.compression == codec
+    assert (h.base_offset, h.last_offset_delta, h.record_count) == (0, 4, 3)
+    assert (h.producer_id, h.base_sequence) == (7, 0)
+    assert [(r.offset, r.key, r.value) for r in iter_records(data, 0)] == [
+        (2, b"a", b"a1"), (3, b"c", b"c0"), (4, b"b", b"b1")]
+    lm.shutdown()
+
+
+def test_producer_last_batch_kept_as_empty_batch(tmp_path, clock):
+    lm = _manager(tmp_path, clock, _config())
+    log = lm.get_or_create_log("c", 0)
+    ts = int(clock() * 1000)
+    put(log, [(b"a", b"1"), (b"a", b"2")], ts, producer=(9, 0, 0))
+    put(log, [(b"a", b"3"), (b"a", b"4")], ts, producer=(9, 0, 2))
+    for i in range(8):
+        put(log, [(b"a", b"new%d" % i)], ts)  # supersedes every record of producer 9
+    clean_all(lm)
+    heads = [h for seg in log.segments[:-1]
+             for h in scan_batches(open(seg.log_path, "rb").read()).batches]
+    p9 = [h for h in heads if h.producer_id == 9]
+    assert [(h.base_offset, h.last_offset_delta, h.record_count, h.base_sequence)
+            for h in p9] == [(2, 1, 0, 2)]
+    assert latest(log)[b"a"] == b"new7"
+    lm.shutdown()
+
+
+def test_dedupe_buffer_bound_cleans_in_several_passes(tmp_path, clock):
+    slots = 8
+    lm = _manager(tmp_path, clock, _config(segment_bytes=700, min_cleanable_dirty_ratio=0.01),
+                  dedupe=slots * MAP_ENTRY_BYTES)
+    log = lm.get_or_create_log("c", 0)
+    fill(log, clock, rounds=3, keys=20)
+    want = latest(log)
+    checkpoints = []
+    for _ in range(40):
+        if lm.clean_logs() is None:
+            break
+        checkpoints.append(lm.cleaner.checkpoints[lm.log_dirs[0]][("c", 0)])
+    assert len(checkpoints) >= 3  # 20 distinct dirty keys never fit 8 slots at once
+    assert checkpoints == sorted(checkpoints)
+    assert latest(log) == want
+    inactive = [k for o, k, _ in records(log) if o < log.active_segment.base_offset]
+    assert len(inactive) == len(set(inactive))
+    lm.shutdown()
+
+
+def test_read_racing_a_clean_sees_consistent_data(tmp_path, clock):
+    lm = _manager(tmp_path, clock, _config(file_delete_delay_ms=60_000))
+    log = lm.get_or_create_log("c", 0)
+    log.scheduler = _Deferred()  # deletions wait, as file.delete.delay.ms makes them
+    fill(log, clock, rounds=6, keys=5)
+    snapshot = log.segments
+    in_flight = log.read(0, 1 << 20)  # a fetch whose response is not written yet
+    before = in_flight.regions[0].read()
+    clean_all(lm)
+    assert log.segments != snapshot
+    # The in-flight regions still read the original bytes, CRCs intact.
+    assert in_flight.regions[0].read() == before
+    assert scan_batches(before, verify_crc=True).error is None
+    # A read from the old snapshot's segments still works too.
+    r = snapshot[0].read(0, 1 << 20)
+    assert os.pread(r.file.fileno(), r.length, r.position) == before[:r.length]
+    log.scheduler.run()
+    lm.shutdown()
+
+
+class _Deferred(InlineScheduler):
+    def __init__(self):
+        self.jobs = []
+
+    def schedule(self, delay_s, fn, *args):
+        self.jobs.append((fn, args))
+        return super().submit(lambda: None)
+
+    def run(self):
+        for fn, args in self.jobs:
+            fn(*args)
+
+
+def _cleaned_but_not_swapped(tmp_path, clock):
+    """A log and a finished cleaning pass whose .cleaned segments were not swapped in."""
+    cfg = _config()
+    d = tmp_path / "data" / "c-0"
+    log = Log.open(str(d), cfg, time_fn=clock)
+    fill(log, clock, rounds=6, keys=5)
+    fill(log, clock, rounds=1, keys=2)
+    want = latest(log)
+    cleaner = LogCleaner(lambda: [(("c", 0), str(tmp_path / "data"), log)],
+                         [str(tmp_path / "data")], worker=InlineScheduler(), time_fn=clock)
+    task = cleaner.grab_filthiest_log()
+    res = cleaner.clean(task)
+    assert res.outputs
+    return d, log, task, res, want
+
+
+def _names(d, suffix):
+    return sorted(n for n in os.listdir(d) if n.endswith(suffix))
+
+
+def _reopen_and_check(d, clock, want, compacted):
+    log = Log.open(str(d), _config(), time_fn=clock, clean_shutdown=False)
+    assert not any(n.endswith((CLEANED_SUFFIX, SWAP_SUFFIX, DELETED_SUFFIX))
+                   for n in os.listdir(d))
+    assert latest(log) == want
+    offs = [o for o, _, _ in records(log)]
+    assert offs == sorted(set(offs))
+    for seg in log.segments:
+        assert scan_batches(open(seg.log_path, "rb").read(), verify_crc=True).error is None
+    dup = [k for o, k, _ in records(log) if o < log.active_segment.base_offset]
+    assert (len(dup) == len(set(dup))) == compacted
+    log.close()
+
+
+def _rename(seg, old, new):
+    for path in (seg.log_path, seg.offset_index.path, seg.time_index.path):
+        base = path[: -len(old)] if old else path
+        if os.path.exists(path):
+            os.rename(path, base + new)
+
+
+@pytest.mark.parametrize("step", ["cleaned", "some_swap", "all_swap", "old_deleted",
+                                  "some_final"])
+def test_crash_during_swap_recovers(tmp_path, clock, step):
+    d, log, task, res, want = _cleaned_but_not_swapped(tmp_path, clock)
+    outs = res.outputs
+    for seg in outs:
+        seg.close()
+    log.close()
+    # Replay the swap's file moves up to the crash point (Log.replace_segments' order).
+    if step == "some_swap":
+        _rename(outs[0], CLEANED_SUFFIX, SWAP_SUFFIX)
+    if step in ("all_swap", "old_deleted", "some_final"):
+        for seg in outs:
+            _rename(seg, CLEANED_SUFFIX, SWAP_SUFFIX)
+    if step in ("old_deleted", "some_final"):
+        for seg in task.segments[: len(task.segments) // 2 + 1]:
+            _rename(seg, "", DELETED_SUFFIX)
+    if step == "some_final":
+        for seg in task.segments:
+            _rename(seg, "", DELETED_SUFFIX)
+        swapped = [n.replace(CLEANED_SUFFIX, SWAP_SUFFIX) for n in
+                   (outs[0].log_path, outs[0].offset_index.path, outs[0].time_index.path)]
+        for p in swapped[:2]:  # the .log and .index of the first, not its .timeindex
+            os.rename(p, p[: -len(SWAP_SUFFIX)])
+    assert _names(d, ".log")  # the partition still has data files
+    _reopen_and_check(d, clock, want, compacted=step not in ("cleaned", "some_swap"))
+
+
+def test_swap_then_reopen(tmp_path, clock):
+    d, log, task, res, want = _cleaned_but_not_swapped(tmp_path, clock)
+    assert log.replace_segments(res.outputs, task.segments)
+    assert latest(log) == want
+    log.close()
+    _reopen_and_check(d, clock, want, compacted=True)
+
+
+def test_cleaning_is_voided_by_a_truncation(tmp_path, clock):
+    d, log, task, res, want = _cleaned_but_not_swapped(tmp_path, clock)
+    log.truncate_to(log.segments[1].base_offset + 1)
+    cleaner = LogCleaner(lambda: [(("c", 0), str(tmp_path / "data"), log)],
+                         [str(tmp_path / "data")], worker=InlineScheduler(), time_fn=clock)
+    cleaner._job = (_done(res), task)
+    cleaner._finish()
+    assert cleaner.passes == 0
+    assert not _names(d, CLEANED_SUFFIX)
+    log.close()
+
+
+def _done(result):
+    from concurrent.futures import Future
+    f = Future()
+    f.set_result(result)
+    return f
+
+
+def test_delete_policy_only_logs_are_not_cleaned(tmp_path, clock):
+    lm = _manager(tmp_path, clock, _config(cleanup_policy=("delete",)))
+    log = lm.get_or_create_log("c", 0)
+    fill(log, clock, rounds=6, keys=5)
+    n = len(records(log))
+    clean_all(lm)
+    assert lm.cleaner.passes == 0 and len(records(log)) == n
+    lm.shutdown()
+
+
+def test_compacted_topic_on_a_real_broker(tmp_path):
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    from tests.broker_fixture import BrokerProcess
+
+    with BrokerProcess(tmp_path / "data", overrides={
+            "log.cleaner.backoff.ms": "200", "num.partitions": "1"}) as b:
+        admin = KafkaAdminClient(bootstrap_servers=b.bootstrap, request_timeout_ms=10000)
+        admin.create_topics([NewTopic("compacted", 1, 1, topic_configs={
+            "cleanup.policy": "compact", "segment.bytes": "1024",
+            "min.cleanable.dirty.ratio": "0.01"})])
+        admin.close()
+        prod = KafkaProducer(bootstrap_servers=b.bootstrap, linger_ms=0)
+        want = {}
+        for r in range(20):
+            for k in range(5):
+                key, val = b"key%d" % k, b"value-%d-%d" % (k, r)
+                prod.send("compacted", key=key, value=val).get(timeout=10)
+                want[key] = val
+        prod.close()
+        total = 100
+        tp = TopicPartition("compacted", 0)
+        deadline = time.monotonic() + 20
+        while True:
+            cons = KafkaConsumer(bootstrap_servers=b.bootstrap, enable_auto_commit=False,
+                                 consumer_timeout_ms=2000)
+            cons.assign([tp])
+            cons.seek_to_beginning(tp)
+            got = [(m.offset, m.key, m.value) for m in cons]
+            cons.close()
+            seen = {}
+            for _, k, v in got:
+                seen[k] = v
+            if len(got) < total // 2 or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        assert seen == want  # every key's latest value, read from the beginning
+        assert len(got) < total // 2  # the older values were compacted away
+        assert [o for o, _, _ in got] == sorted(o for o, _, _ in got)
