@@ -399,3 +399,21 @@ def test_compacted_topic_on_a_real_broker(tmp_path):
         assert seen == want  # every key's latest value, read from the beginning
         assert len(got) < total // 2  # the older values were compacted away
         assert [o for o, _, _ in got] == sorted(o for o, _, _ in got)
+
+
+def test_offset_map_memory_stays_within_the_dedupe_buffer():
+    import tracemalloc
+
+    from fastlog.server.log.cleaner import OffsetMap
+    budget = 20_000 * MAP_ENTRY_BYTES
+    m = OffsetMap(budget)
+    tracemalloc.start()
+    try:
+        refused = 0
+        for i in range(25_000):  # more distinct keys than fit: the map refuses the rest
+            refused += not m.put(OffsetMap.digest(b"key-%d" % i), (1 << 40) + i)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(m) == 20_000 and refused == 5_000
+    assert peak <= budget
