@@ -3,10 +3,12 @@
 # Owns the partition directory `<log dir>/<topic>-<partition>/`: its segments
 # (`<base offset>.log|.index|.timeindex`), its `leader-epoch-checkpoint`, and the offsets
 # that describe it (log start, log end, recovery point, high watermark). Loading follows
-# Kafka's LogLoader: drop leftovers, rebuild missing/corrupt indexes, and after an unclean
+# Kafka's LogLoader: drop leftovers, finish an interrupted compaction swap (`.swap`), rebuild
+# missing/corrupt indexes, and after an unclean
 # shutdown check every batch from the recovery point on, truncating at the first bad one.
 #
-# Threads: append, read, truncate, roll, retention and config changes come from ONE thread
+# Threads: append, read, truncate, roll, retention, compaction swaps (replace_segments)
+# and config changes come from ONE thread
 # (the broker's event-loop thread). flush() may run on the LogManager's I/O worker at the
 # same time: it fsyncs a snapshot of segments and then advances the recovery point unless
 # a truncation happened meanwhile. Readers take the segment list as an immutable tuple

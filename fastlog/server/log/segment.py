@@ -3,7 +3,8 @@
 # Files (Kafka's names and formats): `<20-digit base offset>.log` holds v2 record batches
 # back to back, exactly as producers sent them but for baseOffset/partitionLeaderEpoch;
 # `.index` and `.timeindex` are fastlog._index mmap indexes. Suffixes `.deleted` (awaiting
-# asynchronous removal) and `.cleaned`/`.swap` (compaction, cleaned up at load) may follow.
+# asynchronous removal) and `.cleaned`/`.swap` (compaction, see cleaner.py; at load a
+# `.cleaned` is discarded and a `.swap` completed, see Log._complete_swaps) may follow.
 #
 # Threads: not thread-safe. The owning Log calls everything from the broker's event-loop
 # thread, except flush() which its background I/O worker may run concurrently (an fsync of

@@ -417,3 +417,53 @@ def test_offset_map_memory_stays_within_the_dedupe_buffer():
         tracemalloc.stop()
     assert len(m) == 20_000 and refused == 5_000
     assert peak <= budget
+
+
+def test_follower_replicates_a_compacted_log(tmp_path, clock):
+    """A follower fetching a cleaned leader log appends its batches (gaps, rebuilt and
+    empty batches) with the leader's offsets, as the replica fetcher does."""
+    lm = _manager(tmp_path, clock, _config())
+    log = lm.get_or_create_log("c", 0)
+    fill(log, clock, rounds=6, keys=5)
+    ts = int(clock() * 1000)
+    put(log, [(b"k0", b"x"), (b"k9", b"y"), (b"k0", b"z")], ts, compression=2)
+    fill(log, clock, rounds=3, keys=3)
+    clean_all(lm)
+    follower = Log.open(str(tmp_path / "f" / "c-0"), _config(), time_fn=clock)
+    for _, data in read_all(log):
+        buf = bytearray(data)
+        follower.append(buf, scan_batches(buf, verify_crc=True).batches, 0,
+                        assign_offsets=False)
+    assert follower.log_end_offset == log.log_end_offset
+    assert records(follower) == records(log)
+    follower.close()
+    lm.shutdown()
+
+
+def test_clean_on_the_cleaner_thread_while_the_loop_reads_and_appends(tmp_path, clock):
+    """Real threads: the pass runs on the cleaner's IoWorker, the swap on the asyncio loop
+    (via call_soon_threadsafe); reads and appends on the loop never see a broken log."""
+    import asyncio
+
+    lm = LogManager([str(tmp_path / "data")], _config(segment_bytes=4000), time_fn=clock)
+    log = lm.get_or_create_log("c", 0)
+    fill(log, clock, rounds=30, keys=20)
+    want = latest(log)
+
+    async def main():
+        assert lm.clean_logs() is not None
+        deadline = time.monotonic() + 20
+        reads = 0
+        while (lm.cleaner.busy or reads == 0) and time.monotonic() < deadline:
+            assert latest(log) == want
+            reads += 1
+            await asyncio.sleep(0.001)
+        assert not lm.cleaner.busy
+        return reads
+
+    asyncio.run(main())
+    assert lm.cleaner.passes >= 1
+    assert latest(log) == want
+    inactive = [k for o, k, _ in records(log) if o < log.active_segment.base_offset]
+    assert len(inactive) == len(set(inactive))
+    lm.shutdown()
