@@ -3,15 +3,14 @@
 # Owns the partition directory `<log dir>/<topic>-<partition>/`: its segments
 # (`<base offset>.log|.index|.timeindex`), its `leader-epoch-checkpoint`, and the offsets
 # that describe it (log start, log end, recovery point, high watermark). Loading follows
-# Kafka's LogLoader: drop leftovers, finish an interrupted compaction swap (`.swap`), rebuild
-# missing/corrupt indexes, and after an unclean
-# shutdown check every batch from the recovery point on, truncating at the first bad one.
+# Kafka's LogLoader: drop leftovers, finish an interrupted compaction swap (`.swap`),
+# rebuild missing/corrupt indexes, and after an unclean shutdown check every batch from
+# the recovery point on, truncating at the first bad one.
 #
 # Threads: append, read, truncate, roll, retention, compaction swaps (replace_segments)
-# and config changes come from ONE thread
-# (the broker's event-loop thread). flush() may run on the LogManager's I/O worker at the
-# same time: it fsyncs a snapshot of segments and then advances the recovery point unless
-# a truncation happened meanwhile. Readers take the segment list as an immutable tuple
+# and config changes come from ONE thread (the broker's event-loop thread). flush() may
+# run on the LogManager's I/O worker at the same time: it fsyncs a snapshot of segments
+# and then advances the recovery point unless a truncation happened meanwhile. Readers take the segment list as an immutable tuple
 # (copy-on-write), so a segment removed by retention stays readable for reads already in
 # progress; its files are renamed `.deleted` and unlinked after file.delete.delay.ms.
 """A partition's log: append, read, recovery, truncation, retention."""
