@@ -12,7 +12,8 @@
 # run on the LogManager's I/O worker at the same time: it fsyncs a snapshot of segments
 # and then advances the recovery point unless a truncation happened meanwhile. Readers
 # take the segment list as an immutable tuple (copy-on-write), so a segment removed by
-# retention or compaction stays readable for reads already in progress; its files are renamed `.deleted` and unlinked after file.delete.delay.ms.
+# retention or compaction stays readable for reads already in progress; its files are
+# renamed `.deleted` and unlinked after file.delete.delay.ms.
 """A partition's log: append, read, recovery, truncation, retention."""
 
 from __future__ import annotations
