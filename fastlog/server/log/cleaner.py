@@ -208,6 +208,7 @@ class LogCleaner:
         self._aborting = False
         self._failed: dict[tuple[str, int], int] = {}
         self.checkpoints: dict[str, dict] = {}
+        self._generations: dict[tuple[str, int], tuple[int, int]] = {}
         self.passes = 0
         for d in self.log_dirs:
             try:
@@ -228,8 +229,12 @@ class LogCleaner:
 
     def first_dirty_offset(self, key, log_dir, log) -> int:
         off = self.checkpoints.get(log_dir, {}).get(key, log.log_start_offset)
-        if off < log.log_start_offset or off > log.log_end_offset:
-            off = log.log_start_offset  # a truncated or recreated log: all of it is dirty
+        gen = self._generations.get(key)
+        if (off < log.log_start_offset or off > log.log_end_offset
+                or (gen is not None and gen != (id(log), log._truncations))):
+            # Truncated (data below the checkpoint may have been replaced) or recreated:
+            # all of it counts as dirty.
+            off = log.log_start_offset
         return off
 
     def _plan(self, key, log_dir, log, now: int):
@@ -354,6 +359,7 @@ class LogCleaner:
             return
         self.passes += 1
         self.checkpoints.setdefault(task.log_dir, {})[task.key] = res.clean_end
+        self._generations[task.key] = (id(log), log._truncations)
         self._write_checkpoint(task.log_dir)
         logger.info("cleaned %s-%d up to offset %d: %d of %d records kept, %d -> %d bytes",
                     task.key[0], task.key[1], res.clean_end, res.records_kept,
@@ -369,6 +375,7 @@ class LogCleaner:
         """A deleted partition: its dirty offset goes with it."""
         for offsets in self.checkpoints.values():
             offsets.pop(key, None)
+        self._generations.pop(key, None)
 
     def shutdown(self, timeout: float = 30.0) -> None:
         """Stop: an in-flight pass is abandoned (its .cleaned files are removed at the

@@ -467,3 +467,28 @@ def test_clean_on_the_cleaner_thread_while_the_loop_reads_and_appends(tmp_path, 
     inactive = [k for o, k, _ in records(log) if o < log.active_segment.base_offset]
     assert len(inactive) == len(set(inactive))
     lm.shutdown()
+
+
+def test_truncation_below_the_checkpoint_makes_the_log_dirty_again(tmp_path, clock):
+    lm = _manager(tmp_path, clock, _config())
+    log = lm.get_or_create_log("c", 0)
+    fill(log, clock, rounds=6, keys=5)
+    clean_all(lm)
+    ck = lm.cleaner.checkpoints[lm.log_dirs[0]][("c", 0)]
+    log.truncate_to(ck - 3)  # a follower's truncation below the cleaned point
+    assert lm.cleaner.first_dirty_offset(("c", 0), lm.log_dirs[0], log) == log.log_start_offset
+    lm.shutdown()
+
+
+def test_compact_delete_policy_also_applies_retention(tmp_path, clock):
+    cfg = _config(cleanup_policy=("compact", "delete"), retention_ms=HOUR_MS)
+    lm = _manager(tmp_path, clock, cfg)
+    log = lm.get_or_create_log("c", 0)
+    fill(log, clock, rounds=6, keys=5)
+    want = latest(log)
+    clean_all(lm)
+    assert lm.cleaner.passes >= 1 and latest(log) == want
+    clock.advance_ms(2 * HOUR_MS)
+    assert lm.cleanup_logs() >= 1  # retention removes old segments, latest values or not
+    assert log.segments[0] is log.active_segment
+    lm.shutdown()
