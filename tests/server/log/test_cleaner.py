@@ -456,6 +456,9 @@ def test_clean_on_the_cleaner_thread_while_the_loop_reads_and_appends(tmp_path, 
         reads = 0
         while (lm.cleaner.busy or reads == 0) and time.monotonic() < deadline:
             assert latest(log) == want
+            key = b"k%d" % (reads % 25)
+            put(log, [(key, b"during-%d" % reads)], int(clock() * 1000))
+            want[key] = b"during-%d" % reads
             reads += 1
             await asyncio.sleep(0.001)
         assert not lm.cleaner.busy
