@@ -355,8 +355,11 @@ class ReplicaManager:
                     if b.compression == COMPRESSION_ZSTD:
                         p.has_zstd = True
                     if b.producer_id != NO_PRODUCER_ID and not b.is_control:
+                        # last_offset_delta + 1, not record_count: a compacted batch
+                        # keeps its last sequence with fewer (or no) records.
                         ps.update(b.producer_id, b.producer_epoch, b.base_sequence,
-                                  b.record_count, b.base_offset, b.last_offset, b.max_timestamp)
+                                  b.last_offset_delta + 1, b.base_offset, b.last_offset,
+                                  b.max_timestamp)
                 ps.update_map_end_offset(info.last_offset + 1)
                 appended = scan.valid_end
         before = p.high_watermark
@@ -582,7 +585,9 @@ class ReplicaManager:
                 if b.last_offset < offset:
                     continue
                 if b.producer_id != NO_PRODUCER_ID and not b.is_control:
-                    ps.update(b.producer_id, b.producer_epoch, b.base_sequence, b.record_count,
+                    # (sequence span from last_offset_delta: compaction may drop records)
+                    ps.update(b.producer_id, b.producer_epoch, b.base_sequence,
+                              b.last_offset_delta + 1,
                               b.base_offset, b.last_offset, b.max_timestamp)
                 last = b.last_offset + 1
             if last <= offset:
