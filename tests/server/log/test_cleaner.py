@@ -495,3 +495,66 @@ def test_compact_delete_policy_also_applies_retention(tmp_path, clock):
     assert lm.cleanup_logs() >= 1  # retention removes old segments, latest values or not
     assert log.segments[0] is log.active_segment
     lm.shutdown()
+
+
+def test_idempotent_producer_continues_after_its_batches_were_compacted_and_a_crash(
+        tmp_path):
+    """confluent-kafka's idempotent producer writes keys that another producer then
+    overwrites; the cleaner empties its batches but keeps its last one (sequence kept).
+    After a SIGKILL the broker rebuilds producer state from the cleaned log, and the same
+    producer goes on without a sequence error."""
+    from confluent_kafka import Producer
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    from tests.broker_fixture import BrokerProcess
+
+    def consume_all(bootstrap):
+        tp = TopicPartition("idem", 0)
+        cons = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                             consumer_timeout_ms=2000)
+        cons.assign([tp])
+        cons.seek_to_beginning(tp)
+        got = [(m.offset, m.key, m.value) for m in cons]
+        cons.close()
+        return got
+
+    with BrokerProcess(tmp_path / "data", overrides={
+            "log.cleaner.backoff.ms": "200", "num.partitions": "1"}) as b:
+        admin = KafkaAdminClient(bootstrap_servers=b.bootstrap, request_timeout_ms=10000)
+        admin.create_topics([NewTopic("idem", 1, 1, topic_configs={
+            "cleanup.policy": "compact", "segment.bytes": "1024",
+            "min.cleanable.dirty.ratio": "0.01"})])
+        admin.close()
+        errors = []
+
+        def report(err, _msg):
+            if err is not None:
+                errors.append(err)
+
+        idem = Producer({"bootstrap.servers": b.bootstrap, "enable.idempotence": True,
+                         "linger.ms": 0, "message.timeout.ms": 20000})
+        for i in range(10):
+            idem.produce("idem", key=b"k%d" % (i % 3), value=b"idem-%d" % i, on_delivery=report)
+            idem.flush(10)
+        other = KafkaProducer(bootstrap_servers=b.bootstrap, linger_ms=0)
+        for i in range(60):
+            other.send("idem", key=b"k%d" % (i % 3), value=b"other-%d" % i).get(timeout=10)
+        other.close()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            got = consume_all(b.bootstrap)
+            if not any(v.startswith(b"idem") for _, _, v in got):
+                break  # every record of the idempotent producer was compacted away
+            time.sleep(0.3)
+        assert not any(v.startswith(b"idem") for _, _, v in got)
+        b.kill()
+        b.start()
+        for i in range(10, 15):
+            idem.produce("idem", key=b"k%d" % (i % 3), value=b"idem-%d" % i, on_delivery=report)
+            idem.flush(20)
+        assert errors == []
+        latest_vals = {}
+        for _, k, v in consume_all(b.bootstrap):
+            latest_vals[k] = v
+        assert latest_vals == {b"k0": b"idem-12", b"k1": b"idem-13", b"k2": b"idem-14"}
