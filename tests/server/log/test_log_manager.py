@@ -55,6 +55,9 @@ def test_unclean_restart_recovers_after_the_recovery_point(tmp_path):
     log = mgr.get_or_create_log("t", 0)
     append_n(log, 30)
     before = read_all(log)
+    # Each roll flushes the closed segment on the manager's I/O thread; wait for those
+    # flushes, or the recovery point may still be 0 (or move after the checkpoint).
+    assert mgr.scheduler.drain(timeout=30)
     mgr.checkpoint_recovery_points(sync=True)
     rp = log.recovery_point
     active = log.active_segment.file.path
