@@ -558,3 +558,23 @@ def test_idempotent_producer_continues_after_its_batches_were_compacted_and_a_cr
         for _, k, v in consume_all(b.bootstrap):
             latest_vals[k] = v
         assert latest_vals == {b"k0": b"idem-12", b"k1": b"idem-13", b"k2": b"idem-14"}
+
+
+def test_max_compaction_lag_forces_a_pass_below_the_dirty_ratio(tmp_path, clock):
+    import dataclasses
+    lm = _manager(tmp_path, clock, _config())
+    log = lm.get_or_create_log("c", 0)
+    fill(log, clock, rounds=12, keys=5)
+    clean_all(lm)
+    passes = lm.cleaner.passes
+    log.update_config(dataclasses.replace(log.config, min_cleanable_dirty_ratio=0.99,
+                                          max_compaction_lag_ms=HOUR_MS))
+    fill(log, clock, rounds=2, keys=5)  # a little dirty data: far below the ratio
+    clean_all(lm)
+    assert lm.cleaner.passes == passes
+    clock.advance_ms(HOUR_MS + 1000)
+    clean_all(lm)
+    assert lm.cleaner.passes > passes
+    inactive = [k for o, k, _ in records(log) if o < log.active_segment.base_offset]
+    assert len(inactive) == len(set(inactive))
+    lm.shutdown()
