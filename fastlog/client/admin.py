@@ -123,6 +123,21 @@ class Admin:
 
     # -- topics -----------------------------------------------------------------------
 
+    async def _controller_request(self, api_key, body: dict, codes):
+        """Send a topic admin request to the controller; on NOT_CONTROLLER (a cluster
+        broker that is not, or no longer, the controller) refresh Metadata and retry there,
+        a bounded number of times. `codes(resp)` lists the response's error codes."""
+        import asyncio
+
+        for attempt in range(10):
+            conn = await self.cluster.controller_connection()
+            resp = await conn.request(api_key, body)
+            if errors.NOT_CONTROLLER not in codes(resp) or attempt == 9:
+                return resp
+            await asyncio.sleep(min(0.05 * (attempt + 1), 0.5))
+            self.cluster.controller_id = -1  # re-read from Metadata
+        return resp
+
     async def create_topic(self, name: str, num_partitions: int = -1,
                            replication_factor: int = -1, configs: dict | None = None, *,
                            validate_only: bool = False) -> None:
@@ -132,14 +147,14 @@ class Admin:
                                                        replication_factor < 0):
             num_partitions = 1 if num_partitions < 0 else num_partitions
             replication_factor = 1 if replication_factor < 0 else replication_factor
-        resp = await conn.request(ApiKey.CREATE_TOPICS, {
+        resp = await self._controller_request(ApiKey.CREATE_TOPICS, {
             "topics": [{
                 "name": name, "num_partitions": num_partitions,
                 "replication_factor": replication_factor, "assignments": [],
                 "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()],
             }],
             "timeout_ms": self.request_timeout_ms, "validate_only": validate_only,
-        })
+        }, lambda r: [t.error_code for t in r.topics])
         for t in resp.topics:
             if t.error_code == errors.TOPIC_ALREADY_EXISTS:
                 raise errors.KafkaError(t.error_code, f"topic '{name}' already exists")
@@ -148,9 +163,9 @@ class Admin:
         await self._await_metadata(name, present=True)
 
     async def delete_topic(self, name: str) -> None:
-        conn = await self.cluster.controller_connection()
-        resp = await conn.request(ApiKey.DELETE_TOPICS, {
-            "topic_names": [name], "timeout_ms": self.request_timeout_ms})
+        resp = await self._controller_request(ApiKey.DELETE_TOPICS, {
+            "topic_names": [name], "timeout_ms": self.request_timeout_ms},
+            lambda r: [t.error_code for t in r.responses])
         for t in resp.responses:
             if t.error_code == errors.UNKNOWN_TOPIC_OR_PARTITION:
                 raise errors.UnknownTopic(name)
@@ -175,9 +190,10 @@ class Admin:
             raise errors.ProtocolMismatch(
                 "changing the partition count is not supported by this broker")
         try:
-            resp = await conn.request(ApiKey.CREATE_PARTITIONS, {
+            resp = await self._controller_request(ApiKey.CREATE_PARTITIONS, {
                 "topics": [{"name": name, "count": total, "assignments": None}],
-                "timeout_ms": self.request_timeout_ms, "validate_only": False})
+                "timeout_ms": self.request_timeout_ms, "validate_only": False},
+                lambda r: [t.error_code for t in r.results])
         except errors.BrokerUnavailable as exc:
             # A broker that advertises the API but drops the request lands here.
             raise errors.BrokerUnavailable(

@@ -435,12 +435,24 @@ class KafkaApis:
         return {"throttle_time_ms": 0, "topics": topics}
 
     # ------------------------------------------------------------------ CreateTopics
+    def _not_controller(self) -> bool:
+        """Cluster mode, as Kafka's ZooKeeper-mode brokers: topic admin requests (create,
+        delete, add partitions) are served by the active controller only; elsewhere each
+        topic gets NOT_CONTROLLER and the client refreshes Metadata (controller_id) and
+        retries there. One node is always its own controller."""
+        return self.broker.cluster is not None and not self.broker.is_controller()
+
     async def handle_create_topics(self, ctx, request):
         broker = self.broker
         v = ctx.api_version
         seen: dict[str, int] = {}
         for t in request.topics:
             seen[t.name] = seen.get(t.name, 0) + 1
+        if self._not_controller():
+            return {"throttle_time_ms": 0, "topics": [
+                {"name": t.name, "error_code": Errors.NOT_CONTROLLER,
+                 "error_message": "This is not the correct controller for this cluster."}
+                for t in request.topics]}
         results = []
         for t in request.topics:
             error, message = Errors.NONE, None
@@ -453,10 +465,11 @@ class KafkaApis:
                     raise _ApiError(Errors.INVALID_TOPIC_EXCEPTION, problem)
                 if broker.metadata.topic(name) is not None:
                     raise _ApiError(Errors.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
-                partitions, rf = self._creation_shape(t, v)
+                partitions, rf, assignment = self._creation_shape(t, v)
                 configs = self._parse_topic_configs({c.name: c.value for c in t.configs})
                 if not request.validate_only:
-                    await broker.create_topic(name, partitions, rf, configs)
+                    await broker.create_topic(name, partitions, rf, configs,
+                                              assignment=assignment)
             except _ApiError as e:
                 error, message = e.code, e.message
             except KeyError:  # cluster mode: another broker created it meanwhile
@@ -467,7 +480,8 @@ class KafkaApis:
             results.append({"name": name, "error_code": error, "error_message": message})
         return {"throttle_time_ms": 0, "topics": results}
 
-    def _creation_shape(self, t, v) -> tuple[int, int]:
+    def _creation_shape(self, t, v) -> tuple[int, int, list[list[int]] | None]:
+        """(partitions, replication factor, explicit replica lists by partition or None)."""
         cfg = self.broker.config
         live = [b[0] for b in self.broker.live_brokers()]
         if t.assignments:
@@ -487,7 +501,8 @@ class KafkaApis:
             if len(sizes) != 1:
                 raise _ApiError(Errors.INVALID_REPLICA_ASSIGNMENT,
                                 "all partitions need the same replication factor")
-            return len(indexes), sizes.pop()
+            by_index = {a.partition_index: list(a.broker_ids) for a in t.assignments}
+            return len(indexes), sizes.pop(), [by_index[p] for p in range(len(indexes))]
         partitions = t.num_partitions
         rf = t.replication_factor
         if partitions == -1 and v >= 4:
@@ -502,7 +517,7 @@ class KafkaApis:
         if rf > len(live):
             raise _ApiError(Errors.INVALID_REPLICATION_FACTOR,
                             f"Replication factor: {rf} larger than available brokers: {len(live)}.")
-        return partitions, rf
+        return partitions, rf, None
 
     def _parse_topic_configs(self, raw: dict[str, str | None]) -> dict[str, str]:
         out = {}
@@ -520,6 +535,11 @@ class KafkaApis:
 
     # ------------------------------------------------------------------ CreatePartitions
     async def handle_create_partitions(self, ctx, request):
+        if self._not_controller():
+            return {"throttle_time_ms": 0, "results": [
+                {"name": t.name, "error_code": Errors.NOT_CONTROLLER,
+                 "error_message": "This is not the correct controller for this cluster."}
+                for t in request.topics]}
         seen: dict[str, int] = {}
         for t in request.topics:
             seen[t.name] = seen.get(t.name, 0) + 1
@@ -545,6 +565,10 @@ class KafkaApis:
     # ------------------------------------------------------------------ DeleteTopics
     async def handle_delete_topics(self, ctx, request):
         broker = self.broker
+        if self._not_controller():
+            return {"throttle_time_ms": 0, "responses": [
+                {"name": name, "error_code": Errors.NOT_CONTROLLER}
+                for name in request.topic_names]}
         results = []
         for name in request.topic_names:
             error = Errors.NONE

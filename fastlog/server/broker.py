@@ -556,13 +556,17 @@ class BrokerServer:
             return LogConfig.from_broker(self.config)
 
     async def create_topic(self, name: str, partitions: int, replication_factor: int,
-                           configs: dict[str, str], internal: bool = False) -> TopicState:
-        """Create and open a topic (validated by the caller); KeyError if it exists."""
+                           configs: dict[str, str], internal: bool = False,
+                           assignment: list[list[int]] | None = None) -> TopicState:
+        """Create and open a topic (validated by the caller); KeyError if it exists.
+        `assignment`: the replica list of each partition as the client gave it (its first
+        replica is the preferred leader), else Kafka's placement."""
         cfg = self.build_log_config(configs)
         if self.cluster is not None:
-            # Kafka's assignment over the live brokers; the controller elects the leaders
-            # and every replica's LeadershipTracker opens its logs.
-            replicas = self.metadata.assign_replicas(partitions, replication_factor)
+            # The controller elects the leaders (first live replica of each list) and
+            # every replica's LeadershipTracker opens its logs.
+            replicas = ([list(r) for r in assignment] if assignment is not None
+                        else self.metadata.assign_replicas(partitions, replication_factor))
             state = await self.metadata.create_topic(name, partitions, replicas, configs,
                                                      internal)
             self._log_configs[name] = cfg

@@ -57,7 +57,7 @@ def test_explicit_assignments_checked_against_live_brokers(cluster):
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     admin.create_topics([NewTopic("cp-assign", 1, 2)], operation_timeout=10)["cp-assign"].result(15)
     cluster.wait_leaders("cp-assign", 1)
-    w = Wire(cluster.brokers[1])
+    w = Wire(cluster.brokers[cluster.controller()])  # others answer NOT_CONTROLLER
     try:
         def ask(assignments):
             r = w.call(ApiKey.CREATE_PARTITIONS, 1, {
