@@ -1,6 +1,7 @@
 """`fastlog produce` / `fastlog consume` against a real broker, through the entry point."""
 
 import json
+import os
 
 
 def _create(fastlog, bootstrap, topic, partitions=1):
@@ -56,9 +57,13 @@ def test_consume_formats_and_offsets(fastlog, bootstrap, topic_name):
 
 def test_consume_timeout_ends_an_idle_read(fastlog, bootstrap, topic_name):
     _create(fastlog, bootstrap, topic_name)
-    fastlog("produce", "--bootstrap-server", bootstrap, "--topic", topic_name, input=b"a\nb\n")
+    r = fastlog("produce", "--bootstrap-server", bootstrap, "--topic", topic_name,
+                input=b"a\nb\n")
+    assert r.returncode == 0, r.stderr
+    # The idle clock starts before the first fetch (connect to the leader, fetch): 1.5 s
+    # was too short for that on a loaded 2-core machine; the bound only ends the wait.
     r = fastlog("consume", "--bootstrap-server", bootstrap, "--topic", topic_name,
-                "--from-beginning", "--timeout-ms", 1500)
+                "--from-beginning", "--timeout-ms", 5000)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["a", "b"]
 
@@ -95,6 +100,7 @@ def test_consume_with_group_resumes_from_committed_offsets(fastlog, bootstrap, t
 
 
 def test_interrupted_consume_exits_quietly(bootstrap, topic_name, fastlog):
+    import select
     import signal
     import subprocess
     import sys
@@ -102,26 +108,39 @@ def test_interrupted_consume_exits_quietly(bootstrap, topic_name, fastlog):
     from pathlib import Path
 
     _create(fastlog, bootstrap, topic_name)
+    r = fastlog("produce", "--bootstrap-server", bootstrap, "--topic", topic_name, input=b"x\n")
+    assert r.returncode == 0, r.stderr
     proc = subprocess.Popen(
-        [str(Path(sys.executable).with_name("fastlog")), "consume", "--bootstrap-server", bootstrap, "--topic", topic_name],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [str(Path(sys.executable).with_name("fastlog")), "consume", "--bootstrap-server",
+         bootstrap, "--topic", topic_name, "--from-beginning"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
-        time.sleep(1.5)
+        # Interrupt only once the consumer is in its fetch loop (it has printed the record):
+        # a fixed sleep could land in interpreter start-up on a loaded machine, where SIGINT
+        # kills the process (-2) before Python's handler is installed.
+        deadline = time.monotonic() + 60
+        out = b""
+        while b"x\n" not in out and time.monotonic() < deadline and proc.poll() is None:
+            if select.select([proc.stdout], [], [], 0.2)[0]:
+                out += os.read(proc.stdout.fileno(), 4096)
+        assert out == b"x\n", (out, proc.poll())
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(10) == 130
+        assert proc.wait(20) == 130
         assert b"Traceback" not in proc.stderr.read()
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(5)
+        proc.stdout.close()
         proc.stderr.close()
 
 
 def test_consume_accepts_kafka_style_print_properties(fastlog, bootstrap, topic_name):
     _create(fastlog, bootstrap, topic_name)
-    fastlog("produce", "--bootstrap-server", bootstrap, "--topic", topic_name,
-            "--property", "parse.key=true", "--property", "key.separator=:", input=b"a:b\n")
+    r = fastlog("produce", "--bootstrap-server", bootstrap, "--topic", topic_name,
+                "--property", "parse.key=true", "--property", "key.separator=:", input=b"a:b\n")
+    assert r.returncode == 0, r.stderr
     r = fastlog("consume", "--bootstrap-server", bootstrap, "--topic", topic_name,
                 "--from-beginning", "--max-messages", 1, "--property", "print.key=true",
                 "--property", "print.partition=true", "--property", "key.separator=|")
