@@ -376,6 +376,7 @@ class LogCleaner:
         for offsets in self.checkpoints.values():
             offsets.pop(key, None)
         self._generations.pop(key, None)
+        self._failed.pop(key, None)
 
     def shutdown(self, timeout: float = 30.0) -> None:
         """Stop: an in-flight pass is abandoned (its .cleaned files are removed at the
