@@ -61,6 +61,9 @@ class ZooKeeperServer:
         self.workdir = os.fspath(workdir)
         self.tick_ms = tick_ms
         self.port = port or _free_port()
+        # A port picked here is only free until the JVM binds it: another process may take
+        # it in between, so the first start moves to a new port then (see start()).
+        self._may_move_port = port is None
         self.proc: subprocess.Popen | None = None
         self._log = None
         atexit.register(self.kill)
@@ -91,6 +94,26 @@ class ZooKeeperServer:
     def start(self, timeout: float = 30.0) -> ZooKeeperServer:
         if self.proc is not None and self.proc.poll() is None:
             return self
+        for attempt in range(5):
+            log_path = os.path.join(self.workdir, "zookeeper.log")
+            log_start = os.path.getsize(log_path) if os.path.exists(log_path) else 0
+            self._spawn()
+            try:
+                self.wait_ready(timeout)
+            except RuntimeError:
+                with open(log_path, "rb") as f:
+                    f.seek(log_start)
+                    bind_failed = b"Address already in use" in f.read()
+                self._end(signal.SIGKILL, 5)
+                if not (bind_failed and self._may_move_port and attempt < 4):
+                    raise
+                self.port = _free_port()  # lost the race for the port: take another
+                continue
+            self._may_move_port = False  # clients now know this port: restarts keep it
+            return self
+        raise AssertionError("unreachable")
+
+    def _spawn(self) -> None:
         cfg = self._write_config()
         classpath = ZOOKEEPER_JAR
         if os.path.exists(SLF4J_SIMPLE_JAR):
@@ -105,8 +128,6 @@ class ZooKeeperServer:
             stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
             start_new_session=True, preexec_fn=_die_with_parent,
         )
-        self.wait_ready(timeout)
-        return self
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         # `ruok` answers before the server serves requests; `srvr` says so only when it does.
