@@ -348,8 +348,15 @@ class LogCleaner:
         res: CleanResult = fut.result()
         log = task.log
         current = {k: lg for k, _, lg in self._logs_fn()}
-        swapped = (current.get(task.key) is log and log._truncations == task.generation
-                   and log.replace_segments(res.outputs, task.segments))
+        try:
+            swapped = (current.get(task.key) is log and log._truncations == task.generation
+                       and log.replace_segments(res.outputs, task.segments))
+        except OSError as exc:
+            # A rename failed part way: what was renamed `.swap` is completed at the next
+            # load (each such segment is whole); in memory the originals stay in place.
+            logger.error("swapping cleaned segments into %s-%d failed: %s", *task.key, exc)
+            self._failed[task.key] = self._now_ms() + FAILED_LOG_BACKOFF_MS
+            return
         if not swapped:
             logger.info("%s-%d changed during cleaning; discarding the cleaned segments",
                         *task.key)
