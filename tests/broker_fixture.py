@@ -69,6 +69,19 @@ class BrokerProcess:
 
     def start(self) -> BrokerProcess:
         assert self.proc is None or self.proc.poll() is not None, "broker already running"
+        # A restart binds the port of the first start again, and while the broker was down
+        # any local socket may have taken that port as its ephemeral one (a client
+        # reconnecting to it can even connect to itself): such holders are short-lived,
+        # so retry the bind for a bounded time instead of failing on the first try.
+        deadline = time.monotonic() + self.startup_timeout
+        while not self._start_once():
+            if time.monotonic() >= deadline:
+                self._fail(f"port {self.port} stayed in use")
+            time.sleep(0.5)
+        return self
+
+    def _start_once(self) -> bool:
+        """One start; False only when a restart found its port taken (retried by start)."""
         self.starts += 1
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}-broker-{self.starts}.log"
@@ -93,7 +106,17 @@ class BrokerProcess:
             if m:
                 self.port = int(m.group(2))
                 self._wait_connectable(deadline)
-                return self
+                return True
+        if self.port != 0:
+            try:
+                self.proc.wait(max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            else:
+                tail = self.log_tail()
+                if f"cannot listen on {self.host}:{self.port}" in tail and "in use" in tail:
+                    self.proc.stdout.close()
+                    return False
         self._fail(f"broker did not start (stdout: {buf.decode(errors='replace')!r})")
         raise AssertionError("unreachable")
 
