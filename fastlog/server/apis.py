@@ -15,10 +15,12 @@
 #
 #   ctx.broker      BrokerServer (.config, .log_manager, .replica_manager, .metadata,
 #                   .group_coordinator, .node_id, .advertised_host, .advertised_port,
-#                   .live_brokers(), .broker_endpoint(id), .cluster — None on one node)
+#                   .live_brokers(listener), .broker_endpoint(id, listener),
+#                   .cluster — None on one node)
 #   ctx.header      RequestHeader(api_key, api_version, correlation_id, client_id)
 #   ctx.api_version shortcut for ctx.header.api_version
-#   ctx.connection  the fastlog._net Connection the request came on
+#   ctx.connection  the fastlog._net Connection the request came on; its
+#                   state["listener"] names the listener (request_listener(ctx))
 #   request         the decoded request (fastlog.protocol structs, snake_case fields)
 #   returns         a response body fastlog.protocol.encode_response accepts (dict or
 #                   struct; missing fields take the spec default), or None for no
@@ -93,6 +95,12 @@ def _check_leader_epoch(current: int, ours: int) -> Errors:
     if current < 0 or current == ours:
         return Errors.NONE
     return Errors.FENCED_LEADER_EPOCH if current < ours else Errors.UNKNOWN_LEADER_EPOCH
+
+
+def request_listener(ctx) -> str | None:
+    """The name of the listener a request arrived on (None when not known)."""
+    state = getattr(ctx.connection, "state", None)
+    return state.get("listener") if state else None
 
 
 class KafkaApis:
@@ -190,8 +198,10 @@ class KafkaApis:
             names = list(dict.fromkeys(t.name for t in request.topics))  # Kafka dedups
         auto_create = broker.config["auto.create.topics.enable"] and (
             v < 4 or request.allow_auto_topic_creation)
-        live = broker.live_brokers()
-        live_ids = {b[0] for b in live}
+        live_ids = {b[0] for b in broker.live_brokers()}
+        # Each broker as reachable on the listener this request came in on (Kafka matches
+        # the listener name; a broker without that listener is left out).
+        live = broker.live_brokers(request_listener(ctx))
         topics = []
         for name in names:
             state = md.topic(name)

@@ -122,9 +122,9 @@ class BrokerServer:
         await self.group_coordinator.startup()
         self.apis = KafkaApis(self)
         loop = asyncio.get_running_loop()
-        for _, host, port in self.config.listeners:
+        for name, host, port in self.config.listeners:
             server = SocketServer(
-                self.apis.handle, host=host, port=port,
+                _tagged_handler(self.apis.handle, name), host=host, port=port,
                 num_network_threads=self.config["num.network.threads"],
                 max_request_size=self.config["socket.request.max.bytes"],
                 max_connections=self.config["max.connections"],
@@ -137,7 +137,7 @@ class BrokerServer:
                 raise BrokerStartupError(
                     f"cannot listen on {host}:{port}: {e.strerror or e}") from None
             self.socket_servers.append(server)
-            self.bound.append(("PLAINTEXT", host, server.port))
+            self.bound.append((name, host, server.port))
         self._set_advertised()
         if self.cluster is not None:
             await self._register_in_cluster()
@@ -210,9 +210,10 @@ class BrokerServer:
         (listeners when unset), port 0 replaced by the bound port, a wildcard host by
         loopback."""
         out = []
-        for i, (name, host, port) in enumerate(self.config.advertised_listeners):
-            if port == 0 and self.bound:
-                port = self.bound[min(i, len(self.bound) - 1)][2]
+        bound_ports = {name: port for name, _, port in self.bound}
+        for name, host, port in self.config.advertised_listeners:
+            if port == 0:
+                port = bound_ports.get(name, port)
             if host in ("", "0.0.0.0", "::"):
                 host = "127.0.0.1" if host != "::" else "::1"
             out.append((name, host, port))
@@ -273,23 +274,35 @@ class BrokerServer:
             log.info("deleting stray log %s-%d", topic, partition)
             self.log_manager.delete_log(topic, partition)
 
-    def live_brokers(self) -> list[tuple[int, str, int, str | None]]:
-        """(id, host, port, rack) of every live broker, this one included."""
-        own = (self.node_id, self.advertised_host, self.advertised_port, self.config["broker.rack"])
+    def live_brokers(self, listener: str | None = None) -> list[tuple[int, str, int, str | None]]:
+        """(id, host, port, rack) of every live broker, this one included. With `listener`
+        (the listener a request arrived on) each broker's endpoint of that name, and brokers
+        without one are left out, as Kafka does; else each broker's first PLAINTEXT one."""
+        own_ep = self.own_endpoint(listener)
+        own = None if own_ep is None else (self.node_id, *own_ep, self.config["broker.rack"])
         if self.cluster is None:
-            return [own]
+            return [own] if own is not None else []
         out = {}
         for bid, info in self.metadata.brokers().items():
-            ep = info.endpoint()
+            ep = info.endpoint(listener)
             if ep is not None:
                 out[bid] = (bid, ep.host, ep.port, info.rack)
-        if self.node_id not in out and self._started:
+        if self.node_id not in out and self._started and own is not None:
             out[self.node_id] = own
         return [out[b] for b in sorted(out)]
 
-    def broker_endpoint(self, node_id: int) -> tuple[str, int]:
-        """(host, port) of a live broker; KeyError if it is not live."""
-        for bid, host, port, _ in self.live_brokers():
+    def own_endpoint(self, listener: str | None) -> tuple[str, int] | None:
+        if listener is None:
+            return self.advertised_host, self.advertised_port
+        for name, host, port in self.advertised_endpoints():
+            if name == listener:
+                return host, port
+        return None
+
+    def broker_endpoint(self, node_id: int, listener: str | None = None) -> tuple[str, int]:
+        """(host, port) of a live broker (for `listener`, as live_brokers); KeyError if it
+        is not live or has no such listener."""
+        for bid, host, port, _ in self.live_brokers(listener):
             if bid == node_id:
                 return host, port
         raise KeyError(node_id)
@@ -732,6 +745,17 @@ class _ReplicaRoles:
         log.warning("ZooKeeper session %s", "expired: refusing writes until a new one"
                     if expired else "renewed")
         self.broker.replica_manager.session_changed(expired)
+
+
+def _tagged_handler(handle, listener: str):
+    """The socket server handler of one listener: records on each connection the listener
+    it arrived on (conn.state["listener"]), for answers that name broker endpoints."""
+    def handler(conn, frame):
+        state = conn.state
+        if "listener" not in state:
+            state["listener"] = listener
+        return handle(conn, frame)
+    return handler
 
 
 def _check_new_assignment(replicas: list[list[int]], added: int, replication_factor: int,

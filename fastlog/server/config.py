@@ -116,13 +116,44 @@ _LISTENER_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)://(\[[^\]]*\]|[^:/]*):(\d{
 
 
 def _check_listeners(v: list[str]) -> str | None:
+    # Listener names are free (Kafka's NAME://host:port); that each one's security
+    # protocol is PLAINTEXT is checked against listener.security.protocol.map later.
+    names = []
     for item in v:
         m = _LISTENER_RE.match(item)
         if not m or int(m.group(3)) > 65535:
             return "must be a list like PLAINTEXT://host:port"
-        if m.group(1).upper() != "PLAINTEXT":
-            return "supports only PLAINTEXT listeners"
+        names.append(m.group(1).upper())
+    if len(set(names)) != len(names):
+        return "must name each listener once"
     return None
+
+
+# Kafka's default listener.security.protocol.map: each protocol is a listener name too.
+_DEFAULT_PROTOCOL_MAP = {p: p for p in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")}
+
+
+def _check_protocol_map(v: str) -> str | None:
+    try:
+        _parse_protocol_map(v)
+    except ValueError:
+        return "must be a list like INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT"
+    return None
+
+
+def _parse_protocol_map(v: str | None) -> dict[str, str]:
+    """listener.security.protocol.map ("NAME:PROTOCOL,...") as {NAME: PROTOCOL}."""
+    if v is None:
+        return dict(_DEFAULT_PROTOCOL_MAP)
+    out = {}
+    for item in v.split(","):
+        if not item.strip():
+            continue
+        name, sep, proto = item.partition(":")
+        if not sep or not name.strip() or not proto.strip():
+            raise ValueError(item)
+        out[name.strip().upper()] = proto.strip().upper()
+    return out
 
 
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
@@ -136,8 +167,11 @@ _KEYS: list[ConfigKey] = [
     ConfigKey("broker.rack", "string", None, "Rack of this broker."),
     ConfigKey("listeners", "list", ["PLAINTEXT://127.0.0.1:9092"], "Listeners this broker binds.", _check_listeners),
     ConfigKey("advertised.listeners", "list", None, "Listeners published to clients; listeners when unset.", _check_listeners),
-    ConfigKey("listener.security.protocol.map", "string", None, inert=True),
-    ConfigKey("inter.broker.listener.name", "string", None, inert=True),
+    ConfigKey("listener.security.protocol.map", "string", None,
+              "Security protocol of each listener name (only PLAINTEXT is served).",
+              _check_protocol_map),
+    ConfigKey("inter.broker.listener.name", "string", None,
+              "Listener followers use to reach leaders; PLAINTEXT when unset."),
     # Default 1 (Kafka: 3): one processor runs inline on the API loop, which costs the least
     # CPU per request with the GIL (perf/README.md: ~11 vs ~40 us per small produce).
     ConfigKey("num.network.threads", "int", 1, "Processor loops that read and write sockets.", _at_least(1)),
@@ -357,10 +391,48 @@ class KafkaConfig:
             raise ConfigError("broker.id and node.id must be equal when both are set")
         if not v["listeners"]:
             raise ConfigError("listeners must name at least one listener")
+        self._validate_listener_names()
         if v["group.min.session.timeout.ms"] > v["group.max.session.timeout.ms"]:
             raise ConfigError("group.min.session.timeout.ms must not exceed group.max.session.timeout.ms")
         if not self.log_dirs:
             raise ConfigError("log.dirs must name at least one directory")
+
+    def _validate_listener_names(self) -> None:
+        # Kafka's rules: every listener name has a protocol in the map (only PLAINTEXT is
+        # served here), advertised names are bound ones, and the inter-broker listener is
+        # one of them.
+        pmap = self.security_protocol_map
+        names = [name for name, _, _ in self.listeners]
+        for name, _, _ in self.listeners + self.advertised_listeners:
+            proto = pmap.get(name)
+            if proto is None:
+                raise ConfigError(f"listener {name} has no security protocol in "
+                                  "listener.security.protocol.map")
+            if proto != "PLAINTEXT":
+                raise ConfigError(f"listeners: listener {name} uses {proto}; "
+                                  "fastlog supports only PLAINTEXT listeners")
+        for name, _, _ in self.advertised_listeners:
+            if name not in names:
+                raise ConfigError(f"advertised.listeners names {name}, which listeners "
+                                  "does not bind")
+        inter = self.values["inter.broker.listener.name"]
+        if inter is not None and inter.strip().upper() not in names:
+            raise ConfigError(f"inter.broker.listener.name {inter!r} must be one of the "
+                              f"listeners ({', '.join(names)})")
+
+    @property
+    def security_protocol_map(self) -> dict[str, str]:
+        return _parse_protocol_map(self.values["listener.security.protocol.map"])
+
+    @property
+    def inter_broker_listener_name(self) -> str:
+        """The listener followers fetch through: inter.broker.listener.name, else
+        PLAINTEXT when a listener has that name, else the first listener."""
+        inter = self.values["inter.broker.listener.name"]
+        if inter is not None and inter.strip():
+            return inter.strip().upper()
+        names = [name for name, _, _ in self.listeners]
+        return "PLAINTEXT" if "PLAINTEXT" in names else names[0]
 
     @property
     def node_id(self) -> int:

@@ -329,7 +329,11 @@ class ReplicaManager:
         info = brokers_fn().get(broker_id) if brokers_fn is not None else None
         if info is None:
             return None
-        ep = info.endpoint() if hasattr(info, "endpoint") else None
+        if not hasattr(info, "endpoint"):
+            return None
+        # Followers fetch through inter.broker.listener.name (else the default endpoint).
+        inter = getattr(self.broker.config, "inter_broker_listener_name", None)
+        ep = (info.endpoint(inter) if inter else None) or info.endpoint()
         if ep is None:
             return None
         return ep.host, ep.port

@@ -4,13 +4,18 @@ the controller only (NOT_CONTROLLER elsewhere, which real admin clients retry th
 bootstrap broker), and Metadata gives each broker's endpoint for the listener the request
 arrived on."""
 
+import socket
+import types
+
 import pytest
 
 from fastlog.protocol import ApiKey, Errors
+from tests.cluster.harness import ClusterHarness
 from tests.server.wire import Wire
+from tests.zk_fixture import make_chroot, wait_until
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
-from confluent_kafka import KafkaException  # noqa: E402
+from confluent_kafka import KafkaException, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # noqa: E402
 
 
@@ -134,3 +139,76 @@ def test_fastlog_admin_succeeds_through_any_broker(cluster):
             admin.delete_topic(topic)
         finally:
             admin.close()
+
+
+def _free_ports(n):
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_endpoints_follow_the_listener_of_the_request(zk_server, tmp_path):
+    """Two listeners per broker: PLAINTEXT advertises a port nobody listens on, INTERNAL is
+    the inter-broker listener. Metadata and FindCoordinator answer with the endpoints of
+    the listener the request came in on, and followers replicate through INTERNAL."""
+    c = ClusterHarness(tmp_path, make_chroot(zk_server.hosts), ids=(1, 2))
+    internal, dead = {}, {}
+    for i, b in c.brokers.items():
+        plain, internal[i], dead[i] = _free_ports(3)
+        b.port = plain
+        b.overrides.update({
+            "listeners": f"PLAINTEXT://127.0.0.1:{plain},INTERNAL://127.0.0.1:{internal[i]}",
+            "advertised.listeners":
+                f"PLAINTEXT://127.0.0.1:{dead[i]},INTERNAL://127.0.0.1:{internal[i]}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",
+            "inter.broker.listener.name": "INTERNAL",
+        })
+    try:
+        c.start()
+        reg = c.json("/brokers/ids/1")
+        assert reg["endpoints"] == [f"PLAINTEXT://127.0.0.1:{dead[1]}",
+                                    f"INTERNAL://127.0.0.1:{internal[1]}"]
+        assert reg["listener_security_protocol_map"] == {"PLAINTEXT": "PLAINTEXT",
+                                                         "INTERNAL": "PLAINTEXT"}
+
+        def metadata_ports(host_port):
+            w = Wire(types.SimpleNamespace(host="127.0.0.1", port=host_port))
+            try:
+                md = w.call(ApiKey.METADATA, 1, {"topics": []})
+                fc = w.call(ApiKey.FIND_COORDINATOR, 1, {"key": "fu-group", "key_type": 0})
+            finally:
+                w.close()
+            return {b.node_id: b.port for b in md.brokers}, fc
+
+        for arrived_on in (c.brokers[1].port, c.brokers[2].port):
+            ports, _ = metadata_ports(arrived_on)
+            assert ports == dead
+        ports, fc = wait_until(
+            lambda: (r := metadata_ports(internal[2])) and r[1].error_code == Errors.NONE and r,
+            20, what="a group coordinator")
+        assert ports == internal
+        assert fc.port == internal[fc.node_id]
+
+        # replication works although the PLAINTEXT endpoints are dead: followers fetch
+        # through INTERNAL
+        bootstrap = f"127.0.0.1:{internal[1]}"
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("fu-listeners", 1, 2,
+                                      config={"min.insync.replicas": "2"})],
+                            operation_timeout=10)["fu-listeners"].result(15)
+        c.wait_leaders("fu-listeners", 1)
+        p = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                      "message.timeout.ms": 20000})
+        for n in range(5):
+            p.produce("fu-listeners", b"v%d" % n, partition=0)
+        assert p.flush(25) == 0
+        st = wait_until(lambda: (s := c.state("fu-listeners", 0)) and len(s["isr"]) == 2 and s,
+                        15, what="both replicas in the ISR")
+        assert sorted(st["isr"]) == [1, 2]
+    finally:
+        c.close()

@@ -53,12 +53,29 @@ def test_properties_file_syntax():
     ({"listeners": "127.0.0.1:9092"}, "listeners must be a list like PLAINTEXT://host:port"),
     ({"log.message.timestamp.type": "Now"}, "must be one of CreateTime, LogAppendTime"),
     ({"broker.id": "1", "node.id": "2"}, "broker.id and node.id must be equal"),
+    ({"listeners": "SSL://127.0.0.1:9093"}, "supports only PLAINTEXT listeners"),
+    ({"listeners": "INTERNAL://127.0.0.1:9093"}, "listener INTERNAL has no security protocol"),
+    ({"listeners": "PLAINTEXT://:1,PLAINTEXT://:2"}, "must name each listener once"),
+    ({"listener.security.protocol.map": "junk"}, "must be a list like INTERNAL:PLAINTEXT"),
+    ({"inter.broker.listener.name": "INTERNAL"}, "must be one of the listeners (PLAINTEXT)"),
+    ({"advertised.listeners": "EXTERNAL://h:1",
+      "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,EXTERNAL:PLAINTEXT"},
+     "advertised.listeners names EXTERNAL, which listeners does not bind"),
 ])
 def test_bad_values_raise_one_sentence(props, needle):
     with pytest.raises(ConfigError) as e:
         KafkaConfig(props)
     assert needle in str(e.value)
     assert "\n" not in str(e.value)
+
+
+def test_named_listeners_mapped_to_plaintext():
+    c = KafkaConfig({"listeners": "PLAINTEXT://127.0.0.1:9092,INTERNAL://127.0.0.1:9093",
+                     "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",
+                     "inter.broker.listener.name": "INTERNAL"})
+    assert c.listeners == [("PLAINTEXT", "127.0.0.1", 9092), ("INTERNAL", "127.0.0.1", 9093)]
+    assert c.inter_broker_listener_name == "INTERNAL"
+    assert KafkaConfig().inter_broker_listener_name == "PLAINTEXT"
 
 
 def test_overrides_win_over_file(tmp_path):

@@ -69,12 +69,17 @@ async def handle_find_coordinator(ctx, request):
         if created is None:
             return fail(Errors.COORDINATOR_NOT_AVAILABLE,
                         f"{GROUP_METADATA_TOPIC} needs offsets.topic.replication.factor live brokers")
+    # Endpoints on the listener the request came in on, as Metadata gives them.
+    state = getattr(ctx.connection, "state", None)
+    listener = state.get("listener") if state else None
     if c.is_coordinator_for(request.key):
+        own = getattr(broker, "own_endpoint", lambda _: None)(listener)
+        host, port = own if own is not None else (broker.advertised_host,
+                                                  broker.advertised_port)
         return {"throttle_time_ms": 0, "error_code": Errors.NONE, "error_message": None,
-                "node_id": broker.node_id, "host": broker.advertised_host,
-                "port": broker.advertised_port}
+                "node_id": broker.node_id, "host": host, "port": port}
     # Another broker leads the group's partition (cluster mode): point the client there.
-    endpoint = _leader_endpoint(broker, c.partition_for(request.key))
+    endpoint = _leader_endpoint(broker, c.partition_for(request.key), listener)
     if endpoint is None:
         return fail(Errors.COORDINATOR_NOT_AVAILABLE, "no leader for the group's partition")
     node, host, port = endpoint
@@ -82,15 +87,22 @@ async def handle_find_coordinator(ctx, request):
             "node_id": node, "host": host, "port": port}
 
 
-def _leader_endpoint(broker, partition: int) -> tuple[int, str, int] | None:
+def _leader_endpoint(broker, partition: int, listener: str | None = None
+                     ) -> tuple[int, str, int] | None:
     md = getattr(broker, "metadata", None)
     try:
         state = md.topic(GROUP_METADATA_TOPIC)
         leader = state.partitions[partition].leader
-        find = getattr(broker, "broker_endpoint", None) or getattr(md, "broker_endpoint", None)
-        if find is None or leader < 0:
+        if leader < 0:
             return None
-        host, port = find(leader)
+        find = getattr(broker, "broker_endpoint", None)
+        if find is not None:
+            host, port = find(leader, listener)
+        else:
+            find = getattr(md, "broker_endpoint", None)
+            if find is None:
+                return None
+            host, port = find(leader)
         return leader, host, port
     except Exception:  # noqa: BLE001 - unknown topology means "not available"
         return None
