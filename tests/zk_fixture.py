@@ -62,7 +62,8 @@ class ZooKeeperServer:
         self.tick_ms = tick_ms
         self.port = port or _free_port()
         # A port picked here is only free until the JVM binds it: another process may take
-        # it in between, so the first start moves to a new port then (see start()).
+        # it in between, so the first start moves to a new port then; restarts retry the
+        # same port for a while (see start()).
         self._may_move_port = port is None
         self.proc: subprocess.Popen | None = None
         self._log = None
@@ -94,7 +95,8 @@ class ZooKeeperServer:
     def start(self, timeout: float = 30.0) -> ZooKeeperServer:
         if self.proc is not None and self.proc.poll() is None:
             return self
-        for attempt in range(5):
+        deadline = time.monotonic() + timeout
+        while True:
             log_path = os.path.join(self.workdir, "zookeeper.log")
             log_start = os.path.getsize(log_path) if os.path.exists(log_path) else 0
             self._spawn()
@@ -105,13 +107,17 @@ class ZooKeeperServer:
                     f.seek(log_start)
                     bind_failed = b"Address already in use" in f.read()
                 self._end(signal.SIGKILL, 5)
-                if not (bind_failed and self._may_move_port and attempt < 4):
+                if not bind_failed or time.monotonic() >= deadline:
                     raise
-                self.port = _free_port()  # lost the race for the port: take another
+                if self._may_move_port:
+                    self.port = _free_port()  # lost the race for the port: take another
+                else:
+                    # A restart must keep its port; while ZooKeeper was down a reconnecting
+                    # client may hold it briefly (even connected to itself): retry.
+                    time.sleep(0.5)
                 continue
             self._may_move_port = False  # clients now know this port: restarts keep it
             return self
-        raise AssertionError("unreachable")
 
     def _spawn(self) -> None:
         cfg = self._write_config()
