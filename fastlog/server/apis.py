@@ -289,7 +289,7 @@ class KafkaApis:
             if refused:
                 entries = [e for e in entries if (e[0], e[1]) not in refused]
         results = await self.broker.replica_manager.append_records(
-            entries, acks=acks, api_version=v, timeout_ms=request.timeout_ms)
+            entries, acks=acks, api_version=v, timeout_ms=request.timeout_ms, in_place=True)
         if refused:
             results.update(refused)
         if acks == 0:

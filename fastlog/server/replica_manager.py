@@ -632,9 +632,12 @@ class ReplicaManager:
     # ------------------------------------------------------------------ produce
     # ------------------------------------------------------------------ produce
     async def append_records(self, entries, *, acks: int, api_version: int,
-                             timeout_ms: int = 0) -> dict[tuple[str, int], PartitionResult]:
+                             timeout_ms: int = 0, in_place: bool = False
+                             ) -> dict[tuple[str, int], PartitionResult]:
         """Append client record sets. `entries` is an iterable of (topic, partition, records)
-        where records is a (zero-copy) memoryview of the request frame or None. With
+        where records is a (zero-copy) memoryview of the request frame or None. in_place:
+        the caller owns writable `records` until this returns and lets the leader stamp
+        offsets into them (no copy); otherwise each record set is copied first. With
         acks=all on replicated partitions the answer waits (produce purgatory) until the
         high watermark passes the batch, i.e. every ISR member has it, or timeout_ms."""
         results: dict[tuple[str, int], PartitionResult] = {}
@@ -647,7 +650,7 @@ class ReplicaManager:
             if p is None:
                 results[key] = PartitionResult(Errors.UNKNOWN_TOPIC_OR_PARTITION)
                 continue
-            results[key] = self._append_one(p, records, acks, api_version)
+            results[key] = self._append_one(p, records, acks, api_version, in_place)
         # flush.messages: the append asked for an fsync; acknowledge only once it is done
         # (it runs on LogManager's I/O worker, so the loop keeps serving meanwhile).
         flushes = [r.flush_future for r in results.values() if r.flush_future is not None]
@@ -700,7 +703,8 @@ class ReplicaManager:
                 return
             await self.produce_purgatory.wait(list(pending), remaining)
 
-    def _append_one(self, p: Partition, records, acks: int, api_version: int) -> PartitionResult:
+    def _append_one(self, p: Partition, records, acks: int, api_version: int,
+                    in_place: bool = False) -> PartitionResult:
         if not p.can_accept_writes:
             return PartitionResult(Errors.NOT_LEADER_OR_FOLLOWER,
                                    error_message=f"broker {self.node_id} does not lead "
@@ -757,8 +761,10 @@ class ReplicaManager:
             # A retried batch already in the log: answer with its original offset.
             return PartitionResult(Errors.NONE, dup.first_offset, -1, p.log.log_start_offset,
                                    required_offset=dup.last_offset + 1)
-        # The frame buffer is reused after this request: copy the batch exactly once.
-        buf = bytearray(records)
+        # The request frame is reused only after the handler returns, and Log.append writes
+        # the batch out before that: stamp it there (a 150 KB copy per request saved).
+        # Other callers' buffers are copied exactly once.
+        buf = records if in_place and not memoryview(records).readonly else bytearray(records)
         now = _now_ms()
         if topic_cfg.log_append_time:
             # One clock read for the stamped bytes and the reported log_append_time.
