@@ -170,6 +170,9 @@ class Producer:
         self._wake: asyncio.Event | None = None
         self._sender: asyncio.Task | None = None
         self._inflight_tasks: set[asyncio.Task] = set()
+        # Batches the sender took off `ready` but has not yet handed to a request task (it
+        # may be awaiting a leader lookup or a connection): flush() must wait for them too.
+        self._dispatching: list[_Batch] = []
         self._buffered = 0
         self._space: asyncio.Event | None = None
         self._flushing = 0
@@ -403,6 +406,7 @@ class Producer:
                     break
                 batch = state.ready.pop(0)
                 state.in_flight += 1
+                self._dispatching.append(batch)
                 by_node[leader].append((taken, batch))
                 taken += 1
         for node, rounds in by_node.items():
@@ -420,6 +424,8 @@ class Producer:
                     self._produce(node, request_batches, conn))
                 self._inflight_tasks.add(task)
                 task.add_done_callback(self._inflight_tasks.discard)
+                for b in request_batches:
+                    self._dispatching.remove(b)
 
     def _split_requests(self, batches: list[_Batch]):
         """Requests of at most max_request_size bytes, each with one batch per partition
@@ -528,6 +534,9 @@ class Producer:
             for b in state.ready:
                 self._fail_batch(b, exc)
             state.ready.clear()
+        for b in self._dispatching:
+            self._fail_batch(b, exc)
+        self._dispatching.clear()
 
     # -- flushing and closing ---------------------------------------------------------
 
@@ -537,6 +546,7 @@ class Producer:
             if state.open is not None:
                 futs.append(state.open.future)
             futs.extend(b.future for b in state.ready)
+        futs.extend(b.future for b in self._dispatching)
         for task in self._inflight_tasks:
             futs.append(task)
         return futs
