@@ -64,7 +64,20 @@ class Cluster:
         for b in self.brokers.values():
             b.start()
         self.wait(lambda: len(self.live_ids()) == len(self.brokers), 30, "all brokers registered")
+        # Registration is in ZooKeeper at once, but each broker learns of the others through
+        # its watches a moment later; a topic created before the controller's cache has all
+        # three would be refused (INVALID_REPLICATION_FACTOR).
+        self.wait(self._every_broker_sees_all, 30, "every broker's metadata listing all brokers")
         return self
+
+    def _every_broker_sees_all(self) -> bool:
+        from confluent_kafka.admin import AdminClient
+
+        for b in self.brokers.values():
+            md = AdminClient({"bootstrap.servers": b.bootstrap}).list_topics(timeout=5)
+            if len(md.brokers) != len(self.brokers):
+                return False
+        return True
 
     def stop(self, clean: bool = False) -> None:
         """Kill every broker (tests are done with them; a clean stop waits for controlled
