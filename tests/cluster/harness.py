@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import json
 
+from fastlog.protocol import ApiKey
 from tests.broker_fixture import BrokerProcess
+from tests.server.wire import Wire
 from tests.zk_fixture import wait_until
 
 BROKER_IDS = (1, 2, 3)
@@ -51,7 +53,22 @@ class ClusterHarness:
         wait_until(lambda: self.registered() == sorted(self.brokers), 15,
                    what="every broker registered")
         wait_until(lambda: self.controller() is not None, 15, what="a controller")
+        # Each broker learns of the others through its ZooKeeper watches a moment after they
+        # register; topic creation in between would see too few live brokers.
+        wait_until(self.every_broker_sees_all, 15, what="every broker's metadata listing all")
         return self
+
+    def every_broker_sees_all(self) -> bool:
+        want = sorted(self.brokers)
+        for b in self.brokers.values():
+            w = Wire(b)
+            try:
+                md = w.call(ApiKey.METADATA, 1, {"topics": []})
+            finally:
+                w.close()
+            if sorted(x.node_id for x in md.brokers) != want:
+                return False
+        return True
 
     def start_broker(self, node_id: int) -> BrokerProcess:
         return self.brokers[node_id].start()
