@@ -193,21 +193,20 @@ def test_parked_fetch_is_woken_by_append_and_does_not_block_others(broker):
     fetcher = Wire(broker)
     other = Wire(broker)
     try:
-        t0 = time.monotonic()
-        fetcher.send(ApiKey.FETCH, 11, fetch_body("wire-longpoll", 0, 8000))
+        # max_wait_ms far beyond the connection's read timeout: an answer at all means
+        # the append woke the parked fetch.
+        fetcher.send(ApiKey.FETCH, 11, fetch_body("wire-longpoll", 0, 600_000))
         time.sleep(0.3)
         # another connection is served while the fetch is parked
         assert other.call(ApiKey.API_VERSIONS, 2, {}).error_code == 0
         assert produce(other, "wire-longpoll", batch([b"wake"])).error_code == 0
         frame = fetcher.recv_frame()
-        elapsed = time.monotonic() - t0
         _, resp = protocol.decode_response(ApiKey.FETCH, 11, frame)
         p = resp.responses[0].partitions[0]
         assert p.error_code == 0 and p.high_watermark == 1
         assert p.last_stable_offset == 1 and p.aborted_transactions == []
         assert p.preferred_read_replica == -1 and resp.session_id == 0
         assert len(bytes(p.records)) > 0
-        assert elapsed < 7.5, "the fetch waited for max_wait_ms instead of being woken"
     finally:
         fetcher.close()
         other.close()
