@@ -116,17 +116,3 @@ def test_unknown_codec():
     with pytest.raises(c.UnsupportedCodecError):
         compression.decompress(5, b"x", 10)
 
-
-def test_lz4_independent_block_frames_take_the_block_path_and_match_the_frame_decoder():
-    data = (b"abcdefgh" * 40000) + bytes(range(256)) * 400
-    fast = lz4.frame.compress(data, block_linked=False)  # what librdkafka writes
-    frames = fast + lz4.frame.compress(b"tail", block_linked=False)
-    assert compression._lz4_independent_blocks(memoryview(frames), 1 << 22) == data + b"tail"
-    assert compression.decompress(c.COMPRESSION_LZ4, frames, 1 << 22) == data + b"tail"
-    with pytest.raises(c.DecompressionLimitError):
-        compression.decompress(c.COMPRESSION_LZ4, fast, len(data) - 1)
-    # linked blocks and checksummed frames go to the general frame decoder
-    for kw in ({"block_linked": True}, {"block_linked": False, "content_checksum": True}):
-        frame = lz4.frame.compress(data, **kw)
-        assert compression._lz4_independent_blocks(memoryview(frame), 1 << 22) is None
-        assert compression.decompress(c.COMPRESSION_LZ4, frame, 1 << 22) == data
