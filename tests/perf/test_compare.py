@@ -1,0 +1,51 @@
+"""perf/compare.py's own measuring parts against a real broker: the lean Fetch loop reads
+every batch of a topic exactly once, whatever the fetch size, and a bad option is one
+sentence with exit 2. (The whole matrix is a benchmark, run by hand: perf/README.md.)"""
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fastlog import _codec
+from tests.server.wire import Wire, create_topic, produce
+
+COMPARE = Path(__file__).resolve().parents[2] / "perf" / "compare.py"
+
+
+def _load_compare():
+    spec = importlib.util.spec_from_file_location("perf_compare", COMPARE)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("fetch_bytes", [1 << 16, 300_000, 8 << 20])
+def test_lean_fetch_reads_every_batch_once(broker, fetch_bytes):
+    compare = _load_compare()
+    topic = f"lean-{fetch_bytes}"
+    create_topic(broker, topic)
+    w = Wire(broker)
+    sizes = []
+    try:
+        for i in range(12):  # 12 batches of 3 x 20 KB records
+            batch = _codec.build_batch([(0, None, bytes([i]) * 20_000)] * 3)
+            assert produce(w, topic, batch).error_code == 0
+            sizes.append(len(batch))
+    finally:
+        w.close()
+    got = compare.lean_fetch(broker.bootstrap, topic, sum(sizes), fetch_bytes, timeout=30)
+    assert got["bytes"] == sum(sizes)
+    # whole batches only: at least one fetch per batch that fits a fetch of this size
+    assert got["fetches"] >= -(-sum(sizes) // max(fetch_bytes, max(sizes)))
+    assert got["mb_per_s"] > 0
+
+
+def test_bad_fetch_size_is_one_sentence_and_exit_2():
+    r = subprocess.run([sys.executable, str(COMPARE), "--fetch-mib", "0,abc"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "--fetch-mib" in r.stderr
+    assert "Traceback" not in r.stderr
