@@ -196,7 +196,7 @@ cdef class _Scratch:
 
 
 cdef object _local = threading.local()
-# A thread keeps at most this much scratch between calls (a bigger batch's is freed).
+# A thread keeps at most this much scratch: a bigger one is freed at its next call.
 cdef Py_ssize_t SCRATCH_KEEP = 4 << 20
 
 

@@ -1,0 +1,94 @@
+"""Broker CPU per record of two (or more) fastlog source trees, side by side.
+
+For a change to the produce path, the figure that survives this shared machine's noise
+is the broker's own CPU per record with the load alternating between trees: each rep
+starts a fresh broker from each tree in turn (its data in a temporary directory), drives
+it with `fastlog perf produce --client confluent` (librdkafka, 1 partition, 100 B records,
+linger.ms=5), reads utime+stime from /proc, and stops it. Every tree must be built in
+place (`python setup.py build_ext --inplace` inside it); the load generator is this
+checkout's. Prints one JSON line per run, then the medians.
+
+    git worktree add /tmp/base HEAD~1 && (cd /tmp/base && ../path/.venv/bin/python \\
+        setup.py build_ext --inplace -q)
+    .venv/bin/python perf/ab_trees.py base=/tmp/base new=. --reps 4 --compression none,lz4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import compare  # noqa: E402  (perf/compare.py: broker process and load helpers)
+
+
+def start_tree(path: Path, workdir: Path) -> compare.Broker:
+    port = compare.free_port()
+    cmd = [sys.executable, "-m", "fastlog.cli.server",
+           "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
+           "--override", f"log.dirs={workdir / 'data'}", "--override", "num.partitions=1",
+           "--log-level", "WARNING"]
+    proc = subprocess.Popen(cmd, cwd=path, env=dict(os.environ, PYTHONPATH=str(path)),
+                            stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    compare._wait_connectable("127.0.0.1", port, proc)
+    return compare.Broker(path.name, f"127.0.0.1:{port}", proc.pid, proc)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("trees", nargs="+", metavar="NAME=PATH")
+    ap.add_argument("--reps", type=int, default=4)
+    ap.add_argument("--compression", default="none", help="comma-separated codecs")
+    ap.add_argument("--acks", default="1", choices=["0", "1", "all"])
+    ap.add_argument("--num-records", type=int, default=1_000_000)
+    opts = ap.parse_args(argv)
+    trees = {}
+    for spec in opts.trees:
+        name, _, path = spec.partition("=")
+        if not name or not path or not (Path(path) / "fastlog").is_dir():
+            print(f"ab_trees.py: {spec!r} is not NAME=PATH of a fastlog checkout",
+                  file=sys.stderr)
+            return 2
+        trees[name] = Path(path).resolve()
+    if not 1 <= opts.reps <= 50 or not 1_000 <= opts.num_records <= 10_000_000:
+        print("ab_trees.py: --reps wants 1-50 and --num-records 1,000-10,000,000",
+              file=sys.stderr)
+        return 2
+    per: dict[tuple[str, str], list[float]] = {}
+    for rep in range(opts.reps):
+        for codec in opts.compression.split(","):
+            for name, path in trees.items():
+                with tempfile.TemporaryDirectory(prefix="fastlog-ab-") as d:
+                    broker = start_tree(path, Path(d))
+                    try:
+                        args = ["produce", "--bootstrap-server", broker.bootstrap,
+                                "--topic", "ab", "--num-records", opts.num_records,
+                                "--record-size", 100, "--acks", opts.acks,
+                                "--compression", codec, "--linger-ms", 5,
+                                "--client", "confluent"]
+                        out, cpu, _ = compare.measure(
+                            broker, lambda args=args: compare.fastlog_perf(args, 300))
+                    finally:
+                        broker.stop()
+                us = cpu / out["records"] * 1e6
+                per.setdefault((codec, name), []).append(us)
+                print(json.dumps({"rep": rep, "compression": codec, "tree": name,
+                                  "records_per_s": round(out["records_per_s"]),
+                                  "cpu_us_per_record": round(us, 3),
+                                  "other_cpu_pct": compare.MEASURED_OTHER[-1]}), flush=True)
+    for (codec, name), vals in sorted(per.items()):
+        print(json.dumps({"compression": codec, "tree": name,
+                          "median_cpu_us_per_record": round(statistics.median(vals), 3),
+                          "all": [round(v, 3) for v in vals]}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
