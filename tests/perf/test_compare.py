@@ -2,7 +2,6 @@
 every batch of a topic exactly once, whatever the fetch size, and a bad option is one
 sentence with exit 2. (The whole matrix is a benchmark, run by hand: perf/README.md.)"""
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -10,21 +9,14 @@ from pathlib import Path
 import pytest
 
 from fastlog import _codec
+from perf import compare
 from tests.server.wire import Wire, create_topic, produce
 
-COMPARE = Path(__file__).resolve().parents[2] / "perf" / "compare.py"
-
-
-def _load_compare():
-    spec = importlib.util.spec_from_file_location("perf_compare", COMPARE)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+COMPARE = Path(compare.__file__)
 
 
 @pytest.mark.parametrize("fetch_bytes", [1 << 16, 300_000, 8 << 20])
 def test_lean_fetch_reads_every_batch_once(broker, fetch_bytes):
-    compare = _load_compare()
     topic = f"lean-{fetch_bytes}"
     create_topic(broker, topic)
     w = Wire(broker)
