@@ -10,10 +10,10 @@
 # Callers: the protocol layer and handlers (event-loop threads), storage (log recovery,
 # append), clients and tools. All functions are reentrant; none keeps global state beyond
 # the CRC kernel pointer chosen at import (the produce walk over lz4 batches decodes into
-# a per-thread scratch buffer of fastlog._lz4, the codec layer's LZ4 decoder). Bad input raises a CodecError subclass that says
-# what was wrong and at which byte offset; nothing reads outside the buffer it was given,
-# and no allocation is ever sized from an untrusted length before that length has been
-# bounded by the bytes actually present.
+# a per-thread scratch buffer of fastlog._lz4, the codec layer's LZ4 decoder). Bad input
+# raises a CodecError subclass that says what was wrong and at which byte offset; nothing
+# reads outside the buffer it was given, and no allocation is ever sized from an untrusted
+# length before that length has been bounded by the bytes actually present.
 
 cimport cython
 from cpython.buffer cimport (
