@@ -47,8 +47,21 @@ def test_reassign_partition_to_other_brokers_under_load(cluster_factory, tmp_pat
                 break
             time.sleep(0.5)
         assert "is completed" in r.stdout, (r.stdout, r.stderr)
-        st = cluster.wait(lambda: (lambda s: sorted(s["isr"]) == sorted([kept, new]) and s)(
-            cluster.states(TOPIC, 1)[0]), 30, "the ISR of the target replicas")
+        seen = []
+
+        def target_isr():
+            s = cluster.states(TOPIC, 1)[0]
+            seen.append(s)
+            return sorted(s["isr"]) == sorted([kept, new]) and s
+
+        try:
+            st = cluster.wait(target_isr, 30, "the ISR of the target replicas")
+        except AssertionError as e:
+            # Say what the partition and the brokers were doing, not only "timed out".
+            logs = "\n".join(f"--- broker {i}:\n{b.log_tail(30)}"
+                             for i, b in cluster.brokers.items())
+            raise AssertionError(f"{e}; target {[kept, new]}, last partition states "
+                                 f"{seen[-3:]}\n{logs}") from None
         assert st["leader"] in (kept, new)
         load.wait_acked(200)
     finally:
