@@ -100,7 +100,7 @@ cdef int _grow(Sink *sink, Py_ssize_t cap) except -1:
 cdef Py_ssize_t _decode(const unsigned char *src, Py_ssize_t n, Py_ssize_t max_size,
                         Sink *sink) except -2:
     # The frames of src[:n] into sink.data[:result]; -1: not this shape, or damaged.
-    cdef Py_ssize_t pos = 0, p, desc_end, total = 0, bmax
+    cdef Py_ssize_t pos = 0, p, desc_end, total = 0, bmax, room
     cdef unsigned char flg, bd
     cdef uint32_t size, length
     cdef uint64_t declared
@@ -136,17 +136,22 @@ cdef Py_ssize_t _decode(const unsigned char *src, Py_ssize_t n, Py_ssize_t max_s
             length = size & 0x7FFFFFFF
             if length > bmax or length > n - p:
                 return -1
-            if total + bmax > sink.cap:
+            # Room for one block, but never past max_size + 1 bytes in all: a block that
+            # does not fit then fails to decode and the general decoder names the cause.
+            room = min(bmax, max_size + 1 - total)
+            if total + room > sink.cap:
                 # Growth follows the bytes decoded, never a size the input declares.
-                _grow(sink, max(total + bmax, min(2 * sink.cap, max_size + bmax)))
+                _grow(sink, max(total + room, min(2 * sink.cap, max_size + 1)))
             dst = sink.data + total
             if size & 0x80000000:
+                if length > max_size - total:
+                    raise OverflowError("content over the limit")
                 memcpy(dst, src + p, length)   # a block stored uncompressed
                 got = <int>length
             else:
                 with nogil:
                     got = _decompress_safe(<const char *>(src + p), dst, <int>length,
-                                           <int>bmax)
+                                           <int>room)
                 if got < 0:
                     return -1
             p += length
@@ -169,7 +174,7 @@ def decode_frames(data, Py_ssize_t max_size):
     sink.bytes = NULL
     try:
         # First guess: twice the input, a few blocks' room; then it grows with the output.
-        sink.cap = min(2 * view.len + 65536, max_size + 65536)
+        sink.cap = min(2 * view.len + 65536, max_size + 1)
         sink.bytes = _new_bytes(NULL, sink.cap)
         sink.data = _bytes_data(sink.bytes)
         total = _decode(<const unsigned char *>view.buf, view.len, max_size, &sink)

@@ -8,7 +8,9 @@ clients write them:
   two int32 versions, then repeated [int32 length][raw snappy block]); librdkafka writes
   one raw snappy block. We read both and write xerial, like Java.
 * lz4: an LZ4 frame. Every FLG combination clients use is read (content size, block
-  checksums, content checksum); we write block-independent frames with 64 KiB blocks,
+  checksums, content checksum): frames of independent blocks without checksums (what
+  clients write) by fastlog._lz4 in C, the others by python-lz4's frame decoder. We
+  write block-independent frames with 64 KiB blocks,
   which Java's reader requires. Magic 0 messages used a wrong header checksum; see
   ``fix_legacy_lz4_header``.
 * zstd: a zstd frame (several concatenated frames are accepted).
@@ -195,9 +197,6 @@ def _snappy_decompress(data, max_size):
 
 
 # --- lz4 -------------------------------------------------------------------------------
-
-
-_LZ4_MAGIC = 0x184D2204
 
 
 def _lz4_decompress(data, max_size):

@@ -63,6 +63,14 @@ def test_content_over_the_cap_raises_without_decoding_it_all():
     with pytest.raises(c.DecompressionLimitError):
         compression.decompress(c.COMPRESSION_LZ4, frame, len(TEXT) - 1)
     assert _lz4.decode_frames(frame, len(TEXT)) == TEXT
+    # A cap inside a block: the block cannot be decoded into the room left, so the
+    # general decoder is asked and names the limit.
+    try:
+        assert _lz4.decode_frames(frame, 100_000) is None
+    except OverflowError:
+        pass
+    with pytest.raises(c.DecompressionLimitError):
+        compression.decompress(c.COMPRESSION_LZ4, frame, 100_000)
 
 
 def test_xxh32_matches_the_frame_descriptor_checksum():
