@@ -190,5 +190,15 @@ def test_session_expiry_is_announced_and_cache_recovers(nodes, zk_hosts):
     assert not n1.store.session_expired
     # the cache keeps following ZooKeeper on the new session
     asyncio.run(n1.store.create_topic("s2", 1, [[1]], {}))
-    wait_until(lambda: n1.store.partition_leader("s2", 0) == 1, what="leader on new session")
+    # Re-election, failover and the new watches take a few ZooKeeper round trips each:
+    # allow a loaded machine 30 s, and say where it stood if even that is not enough.
+    try:
+        wait_until(lambda: n1.store.partition_leader("s2", 0) == 1, timeout=30.0,
+                   what="leader on new session")
+    except TimeoutError as e:
+        state = n1.zk.kazoo.exists("/brokers/topics/s2/partitions/0/state")
+        raise AssertionError(
+            f"{e}: controller epoch {n1.controller.epoch}, store's controller "
+            f"{n1.store.controller_id}, state znode {'present' if state else 'absent'}, "
+            f"store's s2 {n1.store.topic('s2')}") from None
     assert sorted(n1.store.brokers()) == [1]
