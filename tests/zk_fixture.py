@@ -225,3 +225,20 @@ def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02, what: s
         if time.monotonic() >= deadline:
             raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(interval)
+
+
+def zk_server_fixture():
+    """A session-scoped `zk_server` fixture (one real ZooKeeper, killed at the end);
+    assign it in a conftest.py: ``zk_server = zk_server_fixture()``."""
+    import pytest
+
+    @pytest.fixture(scope="session")
+    def zk_server(tmp_path_factory):
+        if not zookeeper_available():
+            pytest.skip("Debian package 'zookeeper' (and java) not installed: "
+                        "run scripts/install-system-deps.sh")
+        server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper")).start()
+        yield server
+        server.kill()
+
+    return zk_server

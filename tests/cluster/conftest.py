@@ -5,17 +5,13 @@ start it again before they end) and `fresh_cluster` (per test)."""
 import pytest
 
 from tests.cluster.harness import ClusterHarness
-from tests.zk_fixture import ZooKeeperServer, make_chroot, zookeeper_available
+from tests.zk_fixture import (
+    ZooKeeperServer,
+    make_chroot,
+    zk_server_fixture,
+)
 
-
-@pytest.fixture(scope="session")
-def zk_server(tmp_path_factory):
-    if not zookeeper_available():
-        pytest.skip("Debian package 'zookeeper' (and java) not installed: "
-                    "run scripts/install-system-deps.sh")
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper")).start()
-    yield server
-    server.kill()
+zk_server = zk_server_fixture()
 
 
 @pytest.fixture(scope="module")

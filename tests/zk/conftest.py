@@ -7,17 +7,14 @@ ZooKeeper take `own_zk_server` (function scope) instead. `zk_hosts` is a
 
 import pytest
 
-from tests.zk_fixture import ZooKeeperServer, make_chroot, zookeeper_available
+from tests.zk_fixture import (
+    ZooKeeperServer,
+    make_chroot,
+    zk_server_fixture,
+    zookeeper_available,
+)
 
-
-@pytest.fixture(scope="session")
-def zk_server(tmp_path_factory):
-    if not zookeeper_available():
-        pytest.skip("Debian package 'zookeeper' (and java) not installed: "
-                    "run scripts/install-system-deps.sh")
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper")).start()
-    yield server
-    server.kill()
+zk_server = zk_server_fixture()
 
 
 @pytest.fixture
