@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -27,18 +25,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import compare  # noqa: E402  (perf/compare.py: broker process and load helpers)
-
-
-def start_tree(path: Path, workdir: Path) -> compare.Broker:
-    port = compare.free_port()
-    cmd = [sys.executable, "-m", "fastlog.cli.server",
-           "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
-           "--override", f"log.dirs={workdir / 'data'}", "--override", "num.partitions=1",
-           "--log-level", "WARNING"]
-    proc = subprocess.Popen(cmd, cwd=path, env=dict(os.environ, PYTHONPATH=str(path)),
-                            stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-    compare._wait_connectable("127.0.0.1", port, proc)
-    return compare.Broker(path.name, f"127.0.0.1:{port}", proc.pid, proc)
 
 
 def main(argv=None) -> int:
@@ -66,7 +52,7 @@ def main(argv=None) -> int:
         for codec in opts.compression.split(","):
             for name, path in trees.items():
                 with tempfile.TemporaryDirectory(prefix="fastlog-ab-") as d:
-                    broker = start_tree(path, Path(d))
+                    broker = compare.start_fastlog(Path(d), name, tree=path)
                     try:
                         args = ["produce", "--bootstrap-server", broker.bootstrap,
                                 "--topic", "ab", "--num-records", opts.num_records,

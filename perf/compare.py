@@ -120,10 +120,17 @@ def _wait_connectable(host: str, port: int, proc, timeout: float = 30.0) -> None
     raise RuntimeError(f"broker on {host}:{port} did not accept connections in {timeout:.0f}s")
 
 
-def start_fastlog(workdir: Path, name: str = "fastlog", extra: tuple = ()) -> Broker:
+def start_fastlog(workdir: Path, name: str = "fastlog", extra: tuple = (),
+                  tree: Path | None = None) -> Broker:
+    """fastlog-server on a free port; ``tree``: run that (built) source checkout's instead
+    of the installed one (perf/ab_trees.py)."""
     data = workdir / f"{name}-data"
     script = Path(sys.executable).with_name("fastlog-server")
-    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "fastlog.cli.server"]
+    cmd = [str(script)] if script.exists() and tree is None else \
+        [sys.executable, "-m", "fastlog.cli.server"]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
     cmd += ["--override", "listeners=PLAINTEXT://127.0.0.1:0",
             "--override", f"log.dirs={data}", "--override", "num.partitions=1",
             "--log-level", "WARNING"]
@@ -131,7 +138,7 @@ def start_fastlog(workdir: Path, name: str = "fastlog", extra: tuple = ()) -> Br
         cmd += ["--override", kv]
     err = open(workdir / f"{name}.log", "wb")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                            env=env, cwd=tree)
     err.close()
     deadline = time.monotonic() + 60
     line = b""
