@@ -38,6 +38,7 @@ import time
 from fastlog import protocol
 from fastlog._net import CloseConnection
 from fastlog.protocol import ApiKey, Errors, KafkaApiError
+from fastlog.protocol._produce import encode_produce_response, parse_produce_request
 from fastlog.server.config import (
     CONFIG_KEYS,
     CONFIG_TYPE_CODES,
@@ -90,6 +91,18 @@ class RequestContext:
         return self.header.client_id
 
 
+def _partition_produce_response(index: int, r: PartitionResult) -> dict:
+    return {
+        "index": index,
+        "error_code": r.error,
+        "base_offset": r.base_offset,
+        "log_append_time_ms": r.log_append_time,
+        "log_start_offset": r.log_start_offset,
+        "record_errors": r.record_errors,
+        "error_message": r.error_message if r.error != Errors.NONE else None,
+    }
+
+
 def _check_leader_epoch(current: int, ours: int) -> Errors:
     """Kafka's fencing of a client that knows a different leader epoch."""
     if current < 0 or current == ours:
@@ -129,6 +142,15 @@ class KafkaApis:
 
     # ------------------------------------------------------------------ dispatch
     async def handle(self, conn, frame):
+        fast = parse_produce_request(frame)
+        if fast is not None:
+            try:
+                return await self._produce_one(*fast)
+            except CloseConnection:
+                raise
+            except Exception:
+                log.exception("PRODUCE v%d from client %r failed", fast[0], fast[2])
+                raise CloseConnection("handler failed") from None
         try:
             header, body_offset = protocol.decode_request_header(frame)
         except protocol.UnsupportedVersionError as e:
@@ -298,20 +320,39 @@ class KafkaApis:
                 raise CloseConnection("acks=0 produce failed")
             return None
         for t in request.topic_data:
-            parts = []
-            for p in t.partition_data:
-                r = results[(t.name, p.index)]
-                parts.append({
-                    "index": p.index,
-                    "error_code": r.error,
-                    "base_offset": r.base_offset,
-                    "log_append_time_ms": r.log_append_time,
-                    "log_start_offset": r.log_start_offset,
-                    "record_errors": r.record_errors,
-                    "error_message": r.error_message if r.error != Errors.NONE else None,
-                })
-            responses.append({"name": t.name, "partition_responses": parts})
+            responses.append({"name": t.name, "partition_responses": [
+                _partition_produce_response(p.index, results[(t.name, p.index)])
+                for p in t.partition_data]})
         return {"responses": responses, "throttle_time_ms": 0}
+
+    async def _produce_one(self, api_version, correlation_id, client_id, acks, timeout_ms,
+                           topic, partition, records):
+        """Produce v3-v8 of one partition of one topic without a transactional id, as
+        fastlog.protocol._produce read it from the frame: the same steps as
+        handle_produce, answered in compiled code when the append succeeded. Returns
+        the response parts (None for acks=0)."""
+        r = None
+        if self.broker.cluster is not None:
+            _, err = self._led_partition(topic, partition, write=True)
+            if err != Errors.NONE:
+                r = PartitionResult(err)
+        if r is None:
+            results = await self.broker.replica_manager.append_records(
+                ((topic, partition, records),), acks=acks, api_version=api_version,
+                timeout_ms=timeout_ms, in_place=True)
+            r = results[(topic, partition)]
+        if acks == 0:
+            if r.error != Errors.NONE:
+                raise CloseConnection("acks=0 produce failed")
+            return None
+        if r.error == Errors.NONE and not r.record_errors:
+            return [encode_produce_response(api_version, correlation_id, topic, partition,
+                                            r.base_offset, r.log_append_time,
+                                            r.log_start_offset)]
+        return protocol.encode_response(ApiKey.PRODUCE, api_version, correlation_id, {
+            "responses": [{"name": topic, "partition_responses": [
+                _partition_produce_response(partition, r)]}],
+            "throttle_time_ms": 0})
 
     # ------------------------------------------------------------------ Fetch
     async def handle_fetch(self, ctx, request):

@@ -1,0 +1,149 @@
+"""fastlog.protocol._produce: the compiled Produce v3-v8 reader and success answer agree
+with the generic codec byte for byte, and step aside (None) for every other shape."""
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fastlog.protocol import (
+    ApiKey,
+    decode_request,
+    decode_request_header,
+    encode_request,
+    encode_response,
+)
+from fastlog.protocol._produce import (
+    FIRST_VERSION,
+    LAST_VERSION,
+    encode_produce_response,
+    parse_produce_request,
+)
+
+VERSIONS = range(FIRST_VERSION, LAST_VERSION + 1)
+RECORDS = bytes(range(256)) * 3
+
+
+def produce_frame(version, *, topics=(("events", ((0, RECORDS),)),), transactional_id=None,
+                  acks=-1, timeout_ms=30000, client_id="rdkafka", correlation_id=7):
+    body = {"transactional_id": transactional_id, "acks": acks, "timeout_ms": timeout_ms,
+            "topic_data": [{"name": name, "partition_data": [
+                {"index": i, "records": r} for i, r in parts]} for name, parts in topics]}
+    return encode_request(ApiKey.PRODUCE, version, correlation_id, client_id, body)
+
+
+def generic_parse(frame):
+    header, offset = decode_request_header(frame)
+    req = decode_request(header.api_key, header.api_version, frame, offset)
+    t = req.topic_data[0]
+    p = t.partition_data[0]
+    return (header.api_version, header.correlation_id, header.client_id, req.acks,
+            req.timeout_ms, t.name, p.index, bytes(p.records))
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("client_id", [None, "", "rdkafka", "ü" * 40])
+@pytest.mark.parametrize("topic", ["t", "events.v1_x-y", "tøpic-ü", "x" * 249])
+def test_reads_what_the_generic_decoder_reads(version, client_id, topic):
+    frame = memoryview(bytearray(produce_frame(
+        version, topics=((topic, ((3, RECORDS),)),), client_id=client_id, acks=1,
+        timeout_ms=1500, correlation_id=-5)))
+    fast = parse_produce_request(frame)
+    assert fast is not None
+    assert fast[:7] + (bytes(fast[7]),) == generic_parse(frame)
+    assert fast[:7] == (version, -5, client_id, 1, 1500, topic, 3)
+
+
+def test_records_are_a_view_of_the_frame_not_a_copy():
+    buf = bytearray(produce_frame(8))
+    records = parse_produce_request(memoryview(buf))[7]
+    assert isinstance(records, memoryview) and not records.readonly
+    records[0] = 0xAB
+    assert buf[len(buf) - len(RECORDS)] == 0xAB
+
+
+def test_empty_records_are_read():
+    fast = parse_produce_request(produce_frame(8, topics=(("t", ((0, b""),)),)))
+    assert fast is not None and bytes(fast[7]) == b""
+
+
+@pytest.mark.parametrize("frame, why", [
+    (produce_frame(8, transactional_id="tx"), "transactional"),
+    (produce_frame(8, topics=(("a", ((0, RECORDS),)), ("b", ((0, RECORDS),)))), "two topics"),
+    (produce_frame(8, topics=(("a", ((0, RECORDS), (1, RECORDS))),)), "two partitions"),
+    (produce_frame(8, topics=()), "no topic"),
+    (produce_frame(8, topics=(("a", ()),)), "no partition"),
+    (produce_frame(8, topics=(("a", ((0, None),)),)), "null records"),
+    (produce_frame(8) + b"\0", "trailing byte"),
+    (produce_frame(2), "v2 (answered with an error by the handler)"),
+    (produce_frame(0), "v0"),
+    (encode_request(ApiKey.FETCH, 4, 1, "c", {
+        "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "topics": []}), "another API"),
+])
+def test_other_shapes_are_left_to_the_generic_path(frame, why):
+    assert parse_produce_request(frame) is None, why
+
+
+def test_a_flexible_version_is_left_alone():
+    frame = bytearray(produce_frame(8))
+    struct.pack_into(">h", frame, 2, 9)
+    assert parse_produce_request(frame) is None
+
+
+@pytest.mark.parametrize("client_id", [None, "cid"])
+def test_invalid_utf8_names_are_left_to_the_generic_path(client_id):
+    frame = bytearray(produce_frame(8, topics=(("abc", ((0, RECORDS),)),), client_id=client_id))
+    frame[frame.index(b"abc")] = 0xFF
+    assert parse_produce_request(frame) is None
+    if client_id:
+        frame = bytearray(produce_frame(8, client_id=client_id))
+        frame[frame.index(b"cid")] = 0xFF
+        assert parse_produce_request(frame) is None
+
+
+def test_every_truncation_is_refused():
+    frame = produce_frame(5, client_id="cid")
+    for n in range(len(frame)):
+        assert parse_produce_request(frame[:n]) is None
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.binary(max_size=120), st.integers(0, 119), st.binary(min_size=1, max_size=4))
+def test_damaged_frames_never_crash_and_never_disagree(tail, at, patch):
+    frame = bytearray(produce_frame(8, topics=(("t", ((0, tail),)),)))
+    at = min(at, len(frame) - 1)
+    frame[at:at + len(patch)] = patch
+    fast = parse_produce_request(bytes(frame))
+    if fast is not None:
+        assert fast[:7] + (bytes(fast[7]),) == generic_parse(bytes(frame))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(list(VERSIONS)), st.binary(max_size=64))
+def test_arbitrary_bytes_after_a_produce_header_never_crash(version, body):
+    frame = struct.pack(">hhih", ApiKey.PRODUCE, version, 1, -1) + body
+    fast = parse_produce_request(frame)
+    if fast is not None:
+        assert fast[:7] + (bytes(fast[7]),) == generic_parse(frame)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("topic", ["t", "tøpic-ü", "x" * 249])
+@pytest.mark.parametrize("offsets", [(0, -1, 0), (2**40, 1_700_000_000_000, 17), (-1, -1, -1)])
+def test_answer_is_the_generic_encoding(version, topic, offsets):
+    base_offset, append_time, start_offset = offsets
+    generic = b"".join(bytes(p) for p in encode_response(ApiKey.PRODUCE, version, -9, {
+        "responses": [{"name": topic, "partition_responses": [{
+            "index": 4, "error_code": 0, "base_offset": base_offset,
+            "log_append_time_ms": append_time, "log_start_offset": start_offset,
+            "record_errors": [], "error_message": None}]}],
+        "throttle_time_ms": 0}))
+    assert encode_produce_response(version, -9, topic, 4, base_offset, append_time,
+                                   start_offset) == generic
+
+
+@pytest.mark.parametrize("version", [0, 2, 9])
+def test_answer_refuses_versions_it_does_not_encode(version):
+    with pytest.raises(ValueError):
+        encode_produce_response(version, 1, "t", 0, 0, -1, 0)
