@@ -4,6 +4,12 @@ with the generic codec byte for byte, and step aside (None) for every other shap
 import struct
 
 import pytest
+from fastlog.protocol._produce import (
+    FIRST_VERSION,
+    LAST_VERSION,
+    encode_produce_response,
+    parse_produce_request,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,12 +19,6 @@ from fastlog.protocol import (
     decode_request_header,
     encode_request,
     encode_response,
-)
-from fastlog.protocol._produce import (
-    FIRST_VERSION,
-    LAST_VERSION,
-    encode_produce_response,
-    parse_produce_request,
 )
 
 VERSIONS = range(FIRST_VERSION, LAST_VERSION + 1)
