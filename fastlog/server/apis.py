@@ -337,10 +337,11 @@ class KafkaApis:
             if err != Errors.NONE:
                 r = PartitionResult(err)
         if r is None:
-            results = await self.broker.replica_manager.append_records(
-                ((topic, partition, records),), acks=acks, api_version=api_version,
-                timeout_ms=timeout_ms, in_place=True)
-            r = results[(topic, partition)]
+            rm = self.broker.replica_manager
+            r = rm.append_to_partition(topic, partition, records, acks, api_version, True)
+            wait = rm.completion({(topic, partition): r}, acks, timeout_ms)
+            if wait is not None:
+                await wait
         if acks == 0:
             if r.error != Errors.NONE:
                 raise CloseConnection("acks=0 produce failed")

@@ -62,7 +62,7 @@ class PartitionResult:
     log_append_time: int = -1
     log_start_offset: int = -1
     error_message: str | None = None
-    record_errors: list = dataclasses.field(default_factory=list)
+    record_errors: list | tuple = ()
     flush_future: object = None
     # acks=all: the offset the high watermark must reach before the answer (exclusive)
     required_offset: int = -1
@@ -642,24 +642,45 @@ class ReplicaManager:
         high watermark passes the batch, i.e. every ISR member has it, or timeout_ms."""
         results: dict[tuple[str, int], PartitionResult] = {}
         for topic, partition, records in entries:
-            key = (topic, partition)
-            if acks not in (0, 1, -1):
-                results[key] = PartitionResult(Errors.INVALID_REQUIRED_ACKS)
-                continue
-            p = self.partitions.get(key)
-            if p is None:
-                results[key] = PartitionResult(Errors.UNKNOWN_TOPIC_OR_PARTITION)
-                continue
-            results[key] = self._append_one(p, records, acks, api_version, in_place)
-        # flush.messages: the append asked for an fsync; acknowledge only once it is done
-        # (it runs on LogManager's I/O worker, so the loop keeps serving meanwhile).
-        flushes = [r.flush_future for r in results.values() if r.flush_future is not None]
-        if flushes and acks != 0:
+            results[(topic, partition)] = self.append_to_partition(
+                topic, partition, records, acks, api_version, in_place)
+        wait = self.completion(results, acks, timeout_ms)
+        if wait is not None:
+            await wait
+        return results
+
+    def append_to_partition(self, topic: str, partition: int, records, acks: int,
+                            api_version: int, in_place: bool = False) -> PartitionResult:
+        """One partition's part of append_records, up to the append itself: its result
+        is final unless completion() says there is something to wait for."""
+        if acks not in (0, 1, -1):
+            return PartitionResult(Errors.INVALID_REQUIRED_ACKS)
+        p = self.partitions.get((topic, partition))
+        if p is None:
+            return PartitionResult(Errors.UNKNOWN_TOPIC_OR_PARTITION)
+        return self._append_one(p, records, acks, api_version, in_place)
+
+    def completion(self, results: dict, acks: int, timeout_ms: int):
+        """None when the append results are final, else an awaitable that completes them:
+        flush.messages asked for an fsync (the ack waits for it; it runs on LogManager's
+        I/O worker, so the loop keeps serving meanwhile), or acks=all on a replicated
+        partition (the ack waits for the ISR)."""
+        flushes = [r.flush_future for r in results.values()
+                   if r.flush_future is not None] if acks != 0 else None
+        replicated = acks == -1 and any(
+            r.error == Errors.NONE and (p := self.partitions.get(key)) is not None
+            and p.replicated for key, r in results.items())
+        if not flushes and not replicated:
+            return None
+        return self._complete(results, flushes, timeout_ms if replicated else None)
+
+    async def _complete(self, results: dict, flushes: list | None, timeout_ms: int | None
+                        ) -> None:
+        if flushes:
             await asyncio.gather(*(asyncio.wrap_future(f) for f in flushes),
                                  return_exceptions=True)
-        if acks == -1:
+        if timeout_ms is not None:
             await self._wait_for_replication(results, timeout_ms)
-        return results
 
     async def _wait_for_replication(self, results: dict, timeout_ms: int) -> None:
         """Kafka's DelayedProduce: complete each partition once its high watermark reaches
@@ -741,9 +762,9 @@ class ReplicaManager:
         if b.producer_id != NO_PRODUCER_ID and b.base_sequence < 0:
             return PartitionResult(Errors.INVALID_RECORD,
                                    error_message="an idempotent batch needs a base sequence")
+        now = _now_ms()
         if not topic_cfg.log_append_time:
             before_max, after_max = self.broker.timestamp_limits(p.topic)
-            now = _now_ms()
             if (b.max_timestamp >= 0 and b.max_timestamp - now > after_max) or (
                     0 <= b.first_timestamp < now - before_max):
                 return PartitionResult(
@@ -764,8 +785,9 @@ class ReplicaManager:
         # The request frame is reused only after the handler returns, and Log.append writes
         # the batch out before that: stamp it there (a 150 KB copy per request saved).
         # Other callers' buffers are copied exactly once.
-        buf = records if in_place and not memoryview(records).readonly else bytearray(records)
-        now = _now_ms()
+        if in_place and type(records) is not memoryview:
+            records = memoryview(records)
+        buf = records if in_place and not records.readonly else bytearray(records)
         if topic_cfg.log_append_time:
             # One clock read for the stamped bytes and the reported log_append_time.
             _codec.stamp_log_append_time(buf, batches, now)

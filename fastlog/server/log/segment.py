@@ -389,8 +389,8 @@ class LogSegment:
         view = memoryview(buf)[first.position:last.end]
         physical = self.size
         fd = self.file.fileno()
-        written = 0
-        while written < len(view):
+        written = os.pwrite(fd, view, physical)
+        while written < len(view):   # a short write (rare): the rest
             written += os.pwrite(fd, view[written:], physical + written)
         if self.rolling_based_timestamp is None:
             if self.size == 0:
