@@ -5,6 +5,9 @@
 # NOT_LEADER_OR_FOLLOWER elsewhere, so clients refresh Metadata and retry there).
 # Reads/writes: nothing on disk — handlers reach storage only through the broker's
 # ReplicaManager / LogManager / metadata store.
+# A Produce request of one partition (what a producer sends to a partition leader) skips
+# the generic decode/dispatch/encode: fastlog.protocol._produce reads it from the frame and
+# writes its success answer (`_produce_one` does what handle_produce does for that shape).
 # Called from: the broker's asyncio API loop only (fastlog._net runs every handler
 # coroutine there), so broker state needs no locks; a handler may await (parked fetch)
 # without blocking other connections.
