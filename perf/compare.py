@@ -14,12 +14,13 @@ this shared 2-core machine hits all of them alike:
 
 Every load is a `fastlog perf ... --client confluent --json` subprocess (the harness),
 except the lean Fetch loop: one connection, Fetch v4 requests of 32 MiB (and 8 MiB, shown
-beside; --fetch-mib) read with recv_into into one reused buffer, no record decoding (batch
-headers walked in compiled code for the next offset) — so it measures the broker, not a
-client. Each fetch costs a round trip with nothing in flight (~0.4 ms: the request, the
-broker's Python, the first bytes), so bigger fetches get closer to the pump. Broker CPU is utime+stime from
-/proc/PID/stat before and after each workload (the figure that stays meaningful when
-other tenants share the cores); resident memory is VmRSS after each workload.
+beside; --fetch-mib) streamed with recv_into through one reused 1 MiB buffer as the
+pump's receiver reads, no record decoding (batch headers walked in compiled code for the
+next offset) — so it measures the broker, not a client. Each fetch costs a round trip
+with nothing in flight (~0.4 ms: the request, the broker's Python, the first bytes), so
+bigger fetches get closer to the pump. Broker CPU is utime+stime from /proc/PID/stat
+before and after each workload (the figure that stays meaningful when other tenants share
+the cores); resident memory is VmRSS after each workload.
 
 The large-record ratio pairs each rep's reads with a loopback pump run just before them
 (the pump swings 0.6-3 GB/s with the other tenants' load) and takes the median.
@@ -254,18 +255,21 @@ def _recv_exact(sock, view, n: int) -> None:
 
 
 def lean_fetch(bootstrap: str, topic: str, total_bytes: int, fetch_bytes: int = 8 << 20,
-               timeout: float = 120.0) -> dict:
+               timeout: float = 120.0, chunk: int = PAGE) -> dict:
     """Read partition 0 of topic from offset 0 until total_bytes of batches arrived.
 
-    Fetch v4 on one connection, one request in flight, each response read with recv_into
-    into one reused buffer; batches are not decoded, only their headers walked for the
-    next offset. Returns {bytes, elapsed_s, mb_per_s, fetches}.
+    Fetch v4 on one connection, one request in flight. Each response's records stream
+    through one reused buffer of `chunk` bytes, as the loopback pump's receiver reads (a
+    32 MiB buffer filled per response would measure this machine's memory, not the
+    broker: the pump itself is ~13% slower into one); batches are not decoded, only
+    their headers walked for the next offset. Returns {bytes, elapsed_s, mb_per_s,
+    fetches}.
     """
     host, port = bootstrap.rsplit(":", 1)
     tname = topic.encode()
     client = b"fastlog-lean-fetch"
     head = struct.pack(">hhih", 1, 4, 0, len(client)) + client
-    buf = bytearray(fetch_bytes + (1 << 20))
+    buf = bytearray(chunk)
     view = memoryview(buf)
     offset = got = fetches = corr = 0
     with socket.create_connection((host, int(port)), timeout=30) as s:
@@ -279,31 +283,44 @@ def lean_fetch(bootstrap: str, topic: str, total_bytes: int, fetch_bytes: int = 
                     + struct.pack(">ih", 1, len(tname)) + tname
                     + struct.pack(">iiqi", 1, 0, offset, fetch_bytes))
             s.sendall(struct.pack(">i", len(body)) + body)
-            _recv_exact(s, view, 4)
-            size = struct.unpack_from(">i", buf, 0)[0]
-            if size > len(buf):
-                buf = bytearray(size)
-                view = memoryview(buf)
-            _recv_exact(s, view, size)
             fetches += 1
-            # corr, throttle, [topic], name, [partition], index, error, hw, lso, aborted
-            pos = 4 + 4 + 4
-            pos += 2 + struct.unpack_from(">h", buf, pos)[0]
-            pos += 4
-            _, error, _hw, _lso, aborted = struct.unpack_from(">ihqqi", buf, pos)
+            # size, corr, throttle, [topic], name; then [partition], index, error, hw,
+            # lso, [aborted]; then the aborted entries and the records' length
+            _recv_exact(s, view, 18)
+            size, _, _, _, name_len = struct.unpack_from(">iiiih", buf, 0)
+            _recv_exact(s, view, name_len + 30)
+            _, error, _hw, _lso, aborted = struct.unpack_from(">ihqqi", buf, name_len + 4)
             if error:
                 raise RuntimeError(f"lean fetch: error code {error}")
-            pos += 26 + max(0, aborted) * 16
-            rlen = struct.unpack_from(">i", buf, pos)[0]
-            pos += 4
-            end = pos + max(0, rlen)
-            # Whole batches only, headers walked in compiled code without CRCs: a Python
-            # loop over 128 headers took ~75 us per fetch, with no fetch in flight.
-            scan = scan_batches(view, pos, end, verify_crc=False)
-            if scan.batches:
-                last = scan.batches[-1]
-                offset = last.base_offset + last.last_offset_delta + 1
-                got += scan.valid_end - pos
+            if not -1 <= aborted <= 1000:
+                raise RuntimeError("lean fetch: unexpected response layout")
+            _recv_exact(s, view, max(0, aborted) * 16 + 4)
+            rlen = struct.unpack_from(">i", buf, max(0, aborted) * 16)[0]
+            if rlen < 0 or size != 14 + name_len + 30 + max(0, aborted) * 16 + 4 + rlen:
+                raise RuntimeError("lean fetch: unexpected response layout")
+            left, fill = rlen, 0
+            while left:
+                n = s.recv_into(view[fill:fill + min(left, len(buf) - fill)])
+                if not n:
+                    raise ConnectionError("broker closed the connection")
+                fill += n
+                left -= n
+                if left and fill < len(buf):
+                    continue
+                # Whole batches only, headers walked in compiled code without CRCs (a
+                # Python loop over 128 headers took ~75 us per fetch).
+                scan = scan_batches(view, 0, fill, verify_crc=False)
+                if scan.batches:
+                    last = scan.batches[-1]
+                    offset = last.base_offset + last.last_offset_delta + 1
+                    got += scan.valid_end
+                if scan.valid_end:   # keep the incomplete batch, at the front
+                    buf[:fill - scan.valid_end] = bytes(view[scan.valid_end:fill])
+                    fill -= scan.valid_end
+                elif fill == len(buf):   # one batch larger than the buffer
+                    buf = buf + bytes(len(buf))
+                    view = memoryview(buf)
+            # a batch cut off by the fetch size is fetched again from its offset
         elapsed = time.perf_counter() - start
     return {"bytes": got, "elapsed_s": round(elapsed, 4), "fetches": fetches,
             "mb_per_s": round(got / elapsed / 1e6, 1)}

@@ -15,9 +15,13 @@ from tests.server.wire import Wire, create_topic, produce
 COMPARE = Path(compare.__file__)
 
 
-@pytest.mark.parametrize("fetch_bytes", [1 << 16, 300_000, 8 << 20])
-def test_lean_fetch_reads_every_batch_once(broker, fetch_bytes):
-    topic = f"lean-{fetch_bytes}"
+@pytest.mark.parametrize("fetch_bytes, chunk", [
+    (1 << 16, compare.PAGE), (300_000, compare.PAGE), (8 << 20, compare.PAGE),
+    (300_000, 70_000),   # batches cross the buffer's end: the incomplete one is kept
+    (8 << 20, 30_000),   # a batch larger than the buffer: it grows
+])
+def test_lean_fetch_reads_every_batch_once(broker, fetch_bytes, chunk):
+    topic = f"lean-{fetch_bytes}-{chunk}"
     create_topic(broker, topic)
     w = Wire(broker)
     sizes = []
@@ -28,7 +32,8 @@ def test_lean_fetch_reads_every_batch_once(broker, fetch_bytes):
             sizes.append(len(batch))
     finally:
         w.close()
-    got = compare.lean_fetch(broker.bootstrap, topic, sum(sizes), fetch_bytes, timeout=30)
+    got = compare.lean_fetch(broker.bootstrap, topic, sum(sizes), fetch_bytes, timeout=30,
+                             chunk=chunk)
     assert got["bytes"] == sum(sizes)
     # whole batches only: at least one fetch per batch that fits a fetch of this size
     assert got["fetches"] >= -(-sum(sizes) // max(fetch_bytes, max(sizes)))
