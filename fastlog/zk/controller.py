@@ -152,6 +152,7 @@ class ZkController:
         self._bounced: set[int] = set()
         self._topic_watched: set[str] = set()  # topics whose assignment znode we watch
         self._cs_children_watched = False
+        self._failover_done = False
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -170,7 +171,7 @@ class ZkController:
         self._thread.start()
         kz = self.zk.kazoo
         self.zk.on_session_lost(lambda: self._events.put(("session_lost",)))
-        self.zk.on_new_session(lambda: self._events.put(("controller_change",)))
+        self.zk.on_new_session(lambda: self._events.put(("new_session",)))
         kz.DataWatch(paths.CONTROLLER, self._watch("controller_change"))
         kz.ChildrenWatch(paths.BROKER_IDS, self._watch("broker_change"))
         kz.ChildrenWatch(paths.BROKER_TOPICS, self._watch("topic_change"))
@@ -273,9 +274,22 @@ class ZkController:
     def _on_noop(self) -> None:
         pass
 
+    def _on_new_session(self) -> None:
+        # Our registration is back, on the new session. An election that ran before it (the
+        # /controller watch fires as soon as the session is up) read /brokers/ids without
+        # us, and the re-armed children watch may have found the same ids as before the
+        # expiry and stayed silent (kazoo calls nobody then): read the live brokers again.
+        if self.epoch is not None and self._failover_done:
+            self._on_broker_change()
+        else:
+            self._on_controller_change()
+
     def _on_session_lost(self) -> None:
-        # Our /controller went with the session; a new session re-runs the election.
+        # Our /controller went with the session; a new session re-runs the election. This
+        # event may also arrive after an election on the new session already succeeded (it
+        # is put from another thread): look again, which takes a /controller of ours up.
         self._resign_locally()
+        self._events.put(("controller_change",))
 
     def _on_resign(self) -> None:
         if self.epoch is not None:
@@ -294,7 +308,22 @@ class ZkController:
             return
         got = self.zk.exists(paths.CONTROLLER)
         if got is not None:
-            if self.epoch is not None and got.ephemeralOwner != self.zk.session_id:
+            if got.ephemeralOwner == self.zk.session_id:
+                # Ours: an election whose answer was lost (ConnectionLoss after the commit),
+                # a session_lost handled after the new session's election, or a failover
+                # interrupted by ZooKeeper: only the holder of /controller moves the epoch,
+                # so the recorded one is ours. Take the office up and (re)load the state.
+                if self.epoch is None:
+                    current = self.zk.get_controller_epoch()
+                    if current is None:
+                        return
+                    self.epoch = current
+                    self._failover_done = False
+                    log.info("broker %d is the controller (an office its session holds), "
+                             "epoch %d", self.broker_id, current.epoch)
+                if not self._failover_done:
+                    self._on_controller_failover()
+            elif self.epoch is not None:
                 self._resign_locally()  # someone else holds the office now
             return
         if self.epoch is not None:
@@ -302,6 +331,7 @@ class ZkController:
         won = self.zk.register_controller_and_increment_epoch(self.broker_id)
         if won is not None:
             self.epoch = won
+            self._failover_done = False
             log.info("broker %d is the controller, epoch %d", self.broker_id, won.epoch)
             self._on_controller_failover()
 
@@ -324,6 +354,7 @@ class ZkController:
         self._on_isr_change()
         self._on_controlled_shutdown_request()
         self._on_partition_reassignment()
+        self._failover_done = True
 
     # -- event handlers (active controller only) --------------------------------------------------
 
