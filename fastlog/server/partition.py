@@ -187,13 +187,16 @@ class Partition:
         return False
 
     def out_of_sync_replicas(self, now_ms: int, max_lag_ms: int) -> list[int]:
-        """ISR followers not caught up within max_lag_ms (Kafka's replica.lag.time.max.ms)."""
+        """ISR followers not caught up within max_lag_ms (Kafka's replica.lag.time.max.ms),
+        and ISR members that are no longer replicas (an expansion written while a
+        reassignment removed them)."""
         out = []
         for b in self.isr:
             if b == self.local_id:
                 continue
             r = self.remote.get(b)
-            if r is None or now_ms - r.last_caught_up_ms > max_lag_ms:
+            if (r is None or now_ms - r.last_caught_up_ms > max_lag_ms
+                    or b not in self.replicas):
                 out.append(b)
         return out
 

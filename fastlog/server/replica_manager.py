@@ -242,8 +242,15 @@ class ReplicaManager:
         p = self._hosted(topic, partition, leader_epoch, replicas)
         self._stop_fetching(p.key)
         old_epoch = p.leader_epoch
+        isr_before = list(p.isr)
         changed = p.make_leader(leader_epoch, list(isr or [self.node_id]), replicas,
                                 partition_epoch, _now_ms())
+        if (not changed and p.replicated and self._zk() is not None
+                and any(b not in p.isr for b in isr_before)):
+            # Replicas removed within the epoch (a reassignment completed): ZooKeeper's ISR
+            # may still name them (an expansion written while the old replica list was all
+            # we knew), and nothing else would ever take them out: write the narrowed ISR.
+            self._spawn(self._update_isr(p, list(p.isr), "replicas removed"))
         if changed:
             log.info("%s: leader at epoch %d (was %d), ISR %s, replicas %s, log end %d, "
                      "high watermark %d", p, leader_epoch, old_epoch, p.isr, p.replicas,
