@@ -200,19 +200,27 @@ def test_session_expiry_is_announced_and_cache_recovers(nodes, zk_hosts):
     wait_until(lambda: seen == ["expired", "renewed"], what="session events")
     assert not n1.store.session_expired
     # the cache keeps following ZooKeeper on the new session
+    created_on_new_session_gets_leader(n1)
+    assert sorted(n1.store.brokers()) == [1]
+
+
+def created_on_new_session_gets_leader(n1):
+    """Create topic s2 and wait for node 1 to lead it. Re-election, failover and the new
+    watches take a few ZooKeeper round trips each: allow a loaded machine 30 s, and say
+    where things stood if even that is not enough."""
     asyncio.run(n1.store.create_topic("s2", 1, [[1]], {}))
-    # Re-election, failover and the new watches take a few ZooKeeper round trips each:
-    # allow a loaded machine 30 s, and say where it stood if even that is not enough.
     try:
         wait_until(lambda: n1.store.partition_leader("s2", 0) == 1, timeout=30.0,
-                   what="leader on new session")
+                   what="leader on the new session")
     except TimeoutError as e:
+        owner = n1.zk.kazoo.exists("/controller")
         state = n1.zk.kazoo.exists("/brokers/topics/s2/partitions/0/state")
         raise AssertionError(
-            f"{e}: controller epoch {n1.controller.epoch}, store's controller "
-            f"{n1.store.controller_id}, state znode {'present' if state else 'absent'}, "
+            f"{e}: controller epoch {n1.controller.epoch}, /controller owner "
+            f"{hex(owner.ephemeralOwner) if owner else None}, our session "
+            f"{hex(n1.zk.session_id)}, store's controller {n1.store.controller_id}, "
+            f"state znode {'present' if state else 'absent'}, "
             f"store's s2 {n1.store.topic('s2')}") from None
-    assert sorted(n1.store.brokers()) == [1]
 
 
 @pytest.mark.parametrize("fault", ["election answer lost", "session loss handled late"])
@@ -247,14 +255,5 @@ def test_controller_takes_up_an_office_its_own_session_holds(nodes, zk_hosts, mo
         handlers[-1] = late
     expire_session(n1.zk.kazoo, zk_hosts)
     wait_until(lambda: injected, timeout=30.0, what="the injected fault")
-    asyncio.run(n1.store.create_topic("s2", 1, [[1]], {}))
-    try:
-        wait_until(lambda: n1.store.partition_leader("s2", 0) == 1, timeout=30.0,
-                   what="leader on the new session")
-    except TimeoutError as e:
-        owner = n1.zk.kazoo.exists("/controller")
-        raise AssertionError(
-            f"{e}: controller epoch {n1.controller.epoch}, /controller owner "
-            f"{hex(owner.ephemeralOwner) if owner else None}, our session "
-            f"{hex(n1.zk.session_id)}") from None
+    created_on_new_session_gets_leader(n1)
     assert n1.controller.epoch.epoch == n1.zk.get_controller_epoch().epoch
