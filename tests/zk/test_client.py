@@ -3,6 +3,8 @@ registration, broker ids, cluster id, controller election and epoch fencing."""
 
 import json
 import re
+import subprocess
+import sys
 
 import pytest
 from kazoo.client import KazooClient
@@ -15,7 +17,6 @@ from fastlog.zk.client import (
     KafkaZkClient,
     TopicExistsError,
     load_session,
-    save_session,
 )
 from fastlog.zk.paths import BrokerInfo, EndPoint, LeaderAndIsr, TopicAssignment
 from tests.zk_fixture import expire_session, wait_until
@@ -92,11 +93,31 @@ def test_registering_again_on_the_same_session_keeps_the_node(clients, kazoo):
     assert zk.register_broker(broker_info(1, 9092)) == first
 
 
-def test_restarted_broker_recognises_its_stale_node_and_re_registers(clients, kazoo, tmp_path):
-    old = clients(session_timeout=30.0)  # a "crashed" process whose session is still alive
-    old.register_broker(broker_info(1))
-    save_session(str(tmp_path / "zk-session"), old.session_credentials())
-    old_session = old.session_id
+# A broker process: registers broker 1 on a 30 s session, saves the session, says so, waits.
+_OLD_BROKER = """
+import sys, time
+from fastlog.zk.client import KafkaZkClient, save_session
+from tests.zk.test_client import broker_info
+zk = KafkaZkClient(sys.argv[1], session_timeout=30.0).start()
+zk.register_broker(broker_info(1))
+save_session(sys.argv[2], zk.session_credentials())
+print(hex(zk.session_id), flush=True)
+time.sleep(120)
+"""
+
+
+def test_restarted_broker_recognises_its_stale_node_and_re_registers(clients, kazoo, zk_hosts,
+                                                                      tmp_path):
+    # The previous process crashes (SIGKILL): its session, and so its registration, live
+    # on until the session times out, and nothing of it reconnects.
+    old = subprocess.Popen([sys.executable, "-c", _OLD_BROKER, zk_hosts,
+                            str(tmp_path / "zk-session")], stdout=subprocess.PIPE, text=True)
+    try:
+        old_session = int(old.stdout.readline(), 16)
+    finally:
+        old.kill()
+        old.wait(10)
+    assert kazoo.exists("/brokers/ids/1").ephemeralOwner == old_session
 
     new = clients()
     with pytest.raises(BrokerIdInUseError):  # without the saved credentials: a real duplicate
