@@ -294,9 +294,10 @@ def lean_fetch(bootstrap: str, topic: str, total_bytes: int, fetch_bytes: int = 
                 raise RuntimeError(f"lean fetch: error code {error}")
             if not -1 <= aborted <= 1000:
                 raise RuntimeError("lean fetch: unexpected response layout")
-            _recv_exact(s, view, max(0, aborted) * 16 + 4)
-            rlen = struct.unpack_from(">i", buf, max(0, aborted) * 16)[0]
-            if rlen < 0 or size != 14 + name_len + 30 + max(0, aborted) * 16 + 4 + rlen:
+            aborted_len = max(0, aborted) * 16   # -1: null
+            _recv_exact(s, view, aborted_len + 4)
+            rlen = struct.unpack_from(">i", buf, aborted_len)[0]
+            if rlen < 0 or size != 14 + name_len + 30 + aborted_len + 4 + rlen:
                 raise RuntimeError("lean fetch: unexpected response layout")
             left, fill = rlen, 0
             while left:

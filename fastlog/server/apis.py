@@ -303,20 +303,11 @@ class KafkaApis:
             if acks == 0:
                 raise CloseConnection("transactional produce")
             return {"responses": responses, "throttle_time_ms": 0}
-        entries = [(t.name, p.index, p.records) for t in request.topic_data for p in t.partition_data]
-        refused = {}
-        if self.broker.cluster is not None:
-            # Only the leader takes writes, and only while its ZooKeeper session lives.
-            for name, index, _ in entries:
-                _, err = self._led_partition(name, index, write=True)
-                if err != Errors.NONE:
-                    refused[(name, index)] = PartitionResult(err)
-            if refused:
-                entries = [e for e in entries if (e[0], e[1]) not in refused]
-        results = await self.broker.replica_manager.append_records(
-            entries, acks=acks, api_version=v, timeout_ms=request.timeout_ms, in_place=True)
-        if refused:
-            results.update(refused)
+        results = {(t.name, p.index): self._append_led(t.name, p.index, p.records, acks, v)
+                   for t in request.topic_data for p in t.partition_data}
+        wait = self.broker.replica_manager.completion(results, acks, request.timeout_ms)
+        if wait is not None:
+            await wait
         if acks == 0:
             # No response; like Kafka, close the connection on an error so the client notices.
             if any(r.error != Errors.NONE for r in results.values()):
@@ -328,23 +319,27 @@ class KafkaApis:
                 for p in t.partition_data]})
         return {"responses": responses, "throttle_time_ms": 0}
 
+    def _append_led(self, topic, partition, records, acks, api_version) -> PartitionResult:
+        """Append one partition's records of a Produce request in place (the frame is ours
+        until the handler returns): only the leader takes writes, and only while its
+        ZooKeeper session lives. The result may still wait for ReplicaManager.completion."""
+        if self.broker.cluster is not None:
+            _, err = self._led_partition(topic, partition, write=True)
+            if err != Errors.NONE:
+                return PartitionResult(err)
+        return self.broker.replica_manager.append_to_partition(
+            topic, partition, records, acks, api_version, in_place=True)
+
     async def _produce_one(self, api_version, correlation_id, client_id, acks, timeout_ms,
                            topic, partition, records):
         """Produce v3-v8 of one partition of one topic without a transactional id, as
         fastlog.protocol._produce read it from the frame: the same steps as
         handle_produce, answered in compiled code when the append succeeded. Returns
         the response parts (None for acks=0)."""
-        r = None
-        if self.broker.cluster is not None:
-            _, err = self._led_partition(topic, partition, write=True)
-            if err != Errors.NONE:
-                r = PartitionResult(err)
-        if r is None:
-            rm = self.broker.replica_manager
-            r = rm.append_to_partition(topic, partition, records, acks, api_version, True)
-            wait = rm.completion({(topic, partition): r}, acks, timeout_ms)
-            if wait is not None:
-                await wait
+        r = self._append_led(topic, partition, records, acks, api_version)
+        wait = self.broker.replica_manager.completion({(topic, partition): r}, acks, timeout_ms)
+        if wait is not None:
+            await wait
         if acks == 0:
             if r.error != Errors.NONE:
                 raise CloseConnection("acks=0 produce failed")

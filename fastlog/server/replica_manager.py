@@ -3,10 +3,11 @@
 # Owns: one `Partition` (fastlog/server/partition.py) per hosted (topic, partition), the
 # fetch and produce purgatories, the replica fetchers (fastlog/server/replica_fetcher.py),
 # the periodic ISR check and each log dir's `replication-offset-checkpoint` (Kafka's
-# format: high watermarks of replicated partitions). `append_records` validates client
-# record sets with the codec (Kafka's error codes), checks producer sequences, appends
-# once and wakes parked fetches; with acks=all on a replicated partition it parks until
-# the ISR has the batch. `read_partition` reads file regions (never copies record bytes);
+# format: high watermarks of replicated partitions). `append_to_partition` validates a
+# client record set with the codec (Kafka's error codes), checks producer sequences,
+# appends once and wakes parked fetches; `completion` is what the answer still waits for
+# (a flush.messages fsync; with acks=all on a replicated partition, the ISR having the
+# batch). `append_records` does both for several partitions. `read_partition` reads file regions (never copies record bytes);
 # a follower's fetch moves its known position, the high watermark and the ISR.
 # Single node (no ZooKeeper): partitions come from make_leader, this broker leads alone
 # and the high watermark is the log end after every append. Cluster mode: the role
