@@ -20,6 +20,7 @@ from cpython.buffer cimport (
     PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer,
 )
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.bytearray cimport PyByteArray_AS_STRING
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.unicode cimport PyUnicode_DecodeUTF8
@@ -2000,6 +2001,47 @@ def build_batch(records, **kwargs):
         else:
             b.append(rec[0], rec[1], rec[2])
     return b.build()
+
+
+def recompress_batch(buf, BatchHeader h, int codec, level=None,
+                     Py_ssize_t decompress_limit=DEFAULT_DECOMPRESS_LIMIT):
+    """Batch h of buf with its records under another codec (a topic's compression.type,
+    as Kafka's LogValidator applies it): a new bytearray holding one batch. The records'
+    encoding does not depend on the codec, so they are decompressed and compressed as one
+    block and never parsed; the header keeps every field but the codec bits, the length
+    and the CRC."""
+    cdef Py_buffer view
+    cdef unsigned char *p
+    cdef unsigned char header[HEADER_SIZE]
+    cdef Py_ssize_t size
+    cdef bytearray out
+    if codec < 0 or codec > 4:
+        raise UnsupportedCodecError(f"unknown compression codec {codec}")
+    _get_buffer(buf, &view, False)
+    try:
+        if h.position < 0 or h.position + <Py_ssize_t>h.batch_length + OVERHEAD > view.len:
+            raise ValueError(f"batch at {h.position} is not inside this buffer")
+        memcpy(header, <unsigned char *>view.buf + h.position, HEADER_SIZE)
+    finally:
+        PyBuffer_Release(&view)
+    region = _records_region(buf, h, decompress_limit)
+    body = _compress(codec, region, level) if codec else region
+    _get_buffer(body, &view, False)
+    try:
+        size = HEADER_SIZE + view.len
+        if size - OVERHEAD > 0x7FFFFFFF:
+            raise RecordTooLargeError(f"recompressed batch of {size} bytes")
+        out = bytearray(size)
+        p = <unsigned char *>PyByteArray_AS_STRING(out)
+        memcpy(p, header, HEADER_SIZE)
+        memcpy(p + HEADER_SIZE, view.buf, view.len)
+    finally:
+        PyBuffer_Release(&view)
+    fl_put_be32(p + OFF_LENGTH, <uint32_t>(size - OVERHEAD))
+    fl_put_be16(p + OFF_ATTRIBUTES,
+                <uint16_t>((h.attributes & ~ATTR_CODEC_MASK) | codec))
+    fl_put_be32(p + OFF_CRC, _crc32c_maybe_nogil(p + OFF_ATTRIBUTES, size - OFF_ATTRIBUTES))
+    return out
 
 
 def build_control_batch(bint commit, int64_t producer_id, int producer_epoch,

@@ -790,6 +790,18 @@ class ReplicaManager:
             # A retried batch already in the log: answer with its original offset.
             return PartitionResult(Errors.NONE, dup.first_offset, -1, p.log.log_start_offset,
                                    required_offset=dup.last_offset + 1)
+        codec = topic_cfg.target_codec
+        if codec is not None and codec != b.compression:
+            # The topic's compression.type is not the producer's codec: the records are
+            # stored under the topic's, in a new buffer (as Kafka's LogValidator does).
+            try:
+                records = _codec.recompress_batch(records, b, codec)
+                batches = _codec.validate_record_set(records, verify_records=False)
+            except _codec.CodecError as e:
+                log.info("%s: cannot store the batch as %s: %s", p, topic_cfg.compression_type, e)
+                return PartitionResult(codec_error_code(e), error_message=str(e))
+            b = batches[0]
+            in_place = True
         # The request frame is reused only after the handler returns, and Log.append writes
         # the batch out before that: stamp it there (a 150 KB copy per request saved).
         # Other callers' buffers are copied exactly once.

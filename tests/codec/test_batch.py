@@ -221,3 +221,42 @@ def test_verify_records_detects_count_mismatch_in_compressed_batch():
     c.validate_record_set(bytes(data))
     with pytest.raises(c.InvalidRecordError):
         c.validate_record_set(bytes(data), verify_records=True)
+
+
+# --- recompress_batch (a topic's compression.type) ------------------------------------
+
+RECOMPRESS_RECORDS = [(1_700_000_000_000 + i, b"k%d" % i if i % 3 else None,
+                       b"value-%d-" % i + b"xy" * (i % 40), [("h", b"%d" % i)] if i % 5 == 0 else [])
+                      for i in range(120)]
+
+
+@pytest.mark.parametrize("target", [0, 1, 2, 3, 4])
+@pytest.mark.parametrize("source", [0, 1, 2, 3, 4])
+def test_recompress_batch_changes_only_the_codec(source, target):
+    original = c.build_batch(RECOMPRESS_RECORDS, compression=source, base_offset=40,
+                                  producer_id=9, producer_epoch=3, base_sequence=17,
+                                  partition_leader_epoch=5)
+    # The batch sits after other bytes, as it does inside a produce request.
+    buf = b"\x00" * 13 + original
+    h = c.read_batch_header(buf, 13)
+    out = c.recompress_batch(buf, h, target)
+    assert isinstance(out, bytearray)
+    n = c.validate_batch(out)   # one complete batch with a valid CRC
+    assert n.compression == target
+    assert n.size == len(out)
+    for field in ("base_offset", "partition_leader_epoch", "last_offset_delta", "first_timestamp",
+                  "max_timestamp", "producer_id", "producer_epoch", "base_sequence",
+                  "record_count", "timestamp_type", "is_transactional"):
+        assert getattr(n, field) == getattr(h, field), field
+    assert ([(r.offset, r.timestamp, r.key, r.value, r.headers) for r in c.read_records(out)]
+            == [(r.offset, r.timestamp, r.key, r.value, r.headers)
+                for r in c.read_records(original)])
+
+
+def test_recompress_batch_refuses_a_header_outside_the_buffer():
+    b = c.build_batch([(1, None, b"v")])
+    h = c.read_batch_header(b)
+    with pytest.raises(ValueError):
+        c.recompress_batch(b[:-1], h, 1)
+    with pytest.raises(c.UnsupportedCodecError):
+        c.recompress_batch(b, h, 5)

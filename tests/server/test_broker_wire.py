@@ -344,3 +344,47 @@ def test_client_posing_as_a_follower_is_refused(broker, wire):
         body["replica_id"] = replica_id
         r = wire.call(ApiKey.FETCH, 11, body)
         assert r.responses[0].partitions[0].error_code == Errors.NOT_LEADER_OR_FOLLOWER
+
+
+def _stored(wire, topic):
+    resp = wire.call(ApiKey.FETCH, 11, fetch_body(topic, 0, 0))
+    data = bytes(resp.responses[0].partitions[0].records)
+    return _codec.scan_batches(data).batches, _codec.read_records(data)
+
+
+@pytest.mark.parametrize("config, sent, stored", [
+    ("zstd", 0, 4), ("gzip", 3, 1), ("uncompressed", 3, 0), ("lz4", 3, 3), ("producer", 2, 2)])
+def test_topic_compression_type_decides_the_stored_codec(broker, wire, config, sent, stored):
+    topic = f"wire-codec-{config}-{sent}"
+    create_topic(broker, topic, configs={"compression.type": config})
+    values = [b"v%d-" % i + b"z" * i for i in range(30)]
+    r = produce(wire, topic, batch(values, compression=sent, producer_id=4, epoch=0, seq=0))
+    assert r.error_code == 0 and r.base_offset == 0
+    r = produce(wire, topic, batch([b"second"], compression=sent, producer_id=4, epoch=0, seq=30))
+    assert r.error_code == 0 and r.base_offset == 30
+    batches, records = _stored(wire, topic)
+    assert [b.compression for b in batches] == [stored, stored]
+    assert [(b.base_offset, b.producer_id, b.base_sequence) for b in batches] == [(0, 4, 0),
+                                                                                 (30, 4, 30)]
+    assert [r.value for r in records] == values + [b"second"]
+    assert [r.offset for r in records] == list(range(31))
+
+
+def test_recompressed_retry_is_still_a_duplicate(broker, wire):
+    create_topic(broker, "wire-codec-retry", configs={"compression.type": "gzip"})
+    b = batch([b"a", b"b"], producer_id=5, epoch=0, seq=0)
+    assert produce(wire, "wire-codec-retry", b).base_offset == 0
+    again = produce(wire, "wire-codec-retry", b)
+    assert again.error_code == 0 and again.base_offset == 0
+    batches, records = _stored(wire, "wire-codec-retry")
+    assert len(batches) == 1 and [r.value for r in records] == [b"a", b"b"]
+
+
+def test_a_batch_over_max_message_bytes_once_recompressed_is_too_large(broker, wire):
+    # Compressible values: 50 KB of them fit under max.message.bytes as zstd, not once
+    # the topic stores them uncompressed (Kafka checks the size after recompression).
+    create_topic(broker, "wire-codec-large", configs={"compression.type": "uncompressed",
+                                                       "max.message.bytes": "20000"})
+    r = produce(wire, "wire-codec-large", batch([b"a" * 1000] * 50, compression=4))
+    assert r.error_code == Errors.MESSAGE_TOO_LARGE
+    assert produce(wire, "wire-codec-large", batch([b"a" * 100] * 5, compression=4)).error_code == 0

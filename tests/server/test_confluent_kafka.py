@@ -76,6 +76,17 @@ def test_idempotent_produce_and_consume_every_codec(broker, codec):
     assert [o for o, _, _ in got] == list(range(200))
 
 
+def test_topic_compression_type_recompresses_and_consumers_read_it(broker):
+    topic = "ck-topic-zstd"
+    create(broker, topic, config={"compression.type": "zstd"})
+    values = [b"value-%d-" % i + b"x" * (i % 50) for i in range(200)]
+    offsets = produce(broker, topic, values, compression_type="lz4", enable_idempotence=True)
+    assert sorted(offsets) == list(range(200))
+    got = consume(broker, topic, 0, 0, 200)
+    assert [v for _, _, v in got] == values
+    assert [k for _, k, _ in got] == [b"k%d" % i for i in range(200)]
+
+
 def test_consume_from_an_offset(broker):
     topic = "ck-from-offset"
     create(broker, topic)

@@ -151,5 +151,15 @@ class LogConfig:
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
 
+    @property
+    def target_codec(self) -> int | None:
+        """The codec id batches are stored with (compression.type), or None: 'producer'
+        keeps each batch's own codec."""
+        return _TARGET_CODECS.get(self.compression_type)
+
+
+# compression.type -> Kafka's codec id in a batch's attributes.
+_TARGET_CODECS = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
 
 TOPIC_CONFIG_KEYS = tuple(_KEYS)
