@@ -96,17 +96,20 @@ cdef inline Py_ssize_t read_varint32(const unsigned char *buf, Py_ssize_t pos,
                                      Py_ssize_t end, int32_t *out) noexcept nogil:
     cdef uint32_t raw = 0
     cdef Py_ssize_t nxt
-    if end - pos >= 2:
+    if end > pos:
         # One- and two-byte fast paths, without a loop: the lengths, deltas and value
-        # sizes of records up to 8 KiB. Fewer mispredicted branches than the loop.
+        # sizes of records up to 8 KiB. Fewer mispredicted branches than the loop. The
+        # one-byte path needs one byte of room only: a record's last field (its header
+        # count) ends exactly at the record's end.
         raw = buf[pos]
         if raw < 0x80:
             out[0] = <int32_t>((raw >> 1) ^ (<uint32_t>0 - (raw & 1)))
             return pos + 1
-        if buf[pos + 1] < 0x80:
+        if end - pos >= 2 and buf[pos + 1] < 0x80:
             raw = (raw & 0x7F) | (<uint32_t>buf[pos + 1] << 7)
             out[0] = <int32_t>((raw >> 1) ^ (<uint32_t>0 - (raw & 1)))
             return pos + 2
+        raw = 0
     nxt = read_uvarint32(buf, pos, end, &raw)
     if nxt >= 0:
         out[0] = <int32_t>((raw >> 1) ^ (<uint32_t>0 - (raw & 1)))
@@ -117,12 +120,12 @@ cdef inline Py_ssize_t read_varint64(const unsigned char *buf, Py_ssize_t pos,
                                      Py_ssize_t end, int64_t *out) noexcept nogil:
     cdef uint64_t raw = 0
     cdef Py_ssize_t nxt
-    if end - pos >= 2:
+    if end > pos:
         raw = buf[pos]
         if raw < 0x80:
             out[0] = <int64_t>((raw >> 1) ^ (<uint64_t>0 - (raw & 1)))
             return pos + 1
-        if buf[pos + 1] < 0x80:
+        if end - pos >= 2 and buf[pos + 1] < 0x80:
             raw = (raw & 0x7F) | (<uint64_t>buf[pos + 1] << 7)
             out[0] = <int64_t>((raw >> 1) ^ (<uint64_t>0 - (raw & 1)))
             return pos + 2

@@ -1465,8 +1465,11 @@ cdef object _records_region(object buf, BatchHeader h, Py_ssize_t limit):
 cdef int _walk_records(const unsigned char *d, Py_ssize_t end, int32_t count) noexcept nogil:
     """0 when d[:end] is exactly ``count`` well-formed records with offset deltas 0..n-1,
     else -1. The checks of _parse_record without locating fields or building errors: the
-    produce path's walk over every record, so it stays lean."""
-    cdef Py_ssize_t p = 0, rend
+    produce path's walk over every record, so it stays lean. The next record starts where
+    this one's length says (p = rend), never where the parse of its fields ended (q, only
+    compared with rend): the chain from one record to the next is one varint long, and
+    the CPU checks a record's fields while it already reads the next one's length."""
+    cdef Py_ssize_t p = 0, q, rend
     cdef int32_t i, _j, length = 0, v = 0, hc = 0
     cdef int64_t ts = 0
     for i in range(count):
@@ -1474,36 +1477,37 @@ cdef int _walk_records(const unsigned char *d, Py_ssize_t end, int32_t count) no
         if p < 0 or length < 6 or length > end - p:
             return -1
         rend = p + length
-        p = read_varint64(d, p + 1, rend, &ts)   # after the attributes byte
-        if p < 0:
+        q = read_varint64(d, p + 1, rend, &ts)   # after the attributes byte
+        if q < 0:
             return -1
-        p = read_varint32(d, p, rend, &v)
-        if p < 0 or v != i:
+        q = read_varint32(d, q, rend, &v)
+        if q < 0 or v != i:
             return -1
-        p = read_varint32(d, p, rend, &v)        # key length, -1 for null
-        if p < 0 or v < -1 or v > rend - p:
-            return -1
-        if v > 0:
-            p += v
-        p = read_varint32(d, p, rend, &v)        # value length, -1 for null
-        if p < 0 or v < -1 or v > rend - p:
+        q = read_varint32(d, q, rend, &v)        # key length, -1 for null
+        if q < 0 or v < -1 or v > rend - q:
             return -1
         if v > 0:
-            p += v
-        p = read_varint32(d, p, rend, &hc)
-        if p < 0 or hc < 0 or hc > rend - p:
+            q += v
+        q = read_varint32(d, q, rend, &v)        # value length, -1 for null
+        if q < 0 or v < -1 or v > rend - q:
+            return -1
+        if v > 0:
+            q += v
+        q = read_varint32(d, q, rend, &hc)
+        if q < 0 or hc < 0 or hc > rend - q:
             return -1
         for _j in range(hc):
-            p = read_varint32(d, p, rend, &v)    # header key: never null
-            if p < 0 or v < 0 or v > rend - p:
+            q = read_varint32(d, q, rend, &v)    # header key: never null
+            if q < 0 or v < 0 or v > rend - q:
                 return -1
-            p = read_varint32(d, p + v, rend, &v)
-            if p < 0 or v < -1 or v > rend - p:
+            q = read_varint32(d, q + v, rend, &v)
+            if q < 0 or v < -1 or v > rend - q:
                 return -1
             if v > 0:
-                p += v
-        if p != rend:
+                q += v
+        if q != rend:
             return -1
+        p = rend
     return 0 if p == end else -1
 
 
