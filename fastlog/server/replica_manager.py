@@ -796,7 +796,7 @@ class ReplicaManager:
             # stored under the topic's, in a new buffer (as Kafka's LogValidator does).
             try:
                 records = _codec.recompress_batch(records, b, codec)
-                batches = _codec.validate_record_set(records, verify_records=False)
+                batches = [_codec.read_batch_header(records)]
             except _codec.CodecError as e:
                 log.info("%s: cannot store the batch as %s: %s", p, topic_cfg.compression_type, e)
                 return PartitionResult(codec_error_code(e), error_message=str(e))
