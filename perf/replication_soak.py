@@ -90,7 +90,7 @@ def run(opts) -> dict:
         load.stop()
         report = check(cluster, TOPIC, PARTITIONS, load)
     finally:
-        cluster.stop()
+        cluster.close()
         zk.kill()
 
     def stat(key):

@@ -4,7 +4,7 @@ start it again before they end) and `fresh_cluster` (per test)."""
 
 import pytest
 
-from tests.cluster.harness import ClusterHarness
+from tests.cluster.harness import ClusterHarness, attach_broker_logs
 from tests.zk_fixture import (
     ZooKeeperServer,
     make_chroot,
@@ -49,9 +49,7 @@ def pytest_runtest_makereport(item, call):
     if isinstance(item.funcargs.get("cluster"), ClusterHarness):
         clusters.append(item.funcargs["cluster"])
     clusters.extend(getattr(item.funcargs.get("fresh_cluster"), "made", []))
-    for c in clusters:
-        for i, b in c.brokers.items():
-            rep.sections.append((f"broker {i} log tail", b.log_tail(60)))
+    attach_broker_logs(rep, clusters)
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """Three real `fastlog-server` processes forming one ZooKeeper-mode cluster, for the
-cluster tests (tests/cluster/): brokers 1-3 on free 127.0.0.1 ports, each with its own
+cluster tests (tests/cluster/; tests/replication/cluster.py's Cluster builds on it): brokers 1-3 on free 127.0.0.1 ports, each with its own
 data dir, all under one ZooKeeper chroot; a kazoo client in the same chroot reads what
 they wrote. Every wait is bounded (zk_fixture.wait_until). Used from the pytest thread.
 
@@ -39,23 +39,31 @@ def overrides(zk_hosts: str, node_id: int, **extra) -> dict[str, str]:
 
 
 class ClusterHarness:
-    def __init__(self, tmp_path, zk_hosts: str, ids=BROKER_IDS, **extra):
+    # How long start() waits for registration, a controller and full metadata.
+    START_TIMEOUT = 15.0
+
+    def __init__(self, tmp_path, zk_hosts: str, ids=BROKER_IDS, rack_of=None, **extra):
+        """rack_of: node id -> broker.rack (or None for none)."""
         self.tmp_path = tmp_path
         self.zk_hosts = zk_hosts
-        self.brokers = {i: BrokerProcess(tmp_path / f"broker-{i}", overrides(zk_hosts, i, **extra))
-                        for i in ids}
+        self.brokers = {}
+        for i in ids:
+            rack = rack_of(i) if rack_of else None
+            props = overrides(zk_hosts, i, **extra, **({"broker.rack": rack} if rack else {}))
+            self.brokers[i] = BrokerProcess(tmp_path / f"broker-{i}", props)
         self._kazoo = None
 
     # -------------------------------------------------------------- lifecycle
     def start(self) -> ClusterHarness:
         for i in self.brokers:
             self.start_broker(i)
-        wait_until(lambda: self.registered() == sorted(self.brokers), 15,
+        t = self.START_TIMEOUT
+        wait_until(lambda: self.registered() == sorted(self.brokers), t,
                    what="every broker registered")
-        wait_until(lambda: self.controller() is not None, 15, what="a controller")
+        wait_until(lambda: self.controller() is not None, t, what="a controller")
         # Each broker learns of the others through its ZooKeeper watches a moment after they
         # register; topic creation in between would see too few live brokers.
-        wait_until(self.every_broker_sees_all, 15, what="every broker's metadata listing all")
+        wait_until(self.every_broker_sees_all, t, what="every broker's metadata listing all")
         return self
 
     def every_broker_sees_all(self) -> bool:
@@ -150,3 +158,10 @@ class ClusterHarness:
         return wait_until(
             lambda: (ls := self.leaders(topic, partitions)) and all(v >= 0 for v in ls.values())
             and ls, timeout, what=f"leaders of every partition of {topic}")
+
+
+def attach_broker_logs(rep, clusters) -> None:
+    """Add the tail of every broker's log to a failed test's report (conftest hooks)."""
+    for c in clusters:
+        for i, b in c.brokers.items():
+            rep.sections.append((f"broker {i} log tail", b.log_tail(60)))

@@ -1,11 +1,13 @@
 """A replicated cluster for fault tests, and the checker (used by tests/replication and
-perf/replication_soak.py).
+perf/replication_soak.py). Cluster is tests/cluster/harness.ClusterHarness with replicated
+settings.
 
     cluster = Cluster(tmp_path, zk_hosts).start()      # 3 fastlog-server processes
     cluster.create_topic("t", partitions=3)              # RF=3, min.insync.replicas=2
     load = Load(cluster.bootstrap, "t", 3).start()       # idempotent acks=all producer
     ... cluster.kill(cluster.leader_of("t", 0)); cluster.restart(id) ...
     load.stop(); report = check(cluster, "t", 3, load)   # lost / duplicates / order / ...
+    cluster.close()                                      # kill every broker
 
 Every wait is bounded; processes are real brokers (tests/broker_fixture.BrokerProcess),
 ZooKeeper is real (tests/zk_fixture), clients are confluent-kafka (librdkafka).
@@ -21,65 +23,41 @@ import threading
 import time
 
 from fastlog import _codec
-from tests.broker_fixture import BrokerProcess
+from tests.cluster.harness import ClusterHarness
 
-BROKER_IDS = (1, 2, 3)
-
-
-def broker_overrides(zk_hosts: str, node_id: int, **extra) -> dict[str, str]:
-    props = {
-        "broker.id": str(node_id),
-        "zookeeper.connect": zk_hosts,
-        "zookeeper.session.timeout.ms": "4000",
-        "replica.lag.time.max.ms": "3000",
-        "replica.fetch.wait.max.ms": "200",
-        "replica.fetch.backoff.ms": "100",
-        "replica.high.watermark.checkpoint.interval.ms": "1000",
-        "min.insync.replicas": "2",
-        "default.replication.factor": "3",
-        "offsets.topic.replication.factor": "3",
-        "offsets.topic.num.partitions": "3",
-        "group.initial.rebalance.delay.ms": "0",
-        "unclean.leader.election.enable": "false",
-        "auto.leader.rebalance.enable": "false",
-        "auto.create.topics.enable": "false",
-    }
-    props.update({k: str(v) for k, v in extra.items()})
-    return props
+# A replicated cluster's settings, over tests/cluster/harness.overrides: RF=3 with
+# min.insync.replicas=2, quick ISR and fetch timings, nothing automatic behind the test's
+# back (no unclean election, leader rebalance or topic creation).
+REPLICATED = {
+    "zookeeper.session.timeout.ms": "4000",
+    "num.partitions": "1",
+    "replica.lag.time.max.ms": "3000",
+    "replica.fetch.wait.max.ms": "200",
+    "replica.fetch.backoff.ms": "100",
+    "replica.high.watermark.checkpoint.interval.ms": "1000",
+    "min.insync.replicas": "2",
+    "default.replication.factor": "3",
+    "offsets.topic.replication.factor": "3",
+    "offsets.topic.num.partitions": "3",
+    "unclean.leader.election.enable": "false",
+    "auto.leader.rebalance.enable": "false",
+    "auto.create.topics.enable": "false",
+}
 
 
-class Cluster:
+class Cluster(ClusterHarness):
+    """ClusterHarness with replicated defaults, racks, SIGSTOP pauses, and the checker's
+    views of partition states and of the replicas' batches on disk."""
+
+    START_TIMEOUT = 30.0
+
     def __init__(self, workdir, zk_hosts: str, racks: dict[int, str] | None = None, **extra):
-        self.workdir = workdir
-        self.zk_hosts = zk_hosts
         racks = racks or {}
-        self.brokers = {
-            i: BrokerProcess(workdir / f"b{i}", broker_overrides(
-                zk_hosts, i, **extra, **({"broker.rack": racks[i]} if i in racks else {})))
-            for i in BROKER_IDS}
+        super().__init__(workdir, zk_hosts, rack_of=racks.get, **{**REPLICATED, **extra})
         self.paused: set[int] = set()
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self) -> Cluster:
-        for b in self.brokers.values():
-            b.start()
-        self.wait(lambda: len(self.live_ids()) == len(self.brokers), 30, "all brokers registered")
-        # Registration is in ZooKeeper at once, but each broker learns of the others through
-        # its watches a moment later; a topic created before the controller's cache has all
-        # three would be refused (INVALID_REPLICATION_FACTOR).
-        self.wait(self._every_broker_sees_all, 30, "every broker's metadata listing all brokers")
-        return self
-
-    def _every_broker_sees_all(self) -> bool:
-        from confluent_kafka.admin import AdminClient
-
-        for b in self.brokers.values():
-            md = AdminClient({"bootstrap.servers": b.bootstrap}).list_topics(timeout=5)
-            if len(md.brokers) != len(self.brokers):
-                return False
-        return True
-
-    def stop(self, clean: bool = False) -> None:
+    def close(self, clean: bool = False) -> None:
         """Kill every broker (tests are done with them; a clean stop waits for controlled
         shutdowns), or SIGTERM them with clean=True."""
         for i, b in self.brokers.items():
@@ -91,16 +69,14 @@ class Cluster:
                 except AssertionError:
                     b.kill()
             b.kill()
+        self.reset_zk()
 
     @property
     def bootstrap(self) -> str:
         return ",".join(b.bootstrap for b in self.brokers.values() if b.port)
 
-    def kill(self, node_id: int) -> None:
-        self.brokers[node_id].kill()
-
     def restart(self, node_id: int) -> None:
-        self.brokers[node_id].start()
+        self.start_broker(node_id)
 
     def pause(self, node_id: int) -> None:
         self.brokers[node_id].proc.send_signal(signal.SIGSTOP)
@@ -112,6 +88,7 @@ class Cluster:
 
     @staticmethod
     def wait(cond, timeout: float, what: str, step: float = 0.1):
+        """wait_until that also rides out exceptions (brokers coming up, leaders moving)."""
         deadline = time.monotonic() + timeout
         last = None
         while time.monotonic() < deadline:
@@ -125,35 +102,13 @@ class Cluster:
         raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
 
     # ------------------------------------------------------------------ ZooKeeper view
-    def _zk(self):
-        from kazoo.client import KazooClient
-
-        zk = KazooClient(hosts=self.zk_hosts, timeout=5.0)
-        zk.start(timeout=10)
-        return zk
-
     def live_ids(self) -> list[int]:
-        zk = self._zk()
-        try:
-            return sorted(int(c) for c in zk.get_children("/brokers/ids"))
-        finally:
-            zk.stop()
-            zk.close()
+        return self.registered()
 
     def states(self, topic: str, partitions: int) -> dict[int, dict]:
         """{partition: {"leader", "leader_epoch", "isr"}} from the state znodes."""
-        import json
-
-        zk = self._zk()
-        try:
-            out = {}
-            for p in range(partitions):
-                data, _ = zk.get(f"/brokers/topics/{topic}/partitions/{p}/state")
-                out[p] = json.loads(data)
-            return out
-        finally:
-            zk.stop()
-            zk.close()
+        return {p: self.json(f"/brokers/topics/{topic}/partitions/{p}/state")
+                for p in range(partitions)}
 
     def leader_of(self, topic: str, partition: int) -> int:
         return self.states(topic, partition + 1)[partition]["leader"]

@@ -65,4 +65,4 @@ def test_consumer_reads_from_the_follower_in_its_rack(zk_server, tmp_path):
         data, _ = read_all(cluster.bootstrap, TOPIC, 1)
         assert [v for _, v in data[0]] == got
     finally:
-        cluster.stop()
+        cluster.close()
