@@ -243,7 +243,11 @@ def test_broker_id_generated_through_seqid_and_kept_in_meta_properties(cluster, 
         assert len(gen) == 1 and gen[0] > 1000  # above reserved.broker.max.id
         assert f"broker.id={gen[0]}" in (b.data_dir / "meta.properties").read_text()
         assert cluster.json(f"/brokers/ids/{gen[0]}")["rack"] == "rack-b"
-        md = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(timeout=10)
+        # Broker 1 learns of the new broker through its ZooKeeper watch, a moment after
+        # the registration the wait above saw.
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        md = wait_until(lambda: (m := admin.list_topics(timeout=10)).brokers.get(gen[0]) and m,
+                        15, what="the new broker in broker 1's metadata")
         assert md.brokers[gen[0]].port == b.port
         assert b.stop() == 0
         b.start()
