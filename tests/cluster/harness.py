@@ -55,8 +55,8 @@ class ClusterHarness:
 
     # -------------------------------------------------------------- lifecycle
     def start(self) -> ClusterHarness:
-        for i in self.brokers:
-            self.start_broker(i)
+        for b in self.brokers.values():
+            b.start()
         t = self.START_TIMEOUT
         wait_until(lambda: self.registered() == sorted(self.brokers), t,
                    what="every broker registered")
@@ -67,19 +67,30 @@ class ClusterHarness:
         return self
 
     def every_broker_sees_all(self) -> bool:
-        want = sorted(self.brokers)
-        for b in self.brokers.values():
-            w = Wire(b)
+        want = set(self.brokers)
+        return all(ids == want for ids in self._metadata_brokers(self.brokers))
+
+    def _metadata_brokers(self, ids):
+        """For each of these brokers, the set of broker ids its Metadata lists."""
+        for i in ids:
+            w = Wire(self.brokers[i])
             try:
                 md = w.call(ApiKey.METADATA, 1, {"topics": []})
             finally:
                 w.close()
-            if sorted(x.node_id for x in md.brokers) != want:
-                return False
-        return True
+            yield {x.node_id for x in md.brokers}
 
     def start_broker(self, node_id: int) -> BrokerProcess:
-        return self.brokers[node_id].start()
+        """(Re)start one broker and wait until every live broker's metadata lists it: the
+        others learn of it through their /brokers/ids watch a moment after it registers,
+        and a topic created in between would not count it."""
+        b = self.brokers[node_id].start()
+        wait_until(lambda: self.every_live_broker_sees(node_id), self.START_TIMEOUT,
+                   what=f"broker {node_id} in every live broker's metadata")
+        return b
+
+    def every_live_broker_sees(self, node_id: int) -> bool:
+        return all(node_id in ids for ids in self._metadata_brokers(self.alive_ids()))
 
     def kill(self, node_id: int) -> None:
         self.brokers[node_id].kill()

@@ -78,11 +78,16 @@ def test_broker_sigkill_moves_rf3_leadership_and_takes_rf1_offline_until_back(cl
     assert {p: cluster.state("kill-rf1", p)["leader"] for p in others} == others
 
     # Metadata from a live broker says so; a producer still reaches the live partitions
-    md = AdminClient({"bootstrap.servers": bootstrap_of(cluster)}).list_topics("kill-rf1",
-                                                                               timeout=10)
-    assert sorted(md.brokers) == sorted(set(BROKER_IDS) - {victim})
-    for p in mine1:
-        assert md.topics["kill-rf1"].partitions[p].leader == -1
+    # (each broker applies the new states from its own ZooKeeper watch, a moment after
+    # ZooKeeper has them)
+    admin = AdminClient({"bootstrap.servers": bootstrap_of(cluster)})
+
+    def offline_in_metadata():
+        md = admin.list_topics("kill-rf1", timeout=10)
+        return (sorted(md.brokers) == sorted(set(BROKER_IDS) - {victim})
+                and all(md.topics["kill-rf1"].partitions[p].leader == -1 for p in mine1))
+
+    wait_until(offline_in_metadata, 15, what="the offline partitions in live brokers' metadata")
     prod = Producer({"bootstrap.servers": bootstrap_of(cluster)})
     for p in others:
         prod.produce("kill-rf1", value=b"while-down", partition=p)
@@ -227,7 +232,10 @@ def _try_create(cluster, name):
         return None
 
 
-def test_restart_within_the_session_timeout_replaces_its_own_stale_registration(cluster):
+def test_restart_within_the_session_timeout_replaces_its_own_stale_registration(fresh_cluster):
+    # Sessions of 8 s, not the module cluster's 2 s: the restart (~0.7 s of Python start-up
+    # on an idle machine, more on a loaded one) must land before the crashed session ends.
+    cluster = fresh_cluster(**{"zookeeper.session.timeout.ms": 8000})
     victim = next(b for b in BROKER_IDS if b != cluster.controller())
     old_owner = cluster.zk.exists(f"/brokers/ids/{victim}").ephemeralOwner
     cluster.kill(victim)

@@ -76,7 +76,8 @@ class Cluster(ClusterHarness):
         return ",".join(b.bootstrap for b in self.brokers.values() if b.port)
 
     def restart(self, node_id: int) -> None:
-        self.start_broker(node_id)
+        # Without start_broker's metadata wait: a paused broker would not answer it.
+        self.brokers[node_id].start()
 
     def pause(self, node_id: int) -> None:
         self.brokers[node_id].proc.send_signal(signal.SIGSTOP)
@@ -192,16 +193,18 @@ class Load:
         n = 0
         while not self._stop.is_set():
             try:
-                self._producer.produce(self.topic, str(n).encode(), partition=n % self.partitions,
-                                       on_delivery=self._report)
-                n += 1
-                self.sent = n
-            except BufferError:
-                pass
+                try:
+                    self._producer.produce(self.topic, str(n).encode(),
+                                           partition=n % self.partitions,
+                                           on_delivery=self._report)
+                    n += 1
+                    self.sent = n
+                except BufferError:
+                    pass   # the queue is full: poll serves delivery reports
+                self._producer.poll(0)
             except:  # noqa: E722 - a fatal error (KafkaError is no Exception subclass) ends it
                 self.fatal = self.fatal or "fatal producer error"
                 return
-            self._producer.poll(0)
             nxt += interval
             delay = nxt - time.monotonic()
             if delay > 0:
