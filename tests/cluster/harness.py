@@ -1,7 +1,8 @@
 """Three real `fastlog-server` processes forming one ZooKeeper-mode cluster, for the
 cluster tests (tests/cluster/; tests/replication/cluster.py's Cluster builds on it):
 brokers 1-3 on free 127.0.0.1 ports, each with its own data dir, all under one ZooKeeper
-chroot; a kazoo client in the same chroot reads what they wrote. Every wait is bounded (zk_fixture.wait_until). Used from the pytest thread.
+chroot; a kazoo client in the same chroot reads what they wrote. Every wait is bounded
+(zk_fixture.wait_until). Used from the pytest thread.
 
     c = ClusterHarness(tmp_path, zk_hosts).start()
     c.bootstrap                  # one broker's "127.0.0.1:PORT"
