@@ -101,6 +101,11 @@ def _at_least(lo: int) -> Callable[[Any], str | None]:
     return lambda v: None if v >= lo else f"must be at least {lo}"
 
 
+def _between(lo: int, hi: int, *also: int) -> Callable[[Any], str | None]:
+    extra = "".join(f" or {a}" for a in also)
+    return lambda v: None if lo <= v <= hi or v in also else f"must be in [{lo}, {hi}]{extra}"
+
+
 def _one_of(*choices: str) -> Callable[[Any], str | None]:
     def check(v):
         items = v if isinstance(v, list) else [v]
@@ -158,6 +163,10 @@ def _parse_protocol_map(v: str | None) -> dict[str, str]:
 
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 _COMPRESSION = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
+# Kafka's ranges for the levels of a topic's recompression (KIP-390).
+_GZIP_LEVEL = _between(1, 9, -1)
+_LZ4_LEVEL = _between(1, 17)
+_ZSTD_LEVEL = _between(-131072, 22)
 
 _KEYS: list[ConfigKey] = [
     # identity and network
@@ -227,6 +236,9 @@ _KEYS: list[ConfigKey] = [
     ConfigKey("log.message.downconversion.enable", "boolean", True, inert=True),
     ConfigKey("num.recovery.threads.per.data.dir", "int", 1, inert=True),
     ConfigKey("compression.type", "string", "producer", "Topic codec; producer keeps the producer's.", _one_of(*_COMPRESSION)),
+    ConfigKey("compression.gzip.level", "int", -1, "gzip level of batches the topic recompresses (-1: zlib's default).", _GZIP_LEVEL),
+    ConfigKey("compression.lz4.level", "int", 9, "lz4 level of batches the topic recompresses.", _LZ4_LEVEL),
+    ConfigKey("compression.zstd.level", "int", 3, "zstd level of batches the topic recompresses.", _ZSTD_LEVEL),
     ConfigKey("min.insync.replicas", "int", 1, "Replicas that must have a record for acks=all.", _at_least(1)),
     ConfigKey("unclean.leader.election.enable", "boolean", False),
     ConfigKey("fetch.max.bytes", "int", 57671680, "Largest Fetch response.", _at_least(0)),
@@ -497,6 +509,9 @@ class KafkaConfig:
         return {
             "cleanup.policy": list(v["log.cleanup.policy"]),
             "compression.type": v["compression.type"],
+            "compression.gzip.level": v["compression.gzip.level"],
+            "compression.lz4.level": v["compression.lz4.level"],
+            "compression.zstd.level": v["compression.zstd.level"],
             "delete.retention.ms": v["log.cleaner.delete.retention.ms"],
             "file.delete.delay.ms": v["log.segment.delete.delay.ms"],
             "flush.messages": v["log.flush.interval.messages"],
@@ -527,6 +542,9 @@ class KafkaConfig:
 TOPIC_CONFIG_SYNONYMS: dict[str, list[str]] = {
     "cleanup.policy": ["log.cleanup.policy"],
     "compression.type": ["compression.type"],
+    "compression.gzip.level": ["compression.gzip.level"],
+    "compression.lz4.level": ["compression.lz4.level"],
+    "compression.zstd.level": ["compression.zstd.level"],
     "delete.retention.ms": ["log.cleaner.delete.retention.ms"],
     "file.delete.delay.ms": ["log.segment.delete.delay.ms"],
     "flush.messages": ["log.flush.interval.messages"],
@@ -555,6 +573,8 @@ TOPIC_CONFIG_SYNONYMS: dict[str, list[str]] = {
 # Types of topic-level configs (for parsing AlterConfigs/CreateTopics values).
 TOPIC_CONFIG_TYPES: dict[str, str] = {
     "cleanup.policy": "list", "compression.type": "string", "delete.retention.ms": "long",
+    "compression.gzip.level": "int", "compression.lz4.level": "int",
+    "compression.zstd.level": "int",
     "file.delete.delay.ms": "long", "flush.messages": "long", "flush.ms": "long",
     "index.interval.bytes": "int", "max.compaction.lag.ms": "long", "max.message.bytes": "int",
     "message.downconversion.enable": "boolean", "message.timestamp.after.max.ms": "long",
@@ -569,6 +589,9 @@ TOPIC_CONFIG_TYPES: dict[str, str] = {
 _TOPIC_CHECKS: dict[str, Callable[[Any], str | None]] = {
     "cleanup.policy": _one_of("delete", "compact"),
     "compression.type": _one_of(*_COMPRESSION),
+    "compression.gzip.level": _GZIP_LEVEL,
+    "compression.lz4.level": _LZ4_LEVEL,
+    "compression.zstd.level": _ZSTD_LEVEL,
     "message.timestamp.type": _one_of(*_TIMESTAMP_TYPES),
     "segment.bytes": _at_least(14),
     "segment.ms": _at_least(1),

@@ -795,7 +795,7 @@ class ReplicaManager:
             # The topic's compression.type is not the producer's codec: the records are
             # stored under the topic's, in a new buffer (as Kafka's LogValidator does).
             try:
-                records = _codec.recompress_batch(records, b, codec)
+                records = _codec.recompress_batch(records, b, codec, topic_cfg.target_level)
                 batches = [_codec.read_batch_header(records)]
             except _codec.CodecError as e:
                 log.info("%s: cannot store the batch as %s: %s", p, topic_cfg.compression_type, e)

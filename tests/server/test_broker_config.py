@@ -120,3 +120,23 @@ def test_cli_bad_config_exits_2_with_one_sentence(args, needle):
     assert needle in r.stderr
     assert "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("name, good, bad", [
+    ("compression.gzip.level", ["-1", "1", "9"], ["0", "10", "-2"]),
+    ("compression.lz4.level", ["1", "17"], ["0", "18", "-1"]),
+    ("compression.zstd.level", ["-131072", "3", "22"], ["23", "-131073"]),
+])
+def test_compression_levels_take_kafkas_ranges(name, good, bad):
+    for raw in good:
+        assert parse_topic_config(name, raw) == int(raw)
+    for raw in bad:
+        with pytest.raises(ConfigError):
+            parse_topic_config(name, raw)
+    c = KafkaConfig({name: good[-1]})
+    assert c.topic_defaults()[name] == int(good[-1])
+    assert KafkaConfig().topic_defaults()[name] == {"compression.gzip.level": -1,
+                                                    "compression.lz4.level": 9,
+                                                    "compression.zstd.level": 3}[name]
+    with pytest.raises(ConfigError):
+        KafkaConfig({name: bad[0]})

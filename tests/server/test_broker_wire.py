@@ -388,3 +388,20 @@ def test_a_batch_over_max_message_bytes_once_recompressed_is_too_large(broker, w
     r = produce(wire, "wire-codec-large", batch([b"a" * 1000] * 50, compression=4))
     assert r.error_code == Errors.MESSAGE_TOO_LARGE
     assert produce(wire, "wire-codec-large", batch([b"a" * 100] * 5, compression=4)).error_code == 0
+
+
+def test_topic_compression_level_applies_to_recompressed_batches(broker, wire):
+    # Compressible records under zstd at level 1 and at level 19: the stronger level
+    # stores fewer bytes, the records read back the same.
+    values = [b"%05d-" % i + b"the same words again and again " * 3 for i in range(400)]
+    sizes = {}
+    for level in (1, 19):
+        topic = f"wire-codec-zstd-{level}"
+        create_topic(broker, topic, configs={"compression.type": "zstd",
+                                             "compression.zstd.level": str(level)})
+        assert produce(wire, topic, batch(values)).error_code == 0
+        batches, records = _stored(wire, topic)
+        assert [b.compression for b in batches] == [4]
+        assert [r.value for r in records] == values
+        sizes[level] = batches[0].size
+    assert sizes[19] < sizes[1]

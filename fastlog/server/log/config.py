@@ -31,6 +31,9 @@ _KEYS: dict[str, tuple[str, str, Any]] = {
     "max.message.bytes": ("max_message_bytes", "int", 1024 * 1024 + 12),
     "cleanup.policy": ("cleanup_policy", "list", ("delete",)),
     "compression.type": ("compression_type", "str", "producer"),
+    "compression.gzip.level": ("compression_gzip_level", "int", -1),
+    "compression.lz4.level": ("compression_lz4_level", "int", 9),
+    "compression.zstd.level": ("compression_zstd_level", "int", 3),
     "min.insync.replicas": ("min_insync_replicas", "int", 1),
     "unclean.leader.election.enable": ("unclean_leader_election_enable", "bool", False),
     "delete.retention.ms": ("delete_retention_ms", "int", 24 * 3600 * 1000),
@@ -96,6 +99,9 @@ class LogConfig:
     max_message_bytes: int = 1024 * 1024 + 12
     cleanup_policy: tuple = ("delete",)
     compression_type: str = "producer"
+    compression_gzip_level: int = -1
+    compression_lz4_level: int = 9
+    compression_zstd_level: int = 3
     min_insync_replicas: int = 1
     unclean_leader_election_enable: bool = False
     delete_retention_ms: int = 24 * 3600 * 1000
@@ -156,6 +162,17 @@ class LogConfig:
         """The codec id batches are stored with (compression.type), or None: 'producer'
         keeps each batch's own codec."""
         return _TARGET_CODECS.get(self.compression_type)
+
+    @property
+    def target_level(self) -> int | None:
+        """The compression level for target_codec (compression.<codec>.level), or None."""
+        if self.compression_type == "gzip":
+            return self.compression_gzip_level
+        if self.compression_type == "lz4":
+            return self.compression_lz4_level
+        if self.compression_type == "zstd":
+            return self.compression_zstd_level
+        return None
 
 
 # compression.type -> Kafka's codec id in a batch's attributes.
