@@ -7,8 +7,9 @@
 # client record set with the codec (Kafka's error codes), checks producer sequences,
 # appends once and wakes parked fetches; `completion` is what the answer still waits for
 # (a flush.messages fsync; with acks=all on a replicated partition, the ISR having the
-# batch). `append_records` does both for several partitions. `read_partition` reads file regions (never copies record bytes);
-# a follower's fetch moves its known position, the high watermark and the ISR.
+# batch). `append_records` does both for several partitions. `read_partition` reads file
+# regions (never copies record bytes); a follower's fetch moves its known position, the
+# high watermark and the ISR.
 # Single node (no ZooKeeper): partitions come from make_leader, this broker leads alone
 # and the high watermark is the log end after every append. Cluster mode: the role
 # handler calls become_leader / become_follower / stop_replica / session_changed; ISR

@@ -161,22 +161,21 @@ class LogConfig:
     def target_codec(self) -> int | None:
         """The codec id batches are stored with (compression.type), or None: 'producer'
         keeps each batch's own codec."""
-        return _TARGET_CODECS.get(self.compression_type)
+        target = _TARGETS.get(self.compression_type)
+        return None if target is None else target[0]
 
     @property
     def target_level(self) -> int | None:
         """The compression level for target_codec (compression.<codec>.level), or None."""
-        if self.compression_type == "gzip":
-            return self.compression_gzip_level
-        if self.compression_type == "lz4":
-            return self.compression_lz4_level
-        if self.compression_type == "zstd":
-            return self.compression_zstd_level
-        return None
+        target = _TARGETS.get(self.compression_type)
+        return None if target is None or target[1] is None else getattr(self, target[1])
 
 
-# compression.type -> Kafka's codec id in a batch's attributes.
-_TARGET_CODECS = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+# compression.type -> (Kafka's codec id in a batch's attributes, the LogConfig attribute
+# holding its level, if it has one).
+_TARGETS = {"uncompressed": (0, None), "gzip": (1, "compression_gzip_level"),
+            "snappy": (2, None), "lz4": (3, "compression_lz4_level"),
+            "zstd": (4, "compression_zstd_level")}
 
 
 TOPIC_CONFIG_KEYS = tuple(_KEYS)
