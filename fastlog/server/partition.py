@@ -84,7 +84,8 @@ class Partition:
 
     @property
     def can_accept_writes(self) -> bool:
-        return self.is_leader and not self.fenced
+        # is_leader spelled out: this runs on every produce request.
+        return (self.local_id is None or self.leader_id == self.local_id) and not self.fenced
 
     @property
     def replicated(self) -> bool:
@@ -168,7 +169,7 @@ class Partition:
     def maybe_increment_high_watermark(self) -> bool:
         """Leader: HW = min log end offset over the ISR, never backwards. True if it moved."""
         log_ = self.log
-        if not self.replicated:
+        if self.local_id is None:   # not replicated: every append moves it
             if log_.high_watermark != log_.log_end_offset:
                 log_.update_high_watermark(log_.log_end_offset)
                 return True

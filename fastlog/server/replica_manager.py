@@ -55,7 +55,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class PartitionResult:
     """Outcome of one partition's append (what the Produce response needs)."""
 
@@ -674,12 +674,18 @@ class ReplicaManager:
         flush.messages asked for an fsync (the ack waits for it; it runs on LogManager's
         I/O worker, so the loop keeps serving meanwhile), or acks=all on a replicated
         partition (the ack waits for the ISR)."""
-        flushes = [r.flush_future for r in results.values()
-                   if r.flush_future is not None] if acks != 0 else None
-        replicated = acks == -1 and any(
-            r.error == Errors.NONE and (p := self.partitions.get(key)) is not None
-            and p.replicated for key, r in results.items())
-        if not flushes and not replicated:
+        flushes = None
+        replicated = False
+        # A plain loop (no comprehension frames): this runs once per produce request.
+        for key, r in results.items():
+            if r.flush_future is not None and acks != 0:
+                if flushes is None:
+                    flushes = []
+                flushes.append(r.flush_future)
+            if (acks == -1 and not replicated and r.error == Errors.NONE
+                    and (p := self.partitions.get(key)) is not None and p.replicated):
+                replicated = True
+        if flushes is None and not replicated:
             return None
         return self._complete(results, flushes, timeout_ms if replicated else None)
 
@@ -782,15 +788,18 @@ class ReplicaManager:
                     error_message=f"batch timestamps {b.first_timestamp}..{b.max_timestamp} "
                                   f"are outside [now - {before_max}, now + {after_max}] ms")
         ps = p.producer_state
-        try:
-            dup = ps.check(b.producer_id, b.producer_epoch, b.base_sequence, b.record_count)
-        except ProducerStateError as e:
-            return PartitionResult(Errors[e.code], error_message=str(e),
-                                   log_start_offset=p.log.log_start_offset)
-        if dup is not None:
-            # A retried batch already in the log: answer with its original offset.
-            return PartitionResult(Errors.NONE, dup.first_offset, -1, p.log.log_start_offset,
-                                   required_offset=dup.last_offset + 1)
+        idempotent = b.producer_id != NO_PRODUCER_ID
+        if idempotent:
+            try:
+                dup = ps.check(b.producer_id, b.producer_epoch, b.base_sequence, b.record_count)
+            except ProducerStateError as e:
+                return PartitionResult(Errors[e.code], error_message=str(e),
+                                       log_start_offset=p.log.log_start_offset)
+            if dup is not None:
+                # A retried batch already in the log: answer with its original offset.
+                return PartitionResult(Errors.NONE, dup.first_offset, -1,
+                                       p.log.log_start_offset,
+                                       required_offset=dup.last_offset + 1)
         codec = topic_cfg.target_codec
         if codec is not None and codec != b.compression:
             # The topic's compression.type is not the producer's codec: the records are
@@ -822,8 +831,9 @@ class ReplicaManager:
             return PartitionResult(Errors.KAFKA_STORAGE_ERROR, error_message=str(e))
         if b.compression == COMPRESSION_ZSTD:
             p.has_zstd = True
-        ps.update(b.producer_id, b.producer_epoch, b.base_sequence, b.record_count,
-                  info.first_offset, info.last_offset, b.max_timestamp)
+        if idempotent:
+            ps.update(b.producer_id, b.producer_epoch, b.base_sequence, b.record_count,
+                      info.first_offset, info.last_offset, b.max_timestamp)
         ps.update_map_end_offset(info.last_offset + 1)
         self._after_append(p)
         return PartitionResult(Errors.NONE, info.first_offset, info.log_append_time,

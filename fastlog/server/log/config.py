@@ -111,6 +111,23 @@ class LogConfig:
     preallocate: bool = False
     # The topic keys that were set explicitly (DescribeConfigs reports them as topic-level).
     overridden: frozenset = frozenset()
+    # Derived once here, because every produce request reads them: LogAppendTime
+    # stamping, and the codec (compression.type; None keeps each batch's own, as
+    # 'producer' does) and level (compression.<codec>.level) batches are stored with.
+    log_append_time: bool = dataclasses.field(init=False, repr=False, compare=False)
+    target_codec: int | None = dataclasses.field(init=False, repr=False, compare=False)
+    target_level: int | None = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        target = _TARGETS.get(self.compression_type)
+        codec = level = None
+        if target is not None:
+            codec = target[0]
+            level = None if target[1] is None else getattr(self, target[1])
+        object.__setattr__(self, "log_append_time",
+                           self.message_timestamp_type == "LogAppendTime")
+        object.__setattr__(self, "target_codec", codec)
+        object.__setattr__(self, "target_level", level)
 
     @classmethod
     def from_props(cls, defaults: Mapping[str, Any] | None = None,
@@ -152,23 +169,6 @@ class LogConfig:
     @property
     def compact(self) -> bool:
         return "compact" in self.cleanup_policy
-
-    @property
-    def log_append_time(self) -> bool:
-        return self.message_timestamp_type == "LogAppendTime"
-
-    @property
-    def target_codec(self) -> int | None:
-        """The codec id batches are stored with (compression.type), or None: 'producer'
-        keeps each batch's own codec."""
-        target = _TARGETS.get(self.compression_type)
-        return None if target is None else target[0]
-
-    @property
-    def target_level(self) -> int | None:
-        """The compression level for target_codec (compression.<codec>.level), or None."""
-        target = _TARGETS.get(self.compression_type)
-        return None if target is None or target[1] is None else getattr(self, target[1])
 
 
 # compression.type -> (Kafka's codec id in a batch's attributes, the LogConfig attribute

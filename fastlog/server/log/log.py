@@ -60,7 +60,7 @@ EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class LogAppendInfo:
     """What an append did. flush_future is set when flush.messages asked for an fsync:
     it completes once the appended data is on disk (await it before acking to keep
@@ -347,7 +347,9 @@ class Log:
             self.leader_epoch_cache.assign(epoch, offset)
         first, last = batches[0], batches[-1]
         valid_bytes = last.end - first.position
-        segment = self._maybe_roll(valid_bytes, max_ts, first.base_offset, last.last_offset, now)
+        segment = self._view[0][-1]
+        if segment.should_roll(valid_bytes, max_ts, last.last_offset, now, self.config):
+            segment = self.roll(first.base_offset)
         segment.append(records, batches)
         self.log_end_offset = last.next_offset
         if self.hw_follows_leo:
@@ -361,13 +363,6 @@ class Log:
             log_append_time=now if self.config.log_append_time else -1,
             num_messages=count, valid_bytes=valid_bytes,
             log_start_offset=self.log_start_offset, flush_future=flush_future)
-
-    def _maybe_roll(self, messages_size: int, max_ts: int, first_offset: int,
-                    max_offset: int, now: int) -> LogSegment:
-        segment = self.active_segment
-        if segment.should_roll(messages_size, max_ts, max_offset, now, self.config):
-            return self.roll(first_offset)
-        return segment
 
     def roll(self, expected_next_offset: int | None = None) -> LogSegment:
         """Start a new active segment at max(expected_next_offset, log end offset); the

@@ -355,20 +355,21 @@ class LogSegment:
                     max_offset_in_messages: int, now_ms: int, config) -> bool:
         """Kafka's roll rule: size, age (by record time), a full index, or an offset that
         no longer fits a 4-byte relative offset."""
-        reached_roll_ms = self.time_waited_for_roll(now_ms, max_timestamp_in_messages) > (
-            config.segment_ms - self.roll_jitter_ms)
-        return (self.size > config.segment_bytes - messages_size
-                or (self.size > 0 and reached_roll_ms)
+        size = self.size
+        if (size > config.segment_bytes - messages_size
                 or self.offset_index.is_full or self.time_index.is_full
-                or max_offset_in_messages - self.base_offset > INT32_MAX)
-
-    def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
-        if self.rolling_based_timestamp is None and self.size > 0:
+                or max_offset_in_messages - self.base_offset > INT32_MAX):
+            return True
+        if size == 0:
+            return False
+        # The time waited counts from the first batch's timestamp, or from the segment's
+        # creation when it has none (Kafka's timeWaitedForRoll).
+        if self.rolling_based_timestamp is None:
             self._load_first_batch_timestamp()
         t = self.rolling_based_timestamp
-        if t is not None and t >= 0:
-            return message_timestamp - t
-        return now_ms - self.created_ms
+        waited = (max_timestamp_in_messages - t if t is not None and t >= 0
+                  else now_ms - self.created_ms)
+        return waited > config.segment_ms - self.roll_jitter_ms
 
     def _load_first_batch_timestamp(self) -> None:
         try:
@@ -397,7 +398,8 @@ class LogSegment:
                 self.rolling_based_timestamp = first.max_timestamp
             else:
                 self._load_first_batch_timestamp()
-        self._load_max_timestamp()
+        if not self._max_ts_loaded:
+            self._load_max_timestamp()
         self._indexer.add(batches, physical - first.position)
         self.size = physical + len(view)
         self._next_offset = last.next_offset
