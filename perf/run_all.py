@@ -1,9 +1,9 @@
 """`make perf`: every perf script in quick mode, one after another.
 
-Runs the micro-benchmarks (codec, log, network, protocol) with small sizes and then
-compare.py --quick, each as a subprocess with a time limit, and prints each script's last
-JSON line under its name (its last line when it prints no JSON; a failing script's
-output goes to stderr).
+Runs the micro-benchmarks (codec, log, network, protocol) with small sizes, then
+compare.py --quick and cleaner_latency.py with a small topic, each as a subprocess with a
+time limit, and prints each script's last JSON line under its name (its last line when it
+prints no JSON; a failing script's output goes to stderr).
 Exit status: the number of scripts that failed. Figures are noisy on a shared machine;
 the full runs and their write-up are in perf/README.md.
 Usage: .venv/bin/python perf/run_all.py [--only NAME[,NAME]] [--timeout SECONDS]
@@ -25,6 +25,8 @@ SCRIPTS = {
                   "--modes", "inline"],
     "bench_protocol": ["bench_protocol.py", "--seconds", "0.3"],
     "compare": ["compare.py", "--quick", "--json"],
+    "cleaner_latency": ["cleaner_latency.py", "--records", "300000", "--segment-mib", "4",
+                        "--probe-seconds", "3", "--json"],
 }
 
 

@@ -1,10 +1,12 @@
 # fastlog/cli/server.py — the `fastlog-server` entry point (Kafka's kafka-server-start).
 #
 # Owns: the command line (`fastlog-server [server.properties] [--override key=value ...]`),
-# logging setup, the asyncio (uvloop) API loop that runs BrokerServer, and signal handling:
-# SIGTERM/SIGINT trigger an orderly shutdown (checkpoints and the clean-shutdown marker,
-# so the next start needs no recovery). A bad config key or value, or a startup problem,
-# prints one sentence on stderr and exits non-zero (2 for configuration, 1 for startup).
+# the process-wide settings (logging, the interpreter's switch interval: see
+# apply_process_settings), the asyncio (uvloop) API loop that runs BrokerServer, and
+# signal handling: SIGTERM/SIGINT trigger an orderly shutdown (checkpoints and the
+# clean-shutdown marker, so the next start needs no recovery). A bad config key or value,
+# or a startup problem, prints one sentence on stderr and exits non-zero (2 for
+# configuration, 1 for startup).
 # Prints one line on stdout once the broker is serving:
 #   fastlog-server: listening on PLAINTEXT://HOST:PORT (node N, cluster C), data in DIR
 # (tests parse it to learn the port when listeners use port 0).
@@ -60,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         level=getattr(logging, args.log_level),
         format="[%(asctime)s] %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr)
+    apply_process_settings(config)
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a runtime dependency
@@ -70,6 +73,13 @@ def main(argv: list[str] | None = None) -> int:
             return runner.run(_serve(config))
     except KeyboardInterrupt:
         return 130
+
+
+def apply_process_settings(config: KafkaConfig) -> None:
+    """What the broker's config sets for the whole process: the switch interval, i.e. how
+    soon a thread running Python (the log cleaner) hands the interpreter lock to the
+    request loop that waits for it after each syscall."""
+    sys.setswitchinterval(config["fastlog.gil.switch.interval.ms"] / 1000.0)
 
 
 async def _serve(config: KafkaConfig) -> int:

@@ -185,6 +185,14 @@ _KEYS: list[ConfigKey] = [
     # CPU per request with the GIL (perf/README.md: ~11 vs ~40 us per small produce).
     ConfigKey("num.network.threads", "int", 1, "Processor loops that read and write sockets.", _at_least(1)),
     ConfigKey("num.io.threads", "int", 8, inert=True, check=_at_least(1)),
+    # The log cleaner runs Python on its own thread: at Python's default switch interval (5
+    # ms) the request loop waits up to 5 ms for the interpreter lock after each of its
+    # syscalls while a compaction pass runs, and produce latency at 2,000 rec/s went from
+    # p50 0.6 ms to 2-3 s; at 0.1 ms it stays at 0.6 (perf/cleaner_latency.py).
+    ConfigKey("fastlog.gil.switch.interval.ms", "double", 0.1,
+              "Longest a background thread (the log cleaner) holds the interpreter lock "
+              "while the request loop waits for it (Python's switch interval).",
+              _between(0.01, 1000)),
     ConfigKey("socket.request.max.bytes", "int", 104857600, "Largest request frame accepted.", _at_least(1)),
     ConfigKey("socket.send.buffer.bytes", "int", 102400, inert=True),
     ConfigKey("socket.receive.buffer.bytes", "int", 102400, inert=True),

@@ -2,6 +2,7 @@
 fastlog-server command line's handling of bad configuration (one sentence, exit 2)."""
 
 import subprocess
+import sys
 
 import pytest
 
@@ -140,3 +141,25 @@ def test_compression_levels_take_kafkas_ranges(name, good, bad):
                                                     "compression.zstd.level": 3}[name]
     with pytest.raises(ConfigError):
         KafkaConfig({name: bad[0]})
+
+
+def test_switch_interval_is_applied_to_the_process():
+    """fastlog.gil.switch.interval.ms becomes the interpreter's switch interval (how soon
+    the log cleaner's thread hands the interpreter lock to the request loop)."""
+    from fastlog.cli.server import apply_process_settings
+
+    before = sys.getswitchinterval()
+    try:
+        apply_process_settings(KafkaConfig())
+        assert sys.getswitchinterval() == pytest.approx(0.0001)
+        apply_process_settings(KafkaConfig.from_sources(
+            None, ["fastlog.gil.switch.interval.ms=2.5"]))
+        assert sys.getswitchinterval() == pytest.approx(0.0025)
+    finally:
+        sys.setswitchinterval(before)
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "1001", "fast"])
+def test_switch_interval_outside_its_range_is_refused(bad):
+    with pytest.raises(ConfigError, match="fastlog.gil.switch.interval.ms"):
+        KafkaConfig.from_sources(None, [f"fastlog.gil.switch.interval.ms={bad}"])
