@@ -16,6 +16,7 @@ Called from the broker's event loop only.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import Iterable, Iterator
@@ -148,6 +149,7 @@ class LogGroupStore:
             if next_offset <= offset:
                 break
             offset = next_offset
+            await asyncio.sleep(0)   # one read per loop turn: other requests go in between
         return iter(out)
 
 

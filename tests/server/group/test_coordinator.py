@@ -1,12 +1,17 @@
 """GroupCoordinator driven directly (no network) over an in-memory __consumer_offsets:
-rebalances, error codes where Kafka returns them, timers, offsets, reload."""
+rebalances, error codes where Kafka returns them, timers, offsets, reload (which hands the
+loop back as it goes and is dropped when leadership moves under it)."""
 
 import asyncio
 
 from fastlog.protocol.errors import Errors
-from fastlog.server.group.coordinator import GroupCoordinator
-from fastlog.server.group.offsets import MemoryGroupStore
-from fastlog.server.group.schemas import OffsetAndMetadata
+from fastlog.server.group.coordinator import LOAD_YIELD_RECORDS, GroupCoordinator
+from fastlog.server.group.offsets import MemoryGroupStore, partition_for
+from fastlog.server.group.schemas import (
+    OffsetAndMetadata,
+    encode_offset_key,
+    encode_offset_value,
+)
 
 
 class FakeBroker:
@@ -360,5 +365,75 @@ def test_member_that_never_syncs_is_removed_after_the_rebalance_timeout():
         rejoin = await join(c, "g", member_id=follower.member_id, rebalance=400)
         assert rejoin.error == Errors.NONE and rejoin.generation_id == 2
         assert rejoin.leader_id == follower.member_id
+        await c.shutdown()
+    run(main())
+
+
+def _big_partition(store, group, n):
+    """n offset commits of `group` (50 partitions of topic t, offsets 0..n-1) in its
+    __consumer_offsets partition; returns that partition."""
+    p = partition_for(group, FakeBroker().config["offsets.topic.num.partitions"])
+    store.partitions[p] = [(encode_offset_key(group, "t", i % 50),
+                            encode_offset_value(OffsetAndMetadata(i))) for i in range(n)]
+    return p
+
+
+def test_large_partition_load_hands_the_loop_back_and_keeps_the_last_offsets():
+    async def main():
+        store = MemoryGroupStore()
+        n = 10 * LOAD_YIELD_RECORDS
+        p = _big_partition(store, "g", n)
+        c = GroupCoordinator(FakeBroker(), store)
+        turns_while_loading = 0
+        done = asyncio.Event()
+
+        async def other_work():
+            nonlocal turns_while_loading
+            while not done.is_set():
+                if p in c.loading:
+                    turns_while_loading += 1
+                await asyncio.sleep(0)
+
+        worker = asyncio.create_task(other_work())
+        await c.startup()
+        for _ in range(500):
+            if not c.loading:
+                break
+            await asyncio.sleep(0.01)
+        done.set()
+        await worker
+        assert not c.loading
+        assert turns_while_loading >= n // LOAD_YIELD_RECORDS - 1
+        err, got = await c.fetch_offsets("g", [("t", 0), ("t", 49)])
+        assert err == Errors.NONE
+        assert (got[("t", 0)].offset, got[("t", 49)].offset) == (n - 50, n - 1)
+        await c.shutdown()
+    run(main())
+
+
+def test_load_of_a_partition_resigned_meanwhile_installs_nothing():
+    async def main():
+        store = MemoryGroupStore()
+        p = _big_partition(store, "g", 10 * LOAD_YIELD_RECORDS)
+        c = GroupCoordinator(FakeBroker(), store)
+        await c.startup(load=False)
+        c.on_resigned(p)
+        c.on_elected(p)             # starts a load of p
+        for _ in range(3):          # the load is under way (it yields every few thousand)
+            await asyncio.sleep(0)
+        assert p in c.loading
+        c.on_resigned(p)            # leadership moves away in the middle of it
+        await asyncio.sleep(0.3)
+        assert "g" not in c.groups and p not in c.loading
+        assert await c.heartbeat("g", "m", None, 1) == Errors.NOT_COORDINATOR
+        c.on_elected(p)             # and back: a fresh load serves the group
+        await asyncio.sleep(0)
+        assert p in c.loading
+        for _ in range(500):
+            if p not in c.loading:
+                break
+            await asyncio.sleep(0.01)
+        err, got = await c.fetch_offsets("g", [("t", 0)])
+        assert err == Errors.NONE and got[("t", 0)].offset == 10 * LOAD_YIELD_RECORDS - 50
         await c.shutdown()
     run(main())
