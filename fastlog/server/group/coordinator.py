@@ -139,11 +139,8 @@ class GroupCoordinator:
         self.active = True
         partitions = [p for p in range(self.num_partitions) if self._leads(p)]
         self.owned.update(partitions)
-        self.loading.update(partitions)
         if load:
-            self._spawn(self._load_partitions(partitions))
-        else:
-            self.loading.clear()
+            self._start_loading(partitions)
         self._spawn(self._expire_offsets_loop())
 
     async def shutdown(self) -> None:
@@ -190,8 +187,7 @@ class GroupCoordinator:
             return
         self._elections[partition] = self._elections.get(partition, 0) + 1
         self.owned.add(partition)
-        self.loading.add(partition)
-        self._spawn(self._load_partitions([partition]))
+        self._start_loading([partition])
 
     def on_resigned(self, partition: int) -> None:
         self._elections[partition] = self._elections.get(partition, 0) + 1
@@ -206,23 +202,29 @@ class GroupCoordinator:
                 self._complete_join(m, JoinResult(Errors.NOT_COORDINATOR, member_id=m.member_id))
                 self._complete_sync(m, SyncResult(Errors.NOT_COORDINATOR))
 
-    async def _load_partitions(self, partitions: list[int]) -> None:
-        for p in partitions:
-            election = self._elections.get(p, 0)
+    def _start_loading(self, partitions: list[int]) -> None:
+        """Mark the partitions loading and load them in the background, each under the
+        election current now (a later resignation or election voids that load)."""
+        self.loading.update(partitions)
+        self._spawn(self._load_partitions({p: self._elections.get(p, 0) for p in partitions}))
+
+    async def _load_partitions(self, elections: dict[int, int]) -> None:
+        for p, election in elections.items():
             try:
-                await self.load_partition(p)
+                await self.load_partition(p, election)
             except Exception:
                 log.exception("loading %s-%d failed", GROUP_METADATA_TOPIC, p)
             finally:
                 if self._elections.get(p, 0) == election:   # else a newer load owns it
                     self.loading.discard(p)
 
-    async def load_partition(self, partition: int) -> None:
+    async def load_partition(self, partition: int, election: int | None = None) -> None:
         """Rebuild the groups of one partition from its records (last record per key wins,
         a null value deletes). Loaded groups with members come back Stable with their
         assignments; the members' session timers start now. Nothing is installed when
-        leadership of the partition moved while it loaded."""
-        election = self._elections.get(partition, 0)
+        leadership of the partition moved since `election` (default: the current one)."""
+        if election is None:
+            election = self._elections.get(partition, 0)
         offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
         records: dict[str, Any] = {}
         for i, (key, value) in enumerate(await self.store.load(partition)):

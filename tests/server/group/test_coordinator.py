@@ -437,3 +437,28 @@ def test_load_of_a_partition_resigned_meanwhile_installs_nothing():
         assert err == Errors.NONE and got[("t", 0)].offset == 10 * LOAD_YIELD_RECORDS - 50
         await c.shutdown()
     run(main())
+
+
+def test_reelection_during_a_load_keeps_the_partition_loading_until_the_new_load_ends():
+    async def main():
+        store = MemoryGroupStore()
+        n = 10 * LOAD_YIELD_RECORDS
+        p = _big_partition(store, "g", n)
+        c = GroupCoordinator(FakeBroker(), store)
+        await c.startup(load=False)
+        c.on_resigned(p)
+        c.on_elected(p)             # load A
+        for _ in range(3):
+            await asyncio.sleep(0)
+        c.on_resigned(p)
+        c.on_elected(p)             # load B: A is void and must not end the loading state
+        for _ in range(100 * n):
+            if p not in c.loading:
+                break
+            await asyncio.sleep(0)
+        # the first turn the partition serves, its groups are there
+        assert p not in c.loading and "g" in c.groups
+        err, got = await c.fetch_offsets("g", [("t", 49)])
+        assert err == Errors.NONE and got[("t", 49)].offset == n - 1
+        await c.shutdown()
+    run(main())
