@@ -378,12 +378,16 @@ def _big_partition(store, group, n):
     return p
 
 
+def _over_big_partition(n=10 * LOAD_YIELD_RECORDS):
+    """A coordinator (not started) whose store holds n commits of group g; (c, p, n)."""
+    store = MemoryGroupStore()
+    p = _big_partition(store, "g", n)
+    return GroupCoordinator(FakeBroker(), store), p, n
+
+
 def test_large_partition_load_hands_the_loop_back_and_keeps_the_last_offsets():
     async def main():
-        store = MemoryGroupStore()
-        n = 10 * LOAD_YIELD_RECORDS
-        p = _big_partition(store, "g", n)
-        c = GroupCoordinator(FakeBroker(), store)
+        c, p, n = _over_big_partition()
         turns_while_loading = 0
         done = asyncio.Event()
 
@@ -413,9 +417,7 @@ def test_large_partition_load_hands_the_loop_back_and_keeps_the_last_offsets():
 
 def test_load_of_a_partition_resigned_meanwhile_installs_nothing():
     async def main():
-        store = MemoryGroupStore()
-        p = _big_partition(store, "g", 10 * LOAD_YIELD_RECORDS)
-        c = GroupCoordinator(FakeBroker(), store)
+        c, p, n = _over_big_partition()
         await c.startup(load=False)
         c.on_resigned(p)
         c.on_elected(p)             # starts a load of p
@@ -434,17 +436,14 @@ def test_load_of_a_partition_resigned_meanwhile_installs_nothing():
                 break
             await asyncio.sleep(0.01)
         err, got = await c.fetch_offsets("g", [("t", 0)])
-        assert err == Errors.NONE and got[("t", 0)].offset == 10 * LOAD_YIELD_RECORDS - 50
+        assert err == Errors.NONE and got[("t", 0)].offset == n - 50
         await c.shutdown()
     run(main())
 
 
 def test_reelection_during_a_load_keeps_the_partition_loading_until_the_new_load_ends():
     async def main():
-        store = MemoryGroupStore()
-        n = 10 * LOAD_YIELD_RECORDS
-        p = _big_partition(store, "g", n)
-        c = GroupCoordinator(FakeBroker(), store)
+        c, p, n = _over_big_partition()
         await c.startup(load=False)
         c.on_resigned(p)
         c.on_elected(p)             # load A
