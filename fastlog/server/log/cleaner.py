@@ -33,11 +33,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 import logging
 import os
 import time
 from concurrent.futures import Future
+from hashlib import blake2b as _blake2b
 
 from fastlog._codec import (
     BatchBuilder,
@@ -54,10 +54,12 @@ logger = logging.getLogger(__name__)
 
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 DEFAULT_DEDUPE_BUFFER_SIZE = 128 * 1024 * 1024
-# What one offset-map entry costs in this process: a 16-byte digest as bytes (49), an int
-# offset (32) and its dict slot with spare capacity. The map holds at most
-# dedupe.buffer.size / MAP_ENTRY_BYTES keys, so its memory stays within that size.
+# What one offset-map entry costs in this process: a 16-byte digest as bytes (49; a
+# shorter key kept as itself is at most 48), an int offset (32) and its dict slot with
+# spare capacity. The map holds at most dedupe.buffer.size / MAP_ENTRY_BYTES keys, so its
+# memory stays within that size.
 MAP_ENTRY_BYTES = 160
+DIGEST_BYTES = 16
 READ_WINDOW = 8 * 1024 * 1024
 WRITE_CHUNK = 1024 * 1024
 # Producers remembered per pass for "last batch of this producer" (bounded; a producer
@@ -76,28 +78,39 @@ class _Aborted(Exception):
 
 
 class OffsetMap:
-    """key -> latest offset, keyed by a 16-byte BLAKE2b digest of the key (collisions are
-    as unlikely as Kafka's MD5 map's), holding at most `memory_bytes // MAP_ENTRY_BYTES`
-    keys whatever the record data holds."""
+    """key -> latest offset, holding at most `memory_bytes // MAP_ENTRY_BYTES` keys whatever
+    the record data holds. A key shorter than DIGEST_BYTES is its own map key (exact, and
+    no bigger than a digest); a longer one is stored as its 16-byte BLAKE2b digest
+    (collisions as unlikely as Kafka's MD5 map's), which no shorter key can equal."""
 
     def __init__(self, memory_bytes: int):
         self.slots = max(1, int(memory_bytes) // MAP_ENTRY_BYTES)
         self._map: dict[bytes, int] = {}
 
     @staticmethod
-    def digest(key) -> bytes:
-        return hashlib.blake2b(key, digest_size=16).digest()
+    def key_of(key: bytes) -> bytes:
+        if len(key) < DIGEST_BYTES:
+            return key
+        return _blake2b(key, digest_size=DIGEST_BYTES).digest()
 
-    def put(self, digest: bytes, offset: int) -> bool:
-        """Record offset as the latest for digest; False when the map is full."""
-        m = self._map
-        if digest not in m and len(m) >= self.slots:
-            return False
-        m[digest] = offset
-        return True
+    def put_records(self, records, first_dirty: int):
+        """Record each keyed record's offset at or after first_dirty as its key's latest,
+        in order (one call per batch: this loop is the cleaner's hottest); returns the
+        first record that found the map full, or None when all went in."""
+        m, slots, key_of = self._map, self.slots, self.key_of
+        for rec in records:
+            key = rec.key
+            if key is None or rec.offset < first_dirty:
+                continue
+            k = key if len(key) < DIGEST_BYTES else key_of(key)
+            if k not in m and len(m) >= slots:
+                return rec
+            m[k] = rec.offset
+        return None
 
-    def get(self, digest: bytes) -> int:
-        return self._map.get(digest, -1)
+    def latest(self, key: bytes) -> int:
+        """The latest offset recorded for record key `key`, or -1."""
+        return self._map.get(key if len(key) < DIGEST_BYTES else self.key_of(key), -1)
 
     def __len__(self):
         return len(self._map)
@@ -447,18 +460,16 @@ class LogCleaner:
                     last_batch[h.producer_id] = h.base_offset
                 if h.is_control or h.is_transactional:
                     continue
-                for rec in iter_records(buf, h.position):
-                    if rec.offset < first_dirty or rec.key is None:
-                        continue
-                    if not omap.put(OffsetMap.digest(rec.key), rec.offset):
-                        if rec.offset <= first_dirty:
-                            raise CleanerError(
-                                f"{task.key[0]}-{task.key[1]}: dedupe buffer holds no "
-                                "record; raise log.cleaner.dedupe.buffer.size")
-                        logger.info("%s-%d: offset map full (%d keys) at offset %d; the "
-                                    "rest waits for the next pass", task.key[0], task.key[1],
-                                    len(omap), rec.offset)
-                        return rec.offset
+                full = omap.put_records(iter_records(buf, h.position), first_dirty)
+                if full is not None:
+                    if full.offset <= first_dirty:
+                        raise CleanerError(
+                            f"{task.key[0]}-{task.key[1]}: dedupe buffer holds no "
+                            "record; raise log.cleaner.dedupe.buffer.size")
+                    logger.info("%s-%d: offset map full (%d keys) at offset %d; the "
+                                "rest waits for the next pass", task.key[0], task.key[1],
+                                len(omap), full.offset)
+                    return full.offset
         return task.end_offset
 
     def _clean_group(self, task, group, omap, map_end, last_batch, res):
@@ -514,12 +525,13 @@ class LogCleaner:
         records = list(iter_records(buf, h.position))
         res.records_read += len(records)
         kept = []
+        latest_of = omap.latest
         for rec in records:
             key = rec.key
             if key is None:
                 kept.append(rec)
                 continue
-            latest = omap.get(OffsetMap.digest(key))
+            latest = latest_of(key)
             if latest > rec.offset:
                 continue  # a later record of this key is in the map
             if rec.value is None and drop_tombstones and rec.offset < map_end:

@@ -5,6 +5,7 @@ by a real client."""
 
 import os
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -407,16 +408,20 @@ def test_offset_map_memory_stays_within_the_dedupe_buffer():
     from fastlog.server.log.cleaner import OffsetMap
     budget = 20_000 * MAP_ENTRY_BYTES
     m = OffsetMap(budget)
+    # more distinct keys than fit, long ones (digests) and short ones (kept as they are)
+    records = [SimpleNamespace(key=b"key-%d" % i + b"-" * (i % 2 * 16), offset=(1 << 40) + i)
+               for i in range(25_000)]
     tracemalloc.start()
     try:
-        refused = 0
-        for i in range(25_000):  # more distinct keys than fit: the map refuses the rest
-            refused += not m.put(OffsetMap.digest(b"key-%d" % i), (1 << 40) + i)
+        full = m.put_records(records, 0)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert len(m) == 20_000 and refused == 5_000
+    assert len(m) == 20_000 and full is records[20_000]   # the map refuses the rest
     assert peak <= budget
+    assert m.latest(records[0].key) == records[0].offset
+    assert m.latest(records[1].key) == records[1].offset
+    assert m.latest(b"key-20001" + b"-" * 16) == -1
 
 
 def test_follower_replicates_a_compacted_log(tmp_path, clock):
