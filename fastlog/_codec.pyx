@@ -1625,6 +1625,31 @@ def iter_records(buf, Py_ssize_t pos=0, Py_ssize_t decompress_limit=DEFAULT_DECO
     return it
 
 
+def record_keys(buf, Py_ssize_t pos=0, Py_ssize_t decompress_limit=DEFAULT_DECOMPRESS_LIMIT,
+                bint verify_crc=True):
+    """[(offset, key or None, is_tombstone)] for every record of the one v2 batch at pos,
+    without decoding values and headers into objects: what log compaction decides from."""
+    cdef _RecordIterator it = <_RecordIterator>iter_records(buf, pos, decompress_limit,
+                                                            verify_crc)
+    cdef RecordSpan r
+    cdef const unsigned char *d = <const unsigned char *>it.view.buf
+    cdef int64_t base_offset = it.header.base_offset
+    cdef list out = []
+    while it.left > 0:
+        if it.pos >= it.view.len:
+            raise InvalidRecordError(
+                f"record batch at byte {it.header.position} ends {it.left} records short "
+                f"of its count", it.header.position + OFF_RECORD_COUNT)
+        _parse_record(d, it.pos, it.view.len, &r, it.base)
+        it.pos = r.next
+        it.left -= 1
+        out.append((base_offset + r.offset_delta,
+                    PyBytes_FromStringAndSize(<const char *>d + r.key_pos, r.key_len)
+                    if r.key_len >= 0 else None,
+                    r.value_len < 0))
+    return out
+
+
 cdef int _batch_records(object buf, const unsigned char *data, BatchHeader h,
                         Py_ssize_t limit, list out) except -1:
     """Append the Records of batch h to out (the consumer hot path)."""

@@ -44,6 +44,7 @@ from fastlog._codec import (
     CodecError,
     iter_records,
     read_batch_header,
+    record_keys,
     scan_batches,
 )
 
@@ -54,12 +55,14 @@ logger = logging.getLogger(__name__)
 
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 DEFAULT_DEDUPE_BUFFER_SIZE = 128 * 1024 * 1024
-# What one offset-map entry costs in this process: a 16-byte digest as bytes (49; a
-# shorter key kept as itself is at most 48), an int offset (32) and its dict slot with
-# spare capacity. The map holds at most dedupe.buffer.size / MAP_ENTRY_BYTES keys, so its
-# memory stays within that size.
-MAP_ENTRY_BYTES = 160
-DIGEST_BYTES = 16
+# What one offset-map entry costs in this process: its key as bytes (at most 81: a key
+# shorter than DIGEST_BYTES as itself, a longer one as its digest), an int offset (32) and
+# its dict slot with spare capacity. The map holds at most dedupe.buffer.size /
+# MAP_ENTRY_BYTES keys, so its memory stays within that size.
+MAP_ENTRY_BYTES = 192
+# Keys shorter than this are exact map keys (no hashing: ~1 us saved per record visit);
+# longer ones are stored as a BLAKE2b digest of this length, which no exact key can equal.
+DIGEST_BYTES = 48
 READ_WINDOW = 8 * 1024 * 1024
 WRITE_CHUNK = 1024 * 1024
 # Producers remembered per pass for "last batch of this producer" (bounded; a producer
@@ -80,8 +83,9 @@ class _Aborted(Exception):
 class OffsetMap:
     """key -> latest offset, holding at most `memory_bytes // MAP_ENTRY_BYTES` keys whatever
     the record data holds. A key shorter than DIGEST_BYTES is its own map key (exact, and
-    no bigger than a digest); a longer one is stored as its 16-byte BLAKE2b digest
-    (collisions as unlikely as Kafka's MD5 map's), which no shorter key can equal."""
+    no bigger than a digest); a longer one is stored as its BLAKE2b digest of
+    DIGEST_BYTES (collisions far less likely than in Kafka's MD5 map), which no shorter
+    key can equal."""
 
     def __init__(self, memory_bytes: int):
         self.slots = max(1, int(memory_bytes) // MAP_ENTRY_BYTES)
@@ -93,19 +97,19 @@ class OffsetMap:
             return key
         return _blake2b(key, digest_size=DIGEST_BYTES).digest()
 
-    def put_records(self, records, first_dirty: int):
-        """Record each keyed record's offset at or after first_dirty as its key's latest,
-        in order (one call per batch: this loop is the cleaner's hottest); returns the
-        first record that found the map full, or None when all went in."""
+    def put_keys(self, keys, first_dirty: int) -> int | None:
+        """Record each (offset, key, _) of a batch (_codec.record_keys) at or after
+        first_dirty as its key's latest, in order (one call per batch: this loop is the
+        cleaner's hottest); returns the offset of the first record that found the map
+        full, or None when all went in."""
         m, slots, key_of = self._map, self.slots, self.key_of
-        for rec in records:
-            key = rec.key
-            if key is None or rec.offset < first_dirty:
+        for offset, key, _ in keys:
+            if key is None or offset < first_dirty:
                 continue
             k = key if len(key) < DIGEST_BYTES else key_of(key)
             if k not in m and len(m) >= slots:
-                return rec
-            m[k] = rec.offset
+                return offset
+            m[k] = offset
         return None
 
     def latest(self, key: bytes) -> int:
@@ -460,16 +464,16 @@ class LogCleaner:
                     last_batch[h.producer_id] = h.base_offset
                 if h.is_control or h.is_transactional:
                     continue
-                full = omap.put_records(iter_records(buf, h.position), first_dirty)
+                full = omap.put_keys(record_keys(buf, h.position), first_dirty)
                 if full is not None:
-                    if full.offset <= first_dirty:
+                    if full <= first_dirty:
                         raise CleanerError(
                             f"{task.key[0]}-{task.key[1]}: dedupe buffer holds no "
                             "record; raise log.cleaner.dedupe.buffer.size")
                     logger.info("%s-%d: offset map full (%d keys) at offset %d; the "
                                 "rest waits for the next pass", task.key[0], task.key[1],
-                                len(omap), full.offset)
-                    return full.offset
+                                len(omap), full)
+                    return full
         return task.end_offset
 
     def _clean_group(self, task, group, omap, map_end, last_batch, res):
@@ -522,29 +526,29 @@ class LogCleaner:
         whole = memoryview(buf)[h.position:h.end]
         if h.is_control or h.is_transactional:
             return whole
-        records = list(iter_records(buf, h.position))
-        res.records_read += len(records)
+        # Decide from (offset, key, tombstone) alone; decode whole records only for a batch
+        # that loses some and has to be rebuilt.
+        keys = record_keys(buf, h.position)
+        res.records_read += len(keys)
         kept = []
         latest_of = omap.latest
-        for rec in records:
-            key = rec.key
-            if key is None:
-                kept.append(rec)
-                continue
-            latest = latest_of(key)
-            if latest > rec.offset:
-                continue  # a later record of this key is in the map
-            if rec.value is None and drop_tombstones and rec.offset < map_end:
-                continue  # an expired tombstone, the latest of its key
-            kept.append(rec)
+        for i, (offset, key, tombstone) in enumerate(keys):
+            if key is not None:
+                if latest_of(key) > offset:
+                    continue  # a later record of this key is in the map
+                if tombstone and drop_tombstones and offset < map_end:
+                    continue  # an expired tombstone, the latest of its key
+            kept.append(i)
         res.records_kept += len(kept)
-        if len(kept) == len(records):
+        if len(kept) == len(keys):
             return whole
         if kept:
+            records = list(iter_records(buf, h.position))
             b = BatchBuilder(h.compression, h.base_offset, h.producer_id, h.producer_epoch,
                              h.base_sequence, h.is_transactional, h.timestamp_type,
                              h.partition_leader_epoch)
-            for rec in kept:
+            for i in kept:
+                rec = records[i]
                 b.append_with_offset_delta(rec.offset - h.base_offset, rec.timestamp,
                                            rec.key, rec.value, rec.headers)
             return b.build(last_offset_delta=h.last_offset_delta)

@@ -5,7 +5,6 @@ by a real client."""
 
 import os
 import time
-from types import SimpleNamespace
 
 import pytest
 
@@ -14,6 +13,7 @@ from fastlog.server.log import InlineScheduler, Log, LogConfig, LogManager
 from fastlog.server.log.checkpoint import OffsetCheckpointFile
 from fastlog.server.log.cleaner import (
     CLEANER_OFFSET_CHECKPOINT,
+    DIGEST_BYTES,
     MAP_ENTRY_BYTES,
     LogCleaner,
 )
@@ -408,20 +408,22 @@ def test_offset_map_memory_stays_within_the_dedupe_buffer():
     from fastlog.server.log.cleaner import OffsetMap
     budget = 20_000 * MAP_ENTRY_BYTES
     m = OffsetMap(budget)
-    # more distinct keys than fit, long ones (digests) and short ones (kept as they are)
-    records = [SimpleNamespace(key=b"key-%d" % i + b"-" * (i % 2 * 16), offset=(1 << 40) + i)
-               for i in range(25_000)]
+    # more distinct keys than fit, made while traced (the map keeps the short ones as they
+    # are) as record_keys makes them: long keys (stored as digests) and the longest short
+    # ones (kept as they are)
+    def key(i):
+        return (b"key-%d" % i).ljust(DIGEST_BYTES + 20 if i % 2 else DIGEST_BYTES - 1, b"-")
+
     tracemalloc.start()
     try:
-        full = m.put_records(records, 0)
+        full = m.put_keys((((1 << 40) + i, key(i), False) for i in range(25_000)), 0)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert len(m) == 20_000 and full is records[20_000]   # the map refuses the rest
+    assert len(m) == 20_000 and full == (1 << 40) + 20_000   # the map refuses the rest
     assert peak <= budget
-    assert m.latest(records[0].key) == records[0].offset
-    assert m.latest(records[1].key) == records[1].offset
-    assert m.latest(b"key-20001" + b"-" * 16) == -1
+    assert m.latest(key(0)) == 1 << 40 and m.latest(key(1)) == (1 << 40) + 1
+    assert m.latest(key(20_001)) == -1
 
 
 def test_follower_replicates_a_compacted_log(tmp_path, clock):
