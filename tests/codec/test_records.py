@@ -1,5 +1,6 @@
-"""Record iteration in fastlog._codec: iter_records (one batch, lazy), read_records and
-read_columns (a whole fetched blob), and the errors a malformed records section raises."""
+"""Record iteration in fastlog._codec: iter_records (one batch, lazy), record_keys (one
+batch's offsets, keys and tombstones), read_records and read_columns (a whole fetched
+blob), and the errors a malformed records section raises."""
 
 import struct
 
@@ -20,6 +21,16 @@ def test_iter_records_is_lazy_and_yields_offsets_from_the_base():
     assert (first.offset, first.timestamp, first.key, first.value) == (500, 100, b"k0", b"v0")
     assert first.headers == [("i", b"0")] and first.timestamp_type == 0
     assert [r.offset for r in it] == [501, 502]
+
+
+@pytest.mark.parametrize("codec", [0, 1, 2, 3, 4])
+def test_record_keys_are_the_records_offsets_keys_and_tombstones(codec):
+    records = [(100 + i, None if i % 3 == 0 else b"k%d" % i,
+                None if i % 4 == 0 else b"v%d" % i) for i in range(10)]
+    data = b"pad" + c.build_batch(records, base_offset=500, compression=codec)
+    assert c.record_keys(data, 3) == [(r.offset, r.key, r.value is None)
+                                      for r in c.iter_records(data, 3)]
+    assert c.record_keys(data, 3)[:2] == [(500, None, True), (501, b"k1", False)]
 
 
 def test_read_records_spans_batches_and_ignores_a_partial_tail():
@@ -66,6 +77,8 @@ def test_fewer_records_than_the_count_is_invalid():
     data = _reseal(data)
     with pytest.raises(c.InvalidRecordError):
         list(c.iter_records(data))
+    with pytest.raises(c.InvalidRecordError):
+        c.record_keys(data)
     with pytest.raises(c.InvalidRecordError):
         c.read_records(data)
 
