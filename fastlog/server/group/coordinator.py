@@ -227,23 +227,26 @@ class GroupCoordinator:
             election = self._elections.get(partition, 0)
         offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
         records: dict[str, Any] = {}
-        for i, (key, value) in enumerate(await self.store.load(partition)):
-            if i % LOAD_YIELD_RECORDS == LOAD_YIELD_RECORDS - 1:
-                await asyncio.sleep(0)   # let requests in: decoding is Python per record
-            try:
-                k = decode_key(key)
-                if isinstance(k, OffsetKey):
-                    om = decode_offset_value(value)
-                    tps = offsets.setdefault(k.group, {})
-                    if om is None:
-                        tps.pop((k.topic, k.partition), None)
-                    else:
-                        tps[(k.topic, k.partition)] = om
-                elif isinstance(k, GroupKey):
-                    records[k.group] = decode_group_value(value)
-            except SchemaError as e:
-                log.warning("skipping a bad record in %s-%d: %s", GROUP_METADATA_TOPIC,
-                            partition, e)
+        decoded = 0
+        async for chunk in self.store.load(partition):
+            for key, value in chunk:
+                decoded += 1
+                if decoded % LOAD_YIELD_RECORDS == 0:
+                    await asyncio.sleep(0)   # let requests in: decoding is Python per record
+                try:
+                    k = decode_key(key)
+                    if isinstance(k, OffsetKey):
+                        om = decode_offset_value(value)
+                        tps = offsets.setdefault(k.group, {})
+                        if om is None:
+                            tps.pop((k.topic, k.partition), None)
+                        else:
+                            tps[(k.topic, k.partition)] = om
+                    elif isinstance(k, GroupKey):
+                        records[k.group] = decode_group_value(value)
+                except SchemaError as e:
+                    log.warning("skipping a bad record in %s-%d: %s", GROUP_METADATA_TOPIC,
+                                partition, e)
         if self._elections.get(partition, 0) != election or partition not in self.owned:
             log.info("%s-%d moved while it loaded: load dropped", GROUP_METADATA_TOPIC,
                      partition)

@@ -7,7 +7,8 @@ UTF-16 code units), so a data directory and client expectations line up with Kaf
 ``GroupStore`` is the narrow interface the coordinator writes and loads through:
 ``append(partition, [(key, value|None)])`` returns once the records are in the log (or
 raises StoreError carrying the Kafka error code the client should see) and
-``load(partition)`` yields every (key, value) of a partition in offset order.
+``load(partition)`` is an async iterator over every (key, value) of a partition in offset
+order, in chunks (lists), so a load never holds more of the log than one chunk.
 ``LogGroupStore`` implements it over the broker's replica manager; ``MemoryGroupStore`` is
 an in-process stand-in with the same semantics for tests of the coordinator alone.
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, Protocol
 
 from fastlog.protocol.errors import Errors
@@ -56,13 +57,16 @@ class StoreError(Exception):
 class GroupStore(Protocol):
     async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None: ...
 
-    async def load(self, partition: int) -> Iterable[tuple[bytes | None, bytes | None]]: ...
+    def load(self, partition: int) -> AsyncIterator[list[tuple[bytes | None, bytes | None]]]:
+        ...
 
 
 class MemoryGroupStore:
     """An in-memory __consumer_offsets (list of records per partition) for unit tests.
 
     ``fail_with`` makes the next appends raise StoreError with that code."""
+
+    LOAD_CHUNK_RECORDS = 10_000
 
     def __init__(self) -> None:
         self.partitions: dict[int, list[tuple[bytes, bytes | None]]] = {}
@@ -73,8 +77,10 @@ class MemoryGroupStore:
             raise StoreError(self.fail_with)
         self.partitions.setdefault(partition, []).extend(records)
 
-    async def load(self, partition: int) -> list[tuple[bytes, bytes | None]]:
-        return list(self.partitions.get(partition, []))
+    async def load(self, partition: int) -> AsyncIterator[list[tuple[bytes, bytes | None]]]:
+        records = list(self.partitions.get(partition, []))
+        for i in range(0, len(records), self.LOAD_CHUNK_RECORDS):
+            yield records[i:i + self.LOAD_CHUNK_RECORDS]
 
 
 # What a failed append of the offsets topic tells a group client (Kafka's
@@ -123,14 +129,15 @@ class LogGroupStore:
         if int(code) != 0:
             raise StoreError(map_append_error(int(code)))
 
-    async def load(self, partition: int) -> Iterator[tuple[bytes | None, bytes | None]]:
-        """Every record of the partition, read from the log's file regions in chunks."""
+    async def load(self, partition: int
+                   ) -> AsyncIterator[list[tuple[bytes | None, bytes | None]]]:
+        """Every record of the partition, one chunk per LOAD_CHUNK bytes read from the
+        log's file regions."""
         from fastlog import _codec
 
         log_ = self.broker.replica_manager.get_log(GROUP_METADATA_TOPIC, partition)
         if log_ is None:
-            return iter(())
-        out: list[tuple[bytes | None, bytes | None]] = []
+            return
         offset = _attr(log_, "log_start_offset", 0)
         end = _attr(log_, "log_end_offset", None)
         while end is None or offset < end:
@@ -141,16 +148,16 @@ class LogGroupStore:
             if not scan.batches:
                 break
             good = data[:scan.valid_end]
-            for rec_offset, key, value in _iter_records(_codec, good):
-                if rec_offset >= offset:
-                    out.append((key, value))
+            chunk = [(key, value) for rec_offset, key, value in _iter_records(_codec, good)
+                     if rec_offset >= offset]
+            if chunk:
+                yield chunk
             # Advance by batch headers: a compacted batch may hold no records at all.
             next_offset = max(h.next_offset for h in scan.batches)
             if next_offset <= offset:
                 break
             offset = next_offset
             await asyncio.sleep(0)   # one read per loop turn: other requests go in between
-        return iter(out)
 
 
 def _attr(obj: Any, name: str, default: Any) -> Any:
