@@ -82,10 +82,11 @@ def run_one(interval_ms: float, opts, emit) -> dict:
         broker = start_fastlog(Path(tmp), name, extra=(
             "log.cleaner.backoff.ms=200", f"fastlog.gil.switch.interval.ms={interval_ms}"))
         data_dir = Path(tmp) / f"{name}-data"
+        segment_bytes = str(opts.segment_mib << 20)
         try:
             with SyncAdmin(broker.bootstrap) as admin:
                 admin.create_topic(TOPIC, 1, 1, {"cleanup.policy": "delete",
-                                                 "segment.bytes": str(opts.segment_mib << 20)})
+                                                 "segment.bytes": segment_bytes})
                 admin.create_topic(PROBE_TOPIC, 1, 1)
                 fastlog_perf(["produce", "--bootstrap-server", broker.bootstrap,
                               "--topic", TOPIC, "--num-records", opts.records,
@@ -105,7 +106,7 @@ def run_one(interval_ms: float, opts, emit) -> dict:
                 start = time.monotonic()
                 admin.alter_configs(TOPIC, {"cleanup.policy": "compact",
                                             "min.cleanable.dirty.ratio": "0.01",
-                                            "segment.bytes": str(opts.segment_mib << 20)})
+                                            "segment.bytes": segment_bytes})
                 cleaning = _probe(broker.bootstrap, opts.rate, opts.probe_seconds)
                 end = time.monotonic()
                 watcher.join(timeout=max(0.0, 120 - (end - start)))

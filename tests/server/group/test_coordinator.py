@@ -385,6 +385,25 @@ def _over_big_partition(n=10 * LOAD_YIELD_RECORDS):
     return GroupCoordinator(FakeBroker(), store), p, n
 
 
+async def _reload_under_way():
+    """A started coordinator re-elected for g's partition, its load of the n commits under
+    way (it yields every LOAD_YIELD_RECORDS records); (c, p, n)."""
+    c, p, n = _over_big_partition()
+    await c.startup(load=False)
+    c.on_resigned(p)
+    c.on_elected(p)
+    for _ in range(3):
+        await asyncio.sleep(0)
+    return c, p, n
+
+
+async def _until_loaded(c, p):
+    for _ in range(500):
+        if p not in c.loading:
+            return
+        await asyncio.sleep(0.01)
+
+
 def test_large_partition_load_hands_the_loop_back_and_keeps_the_last_offsets():
     async def main():
         c, p, n = _over_big_partition()
@@ -417,12 +436,7 @@ def test_large_partition_load_hands_the_loop_back_and_keeps_the_last_offsets():
 
 def test_load_of_a_partition_resigned_meanwhile_installs_nothing():
     async def main():
-        c, p, n = _over_big_partition()
-        await c.startup(load=False)
-        c.on_resigned(p)
-        c.on_elected(p)             # starts a load of p
-        for _ in range(3):          # the load is under way (it yields every few thousand)
-            await asyncio.sleep(0)
+        c, p, n = await _reload_under_way()
         assert p in c.loading
         c.on_resigned(p)            # leadership moves away in the middle of it
         await asyncio.sleep(0.3)
@@ -431,10 +445,7 @@ def test_load_of_a_partition_resigned_meanwhile_installs_nothing():
         c.on_elected(p)             # and back: a fresh load serves the group
         await asyncio.sleep(0)
         assert p in c.loading
-        for _ in range(500):
-            if p not in c.loading:
-                break
-            await asyncio.sleep(0.01)
+        await _until_loaded(c, p)
         err, got = await c.fetch_offsets("g", [("t", 0)])
         assert err == Errors.NONE and got[("t", 0)].offset == n - 50
         await c.shutdown()
@@ -443,12 +454,7 @@ def test_load_of_a_partition_resigned_meanwhile_installs_nothing():
 
 def test_reelection_during_a_load_keeps_the_partition_loading_until_the_new_load_ends():
     async def main():
-        c, p, n = _over_big_partition()
-        await c.startup(load=False)
-        c.on_resigned(p)
-        c.on_elected(p)             # load A
-        for _ in range(3):
-            await asyncio.sleep(0)
+        c, p, n = await _reload_under_way()   # load A
         c.on_resigned(p)
         c.on_elected(p)             # load B: A is void and must not end the loading state
         for _ in range(100 * n):
