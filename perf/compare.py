@@ -20,7 +20,10 @@ next offset) — so it measures the broker, not a client. Each fetch costs a rou
 with nothing in flight (~0.4 ms: the request, the broker's Python, the first bytes), so
 bigger fetches get closer to the pump. Broker CPU is utime+stime from /proc/PID/stat
 before and after each workload (the figure that stays meaningful when other tenants share
-the cores); resident memory is VmRSS after each workload.
+the cores); resident memory is VmRSS after each workload. Produce rows also carry the
+records per request librdkafka sent in that rep (its own request counter) and the broker
+CPU per request: a producer slowed down by the machine sends smaller batches, and every
+request has a fixed cost.
 
 The large-record ratio pairs each rep's reads with a loopback pump run just before them
 (the pump swings 0.6-3 GB/s with the other tenants' load) and takes the median.
@@ -373,6 +376,13 @@ def row(broker, workload, rep, summary, cpu, rss, **extra) -> dict:
     if lat and lat.get("count"):
         r.update(p50_ms=lat["p50_ms"], p99_ms=lat["p99_ms"], p99_9_ms=lat["p99_9_ms"],
                  max_ms=lat["max_ms"])
+    # librdkafka's count of its Produce requests: a broker's CPU per record depends on
+    # how many records each request carried in that rep, so both are shown.
+    requests = summary.get("produce_requests")
+    if requests:
+        r["records_per_request"] = round(rec / requests, 1)
+        if cpu is not None:
+            r["cpu_us_per_request"] = round(cpu / requests * 1e6, 1)
     r.update(extra)
     return r
 
@@ -550,6 +560,7 @@ def summarize(rows: list[dict], names: list[str], peer: str | None) -> tuple[lis
                 continue
             t = {"workload": w, "broker": name}
             for key in ("records_per_s", "mb_per_s", "cpu_us_per_record", "cpu_ms_per_mb",
+                        "records_per_request", "cpu_us_per_request",
                         "rss_mb", "rss_anon_mb", "other_cpu_pct", "p50_ms", "p99_ms", "p99_9_ms", "max_ms", "vs_loopback"):
                 v = _median(rows, name, w, key)
                 if v is not None:
@@ -598,6 +609,7 @@ def print_table(table: list[dict], ratios: dict, opts) -> None:
     cols = [("workload", "workload", "{}"), ("broker", "broker", "{}"),
             ("records_per_s", "rec/s", "{:,.0f}"), ("mb_per_s", "MB/s", "{:,.1f}"),
             ("cpu_us_per_record", "CPU µs/rec", "{:.3f}"), ("cpu_ms_per_mb", "CPU ms/MB", "{:.2f}"),
+            ("records_per_request", "rec/req", "{:,.0f}"), ("cpu_us_per_request", "CPU µs/req", "{:,.0f}"),
             ("rss_mb", "RSS MB", "{:,.0f}"), ("rss_anon_mb", "anon MB", "{:,.0f}"),
             ("other_cpu_pct", "other CPU %", "{:.0f}"),
             ("p50_ms", "p50 ms", "{:.2f}"),

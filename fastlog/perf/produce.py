@@ -4,11 +4,14 @@
 # --connections, records spread round-robin) and librdkafka via confluent-kafka. Both
 # are bounded by --num-records and --duration, optionally paced by --rate, and record the
 # latency from send() to acknowledgement for every --sample-every'th record (every
-# record under --rate unless told otherwise). Runs on the caller's thread.
+# record under --rate unless told otherwise). With librdkafka it also reports how many
+# Produce requests the client sent (its own statistics counter), since a broker's CPU per
+# record depends on how many records each request carries. Runs on the caller's thread.
 """Produce load test."""
 
 from __future__ import annotations
 
+import json
 import time
 from functools import partial
 
@@ -34,10 +37,16 @@ def run(opts) -> tuple[dict, LatencyHistogram, Progress]:
     return run_async(_run_fastlog(opts, wl))
 
 
+# librdkafka's statistics every this many ms: cheap (one JSON string per producer), and
+# frequent enough that waiting for the first report after flush() adds little to a run.
+STATS_INTERVAL_MS = 100
+
+
 def confluent_producer_config(opts) -> dict:
     conf = {"bootstrap.servers": opts.bootstrap_server, "acks": str(opts.acks),
             "linger.ms": opts.linger_ms, "compression.type": opts.compression or "none",
-            "queue.buffering.max.messages": 1_000_000}
+            "queue.buffering.max.messages": 1_000_000,
+            "statistics.interval.ms": STATS_INTERVAL_MS}
     if opts.batch_size:
         conf["batch.size"] = opts.batch_size
     conf.update(opts.extra_config)
@@ -50,7 +59,13 @@ def _run_confluent(opts, wl: Workload):
     hist = LatencyHistogram()
     every = sample_every(opts)
     failed = [0]
-    producers = [Producer(confluent_producer_config(opts)) for _ in range(opts.connections)]
+    stats = [[] for _ in range(opts.connections)]  # (arrival, JSON) per producer
+    producers = []
+    for i in range(opts.connections):
+        conf = confluent_producer_config(opts)
+        conf["stats_cb"] = partial(_keep_stats, stats[i])
+        producers.append(Producer(conf))
+    counted = str(conf["statistics.interval.ms"]) not in ("0", "")
     limiter = RateLimiter(opts.rate)
     progress = Progress("produce", opts.num_records, not opts.json)
     n, size = opts.num_records, opts.record_size
@@ -96,8 +111,40 @@ def _run_confluent(opts, wl: Workload):
     elapsed = clock() - start
     acked = sent - remaining
     progress.done(acked, acked * size)
+    extra = {}
+    requests = _produce_requests(producers, stats, clock()) if counted else None
+    if requests:
+        extra = {"produce_requests": requests,
+                 "records_per_request": round(acked / requests, 1)}
     return summarize("produce", opts, acked, acked * size, elapsed, hist,
-                     errors=failed[0] + remaining, sent=sent), hist, progress
+                     errors=failed[0] + remaining, sent=sent, **extra), hist, progress
+
+
+def _keep_stats(box: list, report: str) -> None:
+    box[:] = [(time.perf_counter(), report)]  # only the newest report is read
+
+
+def _produce_requests(producers, stats, flushed: float, wait_s: float = 1.0) -> int | None:
+    """Produce requests the producers sent, from librdkafka's per-broker counters, read
+    from a report made after everything was acknowledged (the second one to arrive after
+    `flushed`: the first may have been made before flush() returned). None when a
+    producer gave no such report within wait_s (statistics turned off with -X, say)."""
+    deadline = time.perf_counter() + wait_s
+    seen = [0] * len(producers)
+    last = [None] * len(producers)
+    while min(seen) < 2 and time.perf_counter() < deadline:
+        for i, p in enumerate(producers):
+            p.poll(0.02)
+            if stats[i] and stats[i][0][0] > flushed and stats[i][0] is not last[i]:
+                last[i] = stats[i][0]
+                seen[i] += 1
+    if min(seen) < 2:
+        return None
+    total = 0
+    for _, report in last:
+        for b in json.loads(report).get("brokers", {}).values():
+            total += b.get("req", {}).get("Produce", 0)
+    return total
 
 
 async def _run_fastlog(opts, wl: Workload):

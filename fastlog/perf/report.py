@@ -77,6 +77,9 @@ def render_text(s: dict) -> str:
              f"  throughput: {s['records_per_s']:,.0f} records/s, {s['mb_per_s']:,.2f} MB/s"]
     if s.get("errors"):
         lines.append(f"  errors: {s['errors']:,}")
+    if s.get("produce_requests"):
+        lines.append(f"  produce requests: {s['produce_requests']:,} "
+                     f"({s['records_per_request']:,.1f} records each)")
     lat = s.get("latency")
     if lat and lat["count"]:
         lines.append(

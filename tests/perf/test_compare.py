@@ -1,6 +1,7 @@
-"""perf/compare.py's own measuring parts against a real broker: the lean Fetch loop reads
-every batch of a topic exactly once, whatever the fetch size, and a bad option is one
-sentence with exit 2. (The whole matrix is a benchmark, run by hand: perf/README.md.)"""
+"""perf/compare.py's own measuring parts: against a real broker, the lean Fetch loop reads
+every batch of a topic exactly once, whatever the fetch size; a produce row turns the
+harness's request count into records and CPU per request; a bad option is one sentence
+with exit 2. (The whole matrix is a benchmark, run by hand: perf/README.md.)"""
 
 from pathlib import Path
 
@@ -43,3 +44,19 @@ def test_lean_fetch_reads_every_batch_once(broker, fetch_bytes, chunk):
 
 def test_bad_fetch_size_is_one_sentence_and_exit_2():
     assert_refused(COMPARE, "--fetch-mib", "0,abc", needle="--fetch-mib")
+
+
+def test_produce_row_carries_records_and_cpu_per_request():
+    b = compare.Broker("x", "127.0.0.1:1")
+    summary = {"records": 10_000, "bytes": 1_000_000, "records_per_s": 1.0, "mb_per_s": 1.0,
+               "produce_requests": 8}
+    r = compare.row(b, "produce lz4", 0, summary, cpu=0.004, rss=None)
+    assert r["records_per_request"] == 1250.0
+    assert r["cpu_us_per_request"] == 500.0          # 4 ms over 8 requests
+    assert r["cpu_us_per_record"] == 0.4
+    table, _ = compare.summarize([r], ["x"], None)
+    assert table[0]["records_per_request"] == 1250.0
+    # a load that did not count its requests (our own client, a consume) has neither
+    del summary["produce_requests"]
+    r = compare.row(b, "consume", 0, summary, cpu=0.004, rss=None)
+    assert "records_per_request" not in r and "cpu_us_per_request" not in r

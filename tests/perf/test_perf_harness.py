@@ -72,6 +72,22 @@ def test_rate_limited_produce_samples_every_record(broker):
     assert s["config"]["rate"] == 1000
 
 
+def test_confluent_produce_counts_its_requests(broker):
+    # Full batches of 100 (a long linger never closes one early): exactly 10 requests,
+    # read from librdkafka's own counter.
+    s = perf_json("produce", "--bootstrap-server", broker.bootstrap, "--topic", "perf-req",
+                  "--client", "confluent", "--num-records", 1000, "--linger-ms", 1000,
+                  "-X", "batch.num.messages=100")
+    check_summary(s, "produce", 1000, 100)
+    assert s["produce_requests"] == 10
+    assert s["records_per_request"] == 100.0
+    # with librdkafka's statistics turned off there is nothing to count from
+    s = perf_json("produce", "--bootstrap-server", broker.bootstrap, "--topic", "perf-req",
+                  "--client", "confluent", "--num-records", 100,
+                  "-X", "statistics.interval.ms=0")
+    assert "produce_requests" not in s and "records_per_request" not in s
+
+
 @pytest.mark.parametrize("client", ["fastlog", "confluent"])
 def test_e2e_measures_every_record(broker, client):
     s = perf_json("e2e", "--bootstrap-server", broker.bootstrap, "--topic", f"perf-e2e-{client}",
