@@ -128,7 +128,7 @@ def _produce_requests(producers, stats, flushed: float, wait_s: float = 1.0) -> 
     """Produce requests the producers sent, from librdkafka's per-broker counters, read
     from a report made after everything was acknowledged (the second one to arrive after
     `flushed`: the first may have been made before flush() returned). None when a
-    producer gave no such report within wait_s (statistics turned off with -X, say)."""
+    producer gave no such report within wait_s."""
     deadline = time.perf_counter() + wait_s
     seen = [0] * len(producers)
     last = [None] * len(producers)

@@ -73,14 +73,15 @@ def test_rate_limited_produce_samples_every_record(broker):
 
 
 def test_confluent_produce_counts_its_requests(broker):
-    # Full batches of 100 (a long linger never closes one early): exactly 10 requests,
-    # read from librdkafka's own counter.
+    # Batches of at most 100 records, and a linger long enough that nearly all are full:
+    # at least 10 requests, and not many more (librdkafka sends a few partial batches
+    # while it learns the partition's leader), read from librdkafka's own counter.
     s = perf_json("produce", "--bootstrap-server", broker.bootstrap, "--topic", "perf-req",
                   "--client", "confluent", "--num-records", 1000, "--linger-ms", 1000,
                   "-X", "batch.num.messages=100")
     check_summary(s, "produce", 1000, 100)
-    assert s["produce_requests"] == 10
-    assert s["records_per_request"] == 100.0
+    assert 10 <= s["produce_requests"] <= 20
+    assert s["records_per_request"] == round(1000 / s["produce_requests"], 1)
     # with librdkafka's statistics turned off there is nothing to count from
     s = perf_json("produce", "--bootstrap-server", broker.bootstrap, "--topic", "perf-req",
                   "--client", "confluent", "--num-records", 100,
