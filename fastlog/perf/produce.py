@@ -59,13 +59,10 @@ def _run_confluent(opts, wl: Workload):
     hist = LatencyHistogram()
     every = sample_every(opts)
     failed = [0]
-    stats = [[] for _ in range(opts.connections)]  # (arrival, JSON) per producer
-    producers = []
-    for i in range(opts.connections):
-        conf = confluent_producer_config(opts)
-        conf["stats_cb"] = partial(_keep_stats, stats[i])
-        producers.append(Producer(conf))
+    conf = confluent_producer_config(opts)
     counted = str(conf["statistics.interval.ms"]) not in ("0", "")
+    stats = [[] for _ in range(opts.connections)]  # (arrival, JSON) per producer
+    producers = [Producer({**conf, "stats_cb": partial(_keep_stats, box)}) for box in stats]
     limiter = RateLimiter(opts.rate)
     progress = Progress("produce", opts.num_records, not opts.json)
     n, size = opts.num_records, opts.record_size
