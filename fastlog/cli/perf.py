@@ -116,10 +116,26 @@ def _check(args) -> None:
         args.acks = -1 if args.acks == "all" else int(args.acks)
 
 
+def _check_reachable(bootstrap: str) -> None:
+    """Fail in one sentence when no bootstrap server answers. librdkafka would retry for
+    its whole timeout and log every attempt; our own client asks once (a Metadata
+    request, which any Kafka broker answers) and says why it could not connect."""
+    from fastlog.cli.main import run_async
+    from fastlog.client import Admin
+
+    async def probe():
+        async with Admin(bootstrap):
+            pass
+
+    run_async(probe())
+
+
 def run(args) -> int:
     if not getattr(args, "perf_command", None):
         raise CliError("name a test: produce, consume or e2e (see 'fastlog perf --help')")
     _check(args)
+    if args.client == "confluent":
+        _check_reachable(args.bootstrap_server)
     from fastlog.perf import report
 
     report.check_plot_available(args.plot)

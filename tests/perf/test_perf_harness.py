@@ -123,3 +123,14 @@ def test_bad_options_are_one_sentence(args):
     assert r.returncode != 0
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("test", ["produce", "consume", "e2e"])
+def test_confluent_unreachable_broker_is_one_sentence(test):
+    # librdkafka alone would retry for its whole timeout and log every attempt.
+    r = perf(test, "--client", "confluent", "--bootstrap-server", "127.0.0.1:1",
+             "--num-records", "10", timeout=60)
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines() == [
+        "fastlog perf: cannot connect to broker 127.0.0.1:1: connection refused"]
+    assert r.stdout == ""
