@@ -391,12 +391,14 @@ class BrokerServer:
                 if ps.leader == self.node_id:
                     self.replica_manager.make_leader(name, p, cfg, ps.leader_epoch, ps.replicas)
                     wanted.add((name, p))
-        # Logs of topics that no longer exist (a deletion interrupted by a crash).
+        # Logs no topic claims: a deletion interrupted by a crash, or a metadata file that
+        # is missing or was read from another dir (log.dirs reordered). Kept, not deleted.
         for lg in list(self.log_manager.all_logs()):
             key = (lg.topic, lg.partition)
             if key not in wanted:
-                log.info("deleting orphan log %s-%d", *key)
-                self.log_manager.delete_log(*key)
+                kept = self.log_manager.mark_stray(*key)
+                log.warning("log %s-%d belongs to no topic in the metadata: kept as %s "
+                            "(remove it by hand if it is not needed)", *key, kept)
 
     def _set_advertised(self) -> None:
         adv = self.config.values["advertised.listeners"]

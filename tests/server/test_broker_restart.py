@@ -2,6 +2,7 @@
 back; kill -9 in the middle of a produce loop loses no acknowledged record and the next
 start recovers without help."""
 
+import json
 import signal
 import threading
 import time
@@ -154,3 +155,28 @@ def test_sigint_is_a_clean_shutdown_too(broker_factory):
     b.proc.send_signal(signal.SIGINT)
     assert b.proc.wait(20) == 0
     assert (b.data_dir / ".kafka_cleanshutdown").exists()
+
+
+def test_log_of_no_topic_is_kept_as_stray(broker_factory):
+    # A log that no topic in the metadata claims (a deletion interrupted by a crash, a
+    # metadata file restored from an older copy) is set aside as a `-stray` dir with its
+    # data, never deleted.
+    b = broker_factory()
+    create(b.bootstrap, "rs-lost", 1)
+    p = Producer({"bootstrap.servers": b.bootstrap})
+    for i in range(10):
+        p.produce("rs-lost", value=b"%d" % i)
+    assert p.flush(30) == 0
+    assert b.stop() == 0
+    md = b.data_dir / "fastlog-metadata.json"
+    doc = json.loads(md.read_text())
+    del doc["topics"]["rs-lost"]
+    md.write_text(json.dumps(doc))
+    b.start()
+    assert "log rs-lost-0 belongs to no topic in the metadata: kept as" in b.log_path.read_text()
+    kept = [d for d in b.data_dir.iterdir() if d.name.startswith("rs-lost-0.")]
+    assert len(kept) == 1 and kept[0].name.endswith("-stray")
+    assert sum(f.stat().st_size for f in kept[0].glob("*.log")) > 0
+    assert b.stop() == 0
+    b.start()  # kept across restarts too
+    assert kept[0].is_dir()

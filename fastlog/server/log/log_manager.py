@@ -4,7 +4,9 @@
 # `.kafka_cleanshutdown`, `recovery-point-offset-checkpoint` and
 # `log-start-offset-checkpoint` (Kafka's formats, see checkpoint.py), and one
 # `<topic>-<partition>` directory per hosted partition (renamed `<name>.<uuid>-delete`
-# when the partition is deleted, removed later as Kafka does).
+# when the partition is deleted, removed later as Kafka does; `<name>.<uuid>-stray` when
+# no topic claims it, kept). Directories holding anything but a log's files are never
+# opened or removed.
 #
 # Threading model (the one storage-wide rule):
 #   * Every append, read, truncation, roll, retention decision, log creation/deletion and
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import time
 import uuid
@@ -49,6 +52,25 @@ logger = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 DELETE_DIR_SUFFIX = "-delete"
+STRAY_DIR_SUFFIX = "-stray"
+# `<topic>-<partition>.<hex id>-delete|-stray`: what delete_log and mark_stray name a dir.
+_RETIRED_DIR = re.compile(r"^.+-\d+\.[0-9a-f]+-(delete|stray)$")
+# Every file a partition dir may hold: segments, indexes and producer snapshots (with the
+# suffixes of deletion, compaction and swaps), the epoch checkpoint, their temp files.
+_PARTITION_FILE = re.compile(
+    r"^(\d{20}\.(log|index|timeindex|snapshot|txnindex)(\.(deleted|cleaned|swap))?"
+    r"|leader-epoch-checkpoint|partition\.metadata)(\.tmp)?$")
+
+
+def foreign_entry(path: str) -> str | None:
+    """The first entry of directory `path` that no partition log holds, else None. A log
+    dir may share its parent with other folders (a mistyped log.dirs, `lost+found`): a
+    directory is opened, and ever removed, only if it holds nothing but a log's files."""
+    with os.scandir(path) as entries:
+        for e in entries:
+            if not _PARTITION_FILE.match(e.name) or not e.is_file(follow_symlinks=False):
+                return e.name
+    return None
 
 
 class LogManager:
@@ -127,12 +149,21 @@ class LogManager:
             path = os.path.join(log_dir, name)
             if not os.path.isdir(path):
                 continue
-            if name.endswith(DELETE_DIR_SUFFIX):
-                self.scheduler.submit(shutil.rmtree, path, True)
+            retired = _RETIRED_DIR.match(name)
+            if retired is None:
+                try:
+                    key = parse_topic_partition(name)
+                except ValueError:
+                    continue
+            foreign = foreign_entry(path)
+            if foreign is not None:
+                logger.warning("%s: not a partition log (it holds %r); left alone", path, foreign)
                 continue
-            try:
-                key = parse_topic_partition(name)
-            except ValueError:
+            if retired is not None:
+                if retired.group(1) == "delete":
+                    self.scheduler.submit(shutil.rmtree, path, True)
+                else:
+                    logger.warning("%s: stray log kept for the operator to remove", path)
                 continue
             if key in self._logs:
                 raise KafkaStorageError(
@@ -208,6 +239,22 @@ class LogManager:
         log.rename_dir(target)
         self.scheduler.schedule(log.config.file_delete_delay_ms / 1000.0, log.delete)
         return True
+
+    def mark_stray(self, topic: str, partition: int) -> str | None:
+        """Stop serving a log that no topic claims and keep its files, renamed
+        `<name>.<uuid>-stray` (as Kafka keeps stray logs): a lost or misplaced metadata
+        file must never cost the data. Returns the new path."""
+        key = (topic, partition)
+        log = self._logs.pop(key, None)
+        self._dir_of.pop(key, None)
+        if log is None:
+            return None
+        if self.cleaner is not None:
+            self.cleaner.forget(key)
+        target = f"{log.dir}.{uuid.uuid4().hex}{STRAY_DIR_SUFFIX}"
+        log.rename_dir(target)
+        log.close()
+        return target
 
     # ------------------------------------------------------------------ periodic tasks
 
