@@ -15,6 +15,7 @@ from fastlog.cli.main import (
     positive_int,
     run_async,
 )
+from fastlog.protocol.topics import INTERNAL_TOPICS
 
 ACTIONS = ("create", "list", "describe", "alter", "delete")
 
@@ -56,6 +57,8 @@ def run(args) -> int:
     if args.action in ("create", "alter", "delete") and not args.topic:
         raise CliError(f"--{args.action} needs --topic")
     configs = dict(parse_key_value(c, "--config") for c in args.config)
+    if args.action == "delete" and args.topic in INTERNAL_TOPICS:
+        raise CliError(f"topic {args.topic} is internal to the brokers and cannot be deleted")
     if args.action == "alter" and not (args.partitions or configs or args.delete_config):
         raise CliError("--alter needs --partitions, --config or --delete-config")
     return run_async(_run(args, configs))

@@ -42,6 +42,7 @@ from fastlog import protocol
 from fastlog._net import CloseConnection
 from fastlog.protocol import ApiKey, Errors, KafkaApiError
 from fastlog.protocol._produce import encode_produce_response, parse_produce_request
+from fastlog.protocol.topics import INTERNAL_TOPICS
 from fastlog.server.config import (
     CONFIG_KEYS,
     CONFIG_TYPE_CODES,
@@ -57,8 +58,6 @@ from fastlog.server.replica_manager import PartitionResult
 log = logging.getLogger("fastlog.server.apis")
 
 INT32_MIN = -(1 << 31)
-# Created by their coordinators, never by Metadata auto-creation.
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 # DescribeConfigs resource types and config sources (Kafka's numbers).
 RESOURCE_TOPIC = 2
@@ -624,6 +623,10 @@ class KafkaApis:
             error = Errors.NONE
             if not broker.config["delete.topic.enable"]:
                 error = Errors.TOPIC_DELETION_DISABLED
+            elif name in INTERNAL_TOPICS:
+                # The group coordinator's own log: without it no group can commit or join.
+                log.info("refused to delete internal topic %r", name)
+                error = Errors.INVALID_TOPIC_EXCEPTION
             elif broker.metadata.topic(name) is None:
                 error = Errors.UNKNOWN_TOPIC_OR_PARTITION
             else:

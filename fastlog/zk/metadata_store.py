@@ -24,6 +24,7 @@ from collections.abc import Callable
 from kazoo.exceptions import ConnectionLoss, OperationTimeoutError, SessionExpiredError
 from kazoo.retry import RetryFailedError
 
+from fastlog.protocol.topics import INTERNAL_TOPICS
 from fastlog.server.metadata import (
     PRODUCER_ID_BLOCK_SIZE,
     MetadataStore,
@@ -38,8 +39,6 @@ from fastlog.zk.controller import add_partitions, new_partitions_assignment
 from fastlog.zk.paths import NO_LEADER, BrokerInfo, TopicAssignment
 
 log = logging.getLogger("fastlog.zk.metadata")
-
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
 class ZkMetadataStore(MetadataStore):

@@ -1,5 +1,9 @@
 """`fastlog topics` against a real broker: create, list, describe, alter, delete."""
 
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+
 
 def test_create_list_describe_delete(fastlog, bootstrap, topic_name):
     r = fastlog("topics", "--bootstrap-server", bootstrap, "--create", "--topic", topic_name,
@@ -83,3 +87,20 @@ def test_alter_partitions_grows_or_says_why_not(fastlog, bootstrap, topic_name):
     else:  # a broker without CreatePartitions: one sentence, no traceback
         assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
         assert "partition" in r.stderr
+
+
+
+def test_internal_topic_delete_is_refused(fastlog, bootstrap):
+    # By the command line before a request is sent, and by the broker for other clients:
+    # without __consumer_offsets no group could join or commit.
+    r = fastlog("topics", "--bootstrap-server", bootstrap, "--delete",
+                "--topic", "__consumer_offsets")
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        "fastlog topics: topic __consumer_offsets is internal to the brokers and cannot be "
+        "deleted"]
+    a = AdminClient({"bootstrap.servers": bootstrap})
+    fut = a.delete_topics(["__consumer_offsets"], operation_timeout=10)["__consumer_offsets"]
+    with pytest.raises(KafkaException) as exc:
+        fut.result(15)
+    assert exc.value.args[0].code() == KafkaError.TOPIC_EXCEPTION  # INVALID_TOPIC_EXCEPTION
