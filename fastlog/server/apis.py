@@ -515,6 +515,7 @@ class KafkaApis:
                 if broker.metadata.topic(name) is not None:
                     raise _ApiError(Errors.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
                 partitions, rf, assignment = self._creation_shape(t, v)
+                broker.check_partition_room(partitions, rf)
                 configs = self._parse_topic_configs({c.name: c.value for c in t.configs})
                 if not request.validate_only:
                     await broker.create_topic(name, partitions, rf, configs,

@@ -25,6 +25,7 @@ import asyncio
 import logging
 import os
 import re
+import resource
 import threading
 import time
 
@@ -52,6 +53,35 @@ MAX_TOPIC_NAME = 249
 # Kafka's producer.id.expiration.check.interval.ms default.
 PRODUCER_EXPIRATION_CHECK_MS = 600_000
 _TOPIC_CHARS = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+# Open files a hosted partition keeps: its active segment's .log, .index and .timeindex.
+FILES_PER_PARTITION = 3
+# Kept free for connections, checkpoints, rolls and ZooKeeper.
+SPARE_FILES = 1024
+
+
+def raise_open_file_limit() -> None:
+    """Lift the soft open-file limit to the hard one, as servers that hold a file per
+    partition do: the distribution's default soft limit (often 1024) is a few hundred
+    partitions."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (OSError, ValueError):
+        pass
+
+
+def spare_files() -> int | None:
+    """Open files this process may still open beyond SPARE_FILES; None when unknown."""
+    try:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft == resource.RLIM_INFINITY:
+            return None
+        return soft - len(os.listdir("/proc/self/fd")) - SPARE_FILES
+    except (OSError, ValueError):
+        return None
 
 
 class BrokerStartupError(Exception):
@@ -89,6 +119,7 @@ class BrokerServer:
 
     # ------------------------------------------------------------------ startup
     async def startup(self) -> None:
+        raise_open_file_limit()
         stored_id = self._prepare_dirs()
         if self.config["zookeeper.connect"]:
             await self._join_cluster(stored_id)
@@ -570,6 +601,19 @@ class BrokerServer:
             log.warning("topic %s: ignoring invalid config overrides %s: %s", topic, overrides, e)
             return LogConfig.from_broker(self.config)
 
+    def check_partition_room(self, partitions: int, replication_factor: int = 1) -> None:
+        """KafkaApiError(INVALID_PARTITIONS) when this broker could not keep open the files
+        of its share of `partitions` new partitions: better refused than half created."""
+        live = max(1, len(self.live_brokers()))
+        here = -(-partitions * min(replication_factor, live) // live)
+        room = spare_files()
+        if room is not None and here * FILES_PER_PARTITION > room:
+            raise KafkaApiError(
+                Errors.INVALID_PARTITIONS,
+                f"{here} more partitions on broker {self.node_id} would need "
+                f"{here * FILES_PER_PARTITION} open files and it has {max(room, 0)} to "
+                f"spare (raise its open-file limit, ulimit -n)")
+
     async def create_topic(self, name: str, partitions: int, replication_factor: int,
                            configs: dict[str, str], internal: bool = False,
                            assignment: list[list[int]] | None = None) -> TopicState:
@@ -577,6 +621,8 @@ class BrokerServer:
         `assignment`: the replica list of each partition as the client gave it (its first
         replica is the preferred leader), else Kafka's placement."""
         cfg = self.build_log_config(configs)
+        if internal:  # (CreateTopics checks before it gets here, validate_only included)
+            self.check_partition_room(partitions, replication_factor)
         if self.cluster is not None:
             # The controller elects the leaders (first live replica of each list) and
             # every replica's LeadershipTracker opens its logs.
@@ -592,8 +638,13 @@ class BrokerServer:
         replicas = [[self.node_id] for _ in range(partitions)]
         state = await self.metadata.create_topic(name, partitions, replicas, configs, internal)
         self._log_configs[name] = cfg
-        for p, ps in state.partitions.items():
-            self.replica_manager.make_leader(name, p, cfg, ps.leader_epoch, ps.replicas)
+        try:
+            for p, ps in state.partitions.items():
+                self.replica_manager.make_leader(name, p, cfg, ps.leader_epoch, ps.replicas)
+        except BaseException:
+            # All or nothing: a topic whose logs could not all be opened is not kept.
+            await self.delete_topic(name)
+            raise
         log.info("created topic %s with %d partitions%s", name, partitions,
                  f" and configs {configs}" if configs else "")
         return state
@@ -609,7 +660,10 @@ class BrokerServer:
             # partitions spread over the brokers that are up by then, not the first one.
             self._internal_topic_specs[name] = (partitions, dict(configs))
             return None
-        return await self.create_topic(name, partitions, 1, dict(configs), internal=True)
+        try:
+            return await self.create_topic(name, partitions, 1, dict(configs), internal=True)
+        except KafkaApiError as e:  # (at startup: the configured partition count)
+            raise BrokerStartupError(f"cannot create {name}: {e.message}") from None
 
     async def ensure_internal_topic(self, name: str) -> TopicState | None:
         """Cluster mode: create an internal topic the group coordinator asked for, with
@@ -684,6 +738,7 @@ class BrokerServer:
             live = {self.node_id} if single_node else set(self.metadata.brokers())
             replicas = [list(r) for r in assignments]
             _check_new_assignment(replicas, total - have, state.replication_factor, live)
+        self.check_partition_room(total - have, state.replication_factor)
         if validate_only:
             return state
         new_state = await self.metadata.add_partitions(name, replicas)

@@ -7,7 +7,7 @@ import subprocess
 import time
 
 from fastlog.protocol import ApiKey, Errors
-from tests.broker_fixture import server_command
+from tests.broker_fixture import BrokerProcess, server_command
 from tests.server.wire import Wire, batch, create_topic, produce
 
 
@@ -167,3 +167,40 @@ def test_damaged_metadata_file_is_one_sentence_exit_1(tmp_path):
         capture_output=True, text=True, timeout=60)
     assert r.returncode == 1
     assert "cannot read metadata file" in r.stderr and "Traceback" not in r.stderr
+
+
+
+def _create(w, name, partitions):
+    return w.call(ApiKey.CREATE_TOPICS, 4, {"topics": [{
+        "name": name, "num_partitions": partitions, "replication_factor": 1,
+        "assignments": [], "configs": []}], "timeout_ms": 10000,
+        "validate_only": False}).topics[0]
+
+
+def test_partitions_beyond_the_open_file_limit_are_refused(tmp_path, monkeypatch):
+    # Each hosted partition keeps three files open: a topic the broker could not open is
+    # refused whole, and the broker keeps serving and restarts.
+    monkeypatch.setenv("FASTLOG_TEST_SERVER",
+                       " ".join(["prlimit", "--nofile=1500:1500", *server_command()]))
+    with BrokerProcess(tmp_path / "data") as b:
+        w = Wire(b)
+        try:
+            r = _create(w, "tp-many", 5000)
+            assert r.error_code == Errors.INVALID_PARTITIONS
+            assert "open files" in r.error_message and "ulimit -n" in r.error_message
+            r = w.call(ApiKey.METADATA, 8, {"topics": [{"name": "tp-many"}],
+                                            "allow_auto_topic_creation": False})
+            assert r.topics[0].error_code == Errors.UNKNOWN_TOPIC_OR_PARTITION
+            assert _create(w, "tp-some", 20).error_code == Errors.NONE
+            r = w.call(ApiKey.CREATE_PARTITIONS, 1, {"topics": [
+                {"name": "tp-some", "count": 5000, "assignments": None}],
+                "timeout_ms": 10000, "validate_only": False})
+            assert r.results[0].error_code == Errors.INVALID_PARTITIONS
+        finally:
+            w.close()
+        b.restart()
+        w = Wire(b)
+        try:
+            assert _create(w, "tp-after", 2).error_code == Errors.NONE
+        finally:
+            w.close()
