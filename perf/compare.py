@@ -42,9 +42,9 @@ Usage: .venv/bin/python perf/compare.py [--quick] [--reps N] [--json]
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
+import math
 import multiprocessing as mp
 import os
 import resource
@@ -60,6 +60,7 @@ import time
 from pathlib import Path
 
 from fastlog._codec import scan_batches
+from fastlog.cli.main import ArgumentParser
 
 ROOT = Path(__file__).resolve().parent.parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -191,13 +192,39 @@ def start_tansu(workdir: Path) -> Broker | None:
     return Broker("tansu", f"127.0.0.1:{port}", proc.pid, proc)
 
 
+class UsageError(Exception):
+    """A bad command line: one sentence on stderr, exit 2."""
+
+
+class RunError(RuntimeError):
+    """A run that cannot go on (a broker unreachable, a load failed): one sentence, exit 1."""
+
+
 def parse_broker(text: str) -> Broker:
     name, sep, addr = text.partition("=")
-    if not sep:
-        raise SystemExit(f"compare.py: bad --broker '{text}': expected NAME=HOST:PORT[:PID]")
     parts = addr.split(":")
-    pid = int(parts[2]) if len(parts) > 2 else None
-    return Broker(name, f"{parts[0]}:{parts[1]}", pid)
+    try:
+        if not sep or not name or len(parts) not in (2, 3) or not parts[0]:
+            raise ValueError
+        port = int(parts[1])
+        pid = int(parts[2]) if len(parts) == 3 else None
+        if not 0 < port < 65536 or (pid is not None and pid < 1):
+            raise ValueError
+    except ValueError:
+        raise UsageError(f"bad --broker '{text}': expected NAME=HOST:PORT[:PID] (PORT from 1 "
+                         f"to 65535, PID the broker's process id)") from None
+    return Broker(name, f"{parts[0]}:{port}", pid)
+
+
+def check_reachable(broker: Broker, timeout: float = 5.0) -> None:
+    """Fail before any load runs when a --broker does not accept connections."""
+    host, port = broker.bootstrap.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        raise RunError(f"cannot connect to broker {broker.name} at {broker.bootstrap}: "
+                       f"{why.lower()}") from None
 
 
 # ---- loads ------------------------------------------------------------------------------
@@ -206,12 +233,17 @@ def fastlog_perf(args: list, timeout: float) -> dict:
     """Run `fastlog perf ... --json` and return its summary."""
     script = Path(sys.executable).with_name("fastlog")
     cmd = [str(script)] if script.exists() else [sys.executable, "-m", "fastlog.cli.main"]
-    r = subprocess.run(cmd + ["perf", *map(str, args), "--json"], capture_output=True,
-                       text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    what = f"fastlog perf {args[0]}"
+    try:
+        r = subprocess.run(cmd + ["perf", *map(str, args), "--json"], capture_output=True,
+                           text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise RunError(f"{what} did not finish within --timeout {timeout:g} s") from None
     lines = r.stdout.strip().splitlines()
     if not lines:
-        raise RuntimeError(f"fastlog perf {' '.join(map(str, args[:1]))} failed: "
-                           f"{r.stderr.strip()[-300:]}")
+        # the harness's own error is one sentence, on its last line
+        why = (r.stderr.strip().splitlines() or [f"exit status {r.returncode}"])[-1]
+        raise RunError(f"{what} failed: {why[-300:]}")
     return json.loads(lines[-1])
 
 
@@ -626,7 +658,21 @@ def print_table(table: list[dict], ratios: dict, opts) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    try:
+        opts = parse_args(argv)
+    except UsageError as exc:
+        print(f"compare.py: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return run(opts)
+    except (RuntimeError, ConnectionError) as exc:  # ours, each with a one-sentence message
+        print(f"compare.py: {exc}", file=sys.stderr)
+        return 1
+
+
+def parse_args(argv=None):
+    # fastlog's parser: a usage error is one line, like every other mistake here
+    ap = ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small counts, about 1-2 minutes")
     ap.add_argument("--reps", type=int, default=None, help="repetitions (quick 1, full 5)")
     ap.add_argument("--json", action="store_true", help="JSON lines; the last one has the ratios")
@@ -647,9 +693,20 @@ def main(argv=None) -> int:
         if not opts.fetch_mib or min(opts.fetch_mib) < 1 or max(opts.fetch_mib) > 1024:
             raise ValueError
     except ValueError:
-        print(f"compare.py: --fetch-mib wants sizes from 1 to 1024 MiB separated by commas, "
-              f"not {opts.fetch_mib!r}", file=sys.stderr)
-        return 2
+        raise UsageError(f"--fetch-mib wants sizes from 1 to 1024 MiB separated by commas, "
+                         f"not {opts.fetch_mib!r}") from None
+    if opts.reps is not None and opts.reps < 1:
+        raise UsageError("--reps must be at least 1")
+    if not (math.isfinite(opts.timeout) and opts.timeout > 0):
+        raise UsageError("--timeout must be a positive number of seconds")
+    opts.brokers = [parse_broker(x) for x in opts.broker]
+    # Rows are keyed by broker name: a second broker of the same name would merge with it.
+    names = [b.name for b in opts.brokers]
+    taken = {"fastlog", "-"} | (set() if opts.no_tansu else {"tansu"})
+    for name in names:
+        if name in taken or names.count(name) > 1:
+            raise UsageError(f"--broker name '{name}' is taken: give each broker a name of "
+                             f"its own")
     if opts.quick:
         opts.records, opts.latency_records, opts.large_mib = 200_000, 40_000, 256
         opts.reps = opts.reps or 1
@@ -658,6 +715,10 @@ def main(argv=None) -> int:
         # Five: both brokers' CPU per record moves by +-25% from rep to rep on this shared
         # machine, and a median of three is decided by one slow minute more often.
         opts.reps = opts.reps or 5
+    return opts
+
+
+def run(opts) -> int:
     emit = (lambda r: print(json.dumps(r), flush=True)) if opts.json else \
         (lambda r: print(f"  {r}", file=sys.stderr, flush=True))
     if opts.replicated_only:
@@ -665,6 +726,8 @@ def main(argv=None) -> int:
         print(json.dumps(ratios) if opts.json else
               "\n".join(f"{k}: {v}" for k, v in ratios.items()))
         return 0
+    for b in opts.brokers:
+        check_reachable(b)
     workdir = Path(tempfile.mkdtemp(prefix="fastlog-compare-"))
     brokers: list[Broker] = []
     try:
@@ -673,7 +736,7 @@ def main(argv=None) -> int:
             t = start_tansu(workdir)
             if t is not None:
                 brokers.append(t)
-        brokers += [parse_broker(x) for x in opts.broker]
+        brokers += opts.brokers
         rows = run_matrix(brokers, opts, emit)
     finally:
         for b in brokers:

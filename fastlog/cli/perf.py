@@ -8,7 +8,14 @@
 
 from __future__ import annotations
 
+import math
+import os
+
 from fastlog.cli.main import CliError, add_bootstrap_option, parse_key_value
+
+# Each connection is a socket on the broker too: past this, a run measures the broker's
+# file-handle limit rather than its throughput.
+MAX_CONNECTIONS = 1000
 
 _EPILOG = """\
 examples:
@@ -38,7 +45,9 @@ def add_parser(subparsers) -> None:
 
 def _common_options(p, name: str) -> None:
     add_bootstrap_option(p)
-    p.add_argument("--topic", default="fastlog-perf", help="topic (default: %(default)s)")
+    # e2e has its own topic: records of a produce run are not e2e's and would be skipped.
+    p.add_argument("--topic", default="fastlog-perf-e2e" if name == "e2e" else "fastlog-perf",
+                   help="topic (default: %(default)s)")
     p.add_argument("--client", choices=("fastlog", "confluent"), default="fastlog",
                    help="fastlog's own client, or librdkafka via confluent-kafka")
     p.add_argument("--num-records", type=int, default=100_000, metavar="N",
@@ -48,8 +57,9 @@ def _common_options(p, name: str) -> None:
     p.add_argument("--record-size", type=int, default=100, metavar="BYTES",
                    help="value size (default: %(default)s)")
     p.add_argument("-X", dest="extra", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra client setting (librdkafka names with --client confluent, "
-                        "fastlog Producer/Consumer keyword names otherwise); repeatable")
+                   help="extra setting of the producer (produce, e2e) or the consumer "
+                        "(consume): librdkafka names with --client confluent, fastlog "
+                        "Producer/Consumer keyword names otherwise; repeatable")
     p.add_argument("--json", action="store_true", help="print one JSON line, nothing else")
     p.add_argument("--plot", metavar="FILE.png",
                    help="write a throughput/latency chart (needs the 'perf' extra)")
@@ -64,7 +74,8 @@ def _common_options(p, name: str) -> None:
     p.add_argument("--partitions", type=int, default=1,
                    help="partitions when the topic is created (default: %(default)s)")
     p.add_argument("--connections", type=int, default=1,
-                   help="producer instances, each with its own connection (default: 1)")
+                   help="producer instances, each with its own connection, at most "
+                        f"{MAX_CONNECTIONS} (default: 1)")
     p.add_argument("--rate", type=float, default=None, metavar="REC/S",
                    help="target records/s (default: as fast as possible)")
     p.add_argument("--acks", choices=("0", "1", "all"), default="1",
@@ -75,7 +86,7 @@ def _common_options(p, name: str) -> None:
                    help="producer batch size (default: the client's own)")
     p.add_argument("--linger-ms", type=float, default=5.0,
                    help="producer linger (default: %(default)s)")
-    p.add_argument("--sample-every", type=int, default=0, metavar="K",
+    p.add_argument("--sample-every", type=int, default=None, metavar="K",
                    help="record the latency of every K-th record (default: 1 with --rate, "
                         "else 100)")
     if name == "e2e":
@@ -93,27 +104,104 @@ def _value(text: str):
     return {"true": True, "false": False}.get(text.lower(), text)
 
 
+def _positive(x) -> bool:
+    return math.isfinite(x) and x > 0
+
+
 def _check(args) -> None:
     if args.num_records < 1:
         raise CliError("--num-records must be at least 1")
-    if args.duration <= 0:
-        raise CliError("--duration must be positive")
+    if not _positive(args.duration):
+        raise CliError("--duration must be a positive number of seconds")
     if args.record_size < 0 or args.record_size > 64 << 20:
         raise CliError("--record-size must be between 0 and 64 MiB")
     for attr in ("partitions", "connections", "key_count"):
         if getattr(args, attr, 1) < 1:
             raise CliError(f"--{attr.replace('_', '-')} must be at least 1")
-    if getattr(args, "rate", None) is not None and args.rate <= 0:
-        raise CliError("--rate must be positive")
-    if getattr(args, "linger_ms", 0) < 0:
-        raise CliError("--linger-ms must be >= 0")
+    if getattr(args, "connections", 1) > MAX_CONNECTIONS:
+        raise CliError(f"--connections must be at most {MAX_CONNECTIONS}")
+    if getattr(args, "rate", None) is not None and not _positive(args.rate):
+        raise CliError("--rate must be a positive number of records per second")
+    linger = getattr(args, "linger_ms", 0)
+    if not math.isfinite(linger) or linger < 0:
+        raise CliError("--linger-ms must be a number >= 0")
+    if getattr(args, "batch_size", None) is not None and args.batch_size < 1:
+        raise CliError("--batch-size must be at least 1")
+    if getattr(args, "sample_every", None) is not None and args.sample_every < 1:
+        raise CliError("--sample-every must be at least 1")
+    if getattr(args, "idle_ms", 0) < 0:
+        raise CliError("--idle-ms must be >= 0")
+    if args.plot:
+        _check_plot(args.plot)
     extra = dict(parse_key_value(x, "-X") for x in args.extra)
-    args.extra_config = extra if args.client == "confluent" else \
-        {k: _value(v) for k, v in extra.items()}
+    if args.client == "confluent":
+        args.extra_config = extra  # librdkafka checks its own names when the client starts
+    else:
+        args.extra_config = _fastlog_settings(args.perf_command, extra)
     if getattr(args, "compression", None) == "none":
         args.compression = None if args.client == "fastlog" else "none"
     if getattr(args, "acks", None) is not None and args.client == "fastlog":
         args.acks = -1 if args.acks == "all" else int(args.acks)
+
+
+def _check_plot(path: str) -> None:
+    from fastlog.perf import report
+
+    report.check_plot_available(path)
+    ext = os.path.splitext(path)[1].lstrip(".").lower()
+    if ext not in report.plot_formats():
+        raise CliError(f"--plot {path}: name a file ending in .png (or another format "
+                       f"matplotlib writes: {', '.join(sorted(report.plot_formats()))})")
+
+
+# Keyword parameters of Producer/Consumer that take objects, not settings.
+_NOT_SETTINGS = {"cluster", "group", "on_delivery_error"}
+_KINDS = {"bool": "true or false", "int": "a whole number", "float": "a finite number",
+          "str": "text"}
+
+
+def _fastlog_settings(test: str, extra: dict[str, str]) -> dict:
+    """-X KEY=VALUE for our client, checked against the constructor's keyword parameters
+    (and their annotated types) so a typo is one sentence, not a TypeError mid-run."""
+    import inspect
+
+    from fastlog.client import Consumer, Producer
+
+    cls = Consumer if test == "consume" else Producer
+    params = inspect.signature(cls.__init__).parameters
+    out = {}
+    for key, text in extra.items():
+        param = params.get(key)
+        kinds = set()
+        if param is not None and param.annotation is not inspect.Parameter.empty:
+            kinds = {k.strip() for k in str(param.annotation).split("|")} - {"None"}
+        if (param is None or param.kind is not inspect.Parameter.KEYWORD_ONLY
+                or key in _NOT_SETTINGS or not kinds <= set(_KINDS)):
+            hint = " (librdkafka names need --client confluent)" if "." in key else ""
+            raise CliError(f"-X {key}: not a setting of fastlog's {cls.__name__}{hint}")
+        out[key] = _typed(key, text, kinds) if kinds else _value(text)
+    return out
+
+
+def _typed(key: str, text: str, kinds: set[str]):
+    if "bool" in kinds and text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    if "int" in kinds:
+        try:
+            return int(text)
+        except ValueError:
+            pass
+    if "float" in kinds:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if math.isfinite(value):
+            return value
+    if "str" in kinds:
+        return text
+    expected = " or ".join(_KINDS[k] for k in sorted(kinds))
+    raise CliError(f"-X {key}={text}: expected {expected}")
 
 
 def _check_reachable(bootstrap: str) -> None:
@@ -138,7 +226,6 @@ def run(args) -> int:
         _check_reachable(args.bootstrap_server)
     from fastlog.perf import report
 
-    report.check_plot_available(args.plot)
     if args.perf_command == "produce":
         from fastlog.perf import produce as test
     elif args.perf_command == "consume":

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 from fastlog.client.errors import FastlogError
+from fastlog.perf.produce import confluent_client
 from fastlog.perf.report import Progress, summarize
 
 # librdkafka's default fetch.queue.backoff.ms (1000) stalls its fetcher for a second each
@@ -30,7 +31,7 @@ def _run_confluent(opts):
 
     conf = {"bootstrap.servers": opts.bootstrap_server, "group.id": "fastlog-perf",
             "enable.auto.commit": False, **CONFLUENT_CONSUMER_DEFAULTS, **opts.extra_config}
-    c = Consumer(conf)
+    c = confluent_client(Consumer, conf)
     clock = time.perf_counter
     progress = Progress("consume", opts.num_records, not opts.json)
     n = opts.num_records

@@ -2,8 +2,10 @@
 #
 # Owns: a producer and a consumer of the same topic in one process, so one clock serves
 # both: each value's first 8 bytes carry its send time (perf_counter_ns); the consumer
-# records now - stamp. The consumer reads from the beginning and ignores records stamped
-# before this run started (so a reused topic is fine). Our client: producer and consumer
+# records now - stamp. The consumer reads from the beginning and skips (and counts) any
+# record this run did not send: shorter than a stamp, or stamped outside [start, now]
+# (an earlier run's, another tool's), so a reused topic is fine. -X settings go to the
+# producer, with either client. Our client: producer and consumer
 # share one asyncio loop; confluent: the consumer polls on a second thread (librdkafka
 # releases the GIL while it waits). Bounded by --num-records, --duration and --idle-ms.
 """End-to-end latency test."""
@@ -16,7 +18,7 @@ import time
 from fastlog.client.errors import FastlogError
 from fastlog.perf.consume import CONFLUENT_CONSUMER_DEFAULTS
 from fastlog.perf.histogram import LatencyHistogram
-from fastlog.perf.produce import confluent_producer_config
+from fastlog.perf.produce import confluent_client, confluent_producer_config
 from fastlog.perf.ratelimit import RateLimiter
 from fastlog.perf.report import Progress, summarize
 from fastlog.perf.workload import Workload, ensure_topic
@@ -34,24 +36,30 @@ def run(opts):
 
 
 class _Receiver:
-    """Counts this run's records and records their end-to-end latency."""
+    """Counts this run's records and records their end-to-end latency; skips the rest."""
 
     def __init__(self, n: int, size: int, progress: Progress):
         self.hist = LatencyHistogram()
         self.n, self.size, self.progress = n, size, progress
-        self.got = 0
+        self.got = self.foreign = 0
         self.start_ns = time.perf_counter_ns()
-        self.last = time.perf_counter()
+        # last: any record arrived (the consumer may still be catching up); last_own: the
+        # last of ours, where the measured interval ends.
+        self.last = self.last_own = time.perf_counter()
 
     def values(self, values) -> None:
         now = time.perf_counter_ns()
+        got = self.got
         for v in values:
             stamp = Workload.stamp_of(v)
-            if stamp < self.start_ns:
+            if stamp is None or not self.start_ns <= stamp <= now:
+                self.foreign += 1
                 continue
             self.hist.record_us((now - stamp) // 1000)
             self.got += 1
         self.last = time.perf_counter()
+        if self.got > got:
+            self.last_own = self.last
         self.progress.tick(self.got, self.got * self.size)
 
 
@@ -60,12 +68,13 @@ def _run_confluent(opts, wl: Workload):
 
     progress = Progress("e2e", opts.num_records, not opts.json)
     rx = _Receiver(opts.num_records, opts.record_size, progress)
-    c = Consumer({"bootstrap.servers": opts.bootstrap_server, "group.id": "fastlog-perf-e2e",
-                  "enable.auto.commit": False, **CONFLUENT_CONSUMER_DEFAULTS})
+    p = confluent_client(Producer, confluent_producer_config(opts))  # -X is checked here
+    c = confluent_client(Consumer, {
+        "bootstrap.servers": opts.bootstrap_server, "group.id": "fastlog-perf-e2e",
+        "enable.auto.commit": False, **CONFLUENT_CONSUMER_DEFAULTS})
     md = c.list_topics(opts.topic, timeout=30)
     parts = md.topics[opts.topic].partitions
     c.assign([TopicPartition(opts.topic, p, OFFSET_BEGINNING) for p in parts])
-    p = Producer(confluent_producer_config(opts))
     start = time.perf_counter()
     deadline = start + opts.duration
     stop = threading.Event()
@@ -101,10 +110,7 @@ def _run_confluent(opts, wl: Workload):
         stop.set()
         t.join(10)
         c.close()
-    elapsed = rx.last - start
-    progress.done(rx.got, rx.got * opts.record_size)
-    return summarize("e2e", opts, rx.got, rx.got * opts.record_size, elapsed, rx.hist,
-                     sent=sent), rx.hist, progress
+    return _summary(opts, rx, start, sent, progress)
 
 
 async def _run_fastlog(opts, wl: Workload):
@@ -117,6 +123,7 @@ async def _run_fastlog(opts, wl: Workload):
     kwargs = dict(acks=opts.acks, compression=opts.compression, linger_ms=opts.linger_ms)
     if opts.batch_size:
         kwargs["batch_size"] = opts.batch_size
+    kwargs.update(opts.extra_config)
     start = time.perf_counter()
     deadline = start + opts.duration
     async with Consumer(opts.bootstrap_server, fetch_max_wait_ms=100) as c, \
@@ -151,7 +158,10 @@ async def _run_fastlog(opts, wl: Workload):
                 await task
             except asyncio.CancelledError:
                 pass
-    elapsed = rx.last - start
+    return _summary(opts, rx, start, sent, progress)
+
+
+def _summary(opts, rx: _Receiver, start: float, sent: int, progress: Progress):
     progress.done(rx.got, rx.got * opts.record_size)
-    return summarize("e2e", opts, rx.got, rx.got * opts.record_size, elapsed, rx.hist,
-                     sent=sent), rx.hist, progress
+    return summarize("e2e", opts, rx.got, rx.got * opts.record_size, rx.last_own - start,
+                     rx.hist, sent=sent, foreign_records=rx.foreign), rx.hist, progress

@@ -23,9 +23,24 @@ from fastlog.perf.workload import Workload, ensure_topic
 
 
 def sample_every(opts) -> int:
-    if opts.sample_every:
-        return max(1, opts.sample_every)
+    if opts.sample_every is not None:
+        return opts.sample_every
     return 1 if opts.rate else 100
+
+
+def confluent_client(cls, conf: dict):
+    """cls(conf) for a confluent-kafka client class; a setting librdkafka refuses (an
+    unknown name, a bad value, usually from -X) is one sentence."""
+    from confluent_kafka import KafkaException
+
+    try:
+        return cls(conf)
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else None
+        text = err.str() if hasattr(err, "str") else str(exc)
+        raise FastlogError(f"librdkafka refused the client settings: {text}") from None
+    except (TypeError, ValueError) as exc:
+        raise FastlogError(f"librdkafka refused the client settings: {exc}") from None
 
 
 def run(opts) -> tuple[dict, LatencyHistogram, Progress]:
@@ -62,7 +77,8 @@ def _run_confluent(opts, wl: Workload):
     conf = confluent_producer_config(opts)
     counted = str(conf["statistics.interval.ms"]) not in ("0", "")
     stats = [[] for _ in range(opts.connections)]  # (arrival, JSON) per producer
-    producers = [Producer({**conf, "stats_cb": partial(_keep_stats, box)}) for box in stats]
+    producers = [confluent_client(Producer, {**conf, "stats_cb": partial(_keep_stats, box)})
+                 for box in stats]
     limiter = RateLimiter(opts.rate)
     progress = Progress("produce", opts.num_records, not opts.json)
     n, size = opts.num_records, opts.record_size

@@ -77,6 +77,8 @@ def render_text(s: dict) -> str:
              f"  throughput: {s['records_per_s']:,.0f} records/s, {s['mb_per_s']:,.2f} MB/s"]
     if s.get("errors"):
         lines.append(f"  errors: {s['errors']:,}")
+    if s.get("foreign_records"):
+        lines.append(f"  skipped: {s['foreign_records']:,} records not sent by this run")
     if s.get("produce_requests"):
         lines.append(f"  produce requests: {s['produce_requests']:,} "
                      f"({s['records_per_request']:,.1f} records each)")
@@ -107,6 +109,13 @@ def check_plot_available(path) -> None:
     except ImportError:
         raise FastlogError("--plot needs matplotlib, which is not installed "
                            "(pip install 'fastlog[perf]')") from None
+
+
+def plot_formats() -> set[str]:
+    """File extensions --plot can write (matplotlib's savefig formats)."""
+    from matplotlib.figure import Figure
+
+    return set(Figure().canvas.get_supported_filetypes())
 
 
 def plot(summary: dict, path, hist, progress: Progress | None) -> None:

@@ -55,7 +55,11 @@ class Workload:
         return _STAMP.pack(time.perf_counter_ns()) + v[8:]
 
     @staticmethod
-    def stamp_of(value: bytes) -> int:
+    def stamp_of(value: bytes | None) -> int | None:
+        """The send time stamped_value() put in, or None when value is too short to hold
+        one (a record some other tool wrote)."""
+        if value is None or len(value) < _STAMP.size:
+            return None
         return _STAMP.unpack_from(value)[0]
 
 

@@ -1,8 +1,11 @@
 """perf/compare.py's own measuring parts: against a real broker, the lean Fetch loop reads
 every batch of a topic exactly once, whatever the fetch size; a produce row turns the
 harness's request count into records and CPU per request; a bad option is one sentence
-with exit 2. (The whole matrix is a benchmark, run by hand: perf/README.md.)"""
+with exit 2, a broker that cannot be reached or a load that fails one sentence with exit 1.
+(The whole matrix is a benchmark, run by hand: perf/README.md.)"""
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -44,6 +47,49 @@ def test_lean_fetch_reads_every_batch_once(broker, fetch_bytes, chunk):
 
 def test_bad_fetch_size_is_one_sentence_and_exit_2():
     assert_refused(COMPARE, "--fetch-mib", "0,abc", needle="--fetch-mib")
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--broker", "x=127.0.0.1"], "--broker 'x=127.0.0.1'"),
+    (["--broker", "x=127.0.0.1:1:abc"], "--broker 'x=127.0.0.1:1:abc'"),
+    (["--broker", "x=127.0.0.1:abc"], "--broker 'x=127.0.0.1:abc'"),
+    (["--broker", "x=127.0.0.1:70000"], "--broker 'x=127.0.0.1:70000'"),
+    (["--broker", "x="], "--broker 'x='"),
+    (["--broker", "x=:9092"], "--broker 'x=:9092'"),
+    (["--broker", "=127.0.0.1:9092"], "--broker '=127.0.0.1:9092'"),
+    (["--broker", "x"], "--broker 'x'"),
+    (["--broker", "fastlog=127.0.0.1:9092"], "'fastlog' is taken"),
+    (["--broker", "x=127.0.0.1:9092", "--broker", "x=127.0.0.1:9093"], "'x' is taken"),
+    (["--timeout", "0"], "--timeout"),
+    (["--timeout", "-1"], "--timeout"),
+    (["--timeout", "nan"], "--timeout"),
+    (["--reps", "0"], "--reps"),
+    (["--reps", "-1"], "--reps"),
+    (["--reps", "abc"], "--reps"),
+])
+def test_bad_arguments_are_one_sentence_and_exit_2(args, needle):
+    assert_refused(COMPARE, "--quick", "--no-tansu", *args, needle=needle)
+
+
+def test_unreachable_broker_is_one_sentence_and_exit_1():
+    r = subprocess.run([sys.executable, str(COMPARE), "--quick", "--no-tansu",
+                        "--broker", "x=127.0.0.1:1"], capture_output=True, text=True,
+                       timeout=60, cwd=compare.ROOT)
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines() == [
+        "compare.py: cannot connect to broker x at 127.0.0.1:1: connection refused"]
+    assert r.stdout == ""
+
+
+def test_failed_load_is_one_sentence():
+    args = ["produce", "--bootstrap-server", "127.0.0.1:1", "--client", "confluent",
+            "--num-records", 1]
+    with pytest.raises(compare.RunError) as failed:
+        compare.fastlog_perf(args, timeout=60)
+    assert str(failed.value) == ("fastlog perf produce failed: fastlog perf: cannot connect "
+                                 "to broker 127.0.0.1:1: connection refused")
+    with pytest.raises(compare.RunError, match="did not finish within --timeout"):
+        compare.fastlog_perf(args, timeout=0.001)
 
 
 def test_produce_row_carries_records_and_cpu_per_request():

@@ -125,6 +125,94 @@ def test_bad_options_are_one_sentence(args):
     assert "Traceback" not in r.stderr
 
 
+def assert_one_sentence(r, status, needle):
+    assert r.returncode == status, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert needle in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["produce", "--duration", "nan"], "--duration"),
+    (["produce", "--duration", "inf"], "--duration"),
+    (["e2e", "--duration", "-1"], "--duration"),
+    (["produce", "--rate", "nan"], "--rate"),
+    (["produce", "--rate", "inf"], "--rate"),
+    (["produce", "--linger-ms", "nan"], "--linger-ms"),
+    (["produce", "--linger-ms", "-1"], "--linger-ms"),
+    (["produce", "--batch-size", "0"], "--batch-size"),
+    (["produce", "--sample-every", "0"], "--sample-every"),
+    (["e2e", "--sample-every", "-1"], "--sample-every"),
+    (["consume", "--idle-ms", "-5"], "--idle-ms"),
+    (["e2e", "--idle-ms", "-5"], "--idle-ms"),
+    (["produce", "--connections", "100000"], "--connections"),
+    (["produce", "-X", "nosuch=1"], "-X nosuch: not a setting of fastlog's Producer"),
+    (["e2e", "-X", "nosuch=1"], "-X nosuch: not a setting of fastlog's Producer"),
+    (["consume", "-X", "nosuch=1"], "-X nosuch: not a setting of fastlog's Consumer"),
+    (["produce", "-X", "linger.ms=1"], "--client confluent"),
+    (["produce", "-X", "cluster=x"], "-X cluster: not a setting"),
+    (["produce", "-X", "linger_ms=abc"], "-X linger_ms=abc"),
+    (["produce", "-X", "batch_size=1.5"], "-X batch_size=1.5"),
+    (["produce", "-X", "enable_idempotence=maybe"], "-X enable_idempotence=maybe"),
+    (["consume", "-X", "check_crcs=1"], "-X check_crcs=1"),
+])
+def test_bad_values_are_refused_before_connecting(args, needle):
+    # 127.0.0.1:1 accepts nothing: only a check made before any connection can answer.
+    r = perf(*args, "--bootstrap-server", "127.0.0.1:1", timeout=60)
+    assert_one_sentence(r, 2, needle)
+    assert r.stdout == ""
+
+
+def test_plot_file_of_an_unknown_format_is_refused_before_connecting(tmp_path):
+    pytest.importorskip("matplotlib")
+    r = perf("produce", "--bootstrap-server", "127.0.0.1:1", "--plot", tmp_path / "out.txt",
+             timeout=60)
+    assert_one_sentence(r, 2, ".png")
+    assert not (tmp_path / "out.txt").exists()
+
+
+@pytest.mark.parametrize("test", ["produce", "e2e"])
+def test_fastlog_client_settings_reach_the_producer(broker, test):
+    # An idempotent producer needs acks=all: only the Producer itself can refuse this.
+    r = perf(test, "--bootstrap-server", broker.bootstrap, "--topic", f"perf-x-{test}",
+             "--num-records", 10, "--acks", "1", "-X", "enable_idempotence=true")
+    assert_one_sentence(r, 1, "idempotent producer needs acks=all")
+
+
+@pytest.mark.parametrize("test", ["produce", "consume", "e2e"])
+def test_confluent_setting_librdkafka_refuses_is_one_sentence(broker, test):
+    r = perf(test, "--bootstrap-server", broker.bootstrap, "--topic", "perf-x-confluent",
+             "--client", "confluent", "--num-records", 10, "-X", "nosuch=1")
+    assert_one_sentence(r, 1, '"nosuch"')
+
+
+@pytest.mark.parametrize("client", ["fastlog", "confluent"])
+def test_e2e_skips_and_counts_records_it_did_not_send(broker, client):
+    # 50 records of random letters (their first 8 bytes are no send time of this run)
+    # and 5 shorter than a send time, then e2e on the same topic.
+    topic = f"perf-e2e-mixed-{client}"
+    perf_json("produce", "--bootstrap-server", broker.bootstrap, "--topic", topic,
+              "--num-records", 50)
+    perf_json("produce", "--bootstrap-server", broker.bootstrap, "--topic", topic,
+              "--num-records", 5, "--record-size", 4)
+    s = perf_json("e2e", "--bootstrap-server", broker.bootstrap, "--topic", topic,
+                  "--client", client, "--num-records", 100, "--rate", 500, "--duration", 60)
+    check_summary(s, "e2e", 100, 100)
+    assert s["latency"]["count"] == 100
+    assert s["foreign_records"] == 55
+    r = perf("e2e", "--bootstrap-server", broker.bootstrap, "--topic", topic,
+             "--client", client, "--num-records", 10, "--rate", 500, "--duration", 60)
+    assert r.returncode == 0, r.stderr
+    assert "skipped: 155 records not sent by this run" in r.stdout
+
+
+def test_e2e_and_produce_default_to_different_topics(broker):
+    p = perf_json("produce", "--bootstrap-server", broker.bootstrap, "--num-records", 50)
+    e = perf_json("e2e", "--bootstrap-server", broker.bootstrap, "--num-records", 50,
+                  "--rate", 500)
+    assert p["topic"] != e["topic"]
+    assert e["foreign_records"] == 0 and e["latency"]["count"] == 50
+
+
 @pytest.mark.parametrize("test", ["produce", "consume", "e2e"])
 def test_confluent_unreachable_broker_is_one_sentence(test):
     # librdkafka alone would retry for its whole timeout and log every attempt.

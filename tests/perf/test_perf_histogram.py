@@ -1,7 +1,9 @@
-"""LatencyHistogram: percentiles on known data, empty and out-of-range inputs."""
+"""LatencyHistogram: percentiles on known data, empty and out-of-range inputs; the rate
+limiter's schedule; the e2e send-time stamp."""
 
 from fastlog.perf.histogram import LatencyHistogram
 from fastlog.perf.ratelimit import RateLimiter
+from fastlog.perf.workload import Workload
 
 
 def close(a, b, rel=0.002):
@@ -63,3 +65,13 @@ def test_rate_limiter_schedule():
     assert r.due(1, t0 + 0.0105) == 10       # 11 due by 10.5 ms, 1 already sent
     assert r.due(50, t0 + 0.0105) == 0       # ahead of schedule: nothing due
     assert RateLimiter(None).due(10 ** 6) > 10 ** 6
+
+
+def test_send_time_stamp_round_trips_and_short_values_have_none():
+    wl = Workload(16)
+    v = wl.stamped_value(3)
+    assert len(v) == 16 and v[8:] == wl.value(3)[8:]
+    assert Workload.stamp_of(v) > 0
+    assert Workload.stamp_of(b"1234567") is None
+    assert Workload.stamp_of(b"") is None
+    assert Workload.stamp_of(None) is None
