@@ -157,6 +157,9 @@ class BrokerConnection:
         try:
             return await asyncio.wait_for(asyncio.shield(fut), t)
         except TimeoutError:
+            # Nobody waits for it any more: cancelled, the read loop skips its response and
+            # a later connection failure has no one to report to.
+            fut.cancel()
             raise errors.ClientTimeout(
                 f"broker {self.address} did not answer within {t:g} s") from None
 
