@@ -84,6 +84,7 @@ def apply_process_settings(config: KafkaConfig) -> None:
 
 async def _serve(config: KafkaConfig) -> int:
     from fastlog.server.broker import BrokerServer, BrokerStartupError
+    from fastlog.server.log.config import LogConfigError
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -96,6 +97,12 @@ async def _serve(config: KafkaConfig) -> int:
         print(f"fastlog-server: {e}", file=sys.stderr)
         await broker.shutdown()
         return EXIT_STARTUP
+    except LogConfigError as e:
+        # KafkaConfig has checked the broker's log defaults; this is a topic's own
+        # stored config, refused when its log opens.
+        print(f"fastlog-server: cannot start: {e}", file=sys.stderr)
+        await broker.shutdown()
+        return EXIT_CONFIG
     except OSError as e:
         print(f"fastlog-server: cannot start: {e.strerror or e}"
               f"{' (' + e.filename + ')' if getattr(e, 'filename', None) else ''}",

@@ -11,12 +11,16 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 LONG_MAX = (1 << 63) - 1
 INT_MAX = (1 << 31) - 1
+# A server.properties file is a few KiB; the cap keeps /dev/zero or a wrong file from
+# being read without end.
+MAX_PROPERTIES_BYTES = 1 << 20
 
 
 class ConfigError(ValueError):
@@ -134,6 +138,40 @@ def _check_listeners(v: list[str]) -> str | None:
     return None
 
 
+def check_zk_connect(v: str) -> str | None:
+    """Why a ZooKeeper connect string ("host:port,host:port/chroot") is malformed, completing
+    "<name> ...", or None when ZooKeeper would accept it. Shared by zookeeper.connect and the
+    --zookeeper option of the CLI tools."""
+    hosts, slash, chroot = v.partition("/")
+    if not hosts.strip():
+        return "must name at least one host:port"
+    # Entries are not trimmed: ZooKeeper (and kazoo) would read a space into the port.
+    for entry in hosts.split(","):
+        if not entry.strip():
+            return "must not have an empty host:port entry"
+        if entry.startswith(":"):
+            return "must give a host in each host:port entry"
+        m = _ZK_HOST_RE.match(entry)
+        if m is None:
+            return "must be a list of host:port entries, with an optional /chroot"
+        port = m.group(3)
+        if port is not None and not (port.isascii() and port.isdigit() and len(port) <= 5
+                                     and 1 <= int(port) <= 65535):
+            return "must give ports between 1 and 65535"
+    # ZooKeeper's path rules (PathUtils.validatePath); a lone "/" means no chroot.
+    if slash and chroot:
+        parts = chroot.split("/")
+        if any(p in ("", ".", "..") for p in parts) or _ZK_BAD_PATH_CHARS.search(chroot):
+            return ("must have a chroot like /kafka, without empty, '.' or '..' parts "
+                    "or a trailing /")
+    return None
+
+
+# host[:port], or [ipv6][:port]; ZooKeeper's port is 2181 when omitted.
+_ZK_HOST_RE = re.compile(r"^(?:\[([0-9A-Fa-f:.]+(?:%[\w.]+)?)\]|([^\s:/\[\]@?#]+))(?::(.*))?$")
+_ZK_BAD_PATH_CHARS = re.compile(r"[\u0000-\u001f\u007f-\u009f\ud800-\uf8ff\ufff0-\uffff]")
+
+
 # Kafka's default listener.security.protocol.map: each protocol is a listener name too.
 _DEFAULT_PROTOCOL_MAP = {p: p for p in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")}
 
@@ -170,8 +208,9 @@ _ZSTD_LEVEL = _between(-131072, 22)
 
 _KEYS: list[ConfigKey] = [
     # identity and network
-    ConfigKey("broker.id", "int", -1, "This broker's id; -1 means node.id or the id stored in meta.properties (0 on a new single node)."),
-    ConfigKey("node.id", "int", -1, "Synonym of broker.id."),
+    # Kafka: -1 is "not set"; any other negative id is refused.
+    ConfigKey("broker.id", "int", -1, "This broker's id; -1 means node.id or the id stored in meta.properties (0 on a new single node).", _at_least(-1)),
+    ConfigKey("node.id", "int", -1, "Synonym of broker.id.", _at_least(-1)),
     ConfigKey("broker.id.generation.enable", "boolean", True, "Cluster mode: without broker.id, generate one through ZooKeeper's /brokers/seqid."),
     ConfigKey("broker.rack", "string", None, "Rack of this broker."),
     ConfigKey("listeners", "list", ["PLAINTEXT://127.0.0.1:9092"], "Listeners this broker binds.", _check_listeners),
@@ -202,7 +241,8 @@ _KEYS: list[ConfigKey] = [
     ConfigKey("connections.max.idle.ms", "long", 600000, "Idle connections are closed after this.", _at_least(1)),
     ConfigKey("request.timeout.ms", "int", 30000, inert=True),
     # storage
-    ConfigKey("log.dir", "string", "./data", "Data directory when log.dirs is unset."),
+    ConfigKey("log.dir", "string", "./data", "Data directory when log.dirs is unset.",
+              lambda v: None if v else "must name a directory"),
     ConfigKey("log.dirs", "list", None, "Data directories; log.dir when unset."),
     ConfigKey("message.max.bytes", "int", 1048588, "Largest record batch (after compression).", _at_least(0)),
     ConfigKey("num.partitions", "int", 1, "Partitions of an auto-created topic.", _at_least(1)),
@@ -214,9 +254,10 @@ _KEYS: list[ConfigKey] = [
     ConfigKey("log.roll.hours", "int", 168, "Roll after this age.", _at_least(1)),
     ConfigKey("log.roll.jitter.ms", "long", None, check=_at_least(0)),
     ConfigKey("log.roll.jitter.hours", "int", 0, check=_at_least(0)),
-    ConfigKey("log.retention.ms", "long", None, "Retention time; -1 keeps forever."),
-    ConfigKey("log.retention.minutes", "int", None, "Retention time in minutes."),
-    ConfigKey("log.retention.hours", "int", 168, "Retention time in hours."),
+    # Kafka's retention.ms rule (at least -1, which keeps forever) for all three units.
+    ConfigKey("log.retention.ms", "long", None, "Retention time; -1 keeps forever.", _at_least(-1)),
+    ConfigKey("log.retention.minutes", "int", None, "Retention time in minutes.", _at_least(-1)),
+    ConfigKey("log.retention.hours", "int", 168, "Retention time in hours.", _at_least(-1)),
     ConfigKey("log.retention.bytes", "long", -1, "Retention size per partition; -1 unlimited."),
     ConfigKey("log.retention.check.interval.ms", "long", 300000, "How often retention runs.", _at_least(1)),
     ConfigKey("log.flush.interval.messages", "long", LONG_MAX, "fsync after this many messages.", _at_least(1)),
@@ -230,7 +271,7 @@ _KEYS: list[ConfigKey] = [
     ConfigKey("log.cleanup.policy", "list", ["delete"], "delete and/or compact.", _one_of("delete", "compact")),
     ConfigKey("log.cleaner.enable", "boolean", True),
     ConfigKey("log.cleaner.threads", "int", 1, inert=True),
-    ConfigKey("log.cleaner.min.cleanable.ratio", "double", 0.5),
+    ConfigKey("log.cleaner.min.cleanable.ratio", "double", 0.5, check=_between(0, 1)),
     ConfigKey("log.cleaner.delete.retention.ms", "long", 86400000),
     ConfigKey("log.cleaner.min.compaction.lag.ms", "long", 0),
     ConfigKey("log.cleaner.max.compaction.lag.ms", "long", LONG_MAX),
@@ -280,12 +321,13 @@ _KEYS: list[ConfigKey] = [
     ConfigKey("offsets.retention.check.interval.ms", "long", 600000, check=_at_least(1)),
     ConfigKey("offsets.commit.timeout.ms", "int", 5000, check=_at_least(1)),
     ConfigKey("offset.metadata.max.bytes", "int", 4096),
-    ConfigKey("group.initial.rebalance.delay.ms", "int", 3000, "Delay of a new group's first rebalance."),
+    ConfigKey("group.initial.rebalance.delay.ms", "int", 3000, "Delay of a new group's first rebalance.", _at_least(0)),
     ConfigKey("group.min.session.timeout.ms", "int", 6000),
     ConfigKey("group.max.session.timeout.ms", "int", 1800000),
     ConfigKey("group.max.size", "int", INT_MAX, check=_at_least(1)),
     # cluster mode
-    ConfigKey("zookeeper.connect", "string", None, "ZooKeeper connect string; single-node embedded metadata when unset."),
+    ConfigKey("zookeeper.connect", "string", None, "ZooKeeper connect string; single-node embedded metadata when unset.",
+              check_zk_connect),
     ConfigKey("zookeeper.session.timeout.ms", "int", 18000),
     ConfigKey("zookeeper.connection.timeout.ms", "int", None),
     ConfigKey("zookeeper.set.acl", "boolean", False, inert=True),
@@ -383,10 +425,15 @@ class KafkaConfig:
         props: dict[str, str] = {}
         if path is not None:
             try:
-                with open(path, encoding="utf-8") as f:
-                    text = f.read()
+                with open(path, "rb") as f:
+                    data = f.read(MAX_PROPERTIES_BYTES + 1)
             except OSError as e:
                 raise ConfigError(f"cannot read {path}: {e.strerror or e}") from None
+            if len(data) > MAX_PROPERTIES_BYTES:
+                raise ConfigError(f"{path} is larger than {MAX_PROPERTIES_BYTES >> 20} MiB, "
+                                  "too large for a properties file")
+            try:
+                text = data.decode("utf-8")
             except UnicodeDecodeError:
                 raise ConfigError(f"{path} is not a UTF-8 text file") from None
             for key, value in parse_properties(text):
@@ -414,8 +461,56 @@ class KafkaConfig:
         self._validate_listener_names()
         if v["group.min.session.timeout.ms"] > v["group.max.session.timeout.ms"]:
             raise ConfigError("group.min.session.timeout.ms must not exceed group.max.session.timeout.ms")
-        if not self.log_dirs:
-            raise ConfigError("log.dirs must name at least one directory")
+        self._validate_log_dirs()
+        self._validate_log_configs()
+
+    def _validate_log_dirs(self) -> None:
+        # The parsed list drops empty items, so look at what the user wrote: an empty
+        # log.dirs would otherwise fall back to log.dir without a word.
+        raw = self.explicit.get("log.dirs")
+        if raw is not None:
+            entries = [item.strip() for item in raw.split(",")]
+            if not any(entries):
+                raise ConfigError("log.dirs must name at least one directory")
+            if "" in entries:
+                raise ConfigError(f"log.dirs must not have an empty entry, not {raw.strip()!r}")
+        # Kafka refuses a directory listed twice (one partition would be loaded twice).
+        seen: dict[str, str] = {}
+        for d in self.log_dirs:
+            path = os.path.abspath(d)
+            if path in seen:
+                first = seen[path]
+                raise ConfigError(f"log.dirs names {d!r} twice" if first == d else
+                                  f"log.dirs names one directory twice, as {first!r} and {d!r}")
+            seen[path] = d
+
+    def _validate_log_configs(self) -> None:
+        # Storage checks its settings when a log opens; building them now reports a bad
+        # log.* value (or offsets.topic.segment.bytes) as one sentence at startup.
+        from fastlog.server.log.config import LogConfig, LogConfigError
+
+        defaults = self.topic_defaults()
+        try:
+            LogConfig.from_props(defaults)
+        except LogConfigError as e:
+            raise ConfigError(self._server_key_message(e)) from None
+        try:
+            # __consumer_offsets: what the group coordinator creates it with.
+            LogConfig.from_props(defaults, {
+                "cleanup.policy": "compact",
+                "segment.bytes": self.values["offsets.topic.segment.bytes"]})
+        except LogConfigError as e:
+            raise ConfigError(self._server_key_message(e, "offsets.topic.segment.bytes")) from None
+
+    def _server_key_message(self, error, server_key: str | None = None) -> str:
+        """A LogConfigError about a topic key, told with the broker key the user set."""
+        text, key = str(error), getattr(error, "key", None)
+        if key is None or not text.startswith(key):
+            return text
+        if server_key is None:
+            synonyms = TOPIC_CONFIG_SYNONYMS.get(key, [key])
+            server_key = next((k for k in synonyms if k in self.explicit), synonyms[0])
+        return server_key + text[len(key):]
 
     def _validate_listener_names(self) -> None:
         # Kafka's rules: every listener name has a protocol in the map (only PLAINTEXT is

@@ -50,7 +50,12 @@ _MINIMUM = {"segment.bytes": 14, "segment.ms": 1, "segment.index.bytes": 4,
 
 
 class LogConfigError(ValueError):
-    """A topic config key or value that storage cannot accept."""
+    """A topic config key or value that storage cannot accept; `key` names the topic key
+    when the message starts with it (the broker config retells it with its own key)."""
+
+    def __init__(self, message: str, key: str | None = None):
+        super().__init__(message)
+        self.key = key
 
 
 def _coerce(key: str, kind: str, value: Any) -> Any:
@@ -70,13 +75,13 @@ def _coerce(key: str, kind: str, value: Any) -> Any:
             else:
                 value = text
         except ValueError:
-            raise LogConfigError(f"{key} has an invalid value {value!r}") from None
+            raise LogConfigError(f"{key} has an invalid value {value!r}", key) from None
     elif kind == "list":
         value = tuple(value)
     elif kind == "int" and (isinstance(value, bool) or not isinstance(value, int)):
-        raise LogConfigError(f"{key} must be an integer, not {value!r}")
+        raise LogConfigError(f"{key} must be an integer, not {value!r}", key)
     if key in _MINIMUM and value < _MINIMUM[key]:
-        raise LogConfigError(f"{key} must be at least {_MINIMUM[key]}, not {value}")
+        raise LogConfigError(f"{key} must be at least {_MINIMUM[key]}, not {value}", key)
     return value
 
 
