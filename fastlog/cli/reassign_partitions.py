@@ -13,9 +13,15 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 
 from fastlog.cli.main import CliError
+from fastlog.server.config import check_zk_connect
+
+# A plan lists partitions and replica ids: even a large cluster's is a few MiB. The cap
+# keeps /dev/zero or a wrong file from being read without end.
+MAX_PLAN_BYTES = 16 << 20
 
 
 def add_parser(subparsers) -> None:
@@ -41,13 +47,31 @@ def _read_plan(path: str):
 
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            data = f.read(MAX_PLAN_BYTES + 1)
     except OSError as e:
         raise CliError(f"cannot read {path}: {e.strerror or e}") from None
+    if len(data) > MAX_PLAN_BYTES:
+        raise CliError(f"{path} is larger than {MAX_PLAN_BYTES >> 20} MiB, "
+                       "too large for a reassignment plan")
+    # Parsed here first so that an error names the position, never the file's bytes.
+    try:
+        json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise CliError(f"{path} is not a reassignment plan: it is not UTF-8 text") from None
+    except json.JSONDecodeError as e:
+        raise CliError(f"{path} is not a reassignment plan: {e.msg} at line {e.lineno} "
+                       f"column {e.colno}") from None
+    except RecursionError:
+        raise CliError(f"{path} is not a reassignment plan: its JSON is nested too "
+                       "deeply") from None
     try:
         plan = paths.decode_reassignment(path, data)
     except paths.ZkDataError as e:
-        raise CliError(f"{path} is not a reassignment plan: {e}") from None
+        # Its message may quote a value from the file: keep the sentence short.
+        reason = str(e).removeprefix(f"{path}: ")
+        if len(reason) > 160:
+            reason = reason[:157] + "..."
+        raise CliError(f"{path} is not a reassignment plan: {reason}") from None
     if not plan:
         raise CliError(f"{path} names no partitions")
     return plan
@@ -58,7 +82,12 @@ def run(args, out=None) -> int:
     from fastlog.zk.client import KafkaZkClient
 
     out = out or sys.stdout
+    problem = check_zk_connect(args.zookeeper)
+    if problem:
+        raise CliError(f"--zookeeper {problem}, not {args.zookeeper!r}")
     plan = _read_plan(args.reassignment_json_file)
+    # kazoo logs each failed connection attempt; the one sentence below says it all.
+    logging.getLogger("kazoo").setLevel(logging.CRITICAL)
     zk = KafkaZkClient(args.zookeeper, session_timeout=10.0, connection_timeout=10.0)
     try:
         zk.start()
