@@ -228,15 +228,9 @@ class LogManager:
     def delete_log(self, topic: str, partition: int) -> bool:
         """Forget the partition; its dir is renamed `<name>.<uuid>-delete` at once and
         removed after file.delete.delay.ms (in-flight reads keep working meanwhile)."""
-        key = (topic, partition)
-        log = self._logs.pop(key, None)
-        self._dir_of.pop(key, None)
+        log = self._retire(topic, partition, DELETE_DIR_SUFFIX)
         if log is None:
             return False
-        if self.cleaner is not None:
-            self.cleaner.forget(key)
-        target = f"{log.dir}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
-        log.rename_dir(target)
         self.scheduler.schedule(log.config.file_delete_delay_ms / 1000.0, log.delete)
         return True
 
@@ -244,6 +238,14 @@ class LogManager:
         """Stop serving a log that no topic claims and keep its files, renamed
         `<name>.<uuid>-stray` (as Kafka keeps stray logs): a lost or misplaced metadata
         file must never cost the data. Returns the new path."""
+        log = self._retire(topic, partition, STRAY_DIR_SUFFIX)
+        if log is None:
+            return None
+        log.close()
+        return log.dir
+
+    def _retire(self, topic: str, partition: int, suffix: str) -> Log | None:
+        """Forget the partition and rename its dir `<name>.<uuid><suffix>`."""
         key = (topic, partition)
         log = self._logs.pop(key, None)
         self._dir_of.pop(key, None)
@@ -251,10 +253,8 @@ class LogManager:
             return None
         if self.cleaner is not None:
             self.cleaner.forget(key)
-        target = f"{log.dir}.{uuid.uuid4().hex}{STRAY_DIR_SUFFIX}"
-        log.rename_dir(target)
-        log.close()
-        return target
+        log.rename_dir(f"{log.dir}.{uuid.uuid4().hex}{suffix}")
+        return log
 
     # ------------------------------------------------------------------ periodic tasks
 
