@@ -91,8 +91,19 @@ async def _serve(config: KafkaConfig) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     broker = BrokerServer(config)
+    starting = asyncio.ensure_future(broker.startup())
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():
+        # Stopped while starting (e.g. still reaching ZooKeeper): give up the start.
+        starting.cancel()
+        await asyncio.wait({starting})
+        await broker.shutdown()
+        print("fastlog-server: stopped before it started serving", flush=True)
+        return 0
+    stopping.cancel()
     try:
-        await broker.startup()
+        starting.result()
     except BrokerStartupError as e:
         print(f"fastlog-server: {e}", file=sys.stderr)
         await broker.shutdown()

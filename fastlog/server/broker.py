@@ -199,7 +199,9 @@ class BrokerServer:
             return member.start_metadata()
 
         try:
-            self.metadata = await asyncio.get_running_loop().run_in_executor(None, join)
+            # On a daemon thread (_off_loop): a SIGTERM while ZooKeeper is still being
+            # reached stops the broker at once instead of after the connection timeout.
+            self.metadata = await _off_loop(join, None)
         except (InconsistentClusterIdError, BrokerIdError, ValueError) as e:
             raise BrokerStartupError(str(e)) from None
         except KazooTimeoutError:
@@ -841,9 +843,9 @@ def _check_new_assignment(replicas: list[list[int]], added: int, replication_fac
                                 f"has {replication_factor} replicas per partition, {r} has {len(r)}.")
 
 
-async def _off_loop(fn, timeout: float):
-    """Run a blocking ZooKeeper step of the shutdown on a daemon thread, waiting at most
-    `timeout` seconds. Not the loop's default executor: a kazoo call queued while ZooKeeper
+async def _off_loop(fn, timeout: float | None):
+    """Run a blocking ZooKeeper step (of the join, or of the shutdown) on a daemon thread,
+    waiting at most `timeout` seconds (None: its own bounds). Not the loop's default executor: a kazoo call queued while ZooKeeper
     is unreachable never returns, and the executor's threads are joined at exit, so one
     stuck call there would keep a SIGTERMed broker from ever exiting."""
     loop = asyncio.get_running_loop()
