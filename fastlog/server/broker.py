@@ -499,7 +499,9 @@ class BrokerServer:
         if self.stopping:
             return
         self.stopping = True
-        log.info("broker %d shutting down", self.node_id)
+        # A start that failed has already told the operator why, in one sentence.
+        say = log.info if self._started else log.debug
+        say("broker %d shutting down", self.node_id)
         if self.cluster is not None:
             # While still serving: clients follow the moved leadership to other brokers.
             await self._controlled_shutdown()
@@ -531,7 +533,7 @@ class BrokerServer:
                 await _off_loop(self.cluster.close, ZK_CLOSE_TIMEOUT_S)
             except Exception as e:  # noqa: BLE001 - keep shutting down
                 log.warning("closing the ZooKeeper session failed: %r", e)
-        log.info("broker %d shut down cleanly", self.node_id)
+        say("broker %d shut down cleanly", self.node_id)
 
     async def _stop_servers(self) -> None:
         for s in self.socket_servers:
