@@ -424,8 +424,8 @@ class BrokerServer:
                 if ps.leader == self.node_id:
                     self.replica_manager.make_leader(name, p, cfg, ps.leader_epoch, ps.replicas)
                     wanted.add((name, p))
-        # Logs no topic claims: a deletion interrupted by a crash, or a metadata file that
-        # is missing or was read from another dir (log.dirs reordered). Kept, not deleted.
+        # Logs no topic claims: a deletion interrupted by a crash, or a metadata file
+        # restored from an older copy. Kept aside, not deleted.
         for lg in list(self.log_manager.all_logs()):
             key = (lg.topic, lg.partition)
             if key not in wanted:
@@ -847,9 +847,10 @@ def _check_new_assignment(replicas: list[list[int]], added: int, replication_fac
 
 async def _off_loop(fn, timeout: float | None):
     """Run a blocking ZooKeeper step (of the join, or of the shutdown) on a daemon thread,
-    waiting at most `timeout` seconds (None: its own bounds). Not the loop's default executor: a kazoo call queued while ZooKeeper
-    is unreachable never returns, and the executor's threads are joined at exit, so one
-    stuck call there would keep a SIGTERMed broker from ever exiting."""
+    waiting at most `timeout` seconds (None: the step's own bounds). Not the loop's default
+    executor: a kazoo call queued while ZooKeeper is unreachable never returns, and the
+    executor's threads are joined at exit, so one stuck call there would keep a SIGTERMed
+    broker from ever exiting."""
     loop = asyncio.get_running_loop()
     fut = loop.create_future()
 

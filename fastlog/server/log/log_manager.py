@@ -236,8 +236,8 @@ class LogManager:
 
     def mark_stray(self, topic: str, partition: int) -> str | None:
         """Stop serving a log that no topic claims and keep its files, renamed
-        `<name>.<uuid>-stray` (as Kafka keeps stray logs): a lost or misplaced metadata
-        file must never cost the data. Returns the new path."""
+        `<name>.<uuid>-stray` (as Kafka keeps stray logs): a metadata file restored from
+        an older copy must never cost the data. Returns the new path."""
         log = self._retire(topic, partition, STRAY_DIR_SUFFIX)
         if log is None:
             return None
