@@ -157,11 +157,14 @@ class BrokerConnection:
         try:
             return await asyncio.wait_for(asyncio.shield(fut), t)
         except TimeoutError:
-            # Nobody waits for it any more: cancelled, the read loop skips its response and
-            # a later connection failure has no one to report to.
             fut.cancel()
             raise errors.ClientTimeout(
                 f"broker {self.address} did not answer within {t:g} s") from None
+        except asyncio.CancelledError:
+            # Nobody waits for it any more (a timeout, Ctrl-C): cancelled, the read loop
+            # skips its response and a later connection failure has no one to report to.
+            fut.cancel()
+            raise
 
     async def drain(self) -> None:
         if self._closed_error is not None:
