@@ -5,24 +5,38 @@
 # text before key.separator is the key. consume: records are written to stdout as bytes,
 # formatted by a template (%k key, %v value, %o offset, %p partition, %t topic,
 # %T timestamp, %h headers, %% percent; \t \n \\ escapes) or as JSON lines. Both use
-# fastlog.client on an event loop of their own, on the CLI's main thread.
+# fastlog.client on an event loop of their own, on the CLI's main thread; produce reads
+# stdin in a daemon thread of its own (see _lines).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import base64
 import json
+import os
+import signal
 import sys
+import threading
 import time
 
 from fastlog.cli.main import (
     CliError,
     add_bootstrap_option,
+    group_id,
     non_negative_int,
+    offset_value,
     parse_key_value,
+    partition_index,
     positive_int,
     run_async,
+    topic_name,
 )
+
+# How long an interrupted producer still tries to write the lines it has read.
+INTERRUPT_FLUSH_S = 5.0
+# Without --timeout-ms, how long joining a group may take (its rebalance timeout is 30 s).
+JOIN_TIMEOUT_MS = 60000
 
 # -- produce ------------------------------------------------------------------------------
 
@@ -32,8 +46,8 @@ def add_produce_parser(subparsers) -> None:
         "produce", help="console producer: write lines from stdin to a topic",
         description="Read lines from stdin and produce each as one record.")
     add_bootstrap_option(p)
-    p.add_argument("--topic", required=True, help="topic to write to")
-    p.add_argument("--partition", type=non_negative_int, metavar="P",
+    p.add_argument("--topic", required=True, type=topic_name, help="topic to write to")
+    p.add_argument("--partition", type=partition_index, metavar="P",
                    help="write every record to this partition (default: by key / sticky)")
     p.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
                    help="parse.key=true|false, key.separator=SEP (default TAB); repeatable")
@@ -74,10 +88,14 @@ def run_produce(args) -> int:
                (parse_key_value(h, "--header") for h in args.header)]
     if args.idempotence and args.acks not in ("all", "-1"):
         raise CliError("--idempotence needs --acks all")
-    return run_async(_produce(args, parse_key == "true", separator, headers))
+    try:
+        stdin = sys.stdin.fileno()
+    except (AttributeError, OSError, ValueError):
+        raise CliError("cannot read stdin: it is closed") from None
+    return run_async(_produce(args, stdin, parse_key == "true", separator, headers))
 
 
-async def _produce(args, parse_key: bool, separator: bytes, headers) -> int:
+async def _produce(args, stdin: int, parse_key: bool, separator: bytes, headers) -> int:
     from fastlog.client import Producer, errors
 
     failures: list[Exception] = []
@@ -89,11 +107,19 @@ async def _produce(args, parse_key: bool, separator: bytes, headers) -> int:
                         request_timeout_ms=min(args.timeout_ms, 30000),
                         allow_auto_create_topics=True,
                         on_delivery_error=lambda tp, exc: failures.append(exc))
+    # SIGTERM ends the producer as Ctrl-C does (lines read are still written), exit 143.
+    terminated: list[bool] = []
+    task = asyncio.current_task()
+
+    def on_sigterm() -> None:
+        terminated.append(True)
+        task.cancel()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, on_sigterm)
     sent = 0
     try:
         await producer.start()
         await producer.cluster.topic(args.topic, allow_auto_create=True)
-        async for line in _stdin_lines():
+        async for line in _lines(stdin):
             key = None
             if parse_key:
                 key, sep, value = line.partition(separator)
@@ -108,6 +134,16 @@ async def _produce(args, parse_key: bool, separator: bytes, headers) -> int:
             if failures:
                 break
         await producer.flush()
+    except asyncio.CancelledError:
+        # Ctrl-C: hand over the lines already read, without waiting long on the broker.
+        try:
+            await producer.close(INTERRUPT_FLUSH_S)
+        except errors.FastlogError:
+            print("fastlog produce: interrupted before every line read was written",
+                  file=sys.stderr)
+        if terminated:
+            return 128 + signal.SIGTERM
+        raise
     finally:
         await producer.close()
     if failures:
@@ -117,14 +153,44 @@ async def _produce(args, parse_key: bool, separator: bytes, headers) -> int:
     return 0
 
 
-async def _stdin_lines():
-    """Lines of stdin as bytes without their line ending, read off the event loop."""
-    loop = asyncio.get_running_loop()
-    stream = sys.stdin.buffer
-    reader = getattr(stream, "read1", stream.read)
+def _read_stdin(fd: int, loop, chunks: asyncio.Queue) -> None:
+    """Reader thread: stdin's chunks (b"" at its end, or the OSError) into chunks."""
+    import concurrent.futures
+    import select
+
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:  # a non-blocking stdin, inherited as such
+            select.select([fd], [], [])
+            continue
+        except OSError as exc:
+            chunk = exc
+        try:
+            # Waits for room in the queue: stdin is read no faster than it is produced.
+            asyncio.run_coroutine_threadsafe(chunks.put(chunk), loop).result()
+        except (RuntimeError, concurrent.futures.CancelledError):
+            return  # the loop is closed or closing: nobody wants more
+        if not isinstance(chunk, bytes) or not chunk:
+            return
+
+
+async def _lines(fd: int):
+    """Lines of stdin (descriptor fd) as bytes without their line ending.
+
+    A blocking read cannot be interrupted, so it runs in a daemon thread: on Ctrl-C the
+    loop and the interpreter end without waiting for a line that may never come (an
+    executor thread would be joined at loop shutdown). os.read on the descriptor, not
+    sys.stdin.buffer, so the abandoned thread holds no lock the interpreter's exit needs.
+    """
+    chunks: asyncio.Queue = asyncio.Queue(maxsize=4)
+    threading.Thread(target=_read_stdin, args=(fd, asyncio.get_running_loop(), chunks),
+                     name="fastlog-stdin", daemon=True).start()
     tail = b""
     while True:
-        chunk = await loop.run_in_executor(None, reader, 1 << 16)
+        chunk = await chunks.get()
+        if isinstance(chunk, OSError):
+            raise CliError(f"cannot read stdin: {chunk.strerror or chunk}")
         if not chunk:
             break
         lines = (tail + chunk).split(b"\n")
@@ -148,17 +214,18 @@ def add_consume_parser(subparsers) -> None:
         "consume", help="console consumer: print a topic's records",
         description="Print records of a topic to stdout.")
     add_bootstrap_option(p)
-    p.add_argument("--topic", required=True, help="topic to read")
-    p.add_argument("--partition", type=non_negative_int, metavar="P",
+    p.add_argument("--topic", required=True, type=topic_name, help="topic to read")
+    p.add_argument("--partition", type=partition_index, metavar="P",
                    help="read only this partition (default: all)")
-    p.add_argument("--offset", default=None, metavar="N|earliest|latest",
+    p.add_argument("--offset", type=_start_offset, default=None, metavar="N|earliest|latest",
                    help="where to start in each partition read (default: latest)")
     p.add_argument("--from-beginning", action="store_true",
                    help="start at the earliest offset (same as --offset earliest)")
     p.add_argument("--max-messages", type=positive_int, metavar="N",
                    help="exit after printing N records")
     p.add_argument("--timeout-ms", type=positive_int, metavar="MS",
-                   help="exit when no record arrived for this long")
+                   help="exit when no record arrived for this long; fail if connecting "
+                        "(and joining --group) takes longer")
     p.add_argument("--print-key", action="store_true", help="print the key before the value")
     p.add_argument("--print-headers", action="store_true", help="print the headers")
     p.add_argument("--print-offset", action="store_true", help="print the offset")
@@ -173,12 +240,24 @@ def add_consume_parser(subparsers) -> None:
     p.add_argument("--format", default=None, metavar="TEMPLATE|json",
                    help="output template, e.g. '%%k:%%v\\n' (%%k key, %%v value, %%o offset, "
                         "%%p partition, %%t topic, %%T timestamp, %%h headers), or 'json'")
-    p.add_argument("--group", metavar="GROUP",
+    p.add_argument("--group", type=group_id, metavar="GROUP",
                    help="consume as a member of this consumer group (partitions assigned by "
                         "the group, offsets committed); without it no offsets are committed")
     p.add_argument("--isolation-level", default="read_uncommitted",
                    choices=("read_uncommitted", "read_committed"))
     p.set_defaults(run=run_consume)
+
+
+def _start_offset(text: str):
+    """--offset: earliest, latest or an offset (Kafka's int64, not negative)."""
+    if text in ("earliest", "latest"):
+        return text
+    try:
+        int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"'{text}' is not an offset, earliest or latest") from None
+    return offset_value(text)
 
 
 _CONSUME_PROPERTIES = {"print.key", "print.offset", "print.partition", "print.timestamp",
@@ -207,51 +286,34 @@ def run_consume(args) -> int:
             raise CliError("--from-beginning and --offset conflict")
         start = "earliest"
     start = start or "latest"
-    if start not in ("earliest", "latest"):
-        try:
-            start = int(start)
-        except ValueError:
-            raise CliError(f"bad --offset value '{args.offset}': expected a number, "
-                           f"earliest or latest") from None
-        if start < 0:
-            raise CliError(f"bad --offset value '{args.offset}': must not be negative")
-        if args.partition is None:
-            raise CliError("--offset N needs --partition")
+    if args.group is not None and (args.partition is not None or isinstance(start, int)):
+        raise CliError("--group cannot be combined with --partition or --offset N")
+    if isinstance(start, int) and args.partition is None:
+        raise CliError("--offset N needs --partition")
     formatter = _make_formatter(args)
     return run_async(_consume(args, start, formatter))
 
 
 async def _consume(args, start, formatter) -> int:
-    from fastlog.client import Consumer, TopicPartition, errors
+    from fastlog.client import Consumer, errors
 
     out = sys.stdout.buffer
     count = 0
-    async with Consumer(args.bootstrap_server, client_id="fastlog-console-consumer",
+    consumer = Consumer(args.bootstrap_server, client_id="fastlog-console-consumer",
                         auto_offset_reset="earliest" if start == "earliest" else "latest",
-                        isolation_level=args.isolation_level,
-                        max_buffered_fetches=2) as consumer:
-        if args.group is not None:
-            if args.partition is not None or isinstance(start, int):
-                raise CliError("--group cannot be combined with --partition or --offset N")
-            await consumer.subscribe([args.topic], args.group)
-            # As in Kafka's console consumer, --from-beginning only matters while the group
-            # has no committed offset (auto_offset_reset=earliest above).
-            start = None
-        elif args.partition is None:
-            await consumer.assign_topic(args.topic)
-        else:
-            parts = await consumer.cluster.partitions_for(args.topic)
-            if args.partition not in parts:
-                raise errors.UnknownTopic(args.topic, args.partition)
-            consumer.assign([TopicPartition(args.topic, args.partition)])
-        if start is None:
-            pass
-        elif start == "earliest":
-            await consumer.seek_to_beginning()
-        elif start == "latest":
-            await consumer.seek_to_end()
-        else:
-            consumer.seek(TopicPartition(args.topic, args.partition), start)
+                        isolation_level=args.isolation_level, max_buffered_fetches=2)
+    try:
+        # Connecting and joining the group are bounded too: a broker or coordinator that
+        # never answers must not keep a consumer with --timeout-ms waiting for good.
+        limit_ms = args.timeout_ms or (JOIN_TIMEOUT_MS if args.group is not None else None)
+        try:
+            await asyncio.wait_for(_start_reading(consumer, args, start),
+                                   None if limit_ms is None else limit_ms / 1000.0)
+        except TimeoutError:
+            raise errors.FastlogError(
+                f"could not join consumer group '{args.group}' within {limit_ms} ms"
+                if args.group is not None else
+                f"could not start reading topic '{args.topic}' within {limit_ms} ms") from None
         idle_deadline = None if args.timeout_ms is None else \
             time.monotonic() + args.timeout_ms / 1000.0
         while args.max_messages is None or count < args.max_messages:
@@ -270,8 +332,35 @@ async def _consume(args, start, formatter) -> int:
                 break
         if args.group is not None:
             await consumer.commit()
+    finally:
+        await consumer.close()
     print(f"Processed a total of {count} messages", file=sys.stderr)
     return 0
+
+
+async def _start_reading(consumer, args, start) -> None:
+    """Connect, get the partitions (assigned, or from the group) and seek to start."""
+    from fastlog.client import TopicPartition, errors
+
+    await consumer.start()
+    if args.group is not None:
+        await consumer.subscribe([args.topic], args.group)
+        # As in Kafka's console consumer, --from-beginning only matters while the group
+        # has no committed offset (auto_offset_reset=earliest in _consume).
+        return
+    if args.partition is None:
+        await consumer.assign_topic(args.topic)
+    else:
+        parts = await consumer.cluster.partitions_for(args.topic)
+        if args.partition not in parts:
+            raise errors.UnknownTopic(args.topic, args.partition)
+        consumer.assign([TopicPartition(args.topic, args.partition)])
+    if start == "earliest":
+        await consumer.seek_to_beginning()
+    elif start == "latest":
+        await consumer.seek_to_end()
+    else:
+        consumer.seek(TopicPartition(args.topic, args.partition), start)
 
 
 def _text(b) -> str:

@@ -15,7 +15,16 @@ import argparse
 import datetime as dt
 import sys
 
-from fastlog.cli.main import CliError, add_bootstrap_option, run_async
+from fastlog.cli.main import (
+    INT64_MAX,
+    CliError,
+    add_bootstrap_option,
+    bounded_int,
+    group_id,
+    partition_index,
+    run_async,
+    topic_name,
+)
 
 ACTIONS = ("list", "describe", "reset-offsets", "delete")
 INACTIVE_STATES = ("Empty", "Dead")
@@ -35,8 +44,9 @@ def add_parser(subparsers) -> None:
                                    "describe": "members, offsets and lag of --group",
                                    "reset-offsets": "move the committed offsets of --group",
                                    "delete": "delete --group (it must have no members)"}[action])
-    p.add_argument("--group", help="consumer group id")
-    p.add_argument("--topic", action="append", default=[], metavar="TOPIC[:P,P...]",
+    p.add_argument("--group", type=group_id, help="consumer group id")
+    p.add_argument("--topic", type=_topic_spec, action="append", default=[],
+                   metavar="TOPIC[:P,P...]",
                    help="with --reset-offsets: topic (optionally some partitions); repeatable")
     p.add_argument("--all-topics", action="store_true",
                    help="with --reset-offsets: every topic the group has offsets for")
@@ -45,23 +55,34 @@ def add_parser(subparsers) -> None:
                     help="reset to the log start offset")
     to.add_argument("--to-latest", dest="to", action="store_const", const=("latest", None),
                     help="reset to the log end offset")
-    to.add_argument("--to-offset", dest="to", type=lambda s: ("offset", _int(s, "--to-offset")),
+    to.add_argument("--to-offset", dest="to", type=lambda s: ("offset", _to_offset(s)),
                     metavar="N", help="reset to offset N")
     to.add_argument("--to-datetime", dest="to", type=lambda s: ("datetime", _datetime(s)),
                     metavar="YYYY-MM-DDTHH:MM:SS[.sss][Z|+HH:MM]",
                     help="reset to the first offset at or after this time (UTC if no zone)")
-    to.add_argument("--shift-by", dest="to", type=lambda s: ("shift", _int(s, "--shift-by")),
+    to.add_argument("--shift-by", dest="to", type=lambda s: ("shift", _shift(s)),
                     metavar="N", help="move each committed offset by N (may be negative)")
     p.add_argument("--execute", action="store_true",
                    help="with --reset-offsets: commit the new offsets (default: only show them)")
     p.set_defaults(run=run)
 
 
-def _int(text: str, what: str) -> int:
+# Offsets are Kafka's int64; a shift moves one by at most that much either way.
+_to_offset = bounded_int(0, INT64_MAX)
+_shift = bounded_int(-INT64_MAX, INT64_MAX)
+
+
+def _topic_spec(spec: str) -> tuple[str, list[int] | None]:
+    """--topic TOPIC or TOPIC:P,P -> (topic, sorted partitions or None for all)."""
+    topic, sep, parts = spec.partition(":")
+    topic = topic_name(topic)
+    if not sep:
+        return topic, None
     try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{what} expects a whole number, not '{text}'") from None
+        return topic, sorted({partition_index(p.strip()) for p in parts.split(",")
+                              if p.strip()})
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"bad partition in '{spec}': {exc}") from None
 
 
 def _datetime(text: str) -> int:
@@ -83,6 +104,8 @@ def _datetime(text: str) -> int:
 def run(args) -> int:
     if args.action != "list" and not args.group:
         raise CliError(f"--{args.action} needs --group")
+    if args.action == "list" and args.group:
+        raise CliError("--group does not apply to --list")
     if args.action == "reset-offsets":
         if args.to is None:
             raise CliError("--reset-offsets needs one of --to-earliest, --to-latest, "
@@ -198,18 +221,6 @@ def _table(rows, out) -> None:
 
 # -- reset ------------------------------------------------------------------------------
 
-def _parse_topic_spec(spec: str) -> tuple[str, list[int] | None]:
-    topic, sep, parts = spec.partition(":")
-    if not topic:
-        raise CliError(f"bad --topic '{spec}': expected TOPIC or TOPIC:P,P")
-    if not sep:
-        return topic, None
-    try:
-        return topic, sorted({int(p) for p in parts.split(",") if p.strip()})
-    except ValueError:
-        raise CliError(f"bad --topic '{spec}': partitions must be whole numbers") from None
-
-
 async def _reset(admin, args) -> int:
     from fastlog.client import EARLIEST, LATEST, TopicPartition
     from fastlog.client.errors import KafkaError, UnknownTopic
@@ -223,8 +234,7 @@ async def _reset(admin, args) -> int:
     tps: list[TopicPartition] = []
     if args.all_topics:
         tps = sorted(committed, key=lambda tp: (tp.topic, tp.partition))
-    for spec in args.topic:
-        topic, parts = _parse_topic_spec(spec)
+    for topic, parts in args.topic:
         try:
             (info,) = await admin.describe_topics([topic])
         except UnknownTopic:

@@ -36,7 +36,8 @@ def add_parser(subparsers):
 def _base_offset(path: str) -> int:
     name = os.path.basename(path).split(".", 1)[0]
     if not name.isdigit():
-        raise ValueError(f"{path}: the file name is not a base offset")
+        raise ValueError(f"its name is not a base offset (like "
+                         f"{0:020d}{os.path.splitext(path)[1]})")
     return int(name)
 
 
@@ -57,8 +58,9 @@ def _show(data) -> str:
 def dump_log_file(path: str, deep: bool, print_data: bool, verify: bool, out) -> int:
     """Print one segment's batches; returns the number of problems found."""
     buf = _open_map(path)
+    base = _base_offset(path)  # before any output: a bad name is an error, not a dump
     out.write(f"Dumping {path}\n")
-    out.write(f"Log starting offset: {_base_offset(path)}\n")
+    out.write(f"Log starting offset: {base}\n")
     result = scan_batches(buf, verify_crc=True)
     for h in result.batches:
         ts_type = "LogAppendTime" if h.timestamp_type else "CreateTime"
@@ -161,6 +163,8 @@ def run(args, out=None) -> int:
     problems = 0
     for path in args.files:
         try:
+            if path.endswith((".log", ".index", ".timeindex")):
+                open(path, "rb").close()  # a missing file is reported as such, not by its name
             if path.endswith(".log"):
                 problems += dump_log_file(path, args.deep_iteration, args.print_data,
                                           args.verify, out)
@@ -173,7 +177,10 @@ def run(args, out=None) -> int:
                       file=sys.stderr)
                 return 2
         except (OSError, ValueError) as exc:
-            print(f"fastlog dump-log: cannot read {path}: {exc}", file=sys.stderr)
+            # strerror alone: str(OSError) repeats the path and shows the errno.
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            print(f"fastlog dump-log: cannot read {path}: {why[:1].lower()}{why[1:]}",
+                  file=sys.stderr)
             return 2
     if args.verify:
         out.write("No corruption found\n" if problems == 0 else

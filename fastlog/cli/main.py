@@ -159,6 +159,61 @@ def positive_int(text: str) -> int:
     return value
 
 
+# Bounds of Kafka's wire fields: a value outside them is refused on the command line, in
+# words, rather than failing to encode once a request is built.
+INT16_MAX = (1 << 15) - 1
+INT32_MAX = (1 << 31) - 1
+INT64_MAX = (1 << 63) - 1
+
+
+def bounded_int(low: int, high: int):
+    """argparse type factory: a whole number in [low, high]."""
+    def parse(text: str) -> int:
+        value = _whole_number(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(
+                f"'{text}' must not be negative" if low == 0 else
+                f"'{text}' must be at least {low}")
+        if value > high:
+            raise argparse.ArgumentTypeError(f"'{text}' must be at most {high}")
+        return value
+    return parse
+
+
+partition_count = bounded_int(1, INT32_MAX)      # CreateTopics/CreatePartitions: int32
+replication_factor = bounded_int(1, INT16_MAX)   # CreateTopics: int16
+partition_index = bounded_int(0, INT32_MAX)      # every partition field: int32
+offset_value = bounded_int(0, INT64_MAX)         # Fetch/OffsetCommit offsets: int64
+
+
+def _shown(text: str, limit: int = 60) -> str:
+    """text quoted for a message, cut short if long (a name may be thousands of bytes)."""
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} chars)"
+
+
+def topic_name(text: str) -> str:
+    """argparse type: a legal Kafka topic name (1-249 of [a-zA-Z0-9._-], not '.' or '..')."""
+    # Kafka's rule lives with the ZooKeeper paths; that module imports nothing of ours.
+    from fastlog.zk.paths import validate_topic
+
+    try:
+        return validate_topic(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{_shown(text)} is not a legal topic name: it must be 1-249 characters of "
+            "a-z, A-Z, 0-9, '.', '_' and '-', and not '.' or '..'") from None
+
+
+def group_id(text: str) -> str:
+    """argparse type: a consumer group id, non-empty and within Kafka's int16 string length."""
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty")
+    size = len(text.encode("utf-8", "surrogateescape"))
+    if size > INT16_MAX:
+        raise argparse.ArgumentTypeError(f"must be at most {INT16_MAX} bytes long, not {size}")
+    return text
+
+
 def parse_key_value(text: str, what: str = "--config") -> tuple[str, str]:
     """'k=v' -> ('k', 'v'); CliError with one sentence otherwise."""
     key, sep, value = text.partition("=")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 
-from fastlog.cli.main import CliError, add_bootstrap_option, parse_key_value
+from fastlog.cli.main import CliError, add_bootstrap_option, parse_key_value, topic_name
 
 # Each connection is a socket on the broker too: past this, a run measures the broker's
 # file-handle limit rather than its throughput.
@@ -47,7 +47,7 @@ def _common_options(p, name: str) -> None:
     add_bootstrap_option(p)
     # e2e has its own topic: records of a produce run are not e2e's and would be skipped.
     p.add_argument("--topic", default="fastlog-perf-e2e" if name == "e2e" else "fastlog-perf",
-                   help="topic (default: %(default)s)")
+                   type=topic_name, help="topic (default: %(default)s)")
     p.add_argument("--client", choices=("fastlog", "confluent"), default="fastlog",
                    help="fastlog's own client, or librdkafka via confluent-kafka")
     p.add_argument("--num-records", type=int, default=100_000, metavar="N",

@@ -12,8 +12,10 @@ from fastlog.cli.main import (
     CliError,
     add_bootstrap_option,
     parse_key_value,
-    positive_int,
+    partition_count,
+    replication_factor,
     run_async,
+    topic_name,
 )
 from fastlog.protocol.topics import INTERNAL_TOPICS
 
@@ -30,10 +32,10 @@ def add_parser(subparsers) -> None:
         actions.add_argument(f"--{action}", dest="action", action="store_const", const=action,
                              help=f"{action} topics" if action != "alter"
                              else "change the partition count or configs of a topic")
-    p.add_argument("--topic", help="topic name")
-    p.add_argument("--partitions", type=positive_int, metavar="N",
+    p.add_argument("--topic", type=topic_name, help="topic name")
+    p.add_argument("--partitions", type=partition_count, metavar="N",
                    help="number of partitions (create, or grow with --alter)")
-    p.add_argument("--replication-factor", type=positive_int, metavar="R",
+    p.add_argument("--replication-factor", type=replication_factor, metavar="R",
                    help="replicas per partition (create)")
     p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                    help="topic config override (create, alter); repeatable")
@@ -53,7 +55,26 @@ def add_parser(subparsers) -> None:
     p.set_defaults(run=run)
 
 
+# Option (dest) -> the actions it applies to. Any other action refuses it, as
+# kafka-topics.sh does: ignoring it would hide a mistaken command line.
+APPLIES_TO = {
+    "topic": ("create", "describe", "alter", "delete"),
+    "partitions": ("create", "alter"),
+    "replication_factor": ("create",),
+    "config": ("create", "alter"),
+    "delete_config": ("alter",),
+    "if_not_exists": ("create",),
+    "if_exists": ("describe", "alter", "delete"),
+    "exclude_internal": ("list", "describe"),
+    "under_replicated_partitions": ("describe",),
+    "unavailable_partitions": ("describe",),
+}
+
+
 def run(args) -> int:
+    for dest, actions in APPLIES_TO.items():
+        if getattr(args, dest) not in (None, False, []) and args.action not in actions:
+            raise CliError(f"--{dest.replace('_', '-')} does not apply to --{args.action}")
     if args.action in ("create", "alter", "delete") and not args.topic:
         raise CliError(f"--{args.action} needs --topic")
     configs = dict(parse_key_value(c, "--config") for c in args.config)

@@ -2,6 +2,13 @@
 
 import json
 import os
+import signal
+import socket
+import subprocess
+
+import pytest
+
+from tests.client_fixture import FASTLOG
 
 
 def _create(fastlog, bootstrap, topic, partitions=1):
@@ -146,3 +153,58 @@ def test_consume_accepts_kafka_style_print_properties(fastlog, bootstrap, topic_
                 "--property", "print.partition=true", "--property", "key.separator=|")
     assert r.returncode == 0, r.stderr
     assert r.stdout == "Partition:0|a|b\n"
+
+
+@pytest.mark.parametrize("signum, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
+                         ids=["SIGINT", "SIGTERM"])
+def test_signal_ends_produce_waiting_on_open_stdin_and_writes_lines_read(
+        fastlog, bootstrap, topic_name, signum, status):
+    _create(fastlog, bootstrap, topic_name)
+    proc = subprocess.Popen(
+        [str(FASTLOG), "produce", "--bootstrap-server", bootstrap, "--topic", topic_name,
+         "--batch-size", "100", "--linger-ms", "600000"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        # One write, so one read of stdin: the long line fills a batch and is sent at once,
+        # the short one lingers until the producer is stopped. The pipe stays open.
+        full, lingering = b"f" * 200, b"lingering"
+        proc.stdin.write(full + b"\n" + lingering + b"\n")
+        proc.stdin.flush()
+        r = fastlog("consume", "--bootstrap-server", bootstrap, "--topic", topic_name,
+                    "--from-beginning", "--max-messages", 1, "--timeout-ms", 30000)
+        assert r.stdout.encode() == full + b"\n", (r.stderr, proc.poll())
+        proc.send_signal(signum)
+        assert proc.wait(30) == status
+        assert proc.stderr.read() == b""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            stream.close()
+    r = fastlog("consume", "--bootstrap-server", bootstrap, "--topic", topic_name,
+                "--from-beginning", "--max-messages", 2, "--timeout-ms", 30000)
+    assert r.stdout.splitlines() == [full.decode(), lingering.decode()], r.stderr
+
+
+@pytest.fixture
+def silent_broker():
+    """host:port of a listener that accepts connections and never answers."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(16)
+        yield f"127.0.0.1:{s.getsockname()[1]}"
+
+
+@pytest.mark.parametrize("extra, expect", [
+    (("--group", "g"), "could not join consumer group 'g' within 2000 ms"),
+    ((), "could not start reading topic 't' within 2000 ms"),
+], ids=["group", "no-group"])
+def test_consume_timeout_bounds_a_broker_that_never_answers(fastlog, silent_broker,
+                                                            extra, expect):
+    # The client's own request timeout is 30 s: the sentence shows --timeout-ms ended it.
+    r = fastlog("consume", "--bootstrap-server", silent_broker, "--topic", "t", *extra,
+                "--timeout-ms", 2000)
+    assert r.returncode == 1
+    assert r.stderr.splitlines() == [f"fastlog consume: {expect}"]

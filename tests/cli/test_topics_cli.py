@@ -104,3 +104,12 @@ def test_internal_topic_delete_is_refused(fastlog, bootstrap):
     with pytest.raises(KafkaException) as exc:
         fut.result(15)
     assert exc.value.args[0].code() == KafkaError.TOPIC_EXCEPTION  # INVALID_TOPIC_EXCEPTION
+
+
+def test_longest_legal_topic_name_is_created_and_described(fastlog, bootstrap, topic_name):
+    name = (topic_name + "." + "x" * 249)[:249]
+    r = fastlog("topics", "--bootstrap-server", bootstrap, "--create", "--topic", name)
+    assert r.returncode == 0, r.stderr
+    r = fastlog("topics", "--bootstrap-server", bootstrap, "--describe", "--topic", name)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"Topic: {name}\t")

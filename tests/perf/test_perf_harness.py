@@ -117,6 +117,7 @@ def test_text_summary_and_plot(broker, tmp_path):
     ["produce", "--rate", "-5"],
     ["e2e", "--record-size", "4"],
     ["produce", "-X", "nonsense"],
+    ["consume", "--topic", "a b"],
 ])
 def test_bad_options_are_one_sentence(args):
     r = perf(*args, "--bootstrap-server", "127.0.0.1:1", timeout=60)
