@@ -11,8 +11,8 @@ from __future__ import annotations
 import time
 
 from fastlog.client.errors import FastlogError
-from fastlog.perf.produce import confluent_client
 from fastlog.perf.report import Progress, summarize
+from fastlog.perf.workload import confluent_client
 
 # librdkafka's default fetch.queue.backoff.ms (1000) stalls its fetcher for a second each
 # time its pre-fetch queue fills: a client artefact, not a broker property.

@@ -18,10 +18,10 @@ import time
 from fastlog.client.errors import FastlogError
 from fastlog.perf.consume import CONFLUENT_CONSUMER_DEFAULTS
 from fastlog.perf.histogram import LatencyHistogram
-from fastlog.perf.produce import confluent_client, confluent_producer_config
+from fastlog.perf.produce import confluent_producer_config
 from fastlog.perf.ratelimit import RateLimiter
 from fastlog.perf.report import Progress, summarize
-from fastlog.perf.workload import Workload, ensure_topic
+from fastlog.perf.workload import Workload, confluent_client, ensure_topic
 
 
 def run(opts):

@@ -19,28 +19,13 @@ from fastlog.client.errors import FastlogError
 from fastlog.perf.histogram import LatencyHistogram
 from fastlog.perf.ratelimit import RateLimiter
 from fastlog.perf.report import Progress, summarize
-from fastlog.perf.workload import Workload, ensure_topic
+from fastlog.perf.workload import Workload, confluent_client, ensure_topic
 
 
 def sample_every(opts) -> int:
     if opts.sample_every is not None:
         return opts.sample_every
     return 1 if opts.rate else 100
-
-
-def confluent_client(cls, conf: dict):
-    """cls(conf) for a confluent-kafka client class; a setting librdkafka refuses (an
-    unknown name, a bad value, usually from -X) is one sentence."""
-    from confluent_kafka import KafkaException
-
-    try:
-        return cls(conf)
-    except KafkaException as exc:
-        err = exc.args[0] if exc.args else None
-        text = err.str() if hasattr(err, "str") else str(exc)
-        raise FastlogError(f"librdkafka refused the client settings: {text}") from None
-    except (TypeError, ValueError) as exc:
-        raise FastlogError(f"librdkafka refused the client settings: {exc}") from None
 
 
 def run(opts) -> tuple[dict, LatencyHistogram, Progress]:

@@ -3,8 +3,9 @@
 # Owns: Workload — record values (1024 distinct random A-Z payloads of the chosen size,
 # cycled, so nothing is allocated per record and lz4 finds nothing to squeeze, like the
 # anchor runs), keys by distribution (none, sequential, random over key_count keys), the
-# e2e timestamp prefix; and ensure_topic (create the topic with the requested partitions
-# through the selected client, tolerating "already exists"). Caller's thread only.
+# e2e timestamp prefix; ensure_topic (create the topic with the requested partitions
+# through the selected client, tolerating "already exists"); and confluent_client (a
+# librdkafka client whose refused settings are one sentence). Caller's thread only.
 """Record payloads, keys and topic setup for perf runs."""
 
 from __future__ import annotations
@@ -63,6 +64,21 @@ class Workload:
         return _STAMP.unpack_from(value)[0]
 
 
+def confluent_client(cls, conf: dict):
+    """cls(conf) for a confluent-kafka client class; a setting librdkafka refuses (an
+    unknown name, a bad value, usually from -X) is one sentence."""
+    from confluent_kafka import KafkaException
+
+    try:
+        return cls(conf)
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else None
+        text = err.str() if hasattr(err, "str") else str(exc)
+        raise FastlogError(f"librdkafka refused the client settings: {text}") from None
+    except (TypeError, ValueError) as exc:
+        raise FastlogError(f"librdkafka refused the client settings: {exc}") from None
+
+
 def ensure_topic(client: str, bootstrap: str, topic: str, partitions: int,
                  timeout: float = 30.0) -> int:
     """Create topic with `partitions` partitions unless it exists; return its partition count."""
@@ -91,7 +107,7 @@ def _ensure_topic_confluent(bootstrap: str, topic: str, partitions: int, timeout
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = confluent_client(AdminClient, {"bootstrap.servers": bootstrap})
     md = admin.list_topics(timeout=timeout)
     if topic not in md.topics or md.topics[topic].error is not None:
         fut = admin.create_topics([NewTopic(topic, partitions, 1)],
