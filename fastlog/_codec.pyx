@@ -1133,6 +1133,25 @@ def validate_record_set(buf, *, max_batch_size=None, bint allow_zstd=True,
         PyBuffer_Release(&view)
 
 
+def verify_batch_records(buf, BatchHeader h,
+                         Py_ssize_t decompress_limit=DEFAULT_DECOMPRESS_LIMIT,
+                         bint release_gil=False):
+    """Decompress (capped) and walk every record of batch h of buf: the record checks
+    that validate_record_set(verify_records=True) makes, for a batch that an earlier
+    validate_record_set(verify_records=False) of the same bytes returned. release_gil:
+    walk without the GIL, for a worker thread checking a large batch while the request
+    loop goes on (decompression releases it in any case)."""
+    cdef Py_buffer view
+    _get_buffer(buf, &view, False)
+    try:
+        if h.position < 0 or h.position + <Py_ssize_t>h.batch_length + OVERHEAD > view.len:
+            raise ValueError(f"batch at byte {h.position} is not within the buffer")
+        _verify_records(buf, <const unsigned char *>view.buf, h, decompress_limit,
+                        release_gil)
+    finally:
+        PyBuffer_Release(&view)
+
+
 def stamp_batches(buf, batches, int64_t first_offset, int32_t leader_epoch):
     """Assign offsets: write baseOffset and partitionLeaderEpoch of each batch in place.
 
@@ -1512,12 +1531,14 @@ cdef int _walk_records(const unsigned char *d, Py_ssize_t end, int32_t count) no
 
 
 cdef int _verify_records(object buf, const unsigned char *data, BatchHeader h,
-                         Py_ssize_t limit) except -1:
-    """Walk every record of h: lengths, varints, count and offset deltas 0..n-1."""
+                         Py_ssize_t limit, bint release_gil=False) except -1:
+    """Walk every record of h: lengths, varints, count and offset deltas 0..n-1.
+    release_gil: walk without the GIL (a worker thread's large batch; the request loop's
+    own small batches keep it, since handing it over costs more than the walk)."""
     cdef Py_buffer view
     cdef RecordSpan r
     cdef Py_ssize_t p, end, base
-    cdef int32_t i
+    cdef int32_t i, walked
     cdef const unsigned char *content
     if h.attributes & ATTR_CODEC_MASK == 3:
         # lz4 (what librdkafka producers mostly send): decoded into this thread's scratch
@@ -1528,8 +1549,14 @@ cdef int _verify_records(object buf, const unsigned char *data, BatchHeader h,
                                         limit, &content)
         except OverflowError:
             end = -1
-        if end >= 0 and _walk_records(content, end, h.record_count) == 0:
-            return 0
+        if end >= 0:
+            if release_gil:
+                with nogil:
+                    walked = _walk_records(content, end, h.record_count)
+            else:
+                walked = _walk_records(content, end, h.record_count)
+            if walked == 0:
+                return 0
     if h.attributes & ATTR_CODEC_MASK:
         region = _records_region(buf, h, limit)
         _get_buffer(region, &view, False)
@@ -1541,7 +1568,12 @@ cdef int _verify_records(object buf, const unsigned char *data, BatchHeader h,
         base = h.position + HEADER_SIZE
     try:
         end = view.len
-        if _walk_records(<const unsigned char *>view.buf, end, h.record_count) == 0:
+        if release_gil:
+            with nogil:
+                walked = _walk_records(<const unsigned char *>view.buf, end, h.record_count)
+        else:
+            walked = _walk_records(<const unsigned char *>view.buf, end, h.record_count)
+        if walked == 0:
             return 0
         # Something is wrong: walk again record by record for the exact error.
         p = 0

@@ -302,8 +302,11 @@ class KafkaApis:
             if acks == 0:
                 raise CloseConnection("transactional produce")
             return {"responses": responses, "throttle_time_ms": 0}
-        results = {(t.name, p.index): self._append_led(t.name, p.index, p.records, acks, v)
-                   for t in request.topic_data for p in t.partition_data}
+        results = {}
+        for t in request.topic_data:
+            for p in t.partition_data:
+                results[(t.name, p.index)] = await self._append_led(
+                    t.name, p.index, p.records, acks, v)
         wait = self.broker.replica_manager.completion(results, acks, request.timeout_ms)
         if wait is not None:
             await wait
@@ -318,16 +321,26 @@ class KafkaApis:
                 for p in t.partition_data]})
         return {"responses": responses, "throttle_time_ms": 0}
 
-    def _append_led(self, topic, partition, records, acks, api_version) -> PartitionResult:
+    async def _append_led(self, topic, partition, records, acks, api_version
+                          ) -> PartitionResult:
         """Append one partition's records of a Produce request in place (the frame is ours
         until the handler returns): only the leader takes writes, and only while its
-        ZooKeeper session lives. The result may still wait for ReplicaManager.completion."""
+        ZooKeeper session lives. A large batch is checked on the verification pool (see
+        ReplicaManager.check_produce), so the loop serves others meanwhile. The result
+        may still wait for ReplicaManager.completion."""
         if self.broker.cluster is not None:
             _, err = self._led_partition(topic, partition, write=True)
             if err != Errors.NONE:
                 return PartitionResult(err)
-        return self.broker.replica_manager.append_to_partition(
-            topic, partition, records, acks, api_version, in_place=True)
+        rm = self.broker.replica_manager
+        checked = await rm.check_produce(topic, partition, records, api_version)
+        if self.broker.cluster is not None and checked is not None:
+            # (the checks may have run on the verification pool: leadership can have moved)
+            _, err = self._led_partition(topic, partition, write=True)
+            if err != Errors.NONE:
+                return PartitionResult(err)
+        return rm.append_to_partition(topic, partition, records, acks, api_version,
+                                      in_place=True, checked=checked)
 
     async def _produce_one(self, api_version, correlation_id, client_id, acks, timeout_ms,
                            topic, partition, records):
@@ -335,7 +348,7 @@ class KafkaApis:
         fastlog.protocol._produce read it from the frame: the same steps as
         handle_produce, answered in compiled code when the append succeeded. Returns
         the response parts (None for acks=0)."""
-        r = self._append_led(topic, partition, records, acks, api_version)
+        r = await self._append_led(topic, partition, records, acks, api_version)
         wait = self.broker.replica_manager.completion({(topic, partition): r}, acks, timeout_ms)
         if wait is not None:
             await wait

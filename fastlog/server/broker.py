@@ -59,6 +59,10 @@ _TOPIC_CHARS = re.compile(r"^[a-zA-Z0-9._-]+$")
 FILES_PER_PARTITION = 3
 # Kept free for connections, checkpoints, rolls and ZooKeeper.
 SPARE_FILES = 1024
+# Partitions one CreateTopics/CreatePartitions may add, whatever the open-file limit says
+# (an unlimited one included): Linux caps a process at 2**20 open files (fs.nr_open), and
+# each partition keeps FILES_PER_PARTITION of them.
+MAX_PARTITIONS_PER_REQUEST = (1 << 20) // FILES_PER_PARTITION
 
 
 def raise_open_file_limit() -> None:
@@ -610,6 +614,11 @@ class BrokerServer:
         of its share of `partitions` new partitions: better refused than half created."""
         live = max(1, len(self.live_brokers()))
         here = -(-partitions * min(replication_factor, live) // live)
+        if partitions > MAX_PARTITIONS_PER_REQUEST:
+            raise KafkaApiError(
+                Errors.INVALID_PARTITIONS,
+                f"{partitions} partitions in one request is more than the "
+                f"{MAX_PARTITIONS_PER_REQUEST} a broker could open")
         room = spare_files()
         if room is not None and here * FILES_PER_PARTITION > room:
             raise KafkaApiError(
@@ -734,6 +743,9 @@ class BrokerServer:
                                 f"than the requested {total}.")
         if total == have:
             raise KafkaApiError(Errors.INVALID_PARTITIONS, f"Topic already has {have} partitions.")
+        # Bound the work before doing it: the count is the client's, and a replica list per
+        # new partition is built below (2**31-1 of them used to exhaust the memory).
+        self.check_partition_room(total - have, state.replication_factor)
         single_node = isinstance(self.metadata, EmbeddedMetadataStore)
         if assignments is None:
             replicas = ([[self.node_id] for _ in range(total - have)] if single_node
@@ -742,7 +754,6 @@ class BrokerServer:
             live = {self.node_id} if single_node else set(self.metadata.brokers())
             replicas = [list(r) for r in assignments]
             _check_new_assignment(replicas, total - have, state.replication_factor, live)
-        self.check_partition_room(total - have, state.replication_factor)
         if validate_only:
             return state
         new_state = await self.metadata.add_partitions(name, replicas)

@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import logging
 import os
@@ -47,6 +48,14 @@ from fastlog.server.purgatory import Purgatory
 log = logging.getLogger("fastlog.server.replica_manager")
 
 COMPRESSION_ZSTD = 4
+# Produce checks run on the request loop only while their work is bounded: records of at
+# most INLINE_CHECK_BYTES that decompress to at most INLINE_DECOMPRESS_BYTES. Anything
+# larger (a big batch, or a small one that inflates: up to DEFAULT_DECOMPRESS_LIMIT, 64
+# MiB) is checked on the verification pool (num.io.threads), GIL released, so the other
+# connections are served meanwhile. librdkafka's lz4 requests (tens of KiB, a few hundred
+# KiB decompressed) stay inline, where a thread hand-off would cost more than the work.
+INLINE_CHECK_BYTES = 1 << 20
+INLINE_DECOMPRESS_BYTES = 2 << 20
 # Record bytes read per step when replaying the log tail into producer state.
 _REPLAY_CHUNK = 1 << 20
 
@@ -106,6 +115,39 @@ class ReplicationError(Exception):
         self.error_code = int(code)
 
 
+def _structure_problem(batches) -> str | None:
+    """Why a client's (header-checked) batches may not be appended, or None: Kafka's rules
+    that need no look at the records."""
+    if len(batches) != 1:
+        return "a produce request must carry one batch per partition"
+    b = batches[0]
+    if b.is_control:
+        return "clients may not send control batches"
+    if b.is_transactional:
+        return "transactions are not supported"
+    if b.producer_id != NO_PRODUCER_ID and b.base_sequence < 0:
+        return "an idempotent batch needs a base sequence"
+    return None
+
+
+def check_records(records, max_bytes: int, allow_zstd: bool, decompress_limit: int):
+    """All of Kafka's checks of one partition's client record set, cheapest first: headers,
+    sizes and CRCs; the one-batch rule; then the records (decompressed, capped at
+    decompress_limit). The batch headers when they pass, else the CodecError or the
+    rule's sentence. Any thread (the walk of a worker's batch releases the GIL)."""
+    try:
+        batches = _codec.validate_record_set(records, max_batch_size=max_bytes,
+                                             allow_zstd=allow_zstd)
+        problem = _structure_problem(batches)
+        if problem is not None:
+            return problem
+        _codec.verify_batch_records(records, batches[0], decompress_limit,
+                                    decompress_limit > INLINE_DECOMPRESS_BYTES)
+    except _codec.CodecError as e:
+        return e
+    return batches
+
+
 def codec_error_code(exc: Exception) -> Errors:
     for cls, code in _CODEC_ERRORS:
         if isinstance(exc, cls):
@@ -130,6 +172,7 @@ class ReplicaManager:
         self._hw_checkpoint: dict[tuple[str, int], int] | None = None
         self._stopped = False
         self._cluster_tasks_started = False
+        self._verifier: concurrent.futures.ThreadPoolExecutor | None = None
         # Counters for operators and tests (Kafka's IsrShrinksPerSec, IsrExpandsPerSec ...).
         self.metrics = {
             "isr_shrinks": 0, "isr_expands": 0, "isr_update_failures": 0,
@@ -651,23 +694,26 @@ class ReplicaManager:
         high watermark passes the batch, i.e. every ISR member has it, or timeout_ms."""
         results: dict[tuple[str, int], PartitionResult] = {}
         for topic, partition, records in entries:
+            checked = await self.check_produce(topic, partition, records, api_version)
             results[(topic, partition)] = self.append_to_partition(
-                topic, partition, records, acks, api_version, in_place)
+                topic, partition, records, acks, api_version, in_place, checked)
         wait = self.completion(results, acks, timeout_ms)
         if wait is not None:
             await wait
         return results
 
     def append_to_partition(self, topic: str, partition: int, records, acks: int,
-                            api_version: int, in_place: bool = False) -> PartitionResult:
+                            api_version: int, in_place: bool = False,
+                            checked=None) -> PartitionResult:
         """One partition's part of append_records, up to the append itself: its result
-        is final unless completion() says there is something to wait for."""
+        is final unless completion() says there is something to wait for. `checked` is
+        what check_produce answered for these records (checked here when None)."""
         if acks not in (0, 1, -1):
             return PartitionResult(Errors.INVALID_REQUIRED_ACKS)
         p = self.partitions.get((topic, partition))
         if p is None:
             return PartitionResult(Errors.UNKNOWN_TOPIC_OR_PARTITION)
-        return self._append_one(p, records, acks, api_version, in_place)
+        return self._append_one(p, records, acks, api_version, in_place, checked)
 
     def completion(self, results: dict, acks: int, timeout_ms: int):
         """None when the append results are final, else an awaitable that completes them:
@@ -739,8 +785,34 @@ class ReplicaManager:
                 return
             await self.produce_purgatory.wait(list(pending), remaining)
 
+    async def check_produce(self, topic: str, partition: int, records, api_version: int):
+        """check_records for one partition of a Produce request, on the loop while that is
+        cheap, else on the verification pool; the answer goes to append_to_partition as
+        `checked`. None when there is nothing to check here (no such partition, no
+        records): the append answers that itself. `records` must stay unchanged until the
+        append (the request frame does, until the handler returns)."""
+        if records is None or len(records) == 0 or (topic, partition) not in self.partitions:
+            return None
+        max_bytes = self.broker.log_config(topic).max_message_bytes
+        allow_zstd = api_version >= 7
+        if len(records) <= INLINE_CHECK_BYTES:
+            checked = check_records(records, max_bytes, allow_zstd, INLINE_DECOMPRESS_BYTES)
+            if not isinstance(checked, _codec.DecompressionLimitError):
+                return checked
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._verify_pool(), check_records, records,
+                                          max_bytes, allow_zstd,
+                                          _codec.DEFAULT_DECOMPRESS_LIMIT)
+
+    def _verify_pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        if self._verifier is None:
+            self._verifier = concurrent.futures.ThreadPoolExecutor(
+                max_workers=int(self._cfg("num.io.threads", 8)),
+                thread_name_prefix="fastlog-verify")
+        return self._verifier
+
     def _append_one(self, p: Partition, records, acks: int, api_version: int,
-                    in_place: bool = False) -> PartitionResult:
+                    in_place: bool = False, checked=None) -> PartitionResult:
         if not p.can_accept_writes:
             return PartitionResult(Errors.NOT_LEADER_OR_FOLLOWER,
                                    error_message=f"broker {self.node_id} does not lead "
@@ -753,30 +825,17 @@ class ReplicaManager:
                               f"{topic_cfg.min_insync_replicas}")
         if records is None or len(records) == 0:
             return PartitionResult(Errors.NONE, -1, -1, p.log.log_start_offset)
-        try:
-            batches = _codec.validate_record_set(
-                records,
-                max_batch_size=topic_cfg.max_message_bytes,
-                allow_zstd=api_version >= 7,
-                verify_records=True,
-            )
-        except _codec.CodecError as e:
-            code = codec_error_code(e)
-            log.info("%s: rejected produce v%d: %s (%s)", p, api_version, e, code.name)
-            return PartitionResult(code, error_message=str(e))
-        if len(batches) != 1:
-            return PartitionResult(Errors.INVALID_RECORD,
-                                   error_message="a produce request must carry one batch per partition")
+        if checked is None:
+            checked = check_records(records, topic_cfg.max_message_bytes, api_version >= 7,
+                                    _codec.DEFAULT_DECOMPRESS_LIMIT)
+        if isinstance(checked, str):
+            return PartitionResult(Errors.INVALID_RECORD, error_message=checked)
+        if isinstance(checked, _codec.CodecError):
+            code = codec_error_code(checked)
+            log.info("%s: rejected produce v%d: %s (%s)", p, api_version, checked, code.name)
+            return PartitionResult(code, error_message=str(checked))
+        batches = checked
         b = batches[0]
-        if b.is_control:
-            return PartitionResult(Errors.INVALID_RECORD,
-                                   error_message="clients may not send control batches")
-        if b.is_transactional:
-            return PartitionResult(Errors.INVALID_RECORD,
-                                   error_message="transactions are not supported")
-        if b.producer_id != NO_PRODUCER_ID and b.base_sequence < 0:
-            return PartitionResult(Errors.INVALID_RECORD,
-                                   error_message="an idempotent batch needs a base sequence")
         now = _now_ms()
         if not topic_cfg.log_append_time:
             before_max, after_max = self.broker.timestamp_limits(p.topic)
@@ -996,6 +1055,8 @@ class ReplicaManager:
 
     def shutdown(self) -> None:
         self._stopped = True
+        if self._verifier is not None:
+            self._verifier.shutdown(wait=False, cancel_futures=True)
         for t in list(self._tasks):
             t.cancel()
         self._tasks.clear()
