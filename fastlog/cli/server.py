@@ -63,6 +63,11 @@ def main(argv: list[str] | None = None) -> int:
         format="[%(asctime)s] %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr)
     apply_process_settings(config)
+    inert = config.inert_keys()
+    if inert:
+        logging.getLogger("fastlog.server.config").warning(
+            "%s: accepted from Kafka's configuration but without effect in fastlog",
+            ", ".join(inert))
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a runtime dependency

@@ -89,7 +89,8 @@ class ConfigKey:
     # Validator returns None when fine, else the reason (completing "<name> must ...").
     check: Callable[[Any], str | None] | None = None
     sensitive: bool = False
-    # Accepted for compatibility with Kafka property files but has no effect here.
+    # Accepted for compatibility with Kafka property files but has no effect here: setting
+    # it draws a startup warning (KafkaConfig.inert_keys), never silence.
     inert: bool = False
 
     def parse(self, raw: str) -> Any:
@@ -223,7 +224,9 @@ _KEYS: list[ConfigKey] = [
     # Default 1 (Kafka: 3): one processor runs inline on the API loop, which costs the least
     # CPU per request with the GIL (perf/README.md: ~11 vs ~40 us per small produce).
     ConfigKey("num.network.threads", "int", 1, "Processor loops that read and write sockets.", _at_least(1)),
-    ConfigKey("num.io.threads", "int", 8, inert=True, check=_at_least(1)),
+    # Kafka's request handler threads; here handlers run on the API loop, and these threads
+    # check large produce batches (decompression, record walk) off it.
+    ConfigKey("num.io.threads", "int", 8, "Threads that check large produce batches off the request loop.", _at_least(1)),
     # The log cleaner runs Python on its own thread: at Python's default switch interval (5
     # ms) the request loop waits up to 5 ms for the interpreter lock after each of its
     # syscalls while a compaction pass runs, and produce latency at 2,000 rec/s went from
@@ -277,7 +280,7 @@ _KEYS: list[ConfigKey] = [
     ConfigKey("log.cleaner.max.compaction.lag.ms", "long", LONG_MAX),
     ConfigKey("log.cleaner.backoff.ms", "long", 15000, "Pause between log cleaner passes.", _at_least(1)),
     ConfigKey("log.cleaner.dedupe.buffer.size", "long", 134217728, "Memory of the cleaner's offset map.", _at_least(1024)),
-    ConfigKey("log.preallocate", "boolean", False),
+    ConfigKey("log.preallocate", "boolean", False, inert=True),
     ConfigKey("log.message.timestamp.type", "string", "CreateTime", "CreateTime or LogAppendTime.", _one_of(*_TIMESTAMP_TYPES)),
     ConfigKey("log.message.timestamp.difference.max.ms", "long", LONG_MAX),
     ConfigKey("log.message.timestamp.before.max.ms", "long", LONG_MAX),
@@ -315,12 +318,12 @@ _KEYS: list[ConfigKey] = [
     ConfigKey("offsets.topic.num.partitions", "int", 50, "Partitions of __consumer_offsets.", _at_least(1)),
     ConfigKey("offsets.topic.replication.factor", "short", 3, "Replication factor of __consumer_offsets.", _at_least(1)),
     ConfigKey("offsets.topic.segment.bytes", "int", 104857600, check=_at_least(1)),
-    ConfigKey("offsets.topic.compression.codec", "int", 0),
-    ConfigKey("offsets.load.buffer.size", "int", 5242880, check=_at_least(1)),
+    ConfigKey("offsets.topic.compression.codec", "int", 0, inert=True),
+    ConfigKey("offsets.load.buffer.size", "int", 5242880, inert=True, check=_at_least(1)),
     ConfigKey("offsets.retention.minutes", "int", 10080, "Committed offsets expire after this.", _at_least(1)),
     ConfigKey("offsets.retention.check.interval.ms", "long", 600000, check=_at_least(1)),
     ConfigKey("offsets.commit.timeout.ms", "int", 5000, check=_at_least(1)),
-    ConfigKey("offset.metadata.max.bytes", "int", 4096),
+    ConfigKey("offset.metadata.max.bytes", "int", 4096, "Longest metadata string of a committed offset.", _at_least(0)),
     ConfigKey("group.initial.rebalance.delay.ms", "int", 3000, "Delay of a new group's first rebalance.", _at_least(0)),
     ConfigKey("group.min.session.timeout.ms", "int", 6000),
     ConfigKey("group.max.session.timeout.ms", "int", 1800000),
@@ -451,6 +454,11 @@ class KafkaConfig:
 
     def get(self, name: str, default: Any = None) -> Any:
         return self.values.get(name, default)
+
+    def inert_keys(self) -> list[str]:
+        """The keys the user set that fastlog accepts from Kafka's files but does not act
+        on: the startup warns about each, so none is ignored in silence."""
+        return sorted(name for name in self.explicit if CONFIG_KEYS[name].inert)
 
     def _validate(self) -> None:
         v = self.values

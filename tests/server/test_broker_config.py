@@ -12,7 +12,7 @@ from fastlog.server.config import (
     parse_properties,
     parse_topic_config,
 )
-from tests.broker_fixture import server_command
+from tests.broker_fixture import BrokerProcess, server_command
 
 
 def test_defaults_are_kafkas():
@@ -163,3 +163,21 @@ def test_switch_interval_is_applied_to_the_process():
 def test_switch_interval_outside_its_range_is_refused(bad):
     with pytest.raises(ConfigError, match="fastlog.gil.switch.interval.ms"):
         KafkaConfig.from_sources(None, [f"fastlog.gil.switch.interval.ms={bad}"])
+
+
+def test_inert_keys_are_listed_only_when_set():
+    assert KafkaConfig({}).inert_keys() == []
+    cfg = KafkaConfig({"num.recovery.threads.per.data.dir": "4", "log.preallocate": "true",
+                       "num.partitions": "3"})
+    assert cfg.inert_keys() == ["log.preallocate", "num.recovery.threads.per.data.dir"]
+
+
+def test_inert_keys_draw_one_startup_warning(tmp_path):
+    """A Kafka key fastlog accepts but does not act on is never ignored in silence."""
+    with BrokerProcess(tmp_path / "data", overrides={
+            "num.recovery.threads.per.data.dir": "4", "zookeeper.set.acl": "true"}) as b:
+        pass
+    lines = [line for line in b.log_path.read_text().splitlines() if "without effect" in line]
+    assert len(lines) == 1
+    assert "WARNING" in lines[0]
+    assert "num.recovery.threads.per.data.dir, zookeeper.set.acl" in lines[0]

@@ -61,7 +61,6 @@ log = logging.getLogger(__name__)
 
 UNKNOWN_MEMBER_ID = ""
 NO_GENERATION = -1
-OFFSET_METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes default
 # Records decoded per loop turn while loading a partition (~4 us each: ~5 ms of Python).
 LOAD_YIELD_RECORDS = 1000
 # A member's first JoinGroup may wait for a whole rebalance (up to the other members'
@@ -113,6 +112,7 @@ class GroupCoordinator:
         self.max_session_timeout_ms = int(cfg["group.max.session.timeout.ms"])
         self.max_group_size = int(_cfg(cfg, "group.max.size", 2**31 - 1))
         self.retention_ms = int(cfg["offsets.retention.minutes"]) * 60_000
+        self.offset_metadata_max_bytes = int(_cfg(cfg, "offset.metadata.max.bytes", 4096))
         self.retention_check_ms = int(_cfg(cfg, "offsets.retention.check.interval.ms", 600_000))
         self.store: GroupStore = store if store is not None else LogGroupStore(broker)
         self.groups: dict[str, GroupMetadata] = {}
@@ -778,7 +778,7 @@ class GroupCoordinator:
         accepted = {}
         now = now_ms()
         for tp, om in offsets.items():
-            if om.metadata is not None and len(om.metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
+            if om.metadata is not None and len(om.metadata.encode()) > self.offset_metadata_max_bytes:
                 result[tp] = Errors.OFFSET_METADATA_TOO_LARGE
                 continue
             if om.commit_timestamp < 0:
