@@ -48,14 +48,19 @@ from fastlog.server.purgatory import Purgatory
 log = logging.getLogger("fastlog.server.replica_manager")
 
 COMPRESSION_ZSTD = 4
-# Produce checks run on the request loop only while their work is bounded: records of at
-# most INLINE_CHECK_BYTES that decompress to at most INLINE_DECOMPRESS_BYTES. Anything
-# larger (a big batch, or a small one that inflates: up to DEFAULT_DECOMPRESS_LIMIT, 64
-# MiB) is checked on the verification pool (num.io.threads), GIL released, so the other
+# Produce checks run on the request loop only while their work is bounded (about a
+# millisecond): records of at most INLINE_CHECK_BYTES that decompress to at most
+# INLINE_DECOMPRESS_BYTES (less for gzip, the slow codec to inflate). Anything larger (a
+# big batch, or a small one that inflates: up to DEFAULT_DECOMPRESS_LIMIT, 64 MiB) is
+# checked on the verification pool (num.io.threads), GIL released, so the other
 # connections are served meanwhile. librdkafka's lz4 requests (tens of KiB, a few hundred
 # KiB decompressed) stay inline, where a thread hand-off would cost more than the work.
 INLINE_CHECK_BYTES = 1 << 20
-INLINE_DECOMPRESS_BYTES = 2 << 20
+INLINE_DECOMPRESS_BYTES = 1 << 20
+INLINE_GZIP_BYTES = 256 << 10
+COMPRESSION_GZIP = 1
+# Where a v2 batch header keeps the low byte of its attributes (the codec's three bits).
+_ATTRIBUTES_LOW_BYTE = 22
 # Record bytes read per step when replaying the log tail into producer state.
 _REPLAY_CHUNK = 1 << 20
 
@@ -130,19 +135,19 @@ def _structure_problem(batches) -> str | None:
     return None
 
 
-def check_records(records, max_bytes: int, allow_zstd: bool, decompress_limit: int):
+def check_records(records, max_bytes: int, allow_zstd: bool, decompress_limit: int,
+                  off_loop: bool = False):
     """All of Kafka's checks of one partition's client record set, cheapest first: headers,
     sizes and CRCs; the one-batch rule; then the records (decompressed, capped at
     decompress_limit). The batch headers when they pass, else the CodecError or the
-    rule's sentence. Any thread (the walk of a worker's batch releases the GIL)."""
+    rule's sentence. Any thread; off_loop: the walk over the records releases the GIL."""
     try:
         batches = _codec.validate_record_set(records, max_batch_size=max_bytes,
                                              allow_zstd=allow_zstd)
         problem = _structure_problem(batches)
         if problem is not None:
             return problem
-        _codec.verify_batch_records(records, batches[0], decompress_limit,
-                                    decompress_limit > INLINE_DECOMPRESS_BYTES)
+        _codec.verify_batch_records(records, batches[0], decompress_limit, off_loop)
     except _codec.CodecError as e:
         return e
     return batches
@@ -796,13 +801,16 @@ class ReplicaManager:
         max_bytes = self.broker.log_config(topic).max_message_bytes
         allow_zstd = api_version >= 7
         if len(records) <= INLINE_CHECK_BYTES:
-            checked = check_records(records, max_bytes, allow_zstd, INLINE_DECOMPRESS_BYTES)
+            gzip = (len(records) > _ATTRIBUTES_LOW_BYTE
+                    and records[_ATTRIBUTES_LOW_BYTE] & 0x07 == COMPRESSION_GZIP)
+            checked = check_records(records, max_bytes, allow_zstd,
+                                    INLINE_GZIP_BYTES if gzip else INLINE_DECOMPRESS_BYTES)
             if not isinstance(checked, _codec.DecompressionLimitError):
                 return checked
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._verify_pool(), check_records, records,
                                           max_bytes, allow_zstd,
-                                          _codec.DEFAULT_DECOMPRESS_LIMIT)
+                                          _codec.DEFAULT_DECOMPRESS_LIMIT, True)
 
     def _verify_pool(self) -> concurrent.futures.ThreadPoolExecutor:
         if self._verifier is None:
