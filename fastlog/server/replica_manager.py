@@ -58,6 +58,9 @@ COMPRESSION_ZSTD = 4
 INLINE_CHECK_BYTES = 1 << 20
 INLINE_DECOMPRESS_BYTES = 1 << 20
 INLINE_GZIP_BYTES = 256 << 10
+# A topic whose compression.type is not the producer's codec stores batches compressed
+# again: on the pool, too, above this size.
+INLINE_RECOMPRESS_BYTES = 64 << 10
 COMPRESSION_GZIP = 1
 # Where a v2 batch header keeps the low byte of its attributes (the codec's three bits).
 _ATTRIBUTES_LOW_BYTE = 22
@@ -110,6 +113,14 @@ _CODEC_ERRORS: list[tuple[type, Errors]] = [
     (_codec.TruncatedError, Errors.CORRUPT_MESSAGE),
     (_codec.CodecError, Errors.CORRUPT_MESSAGE),
 ]
+
+
+@dataclasses.dataclass(slots=True)
+class Recompressed:
+    """check_produce's answer for a batch it already stored under the topic's codec, off
+    the loop: the new record bytes and their batch header."""
+    records: bytearray
+    batches: list
 
 
 class ReplicationError(Exception):
@@ -793,24 +804,39 @@ class ReplicaManager:
     async def check_produce(self, topic: str, partition: int, records, api_version: int):
         """check_records for one partition of a Produce request, on the loop while that is
         cheap, else on the verification pool; the answer goes to append_to_partition as
-        `checked`. None when there is nothing to check here (no such partition, no
-        records): the append answers that itself. `records` must stay unchanged until the
-        append (the request frame does, until the handler returns)."""
+        `checked` (a large batch that the topic's compression.type stores under another
+        codec comes back Recompressed). None when there is nothing to check here (no such
+        partition, no records): the append answers that itself. `records` must stay
+        unchanged until the append (the request frame does, until the handler returns)."""
         if records is None or len(records) == 0 or (topic, partition) not in self.partitions:
             return None
-        max_bytes = self.broker.log_config(topic).max_message_bytes
+        cfg = self.broker.log_config(topic)
+        max_bytes = cfg.max_message_bytes
         allow_zstd = api_version >= 7
+        loop = asyncio.get_running_loop()
+        checked = None
         if len(records) <= INLINE_CHECK_BYTES:
             gzip = (len(records) > _ATTRIBUTES_LOW_BYTE
                     and records[_ATTRIBUTES_LOW_BYTE] & 0x07 == COMPRESSION_GZIP)
             checked = check_records(records, max_bytes, allow_zstd,
                                     INLINE_GZIP_BYTES if gzip else INLINE_DECOMPRESS_BYTES)
-            if not isinstance(checked, _codec.DecompressionLimitError):
-                return checked
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._verify_pool(), check_records, records,
-                                          max_bytes, allow_zstd,
-                                          _codec.DEFAULT_DECOMPRESS_LIMIT, True)
+        if checked is None or isinstance(checked, _codec.DecompressionLimitError):
+            checked = await loop.run_in_executor(self._verify_pool(), check_records, records,
+                                                 max_bytes, allow_zstd,
+                                                 _codec.DEFAULT_DECOMPRESS_LIMIT, True)
+        if (type(checked) is list and cfg.target_codec is not None
+                and cfg.target_codec != checked[0].compression
+                and len(records) > INLINE_RECOMPRESS_BYTES):
+            # The topic's compression.type differs from the producer's codec: compressing
+            # a large batch again is CPU work for the pool too.
+            try:
+                out = await loop.run_in_executor(
+                    self._verify_pool(), _codec.recompress_batch, records, checked[0],
+                    cfg.target_codec, cfg.target_level)
+            except _codec.CodecError as e:
+                return e
+            return Recompressed(out, [_codec.read_batch_header(out)])
+        return checked
 
     def _verify_pool(self) -> concurrent.futures.ThreadPoolExecutor:
         if self._verifier is None:
@@ -842,6 +868,9 @@ class ReplicaManager:
             code = codec_error_code(checked)
             log.info("%s: rejected produce v%d: %s (%s)", p, api_version, checked, code.name)
             return PartitionResult(code, error_message=str(checked))
+        recompressed = None
+        if type(checked) is Recompressed:
+            recompressed, checked = checked, checked.batches
         batches = checked
         b = batches[0]
         now = _now_ms()
@@ -868,7 +897,10 @@ class ReplicaManager:
                                        p.log.log_start_offset,
                                        required_offset=dup.last_offset + 1)
         codec = topic_cfg.target_codec
-        if codec is not None and codec != b.compression:
+        if recompressed is not None:
+            records = recompressed.records
+            in_place = True
+        elif codec is not None and codec != b.compression:
             # The topic's compression.type is not the producer's codec: the records are
             # stored under the topic's, in a new buffer (as Kafka's LogValidator does).
             try:

@@ -14,7 +14,7 @@ from fastlog import _codec
 from fastlog.compression import CODEC_NAMES
 from fastlog.protocol import ApiKey, Errors
 from tests.broker_fixture import BrokerProcess
-from tests.server.wire import Wire, batch, create_topic, healthy, produce
+from tests.server.wire import Wire, batch, create_topic, fetch_body, healthy, produce
 
 # Address space for the capped broker: its threads' stacks and libraries fit easily; the
 # 2**31-1 replica lists the old CreatePartitions built (22 GB) would not.
@@ -181,3 +181,23 @@ def test_small_batch_that_inflates_is_checked_off_the_loop(capped):
     assert codes == [Errors.NONE] * 3
     assert answered >= 1
     _no_traceback(capped)
+
+
+def test_large_batch_recompressed_for_the_topic_on_the_pool(capped):
+    """A topic with compression.type=zstd stores a large uncompressed batch compressed
+    (on the verification pool); consumers read the same records back."""
+    topic = "recompress-zstd"
+    create_topic(capped, topic, configs={"compression.type": "zstd",
+                                         "max.message.bytes": str(16 << 20)})
+    values = [(b"%06d " % i) * 150 for i in range(400)]   # ~420 KB uncompressed
+    w = Wire(capped)
+    try:
+        r = produce(w, topic, batch(values), acks=1)
+        assert r.error_code == Errors.NONE
+        resp = w.call(ApiKey.FETCH, 11, fetch_body(topic, 0, 100))
+        blob = resp.responses[0].partitions[0].records
+        header = _codec.read_batch_header(blob)
+        assert header.compression == 4
+        assert [rec.value for rec in _codec.iter_records(blob)] == values
+    finally:
+        w.close()
