@@ -390,6 +390,9 @@ class LogSegment:
         view = memoryview(buf)[first.position:last.end]
         physical = self.size
         fd = self.file.fileno()
+        # Index space first: a full disk fails the whole append here (OSError), never a
+        # store into an index page the file system cannot back (SIGBUS).
+        self._indexer.reserve(len(batches))
         written = os.pwrite(fd, view, physical)
         while written < len(view):   # a short write (rare): the rest
             written += os.pwrite(fd, view[written:], physical + written)
