@@ -77,6 +77,30 @@ class LogAppendInfo:
     flush_future: Future | None = None
 
 
+@dataclasses.dataclass(slots=True)
+class LoadReport:
+    """What loading a log recovered (Log.load_report; LogManager sums them up per dir):
+    segments whose batches were checked (recovery), whose indexes were rebuilt, and the
+    data removed (bytes, whole batches and records, segments dropped after a bad batch,
+    the lowest offset removed or -1)."""
+
+    recovered_segments: int = 0
+    rebuilt_segments: int = 0
+    lost_bytes: int = 0
+    lost_batches: int = 0
+    lost_records: int = 0
+    deleted_segments: int = 0
+    truncated_at: int = -1
+
+    @property
+    def recovered(self) -> bool:
+        return bool(self.recovered_segments or self.rebuilt_segments)
+
+    @property
+    def lost_data(self) -> bool:
+        return bool(self.lost_bytes)
+
+
 @dataclasses.dataclass
 class FetchDataInfo:
     """A read: file regions ready for sendfile, their total size, and the base offset of
@@ -128,6 +152,7 @@ class Log:
         self._flush_job: Future | None = None
         self._flush_job_started = False
         self.closed = False
+        self.load_report = LoadReport()
 
     def _now_ms(self) -> int:
         return int(self.time_fn() * 1000)
@@ -166,11 +191,22 @@ class Log:
                     raise CorruptIndexError(f"{', '.join(missing)} file missing")
                 seg.sanity_check()
             except CorruptIndexError as exc:
-                logger.warning("%s: rebuilding indexes of segment %d: %s", self.dir, base, exc)
+                # (after a crash: the active segment's index is still at its full size)
+                logger.debug("%s: rebuilding indexes of segment %d: %s", self.dir, base, exc)
+                self.load_report.rebuilt_segments += 1
                 seg.recover(None, self.config.max_message_bytes)
+                self._note_loss(seg)
             segments.append(seg)
         segments.sort(key=lambda s: s.base_offset)
-        if not clean_shutdown and segments:
+        if clean_shutdown and segments:
+            # A clean shutdown marker does not prove the tail whole (a file cut or
+            # overwritten while the broker was down): check the last batches every time.
+            problem = segments[-1].check_tail()
+            if problem is not None:
+                logger.debug("%s: the tail of segment %d is bad: %s", self.dir,
+                             segments[-1].base_offset, problem)
+                segments = self._recover_segments(segments, segments[-1].base_offset)
+        elif segments:
             segments = self._recover_segments(segments, recovery_point)
         if not segments:
             start = log_start_offset or 0
@@ -268,12 +304,14 @@ class Log:
         for i in range(first, len(segments)):
             seg = segments[i]
             truncated = seg.recover(self.leader_epoch_cache, self.config.max_message_bytes)
+            self.load_report.recovered_segments += 1
             if truncated:
-                logger.warning("%s: truncated %d invalid bytes at the end of segment %d",
-                               self.dir, truncated, seg.base_offset)
+                self._note_loss(seg)
                 for later in segments[i + 1:]:
-                    logger.warning("%s: deleting segment %d after the corruption",
-                                   self.dir, later.base_offset)
+                    logger.warning("%s: deleting segment %d (%d bytes) after the corruption",
+                                   self.dir, later.base_offset, later.size)
+                    self.load_report.deleted_segments += 1
+                    self.load_report.lost_bytes += later.size
                     later.delete_files()
                     later.close()
                 segments = segments[: i + 1]
@@ -285,6 +323,21 @@ class Log:
             segments[-1].close()
             segments.pop()
         return segments
+
+    def _note_loss(self, seg: LogSegment) -> None:
+        loss = seg.last_loss
+        if loss is None:
+            return
+        # Data was removed: always worth a WARNING of its own (LogManager summarizes the
+        # partitions whose indexes were only rebuilt).
+        logger.warning("%s: recovery removed from segment %d %s", self.dir,
+                       seg.base_offset, loss.describe())
+        r = self.load_report
+        r.lost_bytes += loss.bytes
+        r.lost_batches += loss.batches
+        r.lost_records += loss.records
+        r.truncated_at = loss.from_offset if r.truncated_at < 0 else min(
+            r.truncated_at, loss.from_offset)
 
     # ------------------------------------------------------------------ segment list
 

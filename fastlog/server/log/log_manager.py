@@ -145,6 +145,7 @@ class LogManager:
         self.had_clean_shutdown[log_dir] = clean
         recovery_points = self._read_checkpoint(log_dir, RECOVERY_POINT_CHECKPOINT)
         start_offsets = self._read_checkpoint(log_dir, LOG_START_OFFSET_CHECKPOINT)
+        recovered: list[Log] = []
         for name in sorted(os.listdir(log_dir)):
             path = os.path.join(log_dir, name)
             if not os.path.isdir(path):
@@ -175,13 +176,41 @@ class LogManager:
                            scheduler=self.scheduler)
             self._logs[key] = log
             self._dir_of[key] = log_dir
+            if log.load_report.recovered:
+                recovered.append(log)
+        self._report_recovery(log_dir, clean, recovered)
         if clean:
             # From now on a crash must look unclean: the marker only lives between a clean
             # shutdown and the next startup.
             os.unlink(marker)
             fsync_dir(log_dir)
-        if not clean and self._logs:
-            logger.info("%s: recovered after an unclean shutdown", log_dir)
+
+    @staticmethod
+    def _report_recovery(log_dir: str, clean: bool, recovered: list[Log]) -> None:
+        """One WARNING line for the dir (partitions recovered, what was removed); each
+        partition's detail at DEBUG, except that Log already warned of each removal."""
+        if not recovered:
+            return
+        for lg in recovered:
+            r = lg.load_report
+            logger.debug("%s-%d: recovered: %d segment(s) checked, %d index rebuild(s), %d "
+                         "bytes removed", lg.topic, lg.partition, r.recovered_segments,
+                         r.rebuilt_segments, r.lost_bytes)
+        lost = [lg for lg in recovered if lg.load_report.lost_data]
+        why = "a clean shutdown (files damaged since)" if clean else "an unclean shutdown"
+        logger.warning(
+            "%s: recovered after %s: %d partition(s), %d segment(s) checked, %d index "
+            "rebuild(s); %d partition(s) lost data: %d bytes, %d whole batch(es), %d "
+            "record(s), %d segment(s) deleted%s", log_dir, why, len(recovered),
+            sum(lg.load_report.recovered_segments for lg in recovered),
+            sum(lg.load_report.rebuilt_segments for lg in recovered), len(lost),
+            sum(lg.load_report.lost_bytes for lg in lost),
+            sum(lg.load_report.lost_batches for lg in lost),
+            sum(lg.load_report.lost_records for lg in lost),
+            sum(lg.load_report.deleted_segments for lg in lost),
+            "" if not lost else " (" + ", ".join(
+                f"{lg.topic}-{lg.partition} from offset {lg.load_report.truncated_at}"
+                for lg in lost[:10]) + (", ..." if len(lost) > 10 else "") + ")")
 
     def _config_for(self, topic: str) -> LogConfig:
         if self._topic_config is not None:

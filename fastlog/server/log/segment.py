@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import mmap
 import os
 import threading
@@ -142,6 +143,35 @@ class BatchWalk:
         self.valid_end = max(self.valid_end, pos) if self.error is None else self.valid_end
 
 
+@dataclasses.dataclass(slots=True)
+class TailLoss:
+    """What recovery cut off the end of a segment: `bytes` from byte `position`, which
+    held the offsets from `from_offset` on; `batches` whole batches (structurally intact,
+    e.g. failing their CRC) of `records` records, the rest a partial batch; `reason` is
+    the check that failed."""
+
+    position: int
+    bytes: int
+    from_offset: int
+    batches: int
+    records: int
+    reason: str
+
+    def describe(self) -> str:
+        whole = f"{self.batches} batch(es) of {self.records} record(s)" if self.batches else ""
+        partial = "a partial batch" if not self.batches else "partial data"
+        return (f"{self.bytes} bytes ({whole or partial}) from offset {self.from_offset}, "
+                f"byte {self.position}: {self.reason}")
+
+
+def _tail_loss(buf, start: int, end: int, from_offset: int, reason) -> TailLoss:
+    batches = records = 0
+    for chunk in BatchWalk(buf, start, end, False):
+        batches += len(chunk)
+        records += sum(h.record_count for h in chunk)
+    return TailLoss(start, end - start, from_offset, batches, records, str(reason))
+
+
 class SegmentRead:
     """Where a read landed in one segment: `length` bytes at `position` of `file`."""
 
@@ -181,6 +211,8 @@ class LogSegment:
         self._map: mmap.mmap | None = None
         self._map_len = 0
         self.deleted = False
+        # What the last recover() removed (a TailLoss), None if nothing.
+        self.last_loss: TailLoss | None = None
 
     # ---- opening ----
 
@@ -482,10 +514,27 @@ class LogSegment:
                 break
         prev_last = ix.prev_last_offset
         truncated = self.size - valid_end
+        self.last_loss = None
         if truncated:
+            reason = walk.error if walk.valid_end <= valid_end and walk.error is not None \
+                else "offsets out of order"
+            self.last_loss = _tail_loss(buf, valid_end, self.size, prev_last + 1, reason)
             self._truncate_file(valid_end)
         self._next_offset = prev_last + 1
         return truncated
+
+    def check_tail(self):
+        """The cheap check every start makes of the active segment: the batches after the
+        last offset-index entry (at most index.interval.bytes and one batch) must be whole
+        and pass their CRC. Returns the CodecError found, or None."""
+        if self.size == 0:
+            return None
+        n = self.offset_index.entries
+        pos = self.offset_index.entry(n - 1)[1] if n else 0
+        walk = BatchWalk(self._mapped(), pos, self.size, True)
+        for _ in walk:
+            pass
+        return walk.error
 
     def _truncate_file(self, size: int) -> None:
         self._drop_map()
