@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import re
@@ -696,7 +697,7 @@ class BrokerServer:
         state = self.metadata.topic(name)
         if state is None:
             raise KeyError(name)
-        await self.metadata.delete_topic(name)
+        await self._metadata_write(self.metadata.delete_topic, name)
         self._log_configs.pop(name, None)
         self._timestamp_limits.pop(name, None)
         if self.cluster is None:
@@ -706,9 +707,19 @@ class BrokerServer:
                 self.replica_manager.delete_partition(name, p)
         log.info("deleted topic %s", name)
 
+    async def _metadata_write(self, fn, *args):
+        """A metadata change a full disk must not refuse (it is how space comes back):
+        on ENOSPC, once more after the log dirs' space reserve is released."""
+        try:
+            return await fn(*args)
+        except OSError as e:
+            if e.errno != errno.ENOSPC or not self.log_manager.release_space_reserve():
+                raise
+        return await fn(*args)
+
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         cfg = self.build_log_config(configs)
-        await self.metadata.set_topic_configs(name, configs)
+        await self._metadata_write(self.metadata.set_topic_configs, name, configs)
         self._log_configs[name] = cfg
         self._timestamp_limits.pop(name, None)
         self.replica_manager.update_config(name, cfg)

@@ -30,6 +30,7 @@ import time
 from fastlog import _codec
 from fastlog.protocol.errors import Errors
 from fastlog.server.log import KafkaStorageError, OffsetOutOfRangeError, RecordBatchTooLargeError
+from fastlog.server.log.errors import report_limited
 from fastlog.server.log.checkpoint import (
     REPLICATION_OFFSET_CHECKPOINT,
     CorruptCheckpointError,
@@ -827,7 +828,7 @@ class ReplicaManager:
             return PartitionResult(Errors.MESSAGE_TOO_LARGE, error_message=str(e))
         except (OSError, KafkaStorageError) as e:
             # Kafka marks the log dir offline; we answer the retriable storage error.
-            log.error("%s: append failed: %s", p, e)
+            report_limited(log, logging.ERROR, ("append", p.key), "%s: append failed: %s", p, e)
             return PartitionResult(Errors.KAFKA_STORAGE_ERROR, error_message=str(e))
         if b.compression == COMPRESSION_ZSTD:
             p.has_zstd = True

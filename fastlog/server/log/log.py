@@ -723,16 +723,28 @@ class Log:
         if self.leader_epoch_cache.path:
             self.leader_epoch_cache.path = os.path.join(self.dir, LEADER_EPOCH_CHECKPOINT)
 
-    def close(self) -> None:
-        """Record the active segment's final time entry, trim indexes, release files."""
+    def close(self) -> bool:
+        """Record the active segment's final time entry, trim indexes, release files.
+        False when the final entry could not be written (a full disk): the files are
+        released all the same, and the indexes are rebuilt by the next start's recovery."""
         if self.closed:
-            return
+            return True
         self.closed = True
+        ok = True
         with self._flush_lock:
             active = self.active_segment
-            active.on_become_inactive_segment()
+            try:
+                active.on_become_inactive_segment()
+            except OSError as e:
+                logger.error("%s: cannot finish the active segment's indexes: %s", self.dir, e)
+                ok = False
             for seg in self.segments:
-                seg.close()
+                try:
+                    seg.close()
+                except OSError as e:
+                    logger.error("%s: closing segment %d: %s", self.dir, seg.base_offset, e)
+                    ok = False
+        return ok
 
     def delete(self) -> None:
         """Remove the partition: every segment and the directory itself."""

@@ -425,9 +425,17 @@ class LogSegment:
         # Index space first: a full disk fails the whole append here (OSError), never a
         # store into an index page the file system cannot back (SIGBUS).
         self._indexer.reserve(len(batches))
-        written = os.pwrite(fd, view, physical)
-        while written < len(view):   # a short write (rare): the rest
-            written += os.pwrite(fd, view[written:], physical + written)
+        try:
+            written = os.pwrite(fd, view, physical)
+            while written < len(view):   # a short write (rare): the rest
+                written += os.pwrite(fd, view[written:], physical + written)
+        except OSError:
+            # (a full disk) Nothing of a refused append may stay behind the segment's end.
+            try:
+                os.ftruncate(fd, physical)
+            except OSError:
+                pass
+            raise
         if self.rolling_based_timestamp is None:
             if self.size == 0:
                 self.rolling_based_timestamp = first.max_timestamp
