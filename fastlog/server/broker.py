@@ -139,7 +139,9 @@ class BrokerServer:
                 self.log_dirs, LogConfig.from_broker(self.config), node_id=self.node_id,
                 cluster_id=self.metadata.cluster_id, topic_config=self._log_configs.get,
                 cleaner_enable=self.config["log.cleaner.enable"],
-                dedupe_buffer_size=self.config["log.cleaner.dedupe.buffer.size"])
+                dedupe_buffer_size=self.config["log.cleaner.dedupe.buffer.size"],
+                verification_interval_ms=self.config["fastlog.log.verification.interval.ms"],
+                verification_bytes_per_sec=self.config["fastlog.log.verification.bytes.per.sec"])
         except KafkaStorageError as e:
             raise BrokerStartupError(str(e)) from None
         self.replica_manager = ReplicaManager(self)

@@ -30,12 +30,12 @@ import time
 from fastlog import _codec
 from fastlog.protocol.errors import Errors
 from fastlog.server.log import KafkaStorageError, OffsetOutOfRangeError, RecordBatchTooLargeError
-from fastlog.server.log.errors import report_limited
 from fastlog.server.log.checkpoint import (
     REPLICATION_OFFSET_CHECKPOINT,
     CorruptCheckpointError,
     OffsetCheckpointFile,
 )
+from fastlog.server.log.errors import report_limited
 from fastlog.server.partition import NO_LEADER, Partition
 from fastlog.server.producer_state import (
     NO_PRODUCER_ID,
@@ -965,6 +965,11 @@ class ReplicaManager:
                              **self._hw_bound(log_, limit))
         except OffsetOutOfRangeError:
             res.error = Errors.OFFSET_OUT_OF_RANGE
+            return res
+        except KafkaStorageError as e:  # a range the verifier found corrupt
+            report_limited(log, logging.ERROR, ("read", p.key), "%s: fetch at offset %d "
+                           "refused: %s", p, fetch_offset, e)
+            res.error = Errors.KAFKA_STORAGE_ERROR
             return res
         res.regions = info.regions
         res.size = info.size

@@ -54,3 +54,8 @@ class UnexpectedAppendOffsetError(LogError):
 
 class KafkaStorageError(LogError):
     """A log dir or file that cannot be used (Kafka's KAFKA_STORAGE_ERROR)."""
+
+
+class CorruptSegmentError(KafkaStorageError):
+    """A read that starts in a range of a segment found corrupt (see verifier.py): never
+    served as if good; a fetch answers KAFKA_STORAGE_ERROR for the partition."""

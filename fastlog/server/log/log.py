@@ -34,6 +34,7 @@ from fastlog._index import CorruptIndexError, summarize_batches
 from .checkpoint import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache, fsync_dir
 from .config import LogConfig
 from .errors import (
+    CorruptSegmentError,
     OffsetOutOfRangeError,
     OffsetsOutOfOrderError,
     RecordBatchTooLargeError,
@@ -364,6 +365,12 @@ class Log:
     def num_segments(self) -> int:
         return len(self._view[0])
 
+    @property
+    def corrupt_ranges(self) -> list[tuple[int, int, int]]:
+        """(segment base offset, start byte, end byte) of every range the verifier found
+        corrupt in this log's current segments (reads of them are refused)."""
+        return [(s.base_offset, lo, hi) for s in self._view[0] for lo, hi in s.corrupt]
+
     # ------------------------------------------------------------------ append
 
     def append(self, records, batches, leader_epoch: int, assign_offsets: bool = True,
@@ -472,6 +479,8 @@ class Log:
                     h = seg.translate_offset(max_offset)
                     limit_pos = seg.size if h is None else h.position
             r = seg.read(start_offset, max_bytes, limit_pos, min_one_batch)
+            if r is not None and seg.corrupt:
+                r = _without_corrupt(seg, r, start_offset)
             if r is not None:
                 if r.length == 0:
                     return FetchDataInfo(start_offset, [], 0, r.first_batch_offset,
@@ -759,6 +768,21 @@ class Log:
     def __repr__(self):
         return (f"Log({self.topic}-{self.partition}, start={self.log_start_offset}, "
                 f"end={self.log_end_offset}, segments={len(self.segments)})")
+
+
+def _without_corrupt(seg: LogSegment, r, start_offset: int):
+    """The read cut short before the first corrupt range it reaches; CorruptSegmentError
+    when it starts in one."""
+    end = r.position + r.length
+    for lo, hi in seg.corrupt:
+        if lo <= r.position < hi:
+            raise CorruptSegmentError(
+                f"offset {start_offset} lies in bytes {lo}..{hi} of {seg.log_path}, which "
+                f"failed verification (CRC-32C or structure)")
+        if r.position < lo < end:
+            end = lo
+    r.length = end - r.position
+    return r
 
 
 def _delete_segment_files(segments) -> None:

@@ -55,6 +55,7 @@ from .config import LogConfig
 from .errors import KafkaStorageError, report_limited
 from .log import Log, parse_topic_partition
 from .scheduler import IoWorker
+from .verifier import DEFAULT_VERIFICATION_BYTES_PER_SEC, LogVerifier
 
 logger = logging.getLogger(__name__)
 
@@ -94,14 +95,19 @@ class LogManager:
                  node_id: int | None = None, cluster_id: str | None = None,
                  topic_config=None, time_fn=time.time, scheduler=None,
                  cleaner_enable: bool = True,
-                 dedupe_buffer_size: int = DEFAULT_DEDUPE_BUFFER_SIZE, cleaner_worker=None):
+                 dedupe_buffer_size: int = DEFAULT_DEDUPE_BUFFER_SIZE, cleaner_worker=None,
+                 verification_interval_ms: int = 0,
+                 verification_bytes_per_sec: int = DEFAULT_VERIFICATION_BYTES_PER_SEC):
         """Open every log dir and load every partition in it.
 
         topic_config: optional callable topic -> LogConfig for partitions found on disk
         (default: default_config). scheduler: an IoWorker (one is created and owned by
         this manager when None). cleaner_enable (log.cleaner.enable) and dedupe_buffer_size
         (log.cleaner.dedupe.buffer.size) set up compaction; cleaner_worker: where its
-        segment I/O runs (its own IoWorker thread, started on first use, when None)."""
+        segment I/O runs (its own IoWorker thread, started on first use, when None).
+        verification_interval_ms / _bytes_per_sec: the background CRC verifier of sealed
+        segments (verifier.py; its thread starts here, off when the interval is <= 0);
+        its counters are `verification_stats`."""
         if not log_dirs:
             raise ValueError("at least one log dir is required")
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
@@ -124,6 +130,9 @@ class LogManager:
             lambda: [(k, self._dir_of[k], lg) for k, lg in self._logs.items()],
             self.log_dirs, dedupe_buffer_size=dedupe_buffer_size, worker=cleaner_worker,
             time_fn=time_fn) if cleaner_enable else None
+        self.verifier = LogVerifier(self.all_logs, verification_interval_ms,
+                                    verification_bytes_per_sec)
+        self.verifier.start()
 
     # ------------------------------------------------------------------ startup
 
@@ -436,6 +445,12 @@ class LogManager:
             return write()
         return self.scheduler.submit(write)
 
+    @property
+    def verification_stats(self) -> dict:
+        """The verifier's counters (passes, segments, bytes, corrupt_batches,
+        cpu_seconds; see verifier.py), for metrics."""
+        return self.verifier.stats
+
     # ------------------------------------------------------------------ shutdown
 
     def shutdown(self) -> None:
@@ -444,6 +459,7 @@ class LogManager:
         if self._shut_down:
             return
         self._shut_down = True
+        self.verifier.shutdown()
         if self.cleaner is not None:
             self.cleaner.shutdown()
         self.scheduler.drain(timeout=30)

@@ -81,6 +81,15 @@ class SegmentFile:
             if self._fd >= 0:
                 os.fsync(self._fd)
 
+    def pread_into(self, buf, offset: int) -> int | None:
+        """Read into `buf` (a writable buffer) from `offset`: the bytes read, or None
+        when the file is closed. Any thread (the verifier): the descriptor cannot be
+        closed, or reused for another file, while the read runs."""
+        with self._lock:
+            if self._fd < 0:
+                return None
+            return os.preadv(self._fd, [buf], offset)
+
     def close(self) -> None:
         with self._lock:
             if self._fd >= 0:
@@ -213,6 +222,9 @@ class LogSegment:
         self.deleted = False
         # What the last recover() removed (a TailLoss), None if nothing.
         self.last_loss: TailLoss | None = None
+        # Byte ranges (start, end) found corrupt by the verifier (verifier.py), which
+        # replaces the tuple whole; reads never serve them.
+        self.corrupt: tuple = ()
 
     # ---- opening ----
 
