@@ -582,7 +582,7 @@ class ReplicaManager:
         while offset < leo:
             try:
                 info = p.log.read(offset, _REPLAY_CHUNK, min_one_batch=True)
-            except OffsetOutOfRangeError:
+            except (OffsetOutOfRangeError, KafkaStorageError):  # (a corrupt range: verifier)
                 break
             if not info.regions:
                 break
