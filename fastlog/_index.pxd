@@ -13,6 +13,7 @@ cdef class AbstractIndex:
     cdef int _fd
     cdef unsigned char* _data
     cdef Py_ssize_t _length
+    cdef Py_ssize_t _reserved
     cdef Py_ssize_t _entries
     cdef Py_ssize_t _max_entries
     cdef int _entry_size
@@ -21,6 +22,7 @@ cdef class AbstractIndex:
     cdef int _map(self, Py_ssize_t length) except -1
     cdef void _unmap(self) noexcept
     cdef int _check_open(self) except -1
+    cdef int _reserve(self, Py_ssize_t end) except -1
     cdef int64_t _key(self, Py_ssize_t n) noexcept nogil
     cdef int64_t _value(self, Py_ssize_t n) noexcept nogil
     cdef void _truncate_to_relative(self, int64_t relative, bint by_value) noexcept

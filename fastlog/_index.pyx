@@ -11,14 +11,21 @@
 # resizes and closes. The only call allowed from another thread is flush(), which fsyncs the
 # file descriptor (on Linux that writes the dirty pages of our MAP_SHARED mapping too) and
 # never touches the mapping itself; a small lock keeps the descriptor open while it runs.
+#
+# Disk space: a writable index file is created at its full size but sparse, and the file
+# system backs a page of it only when that page is first written. A store into the mapping
+# that the file system cannot back (a full disk) kills the process with SIGBUS, so every
+# entry is written only into space already reserved with posix_fallocate, page by page
+# ahead of the entries (`_reserve`): a full disk becomes an OSError(ENOSPC) on the append.
 
 import os
 import threading
 
-from libc.errno cimport errno
+from libc.errno cimport EINVAL, EOPNOTSUPP, errno
 from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint32_t, uint64_t
 
 from fastlog._codec cimport BatchHeader, fl_be32, fl_be64, fl_put_be32, fl_put_be64
+from posix.fcntl cimport posix_fallocate
 from posix.mman cimport (
     MAP_FAILED,
     MAP_SHARED,
@@ -56,6 +63,8 @@ DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024
 # the default 4 KiB index interval) finds its target there.
 cdef enum:
     WARM_SECTION_BYTES = 8192
+    # Index space is reserved (posix_fallocate) this many bytes at a time.
+    RESERVE_CHUNK = 4096
 
 
 class CorruptIndexError(Exception):
@@ -140,6 +149,7 @@ cdef class AbstractIndex:
         self._fd = -1
         self._data = NULL
         self._length = 0
+        self._reserved = 0
         self._entries = 0
         self._max_entries = 0
         self._fd_lock = threading.Lock()
@@ -168,6 +178,8 @@ cdef class AbstractIndex:
         # An existing file holds exactly its entries (it was trimmed when its segment became
         # inactive or was closed); a torn or zero-padded one is caught by sanity_check().
         self._entries = 0 if newly_created else length // self._entry_size
+        # Pages holding entries were written, hence backed; the rest may be a hole.
+        self._reserved = _round_down(self._entries * self._entry_size, RESERVE_CHUNK)
 
     def __dealloc__(self):
         self._unmap()
@@ -200,6 +212,28 @@ cdef class AbstractIndex:
     cdef int _check_open(self) except -1:
         if self._fd < 0:
             raise ValueError(f"index {self.path} is closed")
+        return 0
+
+    cdef int _reserve(self, Py_ssize_t end) except -1:
+        # Make the file system back bytes [0, end) of the file (whole chunks, within the
+        # file) before entries are stored there; OSError(ENOSPC) when the disk is full.
+        cdef Py_ssize_t start = self._reserved, stop
+        cdef int err
+        if end <= start:
+            return 0
+        stop = min(self._length, ((end + RESERVE_CHUNK - 1) // RESERVE_CHUNK) * RESERVE_CHUNK)
+        if stop <= start:
+            return 0
+        with nogil:
+            err = posix_fallocate(self._fd, start, stop - start)
+        if err == 0:
+            self._reserved = stop
+        elif err == EOPNOTSUPP or err == EINVAL:
+            # A file system without fallocate (glibc emulates it almost everywhere):
+            # nothing to reserve with, so behave as before.
+            self._reserved = self._length
+        else:
+            raise OSError(err, os.strerror(err), self.path)
         return 0
 
     # Entry fields as signed integers: a negative one marks a corrupt file in sanity_check().
@@ -293,7 +327,15 @@ cdef class AbstractIndex:
         os.ftruncate(self._fd, rounded)
         self._map(rounded)
         self._entries = min(entries, self._max_entries)
+        self._reserved = min(self._reserved, rounded)
         return True
+
+    def reserve(self, Py_ssize_t more_entries):
+        """Reserve disk space for `more_entries` entries after the current ones (capped at
+        the file's size), so that appending them cannot fault on a full disk. Raises
+        OSError (ENOSPC) when the file system cannot grant it."""
+        self._check_open()
+        self._reserve((self._entries + max(0, more_entries)) * self._entry_size)
 
     def trim_to_valid_size(self):
         """Shrink the file to exactly its entries (done when the segment stops being active)."""
@@ -435,6 +477,7 @@ cdef class OffsetIndex(AbstractIndex):
                 f"offset {offset} does not fit a relative offset from {self.base_offset}")
         if position < 0 or position > INT32_MAX:
             raise ValueError(f"position {position} out of range for {self.path}")
+        self._reserve((self._entries + 1) * 8)
         cdef unsigned char* p = self._data + self._entries * 8
         fl_put_be32(p, <uint32_t>relative)
         fl_put_be32(p + 4, <uint32_t>position)
@@ -546,6 +589,7 @@ cdef class TimeIndex(AbstractIndex):
         if relative < 0 or relative > INT32_MAX:
             raise IndexOffsetOverflowError(
                 f"offset {offset} does not fit a relative offset from {self.base_offset}")
+        self._reserve((self._entries + 1) * 12)
         cdef unsigned char* p = self._data + self._entries * 12
         fl_put_be64(p, <uint64_t>timestamp)
         fl_put_be32(p + 8, <uint32_t>relative)
@@ -644,6 +688,13 @@ cdef class SegmentIndexer:
                                         is None else offset_of_max_timestamp)
         self.prev_last_offset = prev_last_offset
         self.last_epoch = last_epoch
+
+    def reserve(self, Py_ssize_t batches):
+        """Reserve index space for the entries `batches` more batches may add (at most one
+        each), before their data is written: a full disk then fails the append as a whole
+        (OSError) instead of after the data went out."""
+        self.offset_index._reserve((self.offset_index._entries + batches) * 8)
+        self.time_index._reserve((self.time_index._entries + batches + 1) * 12)
 
     def add(self, list batches, Py_ssize_t shift=0, bint check_offsets=False,
             list epoch_changes=None):

@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import re
@@ -142,7 +143,9 @@ class BrokerServer:
                 self.log_dirs, LogConfig.from_broker(self.config), node_id=self.node_id,
                 cluster_id=self.metadata.cluster_id, topic_config=self._log_configs.get,
                 cleaner_enable=self.config["log.cleaner.enable"],
-                dedupe_buffer_size=self.config["log.cleaner.dedupe.buffer.size"])
+                dedupe_buffer_size=self.config["log.cleaner.dedupe.buffer.size"],
+                verification_interval_ms=self.config["fastlog.log.verification.interval.ms"],
+                verification_bytes_per_sec=self.config["fastlog.log.verification.bytes.per.sec"])
         except KafkaStorageError as e:
             raise BrokerStartupError(str(e)) from None
         self.replica_manager = ReplicaManager(self)
@@ -705,7 +708,7 @@ class BrokerServer:
         state = self.metadata.topic(name)
         if state is None:
             raise KeyError(name)
-        await self.metadata.delete_topic(name)
+        await self._metadata_write(self.metadata.delete_topic, name)
         self._log_configs.pop(name, None)
         self._timestamp_limits.pop(name, None)
         if self.cluster is None:
@@ -715,9 +718,19 @@ class BrokerServer:
                 self.replica_manager.delete_partition(name, p)
         log.info("deleted topic %s", name)
 
+    async def _metadata_write(self, fn, *args):
+        """A metadata change a full disk must not refuse (it is how space comes back):
+        on ENOSPC, once more after the log dirs' space reserve is released."""
+        try:
+            return await fn(*args)
+        except OSError as e:
+            if e.errno != errno.ENOSPC or not self.log_manager.release_space_reserve():
+                raise
+        return await fn(*args)
+
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         cfg = self.build_log_config(configs)
-        await self.metadata.set_topic_configs(name, configs)
+        await self._metadata_write(self.metadata.set_topic_configs, name, configs)
         self._log_configs[name] = cfg
         self._timestamp_limits.pop(name, None)
         self.replica_manager.update_config(name, cfg)

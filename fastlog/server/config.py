@@ -280,6 +280,13 @@ _KEYS: list[ConfigKey] = [
     ConfigKey("log.cleaner.max.compaction.lag.ms", "long", LONG_MAX),
     ConfigKey("log.cleaner.backoff.ms", "long", 15000, "Pause between log cleaner passes.", _at_least(1)),
     ConfigKey("log.cleaner.dedupe.buffer.size", "long", 134217728, "Memory of the cleaner's offset map.", _at_least(1024)),
+    # fastlog's own: a background thread re-checks the CRC-32C of every batch in sealed
+    # segments (fastlog/server/log/verifier.py); a corrupt range is never served.
+    ConfigKey("fastlog.log.verification.interval.ms", "long", 3600000,
+              "Pause between passes of the background CRC check of sealed segments; 0 or -1 turns it off.",
+              _at_least(-1)),
+    ConfigKey("fastlog.log.verification.bytes.per.sec", "long", 10485760,
+              "Read rate of the background CRC check of sealed segments.", _at_least(1)),
     ConfigKey("log.preallocate", "boolean", False, inert=True),
     ConfigKey("log.message.timestamp.type", "string", "CreateTime", "CreateTime or LogAppendTime.", _one_of(*_TIMESTAMP_TYPES)),
     ConfigKey("log.message.timestamp.difference.max.ms", "long", LONG_MAX),

@@ -36,6 +36,7 @@ from fastlog.server.log.checkpoint import (
     CorruptCheckpointError,
     OffsetCheckpointFile,
 )
+from fastlog.server.log.errors import report_limited
 from fastlog.server.partition import NO_LEADER, Partition
 from fastlog.server.producer_state import (
     NO_PRODUCER_ID,
@@ -640,7 +641,7 @@ class ReplicaManager:
         while offset < leo:
             try:
                 info = p.log.read(offset, _REPLAY_CHUNK, min_one_batch=True)
-            except OffsetOutOfRangeError:
+            except (OffsetOutOfRangeError, KafkaStorageError):  # (a corrupt range: verifier)
                 break
             if not info.regions:
                 break
@@ -926,7 +927,7 @@ class ReplicaManager:
             return PartitionResult(Errors.MESSAGE_TOO_LARGE, error_message=str(e))
         except (OSError, KafkaStorageError) as e:
             # Kafka marks the log dir offline; we answer the retriable storage error.
-            log.error("%s: append failed: %s", p, e)
+            report_limited(log, logging.ERROR, ("append", p.key), "%s: append failed: %s", p, e)
             return PartitionResult(Errors.KAFKA_STORAGE_ERROR, error_message=str(e))
         if b.compression == COMPRESSION_ZSTD:
             p.has_zstd = True
@@ -1063,6 +1064,11 @@ class ReplicaManager:
                              **self._hw_bound(log_, limit))
         except OffsetOutOfRangeError:
             res.error = Errors.OFFSET_OUT_OF_RANGE
+            return res
+        except KafkaStorageError as e:  # a range the verifier found corrupt
+            report_limited(log, logging.ERROR, ("read", p.key), "%s: fetch at offset %d "
+                           "refused: %s", p, fetch_offset, e)
+            res.error = Errors.KAFKA_STORAGE_ERROR
             return res
         res.regions = info.regions
         res.size = info.size

@@ -6,6 +6,7 @@
 from .checkpoint import LeaderEpochFileCache, OffsetCheckpointFile
 from .config import LogConfig, LogConfigError
 from .errors import (
+    CorruptSegmentError,
     KafkaStorageError,
     LogError,
     OffsetOutOfRangeError,
@@ -24,9 +25,10 @@ from .log import (
 from .log_manager import CLEAN_SHUTDOWN_FILE, LogManager
 from .scheduler import InlineScheduler, IoWorker
 from .segment import LogSegment
+from .verifier import LogVerifier
 
 __all__ = [
-    "CLEAN_SHUTDOWN_FILE", "LogManager",
+    "CLEAN_SHUTDOWN_FILE", "CorruptSegmentError", "LogManager", "LogVerifier",
     "EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "MAX_TIMESTAMP", "FetchDataInfo",
     "InlineScheduler", "IoWorker", "KafkaStorageError", "LeaderEpochFileCache", "Log",
     "LogAppendInfo", "LogConfig", "LogConfigError", "LogError", "LogSegment",

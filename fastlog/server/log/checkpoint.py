@@ -14,8 +14,13 @@
 from __future__ import annotations
 
 import bisect
+import logging
 import os
 from collections.abc import Iterable, Mapping
+
+from .errors import report_limited
+
+_logger = logging.getLogger(__name__)
 
 CHECKPOINT_VERSION = 0
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
@@ -165,7 +170,7 @@ class LeaderEpochFileCache:
         keep = bisect.bisect_left(self._offsets, end_offset)
         if keep < len(self._offsets):
             del self._epochs[keep:], self._offsets[keep:]
-            self.flush()
+            self._flush_truncation()
 
     def truncate_from_start(self, start_offset: int) -> None:
         """Forget epochs wholly before start_offset; the one covering it now starts there."""
@@ -176,12 +181,24 @@ class LeaderEpochFileCache:
             return
         del self._epochs[: i - 1], self._offsets[: i - 1]
         self._offsets[0] = start_offset
-        self.flush()
+        self._flush_truncation()
 
     def clear(self) -> None:
         self._epochs.clear()
         self._offsets.clear()
-        self.flush()
+        self._flush_truncation()
+
+    def _flush_truncation(self) -> None:
+        # A truncation must not fail on a full disk (retention and DeleteRecords are how
+        # space comes back): the file may keep entries for a while, which is harmless, as
+        # loading truncates the cache to the log's start and end offsets again. The next
+        # change rewrites the whole file.
+        try:
+            self.flush()
+        except OSError as e:
+            report_limited(_logger, logging.ERROR, ("epoch-checkpoint", self.path),
+                           "cannot rewrite %s (kept in memory, rewritten at the next "
+                           "change): %s", self.path, e)
 
     def flush(self) -> None:
         if self.path is None:

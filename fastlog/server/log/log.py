@@ -34,6 +34,7 @@ from fastlog._index import CorruptIndexError, summarize_batches
 from .checkpoint import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache, fsync_dir
 from .config import LogConfig
 from .errors import (
+    CorruptSegmentError,
     OffsetOutOfRangeError,
     OffsetsOutOfOrderError,
     RecordBatchTooLargeError,
@@ -75,6 +76,30 @@ class LogAppendInfo:
     valid_bytes: int
     log_start_offset: int
     flush_future: Future | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class LoadReport:
+    """What loading a log recovered (Log.load_report; LogManager sums them up per dir):
+    segments whose batches were checked (recovery), whose indexes were rebuilt, and the
+    data removed (bytes, whole batches and records, segments dropped after a bad batch,
+    the lowest offset removed or -1)."""
+
+    recovered_segments: int = 0
+    rebuilt_segments: int = 0
+    lost_bytes: int = 0
+    lost_batches: int = 0
+    lost_records: int = 0
+    deleted_segments: int = 0
+    truncated_at: int = -1
+
+    @property
+    def recovered(self) -> bool:
+        return bool(self.recovered_segments or self.rebuilt_segments)
+
+    @property
+    def lost_data(self) -> bool:
+        return bool(self.lost_bytes)
 
 
 @dataclasses.dataclass
@@ -128,6 +153,7 @@ class Log:
         self._flush_job: Future | None = None
         self._flush_job_started = False
         self.closed = False
+        self.load_report = LoadReport()
 
     def _now_ms(self) -> int:
         return int(self.time_fn() * 1000)
@@ -166,11 +192,22 @@ class Log:
                     raise CorruptIndexError(f"{', '.join(missing)} file missing")
                 seg.sanity_check()
             except CorruptIndexError as exc:
-                logger.warning("%s: rebuilding indexes of segment %d: %s", self.dir, base, exc)
+                # (after a crash: the active segment's index is still at its full size)
+                logger.debug("%s: rebuilding indexes of segment %d: %s", self.dir, base, exc)
+                self.load_report.rebuilt_segments += 1
                 seg.recover(None, self.config.max_message_bytes)
+                self._note_loss(seg)
             segments.append(seg)
         segments.sort(key=lambda s: s.base_offset)
-        if not clean_shutdown and segments:
+        if clean_shutdown and segments:
+            # A clean shutdown marker does not prove the tail whole (a file cut or
+            # overwritten while the broker was down): check the last batches every time.
+            problem = segments[-1].check_tail()
+            if problem is not None:
+                logger.debug("%s: the tail of segment %d is bad: %s", self.dir,
+                             segments[-1].base_offset, problem)
+                segments = self._recover_segments(segments, segments[-1].base_offset)
+        elif segments:
             segments = self._recover_segments(segments, recovery_point)
         if not segments:
             start = log_start_offset or 0
@@ -268,12 +305,14 @@ class Log:
         for i in range(first, len(segments)):
             seg = segments[i]
             truncated = seg.recover(self.leader_epoch_cache, self.config.max_message_bytes)
+            self.load_report.recovered_segments += 1
             if truncated:
-                logger.warning("%s: truncated %d invalid bytes at the end of segment %d",
-                               self.dir, truncated, seg.base_offset)
+                self._note_loss(seg)
                 for later in segments[i + 1:]:
-                    logger.warning("%s: deleting segment %d after the corruption",
-                                   self.dir, later.base_offset)
+                    logger.warning("%s: deleting segment %d (%d bytes) after the corruption",
+                                   self.dir, later.base_offset, later.size)
+                    self.load_report.deleted_segments += 1
+                    self.load_report.lost_bytes += later.size
                     later.delete_files()
                     later.close()
                 segments = segments[: i + 1]
@@ -285,6 +324,21 @@ class Log:
             segments[-1].close()
             segments.pop()
         return segments
+
+    def _note_loss(self, seg: LogSegment) -> None:
+        loss = seg.last_loss
+        if loss is None:
+            return
+        # Data was removed: always worth a WARNING of its own (LogManager summarizes the
+        # partitions whose indexes were only rebuilt).
+        logger.warning("%s: recovery removed from segment %d %s", self.dir,
+                       seg.base_offset, loss.describe())
+        r = self.load_report
+        r.lost_bytes += loss.bytes
+        r.lost_batches += loss.batches
+        r.lost_records += loss.records
+        r.truncated_at = loss.from_offset if r.truncated_at < 0 else min(
+            r.truncated_at, loss.from_offset)
 
     # ------------------------------------------------------------------ segment list
 
@@ -310,6 +364,12 @@ class Log:
     @property
     def num_segments(self) -> int:
         return len(self._view[0])
+
+    @property
+    def corrupt_ranges(self) -> list[tuple[int, int, int]]:
+        """(segment base offset, start byte, end byte) of every range the verifier found
+        corrupt in this log's current segments (reads of them are refused)."""
+        return [(s.base_offset, lo, hi) for s in self._view[0] for lo, hi in s.corrupt]
 
     # ------------------------------------------------------------------ append
 
@@ -419,6 +479,8 @@ class Log:
                     h = seg.translate_offset(max_offset)
                     limit_pos = seg.size if h is None else h.position
             r = seg.read(start_offset, max_bytes, limit_pos, min_one_batch)
+            if r is not None and seg.corrupt:
+                r = _without_corrupt(seg, r, start_offset)
             if r is not None:
                 if r.length == 0:
                     return FetchDataInfo(start_offset, [], 0, r.first_batch_offset,
@@ -670,16 +732,28 @@ class Log:
         if self.leader_epoch_cache.path:
             self.leader_epoch_cache.path = os.path.join(self.dir, LEADER_EPOCH_CHECKPOINT)
 
-    def close(self) -> None:
-        """Record the active segment's final time entry, trim indexes, release files."""
+    def close(self) -> bool:
+        """Record the active segment's final time entry, trim indexes, release files.
+        False when the final entry could not be written (a full disk): the files are
+        released all the same, and the indexes are rebuilt by the next start's recovery."""
         if self.closed:
-            return
+            return True
         self.closed = True
+        ok = True
         with self._flush_lock:
             active = self.active_segment
-            active.on_become_inactive_segment()
+            try:
+                active.on_become_inactive_segment()
+            except OSError as e:
+                logger.error("%s: cannot finish the active segment's indexes: %s", self.dir, e)
+                ok = False
             for seg in self.segments:
-                seg.close()
+                try:
+                    seg.close()
+                except OSError as e:
+                    logger.error("%s: closing segment %d: %s", self.dir, seg.base_offset, e)
+                    ok = False
+        return ok
 
     def delete(self) -> None:
         """Remove the partition: every segment and the directory itself."""
@@ -694,6 +768,21 @@ class Log:
     def __repr__(self):
         return (f"Log({self.topic}-{self.partition}, start={self.log_start_offset}, "
                 f"end={self.log_end_offset}, segments={len(self.segments)})")
+
+
+def _without_corrupt(seg: LogSegment, r, start_offset: int):
+    """The read cut short before the first corrupt range it reaches; CorruptSegmentError
+    when it starts in one."""
+    end = r.position + r.length
+    for lo, hi in seg.corrupt:
+        if lo <= r.position < hi:
+            raise CorruptSegmentError(
+                f"offset {start_offset} lies in bytes {lo}..{hi} of {seg.log_path}, which "
+                f"failed verification (CRC-32C or structure)")
+        if r.position < lo < end:
+            end = lo
+    r.length = end - r.position
+    return r
 
 
 def _delete_segment_files(segments) -> None:

@@ -8,6 +8,13 @@
 # no topic claims it, kept). Directories holding anything but a log's files are never
 # opened or removed.
 #
+# A full disk must stay recoverable through Kafka's API: each dir also holds
+# `.fastlog-space-reserve`, SPACE_RESERVE_BYTES allocated with posix_fallocate at startup.
+# Appends can never use that space; when a write that frees space or keeps the broker
+# consistent (the metadata of DeleteTopics or a config change, a checkpoint) fails with
+# ENOSPC, the reserve is given up and the write retried (release_space_reserve), and the
+# reserve is allocated again by a later retention pass once the disk has room.
+#
 # Threading model (the one storage-wide rule):
 #   * Every append, read, truncation, roll, retention decision, log creation/deletion and
 #     config change comes from ONE thread: the broker's asyncio event-loop thread.
@@ -25,6 +32,7 @@ flush scheduling, checkpoints and clean shutdown."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -44,13 +52,16 @@ from .checkpoint import (
 )
 from .cleaner import DEFAULT_DEDUPE_BUFFER_SIZE, LogCleaner
 from .config import LogConfig
-from .errors import KafkaStorageError
+from .errors import KafkaStorageError, report_limited
 from .log import Log, parse_topic_partition
 from .scheduler import IoWorker
+from .verifier import DEFAULT_VERIFICATION_BYTES_PER_SEC, LogVerifier
 
 logger = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+SPACE_RESERVE_FILE = ".fastlog-space-reserve"
+SPACE_RESERVE_BYTES = 1 << 20
 DELETE_DIR_SUFFIX = "-delete"
 STRAY_DIR_SUFFIX = "-stray"
 # `<topic>-<partition>.<hex id>-delete|-stray`: what delete_log and mark_stray name a dir.
@@ -60,6 +71,10 @@ _RETIRED_DIR = re.compile(r"^.+-\d+\.[0-9a-f]+-(delete|stray)$")
 _PARTITION_FILE = re.compile(
     r"^(\d{20}\.(log|index|timeindex|snapshot|txnindex)(\.(deleted|cleaned|swap))?"
     r"|leader-epoch-checkpoint|partition\.metadata)(\.tmp)?$")
+
+
+def _call(fn, *args):
+    return fn(*args)
 
 
 def foreign_entry(path: str) -> str | None:
@@ -80,14 +95,19 @@ class LogManager:
                  node_id: int | None = None, cluster_id: str | None = None,
                  topic_config=None, time_fn=time.time, scheduler=None,
                  cleaner_enable: bool = True,
-                 dedupe_buffer_size: int = DEFAULT_DEDUPE_BUFFER_SIZE, cleaner_worker=None):
+                 dedupe_buffer_size: int = DEFAULT_DEDUPE_BUFFER_SIZE, cleaner_worker=None,
+                 verification_interval_ms: int = 0,
+                 verification_bytes_per_sec: int = DEFAULT_VERIFICATION_BYTES_PER_SEC):
         """Open every log dir and load every partition in it.
 
         topic_config: optional callable topic -> LogConfig for partitions found on disk
         (default: default_config). scheduler: an IoWorker (one is created and owned by
         this manager when None). cleaner_enable (log.cleaner.enable) and dedupe_buffer_size
         (log.cleaner.dedupe.buffer.size) set up compaction; cleaner_worker: where its
-        segment I/O runs (its own IoWorker thread, started on first use, when None)."""
+        segment I/O runs (its own IoWorker thread, started on first use, when None).
+        verification_interval_ms / _bytes_per_sec: the background CRC verifier of sealed
+        segments (verifier.py; its thread starts here, off when the interval is <= 0);
+        its counters are `verification_stats`."""
         if not log_dirs:
             raise ValueError("at least one log dir is required")
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
@@ -105,10 +125,14 @@ class LogManager:
             self._check_meta_properties(d, node_id, cluster_id)
         for d in self.log_dirs:
             self._load_dir(d)
+            self._allocate_space_reserve(d)
         self.cleaner = LogCleaner(
             lambda: [(k, self._dir_of[k], lg) for k, lg in self._logs.items()],
             self.log_dirs, dedupe_buffer_size=dedupe_buffer_size, worker=cleaner_worker,
             time_fn=time_fn) if cleaner_enable else None
+        self.verifier = LogVerifier(self.all_logs, verification_interval_ms,
+                                    verification_bytes_per_sec)
+        self.verifier.start()
 
     # ------------------------------------------------------------------ startup
 
@@ -145,6 +169,7 @@ class LogManager:
         self.had_clean_shutdown[log_dir] = clean
         recovery_points = self._read_checkpoint(log_dir, RECOVERY_POINT_CHECKPOINT)
         start_offsets = self._read_checkpoint(log_dir, LOG_START_OFFSET_CHECKPOINT)
+        recovered: list[Log] = []
         for name in sorted(os.listdir(log_dir)):
             path = os.path.join(log_dir, name)
             if not os.path.isdir(path):
@@ -175,13 +200,106 @@ class LogManager:
                            scheduler=self.scheduler)
             self._logs[key] = log
             self._dir_of[key] = log_dir
+            if log.load_report.recovered:
+                recovered.append(log)
+        self._report_recovery(log_dir, clean, recovered)
         if clean:
             # From now on a crash must look unclean: the marker only lives between a clean
             # shutdown and the next startup.
             os.unlink(marker)
             fsync_dir(log_dir)
-        if not clean and self._logs:
-            logger.info("%s: recovered after an unclean shutdown", log_dir)
+
+    @staticmethod
+    def _report_recovery(log_dir: str, clean: bool, recovered: list[Log]) -> None:
+        """One WARNING line for the dir (partitions recovered, what was removed); each
+        partition's detail at DEBUG, except that Log already warned of each removal."""
+        if not recovered:
+            return
+        for lg in recovered:
+            r = lg.load_report
+            logger.debug("%s-%d: recovered: %d segment(s) checked, %d index rebuild(s), %d "
+                         "bytes removed", lg.topic, lg.partition, r.recovered_segments,
+                         r.rebuilt_segments, r.lost_bytes)
+        lost = [lg for lg in recovered if lg.load_report.lost_data]
+        why = "a clean shutdown (files damaged since)" if clean else "an unclean shutdown"
+        logger.warning(
+            "%s: recovered after %s: %d partition(s), %d segment(s) checked, %d index "
+            "rebuild(s); %d partition(s) lost data: %d bytes, %d whole batch(es), %d "
+            "record(s), %d segment(s) deleted%s", log_dir, why, len(recovered),
+            sum(lg.load_report.recovered_segments for lg in recovered),
+            sum(lg.load_report.rebuilt_segments for lg in recovered), len(lost),
+            sum(lg.load_report.lost_bytes for lg in lost),
+            sum(lg.load_report.lost_batches for lg in lost),
+            sum(lg.load_report.lost_records for lg in lost),
+            sum(lg.load_report.deleted_segments for lg in lost),
+            "" if not lost else " (" + ", ".join(
+                f"{lg.topic}-{lg.partition} from offset {lg.load_report.truncated_at}"
+                for lg in lost[:10]) + (", ..." if len(lost) > 10 else "") + ")")
+
+    # ------------------------------------------------------------------ space reserve
+
+    @staticmethod
+    def _allocate_space_reserve(log_dir: str) -> bool:
+        """Allocate the dir's space reserve unless present; False when the disk has no
+        room for it now (retried by later retention passes)."""
+        path = os.path.join(log_dir, SPACE_RESERVE_FILE)
+        try:
+            if os.path.getsize(path) >= SPACE_RESERVE_BYTES:
+                return True
+        except OSError:
+            pass
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                os.posix_fallocate(fd, 0, SPACE_RESERVE_BYTES)
+            finally:
+                os.close(fd)
+            return True
+        except OSError as e:
+            if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                report_limited(logger, logging.WARNING, ("reserve", log_dir),
+                               "%s: cannot allocate the %d-byte space reserve: %s",
+                               log_dir, SPACE_RESERVE_BYTES, e)
+            try:
+                os.unlink(path)  # never a half reserve that looks whole
+            except OSError:
+                pass
+            return False
+
+    def release_space_reserve(self) -> bool:
+        """Give up every dir's space reserve (a write that must not fail on a full disk
+        just did); True if any space was freed. Any thread."""
+        freed = False
+        for d in self.log_dirs:
+            try:
+                os.unlink(os.path.join(d, SPACE_RESERVE_FILE))
+                freed = True
+            except OSError:
+                continue
+            logger.warning("%s: disk full: released the %d-byte space reserve for a write "
+                           "that frees or records state", d, SPACE_RESERVE_BYTES)
+        return freed
+
+    def _restore_space_reserves(self) -> None:
+        for d in self.log_dirs:
+            path = os.path.join(d, SPACE_RESERVE_FILE)
+            if os.path.exists(path):
+                continue
+            try:
+                st = os.statvfs(d)
+            except OSError:
+                continue
+            if st.f_bavail * st.f_frsize >= 4 * SPACE_RESERVE_BYTES:
+                self.scheduler.submit(self._allocate_space_reserve, d)
+
+    def with_space_reserve(self, fn, *args):
+        """fn(*args); on ENOSPC, once more after releasing the space reserve."""
+        try:
+            return fn(*args)
+        except OSError as e:
+            if e.errno != errno.ENOSPC or not self.release_space_reserve():
+                raise
+        return fn(*args)
 
     def _config_for(self, topic: str) -> LogConfig:
         if self._topic_config is not None:
@@ -266,8 +384,11 @@ class LogManager:
         for log in self.all_logs():
             try:
                 total += log.delete_old_segments(now)
-            except OSError:
-                logger.exception("retention failed for %s", log)
+            except OSError as e:
+                report_limited(logger, logging.ERROR, ("retention", log.dir),
+                               "retention failed for %s: %s", log, e)
+        if not self._shut_down:
+            self._restore_space_reserves()
         return total
 
     def clean_logs(self, now_ms: int | None = None):
@@ -287,7 +408,8 @@ class LogManager:
         return futures
 
     def checkpoint_recovery_points(self, sync: bool = False):
-        """Write every dir's recovery-point checkpoint (on the I/O worker unless sync)."""
+        """Write every dir's recovery-point checkpoint (on the I/O worker unless sync;
+        a future of, or with sync the, success: a failure is logged, never raised)."""
         snapshot = {k: lg.recovery_point for k, lg in self._logs.items()}
         return self._checkpoint(RECOVERY_POINT_CHECKPOINT, snapshot, sync)
 
@@ -299,18 +421,35 @@ class LogManager:
     def _checkpoint(self, name: str, snapshot: dict, sync: bool):
         dirs = dict(self._dir_of)
 
-        def write():
+        def write() -> bool:
             by_dir: dict[str, dict] = {d: {} for d in self.log_dirs}
             for key, offset in snapshot.items():
                 if key in dirs:
                     by_dir[dirs[key]][key] = offset
+            ok = True
             for d, offsets in by_dir.items():
-                OffsetCheckpointFile(os.path.join(d, name)).write(offsets)
+                # Only the last checkpoints (shutdown, sync) may use the space reserve: a
+                # periodic one that fails leaves the previous one, which is good enough.
+                run = self.with_space_reserve if sync else _call
+                try:
+                    run(OffsetCheckpointFile(os.path.join(d, name)).write, offsets)
+                except OSError as e:
+                    # The previous checkpoint stays (the write is atomic): recovery then
+                    # starts from an older point, which is slower, never wrong.
+                    report_limited(logger, logging.ERROR, ("checkpoint", d, name),
+                                   "%s: cannot write %s: %s", d, name, e)
+                    ok = False
+            return ok
 
         if sync:
-            write()
-            return None
+            return write()
         return self.scheduler.submit(write)
+
+    @property
+    def verification_stats(self) -> dict:
+        """The verifier's counters (passes, segments, bytes, corrupt_batches,
+        cpu_seconds; see verifier.py), for metrics."""
+        return self.verifier.stats
 
     # ------------------------------------------------------------------ shutdown
 
@@ -320,18 +459,32 @@ class LogManager:
         if self._shut_down:
             return
         self._shut_down = True
+        self.verifier.shutdown()
         if self.cleaner is not None:
             self.cleaner.shutdown()
         self.scheduler.drain(timeout=30)
+        clean = True
         for log in self.all_logs():
-            log.flush()
-        self.checkpoint_recovery_points(sync=True)
-        self.checkpoint_log_start_offsets(sync=True)
+            try:
+                log.flush()
+            except OSError as e:
+                logger.error("%s: cannot flush at shutdown: %s", log.dir, e)
+                clean = False
+        clean &= self.checkpoint_recovery_points(sync=True)
+        clean &= self.checkpoint_log_start_offsets(sync=True)
         for log in self.all_logs():
-            log.close()
+            clean &= log.close()
         if self._owns_scheduler:
             self.scheduler.shutdown()
         for d in self.log_dirs:
-            with open(os.path.join(d, CLEAN_SHUTDOWN_FILE), "wb") as f:
-                os.fsync(f.fileno())
-            fsync_dir(d)
+            if not clean:
+                logger.error("%s: no clean-shutdown marker written (a write failed above): "
+                             "the next start recovers the logs", d)
+                continue
+            try:
+                with open(os.path.join(d, CLEAN_SHUTDOWN_FILE), "wb") as f:
+                    os.fsync(f.fileno())
+                fsync_dir(d)
+            except OSError as e:
+                logger.error("%s: cannot write the clean-shutdown marker (%s): the next start "
+                             "recovers the logs", d, e)

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import mmap
 import os
 import threading
@@ -80,6 +81,15 @@ class SegmentFile:
             if self._fd >= 0:
                 os.fsync(self._fd)
 
+    def pread_into(self, buf, offset: int) -> int | None:
+        """Read into `buf` (a writable buffer) from `offset`: the bytes read, or None
+        when the file is closed. Any thread (the verifier): the descriptor cannot be
+        closed, or reused for another file, while the read runs."""
+        with self._lock:
+            if self._fd < 0:
+                return None
+            return os.preadv(self._fd, [buf], offset)
+
     def close(self) -> None:
         with self._lock:
             if self._fd >= 0:
@@ -142,6 +152,35 @@ class BatchWalk:
         self.valid_end = max(self.valid_end, pos) if self.error is None else self.valid_end
 
 
+@dataclasses.dataclass(slots=True)
+class TailLoss:
+    """What recovery cut off the end of a segment: `bytes` from byte `position`, which
+    held the offsets from `from_offset` on; `batches` whole batches (structurally intact,
+    e.g. failing their CRC) of `records` records, the rest a partial batch; `reason` is
+    the check that failed."""
+
+    position: int
+    bytes: int
+    from_offset: int
+    batches: int
+    records: int
+    reason: str
+
+    def describe(self) -> str:
+        whole = f"{self.batches} batch(es) of {self.records} record(s)" if self.batches else ""
+        partial = "a partial batch" if not self.batches else "partial data"
+        return (f"{self.bytes} bytes ({whole or partial}) from offset {self.from_offset}, "
+                f"byte {self.position}: {self.reason}")
+
+
+def _tail_loss(buf, start: int, end: int, from_offset: int, reason) -> TailLoss:
+    batches = records = 0
+    for chunk in BatchWalk(buf, start, end, False):
+        batches += len(chunk)
+        records += sum(h.record_count for h in chunk)
+    return TailLoss(start, end - start, from_offset, batches, records, str(reason))
+
+
 class SegmentRead:
     """Where a read landed in one segment: `length` bytes at `position` of `file`."""
 
@@ -181,6 +220,11 @@ class LogSegment:
         self._map: mmap.mmap | None = None
         self._map_len = 0
         self.deleted = False
+        # What the last recover() removed (a TailLoss), None if nothing.
+        self.last_loss: TailLoss | None = None
+        # Byte ranges (start, end) found corrupt by the verifier (verifier.py), which
+        # replaces the tuple whole; reads never serve them.
+        self.corrupt: tuple = ()
 
     # ---- opening ----
 
@@ -390,9 +434,20 @@ class LogSegment:
         view = memoryview(buf)[first.position:last.end]
         physical = self.size
         fd = self.file.fileno()
-        written = os.pwrite(fd, view, physical)
-        while written < len(view):   # a short write (rare): the rest
-            written += os.pwrite(fd, view[written:], physical + written)
+        # Index space first: a full disk fails the whole append here (OSError), never a
+        # store into an index page the file system cannot back (SIGBUS).
+        self._indexer.reserve(len(batches))
+        try:
+            written = os.pwrite(fd, view, physical)
+            while written < len(view):   # a short write (rare): the rest
+                written += os.pwrite(fd, view[written:], physical + written)
+        except OSError:
+            # (a full disk) Nothing of a refused append may stay behind the segment's end.
+            try:
+                os.ftruncate(fd, physical)
+            except OSError:
+                pass
+            raise
         if self.rolling_based_timestamp is None:
             if self.size == 0:
                 self.rolling_based_timestamp = first.max_timestamp
@@ -479,10 +534,27 @@ class LogSegment:
                 break
         prev_last = ix.prev_last_offset
         truncated = self.size - valid_end
+        self.last_loss = None
         if truncated:
+            reason = walk.error if walk.valid_end <= valid_end and walk.error is not None \
+                else "offsets out of order"
+            self.last_loss = _tail_loss(buf, valid_end, self.size, prev_last + 1, reason)
             self._truncate_file(valid_end)
         self._next_offset = prev_last + 1
         return truncated
+
+    def check_tail(self):
+        """The cheap check every start makes of the active segment: the batches after the
+        last offset-index entry (at most index.interval.bytes and one batch) must be whole
+        and pass their CRC. Returns the CodecError found, or None."""
+        if self.size == 0:
+            return None
+        n = self.offset_index.entries
+        pos = self.offset_index.entry(n - 1)[1] if n else 0
+        walk = BatchWalk(self._mapped(), pos, self.size, True)
+        for _ in walk:
+            pass
+        return walk.error
 
     def _truncate_file(self, size: int) -> None:
         self._drop_map()

@@ -206,3 +206,33 @@ def test_mark_stray_keeps_the_files_and_stops_serving(tmp_path):
         assert again.all_logs() == [] and os.path.isdir(kept)
     finally:
         again.shutdown()
+
+
+def test_unclean_restart_of_many_partitions_is_one_warning(tmp_path, caplog):
+    """Fifty partitions recovered without loss: one WARNING line for the dir (details at
+    DEBUG); a partition that lost data still gets a WARNING of its own."""
+    d = tmp_path / "a"
+    mgr = _manager([d])
+    for p in range(50):
+        append_n(mgr.get_or_create_log("many", p), 3)
+    torn = mgr.get_log("many", 7).active_segment.file.path
+    assert mgr.scheduler.drain(timeout=30)
+    mgr.scheduler.shutdown()  # a crash: no checkpoints, no clean-shutdown marker
+    with open(torn, "r+b") as f:
+        f.truncate(os.path.getsize(torn) - 5)
+    caplog.set_level("DEBUG", logger="fastlog.server.log")
+    again = _manager([d])
+    try:
+        warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert len(warnings) == 2, warnings
+        assert "many-7" in warnings[0] and "recovery removed" in warnings[0]
+        assert "from offset 4" in warnings[0]
+        assert "recovered after an unclean shutdown: 50 partition(s)" in warnings[1]
+        assert "1 partition(s) lost data" in warnings[1]
+        debug = [r for r in caplog.records if r.levelname == "DEBUG"
+                 and "recovered:" in r.getMessage()]
+        assert len(debug) == 50
+        assert again.get_log("many", 7).log_end_offset == 4
+        assert again.get_log("many", 8).log_end_offset == 6
+    finally:
+        again.shutdown()
