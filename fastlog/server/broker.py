@@ -30,13 +30,13 @@ import threading
 import time
 
 from fastlog._net import SocketServer
+from fastlog.metadata import EmbeddedMetadataStore, MetadataError, PartitionState, TopicState
 from fastlog.protocol import Errors, KafkaApiError
 from fastlog.server.apis import KafkaApis
 from fastlog.server.config import KafkaConfig, parse_properties
 from fastlog.server.group import GroupCoordinator
 from fastlog.server.log import KafkaStorageError, LogConfig, LogManager
 from fastlog.server.log.config import TOPIC_CONFIG_KEYS as STORAGE_TOPIC_KEYS
-from fastlog.server.metadata import EmbeddedMetadataStore, MetadataError, PartitionState, TopicState
 from fastlog.server.producer_state import ProducerIdManager
 from fastlog.server.replica_manager import Partition, ReplicaManager
 

@@ -9,7 +9,7 @@ import time
 import pytest
 from kazoo.exceptions import ConnectionLoss
 
-from fastlog.server.metadata import MetadataStore
+from fastlog.metadata import MetadataStore
 from fastlog.zk.client import KafkaZkClient
 from fastlog.zk.controller import ZkController
 from fastlog.zk.meta_properties import InconsistentClusterIdError, check_cluster_id
