@@ -193,15 +193,13 @@ def _shown(text: str, limit: int = 60) -> str:
 
 def topic_name(text: str) -> str:
     """argparse type: a legal Kafka topic name (1-249 of [a-zA-Z0-9._-], not '.' or '..')."""
-    # Kafka's rule lives with the ZooKeeper paths; that module imports nothing of ours.
-    from fastlog.zk.paths import validate_topic
+    from fastlog.protocol.topics import topic_name_problem
 
-    try:
-        return validate_topic(text)
-    except ValueError:
+    if topic_name_problem(text) is not None:
         raise argparse.ArgumentTypeError(
             f"{_shown(text)} is not a legal topic name: it must be 1-249 characters of "
-            "a-z, A-Z, 0-9, '.', '_' and '-', and not '.' or '..'") from None
+            "a-z, A-Z, 0-9, '.', '_' and '-', and not '.' or '..'")
+    return text
 
 
 def group_id(text: str) -> str:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 import resource
 import threading
 import time
@@ -32,6 +31,7 @@ import time
 from fastlog._net import SocketServer
 from fastlog.metadata import EmbeddedMetadataStore, MetadataError, PartitionState, TopicState
 from fastlog.protocol import Errors, KafkaApiError
+from fastlog.protocol.topics import topic_name_problem
 from fastlog.server.apis import KafkaApis
 from fastlog.server.config import KafkaConfig, parse_properties
 from fastlog.server.group import GroupCoordinator
@@ -49,10 +49,8 @@ CONTROLLED_SHUTDOWN_TIMEOUT_S = 10.0
 # How long a stopping broker waits for its ZooKeeper session to close (resigning the
 # controller office first when it holds it).
 ZK_CLOSE_TIMEOUT_S = 5.0
-MAX_TOPIC_NAME = 249
 # Kafka's producer.id.expiration.check.interval.ms default.
 PRODUCER_EXPIRATION_CHECK_MS = 600_000
-_TOPIC_CHARS = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 
 # Open files a hosted partition keeps: its active segment's .log, .index and .timeindex.
@@ -545,17 +543,11 @@ class BrokerServer:
 
     # ------------------------------------------------------------------ topics
     def topic_name_problem(self, name: str) -> str | None:
-        """Why `name` cannot be a topic (Kafka's rules), or None."""
-        if not name:
-            return "Topic name is illegal, it can't be empty"
-        if name in (".", ".."):
-            return 'Topic name cannot be "." or ".."'
-        if len(name) > MAX_TOPIC_NAME:
-            return (f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME} "
-                    f"characters, topic name: {name}")
-        if not _TOPIC_CHARS.match(name):
-            return (f'Topic name "{name}" is illegal, it contains a character other than '
-                    "ASCII alphanumerics, '.', '_' and '-'")
+        """Why `name` cannot be a topic (Kafka's rules, then no collision with an existing
+        topic that differs only in '.' against '_'), or None."""
+        problem = topic_name_problem(name)
+        if problem is not None:
+            return problem
         if "." in name or "_" in name:
             norm = name.replace(".", "_")
             for other in self.metadata.topic_names():
