@@ -29,9 +29,9 @@ from fastlog.cli.main import (
     parse_key_value,
     partition_index,
     positive_int,
-    run_async,
     topic_name,
 )
+from fastlog.client.sync import run_async
 
 # How long an interrupted producer still tries to write the lines it has read.
 INTERRUPT_FLUSH_S = 5.0

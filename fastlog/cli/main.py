@@ -220,17 +220,6 @@ def parse_key_value(text: str, what: str = "--config") -> tuple[str, str]:
     return key.strip(), value
 
 
-def run_async(coro):
-    """Run a coroutine on a fresh event loop (uvloop when available) and return its result."""
-    import asyncio
-
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(coro)
-    return uvloop.run(coro)
-
-
 def _sentence(exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     return text
