@@ -25,6 +25,7 @@ import asyncio
 import logging
 import os
 import resource
+import socket
 import threading
 import time
 
@@ -86,6 +87,22 @@ class BrokerStartupError(Exception):
     """Startup cannot proceed; the message is one sentence for the operator."""
 
 
+def check_can_listen(listeners) -> None:
+    """Bind (without listening) each listener's address the way SocketServer.start will,
+    and let go at once: a port in use stops the broker before it creates anything on disk.
+    BrokerStartupError names the first listener that cannot bind."""
+    for _, host, port in listeners:
+        try:
+            family, _, _, _, addr = socket.getaddrinfo(
+                host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+            with socket.socket(family, socket.SOCK_STREAM) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind(addr)
+        except OSError as e:
+            raise BrokerStartupError(
+                f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+
+
 class BrokerServer:
     def __init__(self, config: KafkaConfig):
         self.config = config
@@ -117,6 +134,7 @@ class BrokerServer:
 
     # ------------------------------------------------------------------ startup
     async def startup(self) -> None:
+        check_can_listen(self.config.listeners)
         raise_open_file_limit()
         stored_id = self._prepare_dirs()
         if self.config["zookeeper.connect"]:
