@@ -11,7 +11,7 @@
 # gives one. Used by perf/ scripts and, through tests/broker_fixture.py and
 # tests/zk_fixture.py (pytest fixtures), by the test suite; call it from one thread.
 # Needs nothing but the installed package (and kazoo, a dependency, for make_chroot).
-"""Start a real fastlog broker from a script::
+"""Start a real fastlog broker (and ZooKeeper, for cluster mode) from a script::
 
     from fastlog.testing import BrokerProcess
     with BrokerProcess(tmpdir / "data", overrides={"num.partitions": "3"}) as b:
@@ -23,8 +23,8 @@
     hosts = make_chroot(zk.hosts)                   # "127.0.0.1:PORT/t-<random>"
     ...; zk.kill()
 
-The broker command is $FASTLOG_TEST_SERVER (split on spaces) when set, else the `fastlog-server`
-script beside the running Python, else `python -m fastlog.cli.server`.
+The broker command is $FASTLOG_TEST_SERVER (split on spaces) when set, else the
+`fastlog-server` script beside the running Python, else `python -m fastlog.cli.server`.
 """
 
 from __future__ import annotations
@@ -223,7 +223,7 @@ def _free_port() -> int:
 
 
 def _die_with_parent():
-    # Runs in the child between fork and exec: if pytest dies, the kernel kills the JVM.
+    # Runs in the child between fork and exec: if this process dies, the kernel kills the JVM.
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:
