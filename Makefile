@@ -1,16 +1,23 @@
 # fastlog developer commands. The README's Quick start is `make run` and `make test`.
+#   make run [PORT=9092] [DATA=./data] [ARGS="--override key=value ..."]
 PYTHON ?= python3
 VENV ?= .venv
+PORT ?= 9092
+DATA ?= ./data
+ARGS ?=
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 RUN_STAMP := $(VENV)/.fastlog-run
 TEST_STAMP := $(VENV)/.fastlog-test
+# Each setup step prints one line; what the tools print goes here (its tail shown on failure).
+BUILD_LOG := $(VENV)/fastlog-build.log
+STEP := @bash scripts/step.sh $(BUILD_LOG)
 
 .PHONY: run test build lint perf clean system-deps venv
 
 $(PY):
-	$(PYTHON) -m venv $(VENV)
-	$(PIP) install --upgrade pip
+	$(STEP) "creating the virtual environment $(VENV) (about 10 s)" $(PYTHON) -m venv $(VENV)
+	$(STEP) "upgrading pip in $(VENV) (about 10 s)" $(PIP) install --upgrade pip
 
 venv: $(PY)
 
@@ -18,19 +25,24 @@ venv: $(PY)
 # dependencies pinned in pyproject.toml (plus Cython for rebuilds). The test stamp adds
 # the test and spark extras (real Kafka clients, PySpark) that `make run` does not need.
 $(RUN_STAMP): $(PY) pyproject.toml setup.py
-	$(PIP) install -e '.[dev]'
-	touch $@
+	$(STEP) "installing fastlog and its dependencies into $(VENV) (1-2 minutes, once; log: $(BUILD_LOG))" \
+		$(PIP) install -e '.[dev]'
+	@touch $@
 
 $(TEST_STAMP): $(PY) pyproject.toml setup.py
-	$(PIP) install -e '.[test,dev,spark]'
-	touch $@ $(RUN_STAMP)
+	$(STEP) "installing the test and Spark extras into $(VENV) (a few minutes, once; log: $(BUILD_LOG))" \
+		$(PIP) install -e '.[test,dev,spark]'
+	@touch $@ $(RUN_STAMP)
 
-# Rebuild the compiled modules after a .pyx/.pxd change.
+# Rebuild the compiled modules after a .pyx/.pxd change (only changed modules recompile).
 build: $(RUN_STAMP)
-	$(PY) setup.py -q build_ext --inplace
+	$(STEP) "compiling the Cython modules (about 90 s the first time, seconds after; log: $(BUILD_LOG))" \
+		$(PY) setup.py -q build_ext --inplace
 
+# The broker in the foreground on 127.0.0.1:$(PORT) with its data in $(DATA); Ctrl-C stops it.
 run: build
-	$(VENV)/bin/fastlog-server --override listeners=PLAINTEXT://127.0.0.1:9092 --override log.dirs=./data
+	@echo "starting the broker on 127.0.0.1:$(PORT), data in $(DATA) (make run PORT=... DATA=... ARGS=... to change)"
+	@$(PY) -m fastlog.cli.server --override listeners=PLAINTEXT://127.0.0.1:$(PORT) --override log.dirs=$(DATA) $(ARGS)
 
 # Debian packages some tests drive for real (kcat, ZooKeeper); installed only when missing.
 system-deps:

@@ -14,6 +14,7 @@ Ctrl-C; started again with the same --checkpoint it resumes where it stopped.
 
 import argparse
 import os
+import signal
 import sys
 
 
@@ -59,10 +60,17 @@ def main() -> None:
     trigger = {"availableNow": True} if args.available_now else None
     query = build_query(spark, args.bootstrap, args.source, args.sink, args.checkpoint,
                         trigger)
-    try:
-        query.awaitTermination()
-    except KeyboardInterrupt:
+    # Ctrl-C sets a flag instead of interrupting a call into the JVM half-way (which leaves
+    # py4j and Spark printing pages of tracebacks); the query is then stopped in order.
+    stopping = []
+    signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
+    while not stopping and not query.awaitTermination(1):
+        pass
+    if stopping:
+        spark.sparkContext.setLogLevel("ERROR")   # stopping mid-batch is expected here
         query.stop()
+        print(f"stopped; run again with --checkpoint {args.checkpoint} to continue",
+              file=sys.stderr)
     spark.stop()
 
 

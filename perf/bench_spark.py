@@ -166,7 +166,7 @@ def main() -> None:
     from pyspark.sql import SparkSession
 
     from fastlog.spark import register
-    from tests.broker_fixture import BrokerProcess
+    from fastlog.testing import BrokerProcess
 
     with tempfile.TemporaryDirectory() as tmp, BrokerProcess(Path(tmp) / "data") as broker:
         t0 = time.perf_counter()

@@ -496,7 +496,7 @@ def run_matrix(brokers: list[Broker], opts, emit) -> list[dict]:
 # ---- replicated case (RF=3 acks=all vs RF=1 acks=1 on one 3-broker cluster) -----------------
 
 def run_replicated(opts, emit) -> dict:
-    """A real ZooKeeper (tests/zk_fixture.py) and three fastlog brokers; topic rep-rf1
+    """A real ZooKeeper (fastlog.testing) and three fastlog brokers; topic rep-rf1
     (replica [1]) and rep-rf3 (replicas [1, 2, 3], leader 1), both one partition; the same
     produce load (100 B records, linger.ms=5) with acks=1 on rep-rf1 and acks=all on
     rep-rf3, alternated `reps` times. CPU is utime+stime of all three brokers (followers
@@ -504,7 +504,7 @@ def run_replicated(opts, emit) -> dict:
     sys.path.insert(0, str(ROOT))
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from tests.zk_fixture import ZooKeeperServer, make_chroot, zookeeper_available
+    from fastlog.testing import ZooKeeperServer, make_chroot, zookeeper_available
 
     if not zookeeper_available():
         print("replicated: ZooKeeper is not installed (scripts/install-system-deps.sh); "

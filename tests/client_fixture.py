@@ -4,7 +4,7 @@ run_fastlog(), the `fastlog` command run as a subprocess (also used by tests/ser
 
 FASTLOG_TEST_BOOTSTRAP=host:port points the tests at an already running Kafka-compatible
 broker instead (useful while developing against a peer broker); by default each module
-starts its own fastlog-server through tests/broker_fixture.py. A conftest.py uses them
+starts its own fastlog-server (fastlog.testing.BrokerProcess). A conftest.py uses them
 with `from tests.client_fixture import bootstrap, closed_port, topic_name  # noqa: F401`.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker_fixture import BrokerProcess
+from fastlog.testing import BrokerProcess
 
 FASTLOG = Path(sys.executable).with_name("fastlog")
 

@@ -29,9 +29,9 @@ from fastlog.cli.main import (
     parse_key_value,
     partition_index,
     positive_int,
-    run_async,
     topic_name,
 )
+from fastlog.client.sync import run_async
 
 # How long an interrupted producer still tries to write the lines it has read.
 INTERRUPT_FLUSH_S = 5.0
@@ -314,6 +314,9 @@ async def _consume(args, start, formatter) -> int:
                 f"could not join consumer group '{args.group}' within {limit_ms} ms"
                 if args.group is not None else
                 f"could not start reading topic '{args.topic}' within {limit_ms} ms") from None
+        if sys.stdout.isatty():
+            # A reader at the latest offset waits silently for new records: say so.
+            print(_reading_hint(args, start), file=sys.stderr, flush=True)
         idle_deadline = None if args.timeout_ms is None else \
             time.monotonic() + args.timeout_ms / 1000.0
         while args.max_messages is None or count < args.max_messages:
@@ -336,6 +339,26 @@ async def _consume(args, start, formatter) -> int:
         await consumer.close()
     print(f"Processed a total of {count} messages", file=sys.stderr)
     return 0
+
+
+def _reading_hint(args, start) -> str:
+    """One line for a person at a terminal: where the reading starts and how it ends."""
+    where = f"topic '{args.topic}'"
+    if args.partition is not None:
+        where += f" partition {args.partition}"
+    if args.group is not None:
+        origin = (f"as group '{args.group}' from its committed offsets "
+                  f"(else the {'earliest' if start == 'earliest' else 'latest'} offset)")
+    elif start == "earliest":
+        origin = "from the beginning"
+    elif start == "latest":
+        origin = "from the latest offset: only new records (--from-beginning reads all)"
+    else:
+        origin = f"from offset {start}"
+    stop = "Ctrl-C stops"
+    if args.max_messages is None and args.timeout_ms is None:
+        stop += "; or --max-messages N, --timeout-ms MS"
+    return f"Reading {where} {origin}. {stop}."
 
 
 async def _start_reading(consumer, args, start) -> None:

@@ -22,9 +22,9 @@ from fastlog.cli.main import (
     bounded_int,
     group_id,
     partition_index,
-    run_async,
     topic_name,
 )
+from fastlog.client.sync import run_async
 
 ACTIONS = ("list", "describe", "reset-offsets", "delete")
 INACTIVE_STATES = ("Empty", "Dead")

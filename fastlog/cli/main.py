@@ -193,15 +193,13 @@ def _shown(text: str, limit: int = 60) -> str:
 
 def topic_name(text: str) -> str:
     """argparse type: a legal Kafka topic name (1-249 of [a-zA-Z0-9._-], not '.' or '..')."""
-    # Kafka's rule lives with the ZooKeeper paths; that module imports nothing of ours.
-    from fastlog.zk.paths import validate_topic
+    from fastlog.protocol.topics import topic_name_problem
 
-    try:
-        return validate_topic(text)
-    except ValueError:
+    if topic_name_problem(text) is not None:
         raise argparse.ArgumentTypeError(
             f"{_shown(text)} is not a legal topic name: it must be 1-249 characters of "
-            "a-z, A-Z, 0-9, '.', '_' and '-', and not '.' or '..'") from None
+            "a-z, A-Z, 0-9, '.', '_' and '-', and not '.' or '..'")
+    return text
 
 
 def group_id(text: str) -> str:
@@ -220,17 +218,6 @@ def parse_key_value(text: str, what: str = "--config") -> tuple[str, str]:
     if not sep or not key.strip():
         raise CliError(f"bad {what} value '{text}': expected KEY=VALUE")
     return key.strip(), value
-
-
-def run_async(coro):
-    """Run a coroutine on a fresh event loop (uvloop when available) and return its result."""
-    import asyncio
-
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(coro)
-    return uvloop.run(coro)
 
 
 def _sentence(exc: BaseException) -> str:

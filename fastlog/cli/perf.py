@@ -208,8 +208,8 @@ def _check_reachable(bootstrap: str) -> None:
     """Fail in one sentence when no bootstrap server answers. librdkafka would retry for
     its whole timeout and log every attempt; our own client asks once (a Metadata
     request, which any Kafka broker answers) and says why it could not connect."""
-    from fastlog.cli.main import run_async
     from fastlog.client import Admin
+    from fastlog.client.sync import run_async
 
     async def probe():
         async with Admin(bootstrap):

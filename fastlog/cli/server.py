@@ -9,7 +9,8 @@
 # configuration, 1 for startup).
 # Prints one line on stdout once the broker is serving:
 #   fastlog-server: listening on PLAINTEXT://HOST:PORT (node N, cluster C), data in DIR
-# (tests parse it to learn the port when listeners use port 0).
+# (tests parse it to learn the port when listeners use port 0); on a terminal it is set
+# apart by blank lines and followed by how to stop the broker.
 """fastlog-server command line."""
 
 from __future__ import annotations
@@ -126,8 +127,12 @@ async def _serve(config: KafkaConfig) -> int:
         await broker.shutdown()
         return EXIT_STARTUP
     listeners = ", ".join(f"{proto}://{host}:{port}" for proto, host, port in broker.bound)
-    print(f"fastlog-server: listening on {listeners} (node {broker.node_id}, cluster "
-          f"{broker.metadata.cluster_id}), data in {', '.join(broker.log_dirs)}", flush=True)
+    ready = (f"fastlog-server: listening on {listeners} (node {broker.node_id}, cluster "
+             f"{broker.metadata.cluster_id}), data in {', '.join(broker.log_dirs)}")
+    if sys.stdout.isatty():
+        # Set apart from the log lines above it: the one line a person waits for.
+        ready = f"\n{ready}\nfastlog-server: ready; Ctrl-C stops it\n"
+    print(ready, flush=True)
     try:
         await stop.wait()
     finally:

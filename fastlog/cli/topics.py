@@ -14,9 +14,9 @@ from fastlog.cli.main import (
     parse_key_value,
     partition_count,
     replication_factor,
-    run_async,
     topic_name,
 )
+from fastlog.client.sync import run_async
 from fastlog.protocol.topics import INTERNAL_TOPICS
 
 ACTIONS = ("create", "list", "describe", "alter", "delete")

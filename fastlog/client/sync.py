@@ -5,6 +5,8 @@
 # and blocks the calling thread on the result. Methods may be called from any thread (one
 # call at a time per wrapper is the expected use; concurrent calls are serialised by the
 # loop). close() stops the loop and joins its thread.
+# run_async is the other way to call the client from blocking code (the command line's
+# tools, the perf harness): one coroutine on a fresh loop of the calling thread.
 
 from __future__ import annotations
 
@@ -14,6 +16,15 @@ import inspect
 import threading
 
 from fastlog.client import errors
+
+
+def run_async(coro):
+    """Run a coroutine on a fresh event loop (uvloop when available) and return its result."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
 
 
 class _LoopThread:

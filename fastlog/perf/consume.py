@@ -22,7 +22,7 @@ CONFLUENT_CONSUMER_DEFAULTS = {"fetch.queue.backoff.ms": 10}
 def run(opts) -> tuple[dict, None, Progress]:
     if opts.client == "confluent":
         return _run_confluent(opts)
-    from fastlog.cli.main import run_async
+    from fastlog.client.sync import run_async
     return run_async(_run_fastlog(opts))
 
 

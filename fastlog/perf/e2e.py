@@ -31,7 +31,7 @@ def run(opts):
     ensure_topic(opts.client, opts.bootstrap_server, opts.topic, opts.partitions)
     if opts.client == "confluent":
         return _run_confluent(opts, wl)
-    from fastlog.cli.main import run_async
+    from fastlog.client.sync import run_async
     return run_async(_run_fastlog(opts, wl))
 
 

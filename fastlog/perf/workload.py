@@ -84,7 +84,7 @@ def ensure_topic(client: str, bootstrap: str, topic: str, partitions: int,
     """Create topic with `partitions` partitions unless it exists; return its partition count."""
     if client == "confluent":
         return _ensure_topic_confluent(bootstrap, topic, partitions, timeout)
-    from fastlog.cli.main import run_async
+    from fastlog.client.sync import run_async
     return run_async(_ensure_topic_fastlog(bootstrap, topic, partitions))
 
 

@@ -25,19 +25,20 @@ import asyncio
 import errno
 import logging
 import os
-import re
 import resource
+import socket
 import threading
 import time
 
 from fastlog._net import SocketServer
+from fastlog.metadata import EmbeddedMetadataStore, MetadataError, PartitionState, TopicState
 from fastlog.protocol import Errors, KafkaApiError
+from fastlog.protocol.topics import topic_name_problem
 from fastlog.server.apis import KafkaApis
 from fastlog.server.config import KafkaConfig, parse_properties
 from fastlog.server.group import GroupCoordinator
 from fastlog.server.log import KafkaStorageError, LogConfig, LogManager
 from fastlog.server.log.config import TOPIC_CONFIG_KEYS as STORAGE_TOPIC_KEYS
-from fastlog.server.metadata import EmbeddedMetadataStore, MetadataError, PartitionState, TopicState
 from fastlog.server.producer_state import ProducerIdManager
 from fastlog.server.replica_manager import Partition, ReplicaManager
 
@@ -50,10 +51,8 @@ CONTROLLED_SHUTDOWN_TIMEOUT_S = 10.0
 # How long a stopping broker waits for its ZooKeeper session to close (resigning the
 # controller office first when it holds it).
 ZK_CLOSE_TIMEOUT_S = 5.0
-MAX_TOPIC_NAME = 249
 # Kafka's producer.id.expiration.check.interval.ms default.
 PRODUCER_EXPIRATION_CHECK_MS = 600_000
-_TOPIC_CHARS = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 
 # Open files a hosted partition keeps: its active segment's .log, .index and .timeindex.
@@ -93,6 +92,22 @@ class BrokerStartupError(Exception):
     """Startup cannot proceed; the message is one sentence for the operator."""
 
 
+def check_can_listen(listeners) -> None:
+    """Bind (without listening) each listener's address the way SocketServer.start will,
+    and let go at once: a port in use stops the broker before it creates anything on disk.
+    BrokerStartupError names the first listener that cannot bind."""
+    for _, host, port in listeners:
+        try:
+            family, _, _, _, addr = socket.getaddrinfo(
+                host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+            with socket.socket(family, socket.SOCK_STREAM) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind(addr)
+        except OSError as e:
+            raise BrokerStartupError(
+                f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+
+
 class BrokerServer:
     def __init__(self, config: KafkaConfig):
         self.config = config
@@ -124,6 +139,7 @@ class BrokerServer:
 
     # ------------------------------------------------------------------ startup
     async def startup(self) -> None:
+        check_can_listen(self.config.listeners)
         raise_open_file_limit()
         stored_id = self._prepare_dirs()
         if self.config["zookeeper.connect"]:
@@ -552,17 +568,11 @@ class BrokerServer:
 
     # ------------------------------------------------------------------ topics
     def topic_name_problem(self, name: str) -> str | None:
-        """Why `name` cannot be a topic (Kafka's rules), or None."""
-        if not name:
-            return "Topic name is illegal, it can't be empty"
-        if name in (".", ".."):
-            return 'Topic name cannot be "." or ".."'
-        if len(name) > MAX_TOPIC_NAME:
-            return (f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME} "
-                    f"characters, topic name: {name}")
-        if not _TOPIC_CHARS.match(name):
-            return (f'Topic name "{name}" is illegal, it contains a character other than '
-                    "ASCII alphanumerics, '.', '_' and '-'")
+        """Why `name` cannot be a topic (Kafka's rules, then no collision with an existing
+        topic that differs only in '.' against '_'), or None."""
+        problem = topic_name_problem(name)
+        if problem is not None:
+            return problem
         if "." in name or "_" in name:
             norm = name.replace(".", "_")
             for other in self.metadata.topic_names():

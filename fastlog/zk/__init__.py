@@ -4,7 +4,7 @@ paths.py          every znode path and its JSON payload (encode/decode), Kafka's
 client.py         KafkaZkClient: one kazoo session used as a Kafka broker uses it
 assignment.py     replica assignment (round-robin from a random start, rack-aware)
 controller.py     ZkController: election, leader election, deletion, epoch-fenced writes
-metadata_store.py ZkMetadataStore: fastlog.server.metadata.MetadataStore over ZooKeeper
+metadata_store.py ZkMetadataStore: fastlog.metadata.MetadataStore over ZooKeeper
 meta_properties.py check_cluster_id: a log dir of another cluster is refused
 cluster.py        ZkClusterMember: a broker's cluster-mode startup from its KafkaConfig
 leadership.py     LeadershipTracker: cache changes -> become_leader/follower/stop_replica

@@ -34,6 +34,7 @@ from kazoo.exceptions import (
 )
 from kazoo.retry import KazooRetry
 
+from fastlog.protocol.topics import validate_topic
 from fastlog.zk import paths
 from fastlog.zk.paths import BrokerInfo, LeaderAndIsr, TopicAssignment
 
@@ -540,7 +541,7 @@ class KafkaZkClient:
                      ) -> None:
         """Write a new topic the way Kafka's admin path does: its config znode first, then
         /brokers/topics/<t>, which the controller watches to create the partition states."""
-        topic = paths.validate_topic(assignment.topic)
+        topic = validate_topic(assignment.topic)
         if self.exists(paths.delete_topic_path(topic)) is not None:
             raise TopicExistsError(f"topic {topic!r} is marked for deletion")
         if self.topic_exists(topic):

@@ -34,6 +34,7 @@ from kazoo.exceptions import (
 )
 from kazoo.retry import RetryFailedError
 
+from fastlog.protocol.topics import validate_topic
 from fastlog.zk import paths
 from fastlog.zk.assignment import assign_replicas
 from fastlog.zk.client import (
@@ -789,7 +790,7 @@ class ZkController:
         they have racks) unless given, written to /brokers/topics/<t> with its config; the
         active controller (this one or another) then writes the initial partition states.
         Waits up to `wait` seconds for them and returns partition -> state."""
-        paths.validate_topic(topic)
+        validate_topic(topic)
         if assignment is None:
             brokers = self.zk.get_all_brokers()
             assignment = assign_replicas(num_partitions, replication_factor,

@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from fastlog.server.metadata import PartitionState
+from fastlog.metadata import PartitionState
 from fastlog.zk.metadata_store import ZkMetadataStore
 from fastlog.zk.paths import NO_LEADER
 

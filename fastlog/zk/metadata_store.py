@@ -1,4 +1,4 @@
-# ZkMetadataStore: the broker's metadata interface (fastlog/server/metadata.py
+# ZkMetadataStore: the broker's metadata interface (fastlog/metadata/store.py
 # MetadataStore) over Kafka's znodes, for cluster mode (zookeeper.connect set). It keeps an
 # in-memory cache of the cluster — live brokers, the controller id, every topic's
 # assignment, recorded leader/ISR/leader epoch and config overrides — fed by ZooKeeper
@@ -24,14 +24,14 @@ from collections.abc import Callable
 from kazoo.exceptions import ConnectionLoss, OperationTimeoutError, SessionExpiredError
 from kazoo.retry import RetryFailedError
 
-from fastlog.protocol.topics import INTERNAL_TOPICS
-from fastlog.server.metadata import (
+from fastlog.metadata import (
     PRODUCER_ID_BLOCK_SIZE,
     MetadataStore,
     PartitionState,
     TopicState,
     new_kafka_uuid,
 )
+from fastlog.protocol.topics import INTERNAL_TOPICS
 from fastlog.zk import paths
 from fastlog.zk.assignment import assign_replicas
 from fastlog.zk.client import KafkaZkClient, TopicExistsError, UnknownTopicError

@@ -55,20 +55,11 @@ NO_LEADER = -1
 INITIAL_LEADER_EPOCH = 0
 RESERVED_BROKER_MAX_ID = 1000  # reserved.broker.max.id: generated ids start above it
 
-# Kafka's legal topic name: at most 249 chars of [a-zA-Z0-9._-], not "." or "..".
-_TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _ENDPOINT_RE = re.compile(r"^([^:/]+)://\[?([0-9a-zA-Z\-%._:]*?)\]?:(-?[0-9]+)$")
 
 
 class ZkDataError(ValueError):
     """A znode's payload is not what Kafka's format says it must be."""
-
-
-def validate_topic(topic: str) -> str:
-    if not isinstance(topic, str) or not _TOPIC_RE.match(topic) or topic in (".", ".."):
-        raise ValueError(f"illegal topic name {topic!r}: 1-249 characters of [a-zA-Z0-9._-], "
-                         "not '.' or '..'")
-    return topic
 
 
 # -- path builders -----------------------------------------------------------------------

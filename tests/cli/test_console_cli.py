@@ -75,6 +75,57 @@ def test_consume_timeout_ends_an_idle_read(fastlog, bootstrap, topic_name):
     assert r.stdout.splitlines() == ["a", "b"]
 
 
+def _consume_on_a_terminal(bootstrap, topic, *extra) -> str:
+    """Run `fastlog consume` with its stdout on a pseudo-terminal; return its stderr."""
+    import pty
+
+    primary, secondary = pty.openpty()
+    try:
+        r = subprocess.run([str(FASTLOG), "consume", "--bootstrap-server", bootstrap,
+                            "--topic", topic, *map(str, extra)],
+                           stdin=subprocess.DEVNULL, stdout=secondary, stderr=subprocess.PIPE,
+                           timeout=60)
+    finally:
+        os.close(secondary)
+        os.close(primary)
+    assert r.returncode == 0, r.stderr
+    return r.stderr.decode()
+
+
+def test_consume_on_a_terminal_says_where_it_reads_and_how_to_stop(fastlog, bootstrap,
+                                                                    topic_name):
+    _create(fastlog, bootstrap, topic_name)
+    err = _consume_on_a_terminal(bootstrap, topic_name, "--timeout-ms", 1500)
+    assert err.splitlines()[0] == (
+        f"Reading topic '{topic_name}' from the latest offset: only new records "
+        "(--from-beginning reads all). Ctrl-C stops.")
+    err = _consume_on_a_terminal(bootstrap, topic_name, "--from-beginning",
+                                 "--partition", 0, "--timeout-ms", 1500)
+    assert err.splitlines()[0] == (
+        f"Reading topic '{topic_name}' partition 0 from the beginning. Ctrl-C stops.")
+    # Into a pipe (a script), nothing but the closing count.
+    r = fastlog("consume", "--bootstrap-server", bootstrap, "--topic", topic_name,
+                "--timeout-ms", 1500)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == "Processed a total of 0 messages\n"
+
+
+def test_reading_hint_names_the_ways_to_stop_when_none_is_given():
+    import argparse
+
+    from fastlog.cli.console import _reading_hint
+
+    args = argparse.Namespace(topic="t", partition=None, group=None, max_messages=None,
+                              timeout_ms=None)
+    assert _reading_hint(args, "latest") == (
+        "Reading topic 't' from the latest offset: only new records (--from-beginning "
+        "reads all). Ctrl-C stops; or --max-messages N, --timeout-ms MS.")
+    args.group = "g"
+    assert _reading_hint(args, "earliest") == (
+        "Reading topic 't' as group 'g' from its committed offsets (else the earliest "
+        "offset). Ctrl-C stops; or --max-messages N, --timeout-ms MS.")
+
+
 def test_many_lines_produce_and_consume(fastlog, bootstrap, topic_name):
     # Enough lines that the console producer must keep sending while it reads stdin.
     n = 50_000

@@ -3,7 +3,7 @@
 import asyncio
 
 from fastlog.client import Admin, Consumer, Producer, TopicPartition
-from tests.broker_fixture import BrokerProcess
+from fastlog.testing import BrokerProcess
 
 
 def test_produce_and_consume_across_a_broker_restart(tmp_path, arun):

@@ -4,12 +4,9 @@ start it again before they end) and `fresh_cluster` (per test)."""
 
 import pytest
 
+from fastlog.testing import ZooKeeperServer, make_chroot
 from tests.cluster.harness import ClusterHarness, attach_broker_logs
-from tests.zk_fixture import (
-    ZooKeeperServer,
-    make_chroot,
-    zk_server_fixture,
-)
+from tests.zk_fixture import zk_server_fixture
 
 zk_server = zk_server_fixture()
 

@@ -2,7 +2,7 @@
 cluster tests (tests/cluster/; tests/replication/cluster.py's Cluster builds on it):
 brokers 1-3 on free 127.0.0.1 ports, each with its own data dir, all under one ZooKeeper
 chroot; a kazoo client in the same chroot reads what they wrote. Every wait is bounded
-(zk_fixture.wait_until). Used from the pytest thread.
+(fastlog.testing.wait_until). Used from the pytest thread.
 
     c = ClusterHarness(tmp_path, zk_hosts).start()
     c.bootstrap                  # one broker's "127.0.0.1:PORT"
@@ -16,9 +16,8 @@ from __future__ import annotations
 import json
 
 from fastlog.protocol import ApiKey
-from tests.broker_fixture import BrokerProcess
+from fastlog.testing import BrokerProcess, wait_until
 from tests.server.wire import Wire
-from tests.zk_fixture import wait_until
 
 BROKER_IDS = (1, 2, 3)
 SESSION_TIMEOUT_MS = 2000

@@ -12,10 +12,9 @@ import pytest
 
 from fastlog.protocol import ApiKey, Errors
 from fastlog.server.group.offsets import partition_for
-from tests.broker_fixture import BrokerProcess
+from fastlog.testing import BrokerProcess, wait_until
 from tests.cluster.harness import BROKER_IDS, overrides
 from tests.server.wire import Wire, batch, fetch_body, produce
-from tests.zk_fixture import wait_until
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402

@@ -12,9 +12,9 @@ import pytest
 from kazoo.client import KazooClient
 
 from fastlog.protocol import ApiKey
+from fastlog.testing import make_chroot, wait_until
 from tests.cluster.harness import BROKER_IDS, SESSION_TIMEOUT_MS
 from tests.server.wire import Wire
-from tests.zk_fixture import make_chroot, wait_until
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer  # noqa: E402

@@ -10,9 +10,9 @@ import types
 import pytest
 
 from fastlog.protocol import ApiKey, Errors
+from fastlog.testing import make_chroot, wait_until
 from tests.cluster.harness import ClusterHarness
 from tests.server.wire import Wire
-from tests.zk_fixture import make_chroot, wait_until
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import KafkaException, Producer  # noqa: E402

@@ -2,7 +2,7 @@
 before the controller wrote a partition's state, and a topic created again under the same
 name (another topic id) loses its old log even when the deletion was never seen."""
 
-from fastlog.server.metadata import PartitionState, TopicState
+from fastlog.metadata import PartitionState, TopicState
 from fastlog.zk.leadership import LeadershipTracker
 
 

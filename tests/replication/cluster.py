@@ -1,5 +1,5 @@
 """A replicated cluster for fault tests, and the checker (used by tests/replication and
-perf/replication_soak.py). Cluster is tests/cluster/harness.ClusterHarness with replicated
+tests/replication/soak.py). Cluster is tests/cluster/harness.ClusterHarness with replicated
 settings.
 
     cluster = Cluster(tmp_path, zk_hosts).start()      # 3 fastlog-server processes
@@ -9,8 +9,8 @@ settings.
     load.stop(); report = check(cluster, "t", 3, load)   # lost / duplicates / order / ...
     cluster.close()                                      # kill every broker
 
-Every wait is bounded; processes are real brokers (tests/broker_fixture.BrokerProcess),
-ZooKeeper is real (tests/zk_fixture), clients are confluent-kafka (librdkafka).
+Every wait is bounded; processes are real brokers (fastlog.testing.BrokerProcess),
+ZooKeeper is real (fastlog.testing.ZooKeeperServer), clients are confluent-kafka (librdkafka).
 """
 
 from __future__ import annotations

@@ -5,10 +5,10 @@ shows the tail of every broker's log."""
 
 import pytest
 
+from fastlog.testing import make_chroot
 from tests.cluster.harness import attach_broker_logs
 from tests.replication.cluster import Cluster
 from tests.zk.conftest import zk_hosts, zk_server  # noqa: F401 - shared fixtures
-from tests.zk_fixture import make_chroot
 
 
 @pytest.fixture

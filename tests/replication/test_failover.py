@@ -2,7 +2,7 @@
 3 partitions with RF=3 and min.insync.replicas=2, an idempotent acks=all producer of
 unique increasing values, and the checker of tests/replication/cluster.py (no acknowledged
 record lost, no duplicate, order kept per partition, replicas byte-identical below the
-high watermark). Nemesis loops are bounded; a longer soak is perf/replication_soak.py."""
+high watermark). Nemesis loops are bounded; a longer soak is tests/replication/soak.py."""
 
 from __future__ import annotations
 

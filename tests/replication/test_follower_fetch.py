@@ -28,7 +28,7 @@ class _Lines(logging.Handler):
 def test_consumer_reads_from_the_follower_in_its_rack(zk_server, tmp_path):
     from confluent_kafka import Consumer, TopicPartition
 
-    from tests.zk_fixture import make_chroot
+    from fastlog.testing import make_chroot
 
     racks = {1: "r1", 2: "r2", 3: "r3"}
     cluster = Cluster(tmp_path, make_chroot(zk_server.hosts), racks=racks, **{

@@ -12,7 +12,7 @@ from fastlog.server.config import (
     parse_properties,
     parse_topic_config,
 )
-from tests.broker_fixture import BrokerProcess, server_command
+from fastlog.testing import BrokerProcess, server_command
 
 
 def test_defaults_are_kafkas():

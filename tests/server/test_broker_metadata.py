@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from fastlog.server.metadata import METADATA_FILE, EmbeddedMetadataStore, MetadataError
+from fastlog.metadata import METADATA_FILE, EmbeddedMetadataStore, MetadataError
 
 
 def run(coro):

@@ -7,7 +7,7 @@ import subprocess
 import time
 
 from fastlog.protocol import ApiKey, Errors
-from tests.broker_fixture import BrokerProcess, server_command
+from fastlog.testing import BrokerProcess, server_command
 from tests.server.wire import Wire, batch, create_topic, produce
 
 
@@ -96,6 +96,8 @@ def test_auto_create_respects_the_v4_flag_and_name_rules(broker):
 
 
 def test_port_in_use_is_one_sentence_exit_1(tmp_path):
+    """The listeners are checked before anything is created: no data dir, no
+    __consumer_offsets partitions, only the one sentence on stderr."""
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     s.listen(1)
@@ -110,6 +112,9 @@ def test_port_in_use_is_one_sentence_exit_1(tmp_path):
     assert r.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in r.stderr
     assert "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines() == [
+        f"fastlog-server: cannot listen on 127.0.0.1:{port}: Address already in use"]
+    assert not (tmp_path / "data").exists()
 
 
 def _alter(w, topic, ops, version=0, validate_only=False):

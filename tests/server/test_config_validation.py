@@ -14,7 +14,7 @@ from fastlog.server.config import (
     KafkaConfig,
     check_zk_connect,
 )
-from tests.broker_fixture import server_command
+from fastlog.testing import server_command
 
 
 def _refused(overrides: list[str]) -> str:

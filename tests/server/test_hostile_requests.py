@@ -13,7 +13,7 @@ import pytest
 from fastlog import _codec
 from fastlog.compression import CODEC_NAMES
 from fastlog.protocol import ApiKey, Errors
-from tests.broker_fixture import BrokerProcess
+from fastlog.testing import BrokerProcess
 from tests.server.wire import Wire, batch, create_topic, fetch_body, healthy, produce
 
 # Address space for the capped broker: its threads' stacks and libraries fit easily; the

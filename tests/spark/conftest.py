@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.broker_fixture import BrokerProcess
+from fastlog.testing import BrokerProcess
 
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")

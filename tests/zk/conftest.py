@@ -7,12 +7,8 @@ ZooKeeper take `own_zk_server` (function scope) instead. `zk_hosts` is a
 
 import pytest
 
-from tests.zk_fixture import (
-    ZooKeeperServer,
-    make_chroot,
-    zk_server_fixture,
-    zookeeper_available,
-)
+from fastlog.testing import ZooKeeperServer, make_chroot, zookeeper_available
+from tests.zk_fixture import zk_server_fixture
 
 zk_server = zk_server_fixture()
 

@@ -9,6 +9,7 @@ import sys
 import pytest
 from kazoo.client import KazooClient
 
+from fastlog.testing import wait_until
 from fastlog.zk import paths
 from fastlog.zk.client import (
     BrokerIdInUseError,
@@ -19,7 +20,7 @@ from fastlog.zk.client import (
     load_session,
 )
 from fastlog.zk.paths import BrokerInfo, EndPoint, LeaderAndIsr, TopicAssignment
-from tests.zk_fixture import expire_session, wait_until
+from tests.zk_fixture import expire_session
 
 
 def broker_info(broker_id, port=9092, rack=None):

@@ -9,10 +9,10 @@ import textwrap
 import pytest
 
 from fastlog.server.config import KafkaConfig
+from fastlog.testing import wait_until
 from fastlog.zk.client import BrokerIdInUseError
 from fastlog.zk.cluster import SESSION_FILE, BrokerIdError, ZkClusterMember
 from fastlog.zk.meta_properties import InconsistentClusterIdError
-from tests.zk_fixture import wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

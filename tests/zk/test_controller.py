@@ -6,6 +6,7 @@ import threading
 
 import pytest
 
+from fastlog.testing import wait_until
 from fastlog.zk.client import ControllerMovedError, KafkaZkClient
 from fastlog.zk.controller import (
     ControllerElected,
@@ -16,7 +17,7 @@ from fastlog.zk.controller import (
     ZkController,
 )
 from fastlog.zk.paths import NO_LEADER, BrokerInfo, EndPoint, LeaderAndIsr
-from tests.zk_fixture import expire_session, wait_until
+from tests.zk_fixture import expire_session
 
 
 class Broker:

@@ -5,12 +5,13 @@ import threading
 
 import pytest
 
+from fastlog.testing import wait_until
 from fastlog.zk.client import KafkaZkClient
 from fastlog.zk.controller import ZkController
 from fastlog.zk.leadership import LeadershipTracker
 from fastlog.zk.metadata_store import ZkMetadataStore
 from fastlog.zk.paths import NO_LEADER, BrokerInfo, EndPoint, LeaderAndIsr, TopicAssignment
-from tests.zk_fixture import expire_session, wait_until
+from tests.zk_fixture import expire_session
 
 
 class Recorder:

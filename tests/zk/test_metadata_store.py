@@ -9,13 +9,14 @@ import time
 import pytest
 from kazoo.exceptions import ConnectionLoss
 
-from fastlog.server.metadata import MetadataStore
+from fastlog.metadata import MetadataStore
+from fastlog.testing import wait_until
 from fastlog.zk.client import KafkaZkClient
 from fastlog.zk.controller import ZkController
 from fastlog.zk.meta_properties import InconsistentClusterIdError, check_cluster_id
 from fastlog.zk.metadata_store import ZkMetadataStore
 from fastlog.zk.paths import NO_LEADER, BrokerInfo, EndPoint
-from tests.zk_fixture import expire_session, wait_until
+from tests.zk_fixture import expire_session
 
 
 class Node:

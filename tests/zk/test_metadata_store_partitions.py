@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
+from fastlog.testing import wait_until
 from tests.zk.test_metadata_store import nodes  # noqa: F401 - the fixture
-from tests.zk_fixture import wait_until
 
 
 def test_add_partitions_reaches_every_cache_with_leaders(nodes):  # noqa: F811

@@ -82,13 +82,6 @@ def test_any_payload_decodes_or_raises_zk_data_error(data):
             pass
 
 
-def test_topic_names_are_validated():
-    for bad in ("", ".", "..", "a/b", "x" * 250, "spa ce"):
-        with pytest.raises(ValueError):
-            paths.validate_topic(bad)
-    assert paths.validate_topic("orders.v1_x-2") == "orders.v1_x-2"
-
-
 def test_bare_integer_controller_payloads():
     assert paths.decode_controller(b"3") == 3
     for bad in (b"--5", b"-", b"5x", b"99999999999"):

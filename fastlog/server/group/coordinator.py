@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import time
 import uuid
 from typing import Any
 
@@ -209,20 +210,33 @@ class GroupCoordinator:
         self._spawn(self._load_partitions({p: self._elections.get(p, 0) for p in partitions}))
 
     async def _load_partitions(self, elections: dict[int, int]) -> None:
+        """Load each partition in turn; one INFO line for the lot (each partition's own
+        line is DEBUG: a fresh broker would otherwise print one per partition, 50)."""
+        started = time.monotonic()
+        loaded = groups = 0
         for p, election in elections.items():
             try:
-                await self.load_partition(p, election)
+                installed = await self.load_partition(p, election)
             except Exception:
                 log.exception("loading %s-%d failed", GROUP_METADATA_TOPIC, p)
+            else:
+                if installed is not None:
+                    loaded += 1
+                    groups += installed
             finally:
                 if self._elections.get(p, 0) == election:   # else a newer load owns it
                     self.loading.discard(p)
+        if loaded:
+            log.info("loaded %d %s partition%s (%d group%s) in %.1f s", loaded,
+                     GROUP_METADATA_TOPIC, "" if loaded == 1 else "s", groups,
+                     "" if groups == 1 else "s", time.monotonic() - started)
 
-    async def load_partition(self, partition: int, election: int | None = None) -> None:
+    async def load_partition(self, partition: int, election: int | None = None) -> int | None:
         """Rebuild the groups of one partition from its records (last record per key wins,
         a null value deletes). Loaded groups with members come back Stable with their
         assignments; the members' session timers start now. Nothing is installed when
-        leadership of the partition moved since `election` (default: the current one)."""
+        leadership of the partition moved since `election` (default: the current one).
+        Returns how many groups were installed, or None when the load was dropped."""
         if election is None:
             election = self._elections.get(partition, 0)
         offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
@@ -250,7 +264,8 @@ class GroupCoordinator:
         if self._elections.get(partition, 0) != election or partition not in self.owned:
             log.info("%s-%d moved while it loaded: load dropped", GROUP_METADATA_TOPIC,
                      partition)
-            return
+            return None
+        installed = 0
         for group_id in set(offsets) | set(records):
             rec = records.get(group_id)
             tps = offsets.get(group_id, {})
@@ -267,9 +282,11 @@ class GroupCoordinator:
             if old is not None and old.members:
                 continue  # a live group already formed here (cannot happen while loading)
             self.groups[group_id] = group
+            installed += 1
             for m in group.members.values():
                 self._schedule_heartbeat(group, m)
-        log.info("loaded %s-%d", GROUP_METADATA_TOPIC, partition)
+        log.debug("loaded %s-%d (%d groups)", GROUP_METADATA_TOPIC, partition, installed)
+        return installed
 
     # ================================================================ routing
     def partition_for(self, group_id: str) -> int:

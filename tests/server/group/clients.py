@@ -13,7 +13,7 @@ import queue
 import threading
 import time
 
-from tests.broker_fixture import BrokerProcess
+from fastlog.testing import BrokerProcess
 
 CLIENTS = ("confluent", "kafka-python", "aiokafka")
 

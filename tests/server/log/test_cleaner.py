@@ -364,7 +364,7 @@ def test_compacted_topic_on_a_real_broker(tmp_path):
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
     from kafka.admin import KafkaAdminClient, NewTopic
 
-    from tests.broker_fixture import BrokerProcess
+    from fastlog.testing import BrokerProcess
 
     with BrokerProcess(tmp_path / "data", overrides={
             "log.cleaner.backoff.ms": "200", "num.partitions": "1"}) as b:
@@ -514,7 +514,7 @@ def test_idempotent_producer_continues_after_its_batches_were_compacted_and_a_cr
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
     from kafka.admin import KafkaAdminClient, NewTopic
 
-    from tests.broker_fixture import BrokerProcess
+    from fastlog.testing import BrokerProcess
 
     def consume_all(bootstrap):
         tp = TopicPartition("idem", 0)

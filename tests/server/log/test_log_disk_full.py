@@ -12,7 +12,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from fastlog.protocol import Errors
 from fastlog.server.log import CLEAN_SHUTDOWN_FILE
 from fastlog.server.log.log_manager import SPACE_RESERVE_FILE
-from tests.broker_fixture import BrokerProcess
+from fastlog.testing import BrokerProcess
 from tests.server.wire import Wire, batch, produce
 from tests.tmpfs_fixture import small_tmpfs
 

@@ -7,7 +7,7 @@ import time
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.broker_fixture import BrokerProcess
+from fastlog.testing import BrokerProcess
 
 
 def produce_each(bootstrap, topic, values):

@@ -11,7 +11,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from fastlog._codec import read_batch_header
 from fastlog.protocol import ApiKey, Errors
 from fastlog.server.log import CorruptSegmentError, LogVerifier
-from tests.broker_fixture import BrokerProcess
+from fastlog.testing import BrokerProcess
 from tests.server.log.conftest import append_n, open_log, read_all
 from tests.server.wire import Wire, fetch_body
 

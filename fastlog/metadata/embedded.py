@@ -1,111 +1,26 @@
-# fastlog/server/metadata.py — cluster metadata: one interface, one embedded store.
+# fastlog/metadata/embedded.py — the single-node metadata store.
 #
-# Owns: topics (name, id, partition assignment, leader epoch, per-topic config overrides),
-# producer-id blocks and the cluster id. `MetadataStore` is the interface the broker uses;
-# `EmbeddedMetadataStore` is the single-node implementation, persisted as one JSON file
-# `<first log dir>/fastlog-metadata.json` written atomically (write tmp, fsync, rename,
-# fsync dir) so a crash leaves either the old or the new version. The ZooKeeper store
-# (cluster mode, fastlog/zk/metadata_store.py) implements the same interface over Kafka's
-# znodes.
-# Called from: the broker's asyncio API loop only (reads are plain attribute reads of an
-# in-memory cache; mutations are coroutines so a ZooKeeper store can await its round trip).
-"""Cluster metadata interface and the embedded single-node store."""
+# Owns: EmbeddedMetadataStore, the MetadataStore used when no zookeeper.connect is set,
+# persisted as one JSON file `<first log dir>/fastlog-metadata.json` written atomically
+# (write tmp, fsync, rename, fsync dir) so a crash leaves either the old or the new version.
+# Format: {"version": 1, "cluster_id", "next_producer_id_block", "topics": {name:
+# {"topic_id", "internal", "configs", "partitions": {p: {"replicas", "leader",
+# "leader_epoch", "isr"}}}}}.
+# Called from: the broker's asyncio API loop only (see fastlog/metadata/store.py).
+"""The embedded single-node metadata store."""
 
 from __future__ import annotations
 
-import abc
-import base64
 import copy
 import dataclasses
 import json
 import os
-import uuid
+
+from fastlog.metadata.model import MetadataError, PartitionState, TopicState, new_kafka_uuid
+from fastlog.metadata.store import PRODUCER_ID_BLOCK_SIZE, MetadataStore
 
 METADATA_FILE = "fastlog-metadata.json"
 FORMAT_VERSION = 1
-PRODUCER_ID_BLOCK_SIZE = 1000
-
-
-class MetadataError(Exception):
-    """The metadata file is unreadable or inconsistent; message is one sentence."""
-
-
-@dataclasses.dataclass
-class PartitionState:
-    replicas: list[int]
-    leader: int
-    leader_epoch: int = 0
-    isr: list[int] = dataclasses.field(default_factory=list)
-    # The recorded state's version (Kafka's partition epoch: ZooKeeper's znode version of
-    # .../partitions/<p>/state), for a leader's conditional ISR updates; -1 when unknown.
-    partition_epoch: int = -1
-
-
-@dataclasses.dataclass
-class TopicState:
-    name: str
-    topic_id: str  # 22-char base64url of a UUID, like Kafka's Uuid.toString()
-    partitions: dict[int, PartitionState]
-    configs: dict[str, str]  # overrides only, raw strings as the user gave them
-    internal: bool = False
-
-    @property
-    def topic_id_bytes(self) -> bytes:
-        return base64.urlsafe_b64decode(self.topic_id + "==")
-
-    @property
-    def replication_factor(self) -> int:
-        first = self.partitions.get(0)
-        return len(first.replicas) if first else 0
-
-
-def new_kafka_uuid() -> str:
-    """A random id rendered like Kafka's Uuid.toString (base64url, no padding)."""
-    while True:
-        raw = uuid.uuid4().bytes
-        text = base64.urlsafe_b64encode(raw).decode().rstrip("=")
-        if not text.startswith("-"):  # Kafka avoids ids that look like CLI flags
-            return text
-
-
-class MetadataStore(abc.ABC):
-    """What the broker needs from cluster metadata, whoever stores it."""
-
-    cluster_id: str
-    controller_id: int
-
-    @abc.abstractmethod
-    def topic(self, name: str) -> TopicState | None: ...
-
-    @abc.abstractmethod
-    def topic_names(self) -> list[str]: ...
-
-    @abc.abstractmethod
-    async def create_topic(self, name: str, partitions: int, replicas: list[list[int]],
-                           configs: dict[str, str], internal: bool = False) -> TopicState: ...
-
-    @abc.abstractmethod
-    async def delete_topic(self, name: str) -> None: ...
-
-    @abc.abstractmethod
-    async def add_partitions(self, name: str, new_replicas: list[list[int]]) -> TopicState:
-        """Append len(new_replicas) partitions to topic `name`, numbered on from its current
-        count, partition i's replicas new_replicas[i] (first one the preferred leader);
-        returns the topic's new state. KeyError if the topic does not exist."""
-
-    @abc.abstractmethod
-    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
-        """Replace the topic's config overrides with `configs`."""
-
-    @abc.abstractmethod
-    async def allocate_producer_ids(self, block_size: int = PRODUCER_ID_BLOCK_SIZE) -> tuple[int, int]:
-        """Reserve a block of producer ids durably; returns (first, count)."""
-
-    async def start(self) -> None:
-        return None
-
-    async def stop(self) -> None:
-        return None
 
 
 class EmbeddedMetadataStore(MetadataStore):

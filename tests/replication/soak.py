@@ -4,15 +4,16 @@ partitions (RF=3, min.insync.replicas=2), an idempotent acks=all producer of uni
 increasing values at --rate rec/s; every --interval seconds a seeded nemesis picks a
 partition and either SIGKILLs its leader (restarted after the election) or SIGSTOPs it
 for longer than its ZooKeeper session (then SIGCONT); then heal, drain, and run the
-checker of tests/replication/cluster.py.
+checker of tests/replication/cluster.py. It lives beside the fault tests whose harness
+(Cluster, Load, check) it drives; its figures are written up in perf/README.md.
 
 Prints per run: seed, acked/failed counts, lost / duplicate / out-of-order / inconsistent
 / diverged counts (target 0), and per fault the unavailability of its partition (fault ->
 first acknowledgement on that partition afterwards) and the election time (fault -> a new
 leader recorded in ZooKeeper). Exit status 1 when the checker finds anything.
 
-Usage: .venv/bin/python perf/replication_soak.py [--rounds 10] [--interval 15]
-                                                 [--rate 300] [--seed 1] [--json]
+Usage: .venv/bin/python tests/replication/soak.py [--rounds 10] [--interval 15]
+                                                  [--rate 300] [--seed 1] [--json]
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from fastlog.testing import ZooKeeperServer, make_chroot, zookeeper_available  # noqa: E402
 from tests.replication.cluster import Cluster, Load, check  # noqa: E402
-from tests.zk_fixture import ZooKeeperServer, make_chroot, zookeeper_available  # noqa: E402
 
 TOPIC = "soak"
 PARTITIONS = 3

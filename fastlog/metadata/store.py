@@ -1,0 +1,58 @@
+# fastlog/metadata/store.py — the cluster metadata interface the broker uses.
+#
+# Owns: MetadataStore, what the broker needs from cluster metadata whoever stores it —
+# topic reads, topic creation/deletion, added partitions, config overrides, producer-id
+# blocks, the cluster id and the controller id. Implemented by EmbeddedMetadataStore
+# (single node, fastlog/metadata/embedded.py) and ZkMetadataStore (cluster mode, Kafka's
+# znodes, fastlog/zk/metadata_store.py).
+# Called from: the broker's asyncio API loop only (reads are plain attribute reads of an
+# in-memory cache; mutations are coroutines so a ZooKeeper store can await its round trip).
+"""The metadata store interface."""
+
+from __future__ import annotations
+
+import abc
+
+from fastlog.metadata.model import TopicState
+
+PRODUCER_ID_BLOCK_SIZE = 1000
+
+
+class MetadataStore(abc.ABC):
+    """What the broker needs from cluster metadata, whoever stores it."""
+
+    cluster_id: str
+    controller_id: int
+
+    @abc.abstractmethod
+    def topic(self, name: str) -> TopicState | None: ...
+
+    @abc.abstractmethod
+    def topic_names(self) -> list[str]: ...
+
+    @abc.abstractmethod
+    async def create_topic(self, name: str, partitions: int, replicas: list[list[int]],
+                           configs: dict[str, str], internal: bool = False) -> TopicState: ...
+
+    @abc.abstractmethod
+    async def delete_topic(self, name: str) -> None: ...
+
+    @abc.abstractmethod
+    async def add_partitions(self, name: str, new_replicas: list[list[int]]) -> TopicState:
+        """Append len(new_replicas) partitions to topic `name`, numbered on from its current
+        count, partition i's replicas new_replicas[i] (first one the preferred leader);
+        returns the topic's new state. KeyError if the topic does not exist."""
+
+    @abc.abstractmethod
+    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        """Replace the topic's config overrides with `configs`."""
+
+    @abc.abstractmethod
+    async def allocate_producer_ids(self, block_size: int = PRODUCER_ID_BLOCK_SIZE) -> tuple[int, int]:
+        """Reserve a block of producer ids durably; returns (first, count)."""
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
