@@ -32,7 +32,7 @@ import time
 from fastlog._net import SocketServer
 from fastlog.protocol import Errors, KafkaApiError
 from fastlog.server.apis import KafkaApis
-from fastlog.server.config import KafkaConfig, parse_properties
+from fastlog.server.config import KafkaConfig, parse_connection_overrides, parse_properties
 from fastlog.server.group import GroupCoordinator
 from fastlog.server.log import KafkaStorageError, LogConfig, LogManager
 from fastlog.server.log.config import TOPIC_CONFIG_KEYS as STORAGE_TOPIC_KEYS
@@ -59,6 +59,9 @@ _TOPIC_CHARS = re.compile(r"^[a-zA-Z0-9._-]+$")
 FILES_PER_PARTITION = 3
 # Kept free for connections, checkpoints, rolls and ZooKeeper.
 SPARE_FILES = 1024
+# Kept free of connections (accepts pause first), besides a roll of every partition:
+# checkpoints, ZooKeeper, the cleaner.
+CONNECTION_SPARE_FILES = 64
 
 
 def raise_open_file_limit() -> None:
@@ -160,6 +163,14 @@ class BrokerServer:
                 max_request_size=self.config["socket.request.max.bytes"],
                 max_connections=self.config["max.connections"],
                 idle_timeout_ms=self.config["connections.max.idle.ms"],
+                max_connections_per_ip=self.config["max.connections.per.ip"],
+                max_connections_per_ip_overrides=parse_connection_overrides(
+                    self.config["max.connections.per.ip.overrides"]),
+                queued_max_request_bytes=self.config["queued.max.request.bytes"],
+                queued_max_requests=self.config["queued.max.requests"],
+                receive_timeout_ms=self.config["fastlog.request.receive.timeout.ms"],
+                reserved_files=lambda: CONNECTION_SPARE_FILES + FILES_PER_PARTITION * len(
+                    self.replica_manager.partitions),
                 loop=loop)
             try:
                 await server.start()
