@@ -18,6 +18,7 @@ import pytest
 from fastlog.protocol import ApiKey, Errors
 from tests.broker_fixture import BrokerProcess
 from tests.server.wire import Wire, batch, fetch_body, healthy, produce
+from tests.zk_fixture import wait_until
 
 MiB = 1 << 20
 
@@ -58,15 +59,6 @@ def start_broker(tmp_path):
         assert "Traceback" not in b.log_path.read_text(errors="replace"), b.log_tail()
 
 
-def wait_for(predicate, timeout=10.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{what} not reached within {timeout} s")
-
-
 def test_many_big_unfinished_frames_keep_rss_bounded(start_broker):
     # Ten connections each send most of a 32 MiB frame: unbounded, the broker would hold
     # over 300 MiB (measured: +366 MiB); with a 32 MiB pool, one frame is let in at a
@@ -105,7 +97,7 @@ def auto_create(w, topic):
     def ready():
         md = w.call(ApiKey.METADATA, 1, {"topics": [{"name": topic}]})
         return md.topics[0].error_code == Errors.NONE
-    wait_for(ready, 10, f"topic {topic} created")
+    wait_until(ready, 10, what=f"topic {topic} created")
 
 
 def test_connections_beyond_the_open_file_limit(start_broker):
@@ -117,8 +109,8 @@ def test_connections_beyond_the_open_file_limit(start_broker):
     try:
         for _ in range(1450):
             flood.append(socket.create_connection((b.host, b.port), timeout=10))
-        wait_for(lambda: "not accepting connections" in b.log_path.read_text(), 10,
-                 "accepts paused")
+        wait_until(lambda: "not accepting connections" in b.log_path.read_text(), 10,
+                   what="accepts paused")
         # The broker keeps serving, and opens the files of a new topic.
         assert probe.call(ApiKey.API_VERSIONS, 2, {}).error_code == 0
         auto_create(probe, "fd-limit")
@@ -127,7 +119,7 @@ def test_connections_beyond_the_open_file_limit(start_broker):
         for s in flood:
             s.close()
     # The flood gone, new connections are accepted again.
-    wait_for(lambda: _healthy_now(b), 15, "a new connection served")
+    wait_until(lambda: _healthy_now(b), 15, what="a new connection served")
     probe.close()
 
 
