@@ -1147,8 +1147,8 @@ cdef class SocketServer:
                 return
             # listdir holds one descriptor of its own while it counts
             self.other_files = len(os.listdir("/proc/self/fd")) - 1 - self.connection_count
-            reserve = self.reserved_files() if callable(self.reserved_files) else self.reserved_files
-            self.files_reserve = max(0, int(reserve))
+            reserve = self.reserved_files
+            self.files_reserve = max(0, int(reserve() if callable(reserve) else reserve))
             self.files_limit = soft
         except (OSError, ValueError):
             self.files_limit = -1
@@ -1215,8 +1215,10 @@ cdef class SocketServer:
                     if n < limit:
                         self.ip_counts[ip] = n + 1
                 if n >= limit:
-                    self._refuse(sock, addr, f"{n} connections open from it (max.connections"
-                                 f".per.ip{'.overrides' if ip in self.max_connections_per_ip_overrides else ''})")
+                    key = ("max.connections.per.ip.overrides"
+                           if ip in self.max_connections_per_ip_overrides
+                           else "max.connections.per.ip")
+                    self._refuse(sock, addr, f"{n} connections open from it ({key})")
                     continue
             sock.setblocking(False)
             if sock.family != socket.AF_UNIX:

@@ -15,6 +15,7 @@ import threading
 import time
 
 import pytest
+
 from fastlog.protocol import ApiKey, Errors
 from tests.broker_fixture import BrokerProcess
 from tests.server.wire import Wire, batch, fetch_body, healthy, produce
@@ -198,7 +199,8 @@ def test_queued_max_requests_holds_new_requests_until_parked_ones_answer(start_b
     probe = Wire(b)
     probe.send(ApiKey.API_VERSIONS, 2, {})
     order = []
-    pending = {w.sock: name for w, name in zip(fetchers + [probe], ["f1", "f2", "probe"])}
+    names = ["f1", "f2", "probe"]
+    pending = {w.sock: name for w, name in zip(fetchers + [probe], names, strict=True)}
     wires = {w.sock: w for w in fetchers + [probe]}
     deadline = time.monotonic() + 15
     while pending and time.monotonic() < deadline:

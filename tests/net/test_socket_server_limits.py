@@ -10,12 +10,20 @@ asserts a mute, never a speed.
 
 import asyncio
 import logging
-import struct
 
 import pytest
 from fastlog._net import RateLimitedLog
+
 from tests.net.test_socket_server import (
-    MODES, Echo, closed_by_server, connect, frame, read_frame, run, start, still_serves,
+    MODES,
+    Echo,
+    closed_by_server,
+    connect,
+    frame,
+    read_frame,
+    run,
+    start,
+    still_serves,
 )
 
 HELD = 0.4   # how long a muted request is watched for an answer it must not get
@@ -38,11 +46,11 @@ def test_frames_bigger_than_the_pool_all_finish(mode):
                              max_request_size=1 << 20, **mode)
         conns = [await connect(server) for _ in range(5)]
         bodies = [bytes([65 + i]) * (600_000 + i) for i in range(5)]
-        for (r, w), body in zip(conns, bodies):
+        for (_, w), body in zip(conns, bodies, strict=True):
             w.write(frame(b"E" + body))
-        for (r, w), body in zip(conns, bodies):
+        for (r, _), body in zip(conns, bodies, strict=True):
             assert await read_frame(r) == body
-        for r, w in conns:
+        for _, w in conns:
             w.close()
         for _ in range(100):
             if server.memory_pool.available == 1 << 20:
@@ -92,7 +100,7 @@ def test_queued_max_requests_mutes_until_an_answer(mode):
         echo.release = asyncio.Event()
         server = await start(echo, queued_max_requests=2, **mode)
         parked = [await connect(server) for _ in range(2)]
-        for r, w in parked:
+        for _, w in parked:
             w.write(frame(b"P"))
         for _ in range(100):
             if server.queued_requests == 2:
@@ -103,7 +111,7 @@ def test_queued_max_requests_mutes_until_an_answer(mode):
         w3.write(frame(b"Ewaits"))
         assert await not_answered(r3)
         echo.release.set()
-        for r, w in parked:
+        for r, _ in parked:
             assert await read_frame(r) == b"released"
         assert await read_frame(r3) == b"waits"
         await still_serves(server)
