@@ -561,7 +561,8 @@ cdef class Connection:
                     if self.pool_bytes or len(self.rbuf) > READ_BUFFER_KEEP:
                         self._release_buffer()
                 if self.eof:
-                    self._close("peer closed the connection", True)
+                    if not self.gated:   # else its complete requests run first (_wake)
+                        self._close("peer closed the connection", True)
                 else:
                     self._start_reading()
             elif self.ahead and not self.closed and not self.eof:
@@ -677,10 +678,9 @@ cdef class Connection:
                 self.writing = False
                 self.proc.loop.remove_writer(self.fd)
             self.last_active = _now()
-            if self.eof and not self.ahead:
-                self._close("peer closed the connection", True)
-            else:
-                self._unmute()
+            # A half-closed peer's requests still in rbuf run first; _process closes it
+            # once nothing is left to answer.
+            self._unmute()
         elif not self.writing:
             self.writing = True
             self.proc.loop.add_writer(self.fd, self._on_writable)

@@ -240,3 +240,26 @@ def test_accepts_pause_while_connections_would_use_the_file_reserve(mode, caplog
         run(main())
     text = caplog.text
     assert "not accepting connections" in text and "accepting connections again" in text
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_half_closed_connection_waiting_for_a_slot_still_gets_its_answers(mode):
+    async def main():
+        echo = Echo()
+        echo.release = asyncio.Event()
+        server = await start(echo, queued_max_requests=1, **mode)
+        rb, wb = await connect(server)
+        wb.write(frame(b"S500:first") + frame(b"Esecond"))
+        wb.write_eof()   # B has sent everything; its first request is still running
+        await asyncio.sleep(0.1)
+        ra, wa = await connect(server)
+        # Waits for the slot B's first request holds, then parks in it (inline), or
+        # after B's second (threads: B asked for the slot first, dispatching ahead).
+        wa.write(frame(b"P"))
+        assert await read_frame(rb) == b"first"
+        echo.release.set()
+        assert await read_frame(ra) == b"released"
+        assert await read_frame(rb) == b"second"
+        assert await closed_by_server(rb)
+        await server.stop()
+    run(main())
