@@ -37,6 +37,13 @@ async def not_answered(reader, wait=HELD) -> bool:
     return False
 
 
+async def parking_server(**kw):
+    """A server whose b"P" requests park until echo.release is set."""
+    echo = Echo()
+    echo.release = asyncio.Event()
+    return echo, await start(echo, **kw)
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_frames_bigger_than_the_pool_all_finish(mode):
     """Several connections each send a frame; the pool holds less than two of them at
@@ -96,9 +103,7 @@ def test_exhausted_pool_mutes_big_frames_not_small_requests(mode):
 @pytest.mark.parametrize("mode", MODES)
 def test_queued_max_requests_mutes_until_an_answer(mode):
     async def main():
-        echo = Echo()
-        echo.release = asyncio.Event()
-        server = await start(echo, queued_max_requests=2, **mode)
+        echo, server = await parking_server(queued_max_requests=2, **mode)
         parked = [await connect(server) for _ in range(2)]
         for _, w in parked:
             w.write(frame(b"P"))
@@ -245,9 +250,7 @@ def test_accepts_pause_while_connections_would_use_the_file_reserve(mode, caplog
 @pytest.mark.parametrize("mode", MODES)
 def test_half_closed_connection_waiting_for_a_slot_still_gets_its_answers(mode):
     async def main():
-        echo = Echo()
-        echo.release = asyncio.Event()
-        server = await start(echo, queued_max_requests=1, **mode)
+        echo, server = await parking_server(queued_max_requests=1, **mode)
         rb, wb = await connect(server)
         wb.write(frame(b"S500:first") + frame(b"Esecond"))
         wb.write_eof()   # B has sent everything; its first request is still running
