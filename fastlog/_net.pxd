@@ -10,6 +10,34 @@ cdef class Processor
 cdef class SocketServer
 
 
+cdef class RateLimitedLog:
+    cdef object logger
+    cdef readonly double interval
+    cdef double last
+    cdef readonly long long suppressed
+
+
+cdef class _Waiters:
+    cdef object lock
+    cdef object queue
+    cdef set members
+    cdef readonly Py_ssize_t count
+
+    cdef bint _enter_locked(self, Connection conn, bint room)
+    cdef void wake(self)
+    cdef void forget(self, Connection conn)
+
+
+cdef class MemoryPool:
+    cdef readonly long long capacity
+    cdef readonly long long available
+    cdef _Waiters waiters
+
+    cdef bint try_reserve(self, Connection conn, long long n)
+    cdef void release(self, long long n)
+    cdef bint keeps_buffers(self) noexcept
+
+
 cdef class Connection:
     cdef readonly object peer
     cdef readonly long long id
@@ -23,6 +51,14 @@ cdef class Connection:
     cdef Py_ssize_t rstart, rend
     cdef object frame
     cdef readonly bint closed
+    cdef str ip           # peer address, counted against max.connections.per.ip
+    # bytes reserved in the server's MemoryPool for the frame being received (or for the
+    # big buffer kept after one); released when it is answered or the connection closes
+    cdef long long pool_bytes
+    cdef bint pool_waiting    # muted until the pool has memory for its frame
+    cdef bint gated           # muted until queued.max.requests has room
+    # when the incomplete frame at rstart began to arrive (0: none); see _expire_check
+    cdef double frame_start
     # muted (Kafka's word): ahead == max_ahead (frames handed out and not yet answered;
     # at most 1 inline) or writing (output pending)
     cdef int ahead
@@ -41,6 +77,7 @@ cdef class Connection:
     cdef void _stop_reading(self)
     cdef int32_t _head_size(self) noexcept
     cdef int _make_room(self) except -1
+    cdef bint _may_dispatch(self)
     cdef void _process(self)
     cdef void _unmute(self)
     cdef void _respond(self, object parts)
@@ -56,7 +93,7 @@ cdef class Processor:
     cdef bint threaded
     cdef object thread
     cdef dict connections
-    cdef object idle_handle
+    cdef object expire_handle
     cdef unsigned char *scratch
     cdef Py_ssize_t scratch_size
 
@@ -76,6 +113,29 @@ cdef class SocketServer:
     cdef readonly Py_ssize_t max_request_size
     cdef readonly long max_connections
     cdef readonly double idle_timeout
+    cdef readonly double receive_timeout
+    cdef readonly long max_connections_per_ip
+    cdef readonly dict max_connections_per_ip_overrides
+    cdef dict ip_counts
+    cdef object ip_lock
+    # memory of requests being received (queued.max.request.bytes)
+    cdef readonly MemoryPool memory_pool
+    # requests handed to the API loop and not yet answered (queued.max.requests)
+    cdef readonly long long queued_requests
+    cdef readonly long long queued_max_requests
+    cdef _Waiters queue_waiters
+    # the open-file reserve: accepts pause while other_files + connections + reserve
+    # would reach files_limit (RLIMIT_NOFILE)
+    cdef object reserved_files
+    cdef long files_limit
+    cdef long other_files
+    cdef long files_reserve
+    cdef double files_counted_at
+    cdef bint accept_paused
+    cdef readonly RateLimitedLog refusal_log
+    cdef readonly RateLimitedLog frame_log
+    cdef readonly RateLimitedLog expire_log
+    cdef readonly RateLimitedLog accept_log
     cdef readonly bint threaded
     cdef readonly bint eager
     cdef readonly bint zero_copy
@@ -85,7 +145,6 @@ cdef class SocketServer:
     cdef Py_ssize_t next_proc
     cdef long long next_id
     cdef readonly long connection_count
-    cdef double last_refusal_log
     cdef set inflight
     cdef bint stopping
     cdef bint started
@@ -94,3 +153,7 @@ cdef class SocketServer:
     cdef void _handler_done(self, Connection conn, object frame, object result, object exc)
     cdef void _run_next(self, Connection conn)
     cdef void _drop_queued(self, Connection conn)
+    cdef void _requests_done(self, long long n)
+    cdef bint _files_short(self, double now)
+    cdef void _count_files(self, double now)
+    cdef void _refuse(self, object sock, object addr, str why)

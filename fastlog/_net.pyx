@@ -26,6 +26,21 @@
 # line before anything is allocated; a buffer grows at most to twice the bytes actually
 # received, so a client claiming a big (legal) frame gets memory only as it sends bytes.
 #
+# Limits, all shared by the processors of one SocketServer (Kafka's keys in brackets):
+#   - memory: a frame bigger than the first read buffer reserves its claimed size in the
+#     MemoryPool before its buffer grows [queued.max.request.bytes]; with the pool used
+#     up, connections needing memory are muted and wait in line (see MemoryPool);
+#   - requests handed to the handler and not yet answered [queued.max.requests]: at the
+#     bound, connections with a new frame are muted and wait in line;
+#   - connections [max.connections, max.connections.per.ip(.overrides)]: a new socket
+#     over a limit is closed; open files: accepts pause while the connections would eat
+#     into the files kept for the broker's own use (segments, checkpoints);
+#   - time: connections.max.idle.ms, and a deadline for the rest of a request once it
+#     began to arrive [fastlog.request.receive.timeout.ms], so a client trickling bytes
+#     is closed although it is never idle.
+# Repeated warnings (bad frames, refusals, paused accepts, expired requests) go through
+# RateLimitedLog: one line per interval, with the count of those not logged.
+#
 # Decisions, measured with perf/bench_net.py on the 2-core dev box (noisy: other jobs ran;
 # figures in perf/README.md, Network):
 #   - Requests reach handlers INLINE, started EAGERLY. The handler coroutine is driven by
@@ -76,6 +91,7 @@ from fastlog._codec cimport FileRegion, fl_be32, fl_put_be32
 import asyncio
 import logging
 import os
+import resource
 import socket
 import threading
 from collections import deque
@@ -127,6 +143,145 @@ cdef inline double _now() noexcept nogil:
     cdef timespec ts
     clock_gettime(CLOCK_MONOTONIC, &ts)
     return ts.tv_sec + ts.tv_nsec * 1e-9
+
+
+cdef class RateLimitedLog:
+    """At most one line per ``interval`` seconds for one kind of event, each line saying
+    how many of the same kind were not logged since the previous one.
+
+    ``log(level, msg, *args)`` returns True when it logged. Called from any thread: the
+    counters are C values updated under the GIL, so at worst a line is doubled.
+    """
+
+    def __init__(self, logger, double interval=10.0):
+        self.logger = logger
+        self.interval = interval
+        self.last = -1e18
+
+    def log(self, int level, str msg, *args):
+        cdef double now = _now()
+        cdef long long n
+        if now - self.last < self.interval:
+            self.suppressed += 1
+            return False
+        n = self.suppressed
+        self.suppressed = 0
+        self.last = now
+        if n:
+            msg += " (%d more like this in the last %.0f s, not logged)"
+            args = args + (n, self.interval)
+        self.logger.log(level, msg, *args)
+        return True
+
+
+cdef class _Waiters:
+    """Connections muted until a shared resource has room, served first come first served.
+
+    Used by the MemoryPool (queued.max.request.bytes) and the queued.max.requests bound.
+    A connection that finds others waiting queues behind them even if there is room, so
+    a busy connection cannot take every freed byte or slot; the head is woken (on its
+    processor's loop, ``Connection._wake``) when room frees. Any thread; ``lock`` guards
+    the queue and the resource's counter, which the owner updates while holding it.
+    """
+
+    def __cinit__(self):
+        self.lock = threading.Lock()
+        self.queue = deque()
+        self.members = set()
+
+    cdef bint _enter_locked(self, Connection conn, bint room):
+        """True when conn may take the resource now (room, and it is first in line);
+        else it is queued (once). The caller holds self.lock."""
+        cdef bint waiting = conn in self.members
+        if room and (self.count == 0 or (waiting and self.queue[0] is conn)):
+            if waiting:
+                self.queue.popleft()
+                self.members.discard(conn)
+                self.count -= 1
+            return True
+        if not waiting:
+            self.queue.append(conn)
+            self.members.add(conn)
+            self.count += 1
+        return False
+
+    cdef void wake(self):
+        """Wake the first waiting connection; it takes the room or keeps its place."""
+        cdef Connection head
+        if self.count == 0:
+            return
+        with self.lock:
+            if self.count == 0:
+                return
+            head = self.queue[0]
+        try:
+            head.proc.loop.call_soon_threadsafe(head._wake)
+        except RuntimeError:   # its processor stopped (shutdown)
+            pass
+
+    cdef void forget(self, Connection conn):
+        """conn closed: leave the line (waking the next one if it was first)."""
+        cdef bint was_head
+        if conn not in self.members:
+            return
+        with self.lock:
+            if conn not in self.members:
+                return
+            was_head = self.queue[0] is conn
+            self.queue.remove(conn)
+            self.members.discard(conn)
+            self.count -= 1
+        if was_head:
+            self.wake()
+
+
+cdef class MemoryPool:
+    """Bytes of the requests being received, across all connections of a SocketServer
+    (Kafka's queued.max.request.bytes and its non-strict SimpleMemoryPool).
+
+    A connection reserves the claimed size of a frame that outgrows its first read buffer
+    (READ_BUFFER, not counted) before the buffer grows; the buffer itself still grows
+    only as bytes arrive. As in Kafka a reservation succeeds while any memory is left,
+    even if it is bigger than what is left, so a frame of up to socket.request.max.bytes
+    always fits in the end and the total stays below capacity + one frame. Holding its
+    whole reservation, a connection that started a frame can always finish it: no
+    deadlock. While nothing is left, connections that need memory are muted and queue
+    for it (_Waiters); they are woken in order as reservations are released (the request
+    answered, or its connection closed). ``capacity`` <= 0: unbounded (Kafka's -1).
+    """
+
+    def __cinit__(self, long long capacity):
+        self.capacity = capacity
+        self.available = capacity
+        self.waiters = _Waiters()
+
+    cdef bint try_reserve(self, Connection conn, long long n):
+        cdef bint ok
+        if self.capacity <= 0:
+            return True
+        with self.waiters.lock:
+            ok = self.waiters._enter_locked(conn, self.available > 0)
+            if ok:
+                self.available -= n
+        conn.pool_waiting = not ok
+        if ok and self.available > 0:
+            self.waiters.wake()   # room left for the next in line
+        return ok
+
+    cdef void release(self, long long n):
+        if self.capacity <= 0 or n == 0:
+            return
+        with self.waiters.lock:
+            self.available += n
+        if self.available > 0:
+            self.waiters.wake()
+
+    cdef bint keeps_buffers(self) noexcept:
+        """Whether an idle connection may keep (and stay charged for) a grown buffer:
+        only while the pool is more than half free and nobody waits, so kept buffers can
+        never hold more than half of it."""
+        return self.capacity <= 0 or (
+            self.waiters.count == 0 and self.available > self.capacity // 2)
 
 
 cdef class _Resumed:
@@ -209,7 +364,8 @@ cdef class Connection:
     # ---- reading -------------------------------------------------------------------
 
     cdef void _start_reading(self):
-        if not self.reading and not self.closed and not self.eof:
+        if (not self.reading and not self.closed and not self.eof and not self.pool_waiting
+                and not self.gated):
             self.reading = True
             self.proc.loop.add_reader(self.fd, self._on_readable)
 
@@ -224,8 +380,11 @@ cdef class Connection:
             <const unsigned char *>PyByteArray_AS_STRING(self.rbuf) + self.rstart)
 
     cdef int _make_room(self) except -1:
-        """Room at the end of rbuf for the next recv (never called while muted)."""
+        """Room at the end of rbuf for the next recv (never called while muted): 1, or
+        0 when the frame needs memory the pool has not got (the connection then waits
+        for it in line, muted, and Connection._wake tries again)."""
         cdef Py_ssize_t avail = self.rend - self.rstart
+        cdef long long extra
         cdef Py_ssize_t cap = len(self.rbuf)
         cdef Py_ssize_t need = 4
         cdef int32_t size
@@ -239,16 +398,22 @@ cdef class Connection:
             memmove(p, p + self.rstart, avail)
             self.rend = avail
             self.rstart = 0
-            return 0
+            return 1
         # The buffer is full of one incomplete frame: grow, but at most to twice what was
-        # received (never to the claimed size directly: the claim is untrusted).
+        # received (never to the claimed size directly: the claim is untrusted). The whole
+        # claim is reserved in the pool first, so the frame can always be finished.
+        extra = <long long>(need - READ_BUFFER) - self.pool_bytes
+        if need > cap and extra > 0:
+            if not self.proc.server.memory_pool.try_reserve(self, extra):
+                return 0
+            self.pool_bytes += extra
         cap = min(need, 2 * cap)
         grown = bytearray(cap)
         grown[:avail] = memoryview(self.rbuf)[self.rstart:self.rend]
         self.rbuf = grown   # a new object: views a handler kept on the old one stay valid
         self.rstart = 0
         self.rend = avail
-        return 0
+        return 1
 
     def _on_readable(self):
         cdef ssize_t n
@@ -263,7 +428,9 @@ cdef class Connection:
                     # Keep in-flight frames intact: stop reading until their responses are out.
                     self._stop_reading()
                     return
-                self._make_room()
+                if not self._make_room():
+                    self._stop_reading()   # muted until the pool has memory (_wake)
+                    return
                 free_space = len(self.rbuf) - self.rend
                 if free_space == 0:
                     # Complete frames are waiting for _process (deferred): read later.
@@ -275,6 +442,8 @@ cdef class Connection:
             if n > 0:
                 self.rend += n
                 self.last_active = _now()
+                if self.frame_start == 0:
+                    self.frame_start = self.last_active
                 if not self.writing:
                     self._process()
             elif n == 0:
@@ -300,6 +469,42 @@ cdef class Connection:
         if not self.closed:
             self._process()
 
+    def _wake(self):
+        """Its turn for pool memory or a queued.max.requests slot (_Waiters): try again."""
+        if self.closed:
+            return
+        try:
+            if self.pool_waiting:
+                if not self._make_room():
+                    return   # still not first, or no memory yet: keeps its place
+                # The wait was the broker's doing: the receive deadline starts afresh.
+                self.frame_start = _now()
+            self._process()
+        except BaseException as exc:
+            log.exception("connection %s %s: wake-up failed", self.id, self.peer)
+            self._close(f"wake-up failed: {exc!r}")
+
+    cdef bint _may_dispatch(self):
+        """Take a queued.max.requests slot for one more frame (else wait for one, muted)."""
+        cdef SocketServer server = self.proc.server
+        cdef _Waiters waiters = server.queue_waiters
+        cdef bint ok
+        if waiters.count == 0 and server.queued_requests < server.queued_max_requests:
+            server.queued_requests += 1   # C arithmetic under the GIL: no thread switch
+            self.gated = False
+            return True
+        with waiters.lock:
+            ok = waiters._enter_locked(
+                self, server.queued_requests < server.queued_max_requests)
+            if ok:
+                server.queued_requests += 1
+        self.gated = not ok
+        if not ok:
+            self._stop_reading()
+        elif server.queued_requests < server.queued_max_requests:
+            waiters.wake()
+        return ok
+
     cdef void _process(self):
         """Hand complete frames to the handler (the connection mutes while it may not).
 
@@ -312,6 +517,7 @@ cdef class Connection:
         cdef int32_t size
         cdef int count = 0
         cdef SocketServer server = self.proc.server
+        cdef bint was_reading = self.reading
         if self.in_process:
             return
         self.in_process = True
@@ -322,7 +528,8 @@ cdef class Connection:
                     break
                 size = self._head_size()
                 if size <= 0 or size > server.max_request_size:
-                    log.warning(
+                    server.frame_log.log(
+                        logging.WARNING,
                         "connection %s %s: closing: request size %d is outside 1..%d "
                         "(socket.request.max.bytes)",
                         self.id, self.peer, size, server.max_request_size)
@@ -334,6 +541,8 @@ cdef class Connection:
                     if not server.stopping:
                         self.proc.loop.call_soon(self._process_soon)
                     break
+                if not self._may_dispatch():
+                    break   # muted: queued.max.requests reached; _wake resumes it
                 count += 1
                 frame = memoryview(self.rbuf)[self.rstart + 4:self.rstart + 4 + size]
                 self.rstart += 4 + size
@@ -342,13 +551,18 @@ cdef class Connection:
                 frame = None
             if self.wparts is not None and not self.writing and not self.closed:
                 self._on_writable()   # corked responses
+            if self.rstart == self.rend:
+                self.frame_start = 0
+            elif count or not was_reading:
+                self.frame_start = _now()   # the rest began after a frame, or after a mute
             if not self.ahead and not self.writing and not self.closed:
                 if self.rstart == self.rend:
                     self.rstart = self.rend = 0
-                    if len(self.rbuf) > READ_BUFFER_KEEP:
-                        self.rbuf = bytearray(READ_BUFFER)
+                    if self.pool_bytes or len(self.rbuf) > READ_BUFFER_KEEP:
+                        self._release_buffer()
                 if self.eof:
-                    self._close("peer closed the connection", True)
+                    if not self.gated:   # else its complete requests run first (_wake)
+                        self._close("peer closed the connection", True)
                 else:
                     self._start_reading()
             elif self.ahead and not self.closed and not self.eof:
@@ -358,6 +572,19 @@ cdef class Connection:
             self._close(f"dispatch failed: {exc!r}")
         finally:
             self.in_process = False
+
+    def _release_buffer(self):
+        """All frames answered: give the pool back the memory of a grown buffer, keeping
+        the buffer (and its charge) only if it is small and the pool has plenty."""
+        cdef MemoryPool pool = self.proc.server.memory_pool
+        cdef long long keep = 0
+        if len(self.rbuf) <= READ_BUFFER_KEEP and pool.keeps_buffers():
+            keep = min(self.pool_bytes, <long long>(len(self.rbuf) - READ_BUFFER))
+        else:
+            self.rbuf = bytearray(READ_BUFFER)
+        if self.pool_bytes > keep:
+            pool.release(self.pool_bytes - keep)
+            self.pool_bytes = keep
 
     cdef void _unmute(self):
         if self.closed or self.writing:
@@ -386,6 +613,8 @@ cdef class Connection:
             return
         if self.ahead > 0:
             self.ahead -= 1
+        if self.frame_start:
+            self.frame_start = _now()   # its partial frame waited for this answer
         if parts is None:
             self._unmute()
             return
@@ -449,10 +678,9 @@ cdef class Connection:
                 self.writing = False
                 self.proc.loop.remove_writer(self.fd)
             self.last_active = _now()
-            if self.eof and not self.ahead:
-                self._close("peer closed the connection", True)
-            else:
-                self._unmute()
+            # A half-closed peer's requests still in rbuf run first; _process closes it
+            # once nothing is left to answer.
+            self._unmute()
         elif not self.writing:
             self.writing = True
             self.proc.loop.add_writer(self.fd, self._on_writable)
@@ -594,7 +822,18 @@ cdef class Connection:
         except OSError:
             pass
         self.proc.connections.pop(self.id, None)
-        self.proc.server.connection_count -= 1
+        server = self.proc.server
+        server.connection_count -= 1
+        server._forget_ip(self.ip)
+        if self.pool_waiting:
+            self.pool_waiting = False
+            server.memory_pool.waiters.forget(self)
+        if self.gated:
+            self.gated = False
+            server.queue_waiters.forget(self)
+        if self.pool_bytes:
+            server.memory_pool.release(self.pool_bytes)
+            self.pool_bytes = 0
 
 
 cdef class Processor:
@@ -624,8 +863,7 @@ cdef class Processor:
         loop = _uvloop.new_event_loop() if _uvloop is not None else asyncio.new_event_loop()
         self.loop = loop
         asyncio.set_event_loop(loop)
-        if self.server.idle_timeout > 0:
-            self._schedule_idle_check()
+        self._schedule_expire_check()
         self.api_loop.call_soon_threadsafe(ready.set_result, None)
         try:
             loop.run_forever()
@@ -637,8 +875,7 @@ cdef class Processor:
         ready = self.api_loop.create_future()
         if not self.threaded:
             ready.set_result(None)
-            if self.server.idle_timeout > 0:
-                self._schedule_idle_check()
+            self._schedule_expire_check()
         else:
             self.thread = threading.Thread(
                 target=self._run_thread, args=(ready,),
@@ -652,25 +889,45 @@ cdef class Processor:
         else:
             fn(*args)
 
-    def _schedule_idle_check(self):
-        period = min(max(self.server.idle_timeout / 4, 0.01), 1.0)
-        self.idle_handle = self.loop.call_later(period, self._idle_check)
+    def _schedule_expire_check(self):
+        cdef double period = 1.0
+        for limit in (self.server.idle_timeout, self.server.receive_timeout):
+            if limit > 0:
+                period = min(period, max(limit / 4, 0.01))
+        if self.server.idle_timeout > 0 or self.server.receive_timeout > 0:
+            self.expire_handle = self.loop.call_later(period, self._expire_check)
 
-    def _idle_check(self):
+    def _expire_check(self):
+        """Close connections idle for connections.max.idle.ms, and those that began a
+        request and did not send all of it within fastlog.request.receive.timeout.ms
+        while we were reading (a client trickling bytes is not idle, but this catches
+        it). Connections muted by the broker (a request in flight, a response being
+        written, waiting for pool memory or a queue slot) are left alone."""
         cdef Connection conn
         cdef double now = _now()
-        cdef double limit = self.server.idle_timeout
+        cdef double idle = self.server.idle_timeout
+        cdef double receive = self.server.receive_timeout
         for conn in list(self.connections.values()):
-            if not conn.ahead and not conn.writing and now - conn.last_active > limit:
-                conn._close(f"idle for more than {limit * 1000:.0f} ms "
+            if conn.ahead or conn.writing or conn.pool_waiting or conn.gated:
+                continue
+            if idle > 0 and now - conn.last_active > idle:
+                conn._close(f"idle for more than {idle * 1000:.0f} ms "
                             "(connections.max.idle.ms)")
-        self._schedule_idle_check()
+            elif (receive > 0 and conn.frame_start > 0 and conn.reading
+                    and now - conn.frame_start > receive):
+                self.server.expire_log.log(
+                    logging.INFO, "connection %s %s: closing: %d bytes of a request received "
+                    "and the rest not within %.0f ms (fastlog.request.receive.timeout.ms)",
+                    conn.id, conn.peer, conn.rend - conn.rstart, receive * 1000)
+                conn._close("request not received in time", True)
+        self._schedule_expire_check()
 
     def add_connection(self, sock, peer, long long conn_id):
         cdef Connection conn = Connection()
         conn.sock = sock
         conn.fd = sock.fileno()
         conn.peer = peer
+        conn.ip = peer[0] if peer else None
         conn.id = conn_id
         conn.proc = self
         conn.last_active = _now()
@@ -683,9 +940,9 @@ cdef class Processor:
     def shutdown(self, done=None):
         """Close every connection; in threaded mode also stop the loop. Runs on self.loop."""
         cdef Connection conn
-        if self.idle_handle is not None:
-            self.idle_handle.cancel()
-            self.idle_handle = None
+        if self.expire_handle is not None:
+            self.expire_handle.cancel()
+            self.expire_handle = None
         for conn in list(self.connections.values()):
             conn._close("server stopping", True)
         if self.threaded:
@@ -711,9 +968,11 @@ cdef class Processor:
         batch = self.to_api
         self.to_api = []
         if self.server.stopping:
+            self.server._requests_done(len(batch))
             return   # stop() no longer waits for new requests; their connections close
         for conn, frame in batch:
             if conn.api_dead:
+                self.server._requests_done(1)
                 continue   # an earlier request of this connection failed: it is closing
             if conn.api_running:
                 conn.api_queue.append(frame)
@@ -747,6 +1006,23 @@ cdef class Processor:
                 conn._process()
 
 
+def _resolve_hosts(overrides):
+    """{host or address: count} -> {address: count}, names resolved once (as Kafka does
+    at startup); a name that does not resolve is kept as written, with a warning."""
+    out = {}
+    for host, count in overrides.items():
+        try:
+            infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError) as exc:
+            log.warning("max.connections.per.ip.overrides: cannot resolve %s (%s); "
+                        "it applies to that exact address only", host, exc)
+            out[host] = count
+            continue
+        for info in infos:
+            out[info[4][0]] = count
+    return out
+
+
 def _set_done(fut):
     if not fut.done():
         fut.set_result(None)
@@ -758,16 +1034,32 @@ cdef class SocketServer:
     ``handler(conn, frame)`` is a coroutine function returning a list of response parts
     or None. ``start()``/``stop()`` are awaited on the API loop (``loop`` or the running
     one). See the module comment for the threading model.
+
+    Limits (Kafka's keys): ``max_connections``, ``max_connections_per_ip`` and
+    ``max_connections_per_ip_overrides`` ({host or address: count}) close a new socket
+    over them; ``queued_max_request_bytes`` (<= 0: unbounded) bounds the memory of
+    requests being received (MemoryPool); ``queued_max_requests`` bounds the requests
+    handed to the handler and not yet answered, over all connections (a parked handler
+    counts); ``receive_timeout_ms`` (0: none) closes a connection that began a request
+    and did not send the rest in time; ``reserved_files`` (an int, or a callable read
+    about once a second) is how many open files the process keeps for itself: accepts
+    pause while the connections would leave fewer than that below RLIMIT_NOFILE.
+    Repeated warnings are rate-limited to one line per ``log_interval`` seconds.
     """
 
     def __init__(self, handler, host="127.0.0.1", port=0, num_network_threads=1,
                  max_request_size=100 * 1024 * 1024, max_connections=2 ** 31 - 1,
                  idle_timeout_ms=600000, loop=None, threaded=None, eager=True,
-                 zero_copy=None):
+                 zero_copy=None, max_connections_per_ip=2 ** 31 - 1,
+                 max_connections_per_ip_overrides=None, queued_max_request_bytes=-1,
+                 queued_max_requests=2 ** 31 - 1, receive_timeout_ms=0,
+                 reserved_files=64, log_interval=10.0):
         if num_network_threads < 1:
             raise ValueError("num_network_threads must be at least 1")
         if max_request_size < 1:
             raise ValueError("max_request_size must be positive")
+        if queued_max_requests < 1:
+            raise ValueError("queued_max_requests must be at least 1")
         self.handler = handler
         self.host = host
         self.port = port
@@ -781,6 +1073,21 @@ cdef class SocketServer:
         self.zero_copy = True if zero_copy is None else zero_copy
         self.processors = []
         self.inflight = set()
+        self.max_connections_per_ip = max_connections_per_ip
+        self.max_connections_per_ip_overrides = _resolve_hosts(
+            max_connections_per_ip_overrides or {})
+        self.ip_counts = {}
+        self.ip_lock = threading.Lock()
+        self.memory_pool = MemoryPool(queued_max_request_bytes)
+        self.queued_max_requests = queued_max_requests
+        self.queue_waiters = _Waiters()
+        self.receive_timeout = (receive_timeout_ms or 0) / 1000.0
+        self.reserved_files = reserved_files
+        self.files_limit = -1
+        self.refusal_log = RateLimitedLog(log, log_interval)
+        self.frame_log = RateLimitedLog(log, log_interval)
+        self.expire_log = RateLimitedLog(log, log_interval)
+        self.accept_log = RateLimitedLog(log, log_interval)
 
     async def start(self):
         if self.started:
@@ -803,6 +1110,7 @@ cdef class SocketServer:
             raise
         self.lsock = lsock
         self.port = lsock.getsockname()[1]
+        self._count_files(_now())
         nproc = self.num_network_threads if self.threaded else 1
         for i in range(nproc):
             proc = Processor(self, i, self.threaded)
@@ -813,30 +1121,105 @@ cdef class SocketServer:
                  "threaded" if self.threaded else "inline", "s" if nproc > 1 else "")
 
     def _resume_accept(self):
-        if self.lsock is not None and not self.stopping:
-            self.loop.add_reader(self.lsock.fileno(), self._on_accept)
+        if self.lsock is None or self.stopping:
+            return
+        if self.files_limit >= 0 and self._files_short(_now()):
+            self.loop.call_later(0.1, self._resume_accept)   # still short: look again
+            return
+        if self.accept_paused:
+            self.accept_paused = False
+            log.info("accepting connections again (%d open)", self.connection_count)
+        self.loop.add_reader(self.lsock.fileno(), self._on_accept)
+
+    def _pause_accept(self):
+        self.accept_paused = True
+        self.loop.remove_reader(self.lsock.fileno())
+        self.loop.call_later(0.1, self._resume_accept)
+
+    cdef void _count_files(self, double now):
+        """Refresh the open-file figures: the limit, the files open besides connections
+        (counted in /proc/self/fd) and the reserve. files_limit -1: not known (no check)."""
+        self.files_counted_at = now
+        try:
+            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            if soft == resource.RLIM_INFINITY:
+                self.files_limit = -1
+                return
+            # listdir holds one descriptor of its own while it counts
+            self.other_files = len(os.listdir("/proc/self/fd")) - 1 - self.connection_count
+            reserve = self.reserved_files
+            self.files_reserve = max(0, int(reserve() if callable(reserve) else reserve))
+            self.files_limit = soft
+        except (OSError, ValueError):
+            self.files_limit = -1
+        except Exception:
+            log.exception("counting open files failed; no open-file reserve for connections")
+            self.files_limit = -1
+
+    cdef bint _files_short(self, double now):
+        """Whether one more connection would eat into the broker's reserve of files."""
+        if now - self.files_counted_at >= (0.1 if self.accept_paused else 1.0):
+            self._count_files(now)
+        return (self.files_limit >= 0 and self.other_files + self.connection_count + 1
+                + self.files_reserve > self.files_limit)
+
+    cdef void _refuse(self, object sock, object addr, str why):
+        self.refusal_log.log(logging.WARNING, "refusing connection from %s: %s",
+                             addr[0] if addr else addr, why)
+        sock.close()
+
+    def _forget_ip(self, ip):
+        """A connection from ip closed (any thread)."""
+        if ip is None:
+            return
+        with self.ip_lock:
+            n = self.ip_counts.get(ip, 0) - 1
+            if n > 0:
+                self.ip_counts[ip] = n
+            else:
+                self.ip_counts.pop(ip, None)
 
     def _on_accept(self):
         cdef Processor proc
+        cdef long limit
         for _ in range(64):
+            if self.files_limit >= 0 and self._files_short(_now()):
+                self.accept_log.log(
+                    logging.WARNING, "not accepting connections: %d files open of %d "
+                    "(ulimit -n) with %d of them connections, and %d are kept for the "
+                    "broker's own files; accepting again when connections close",
+                    self.other_files + self.connection_count, self.files_limit,
+                    self.connection_count, self.files_reserve)
+                self._pause_accept()
+                return
             try:
                 sock, addr = self.lsock.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
                 # Out of descriptors and the like: back off instead of spinning.
-                log.error("accept failed: %s; pausing accepts for 100 ms", exc)
-                self.loop.remove_reader(self.lsock.fileno())
-                self.loop.call_later(0.1, self._resume_accept)
+                self.accept_log.log(logging.ERROR, "accept failed: %s; pausing accepts "
+                                    "for 100 ms", exc)
+                self._pause_accept()
                 return
             if self.connection_count >= self.max_connections:
-                now = _now()
-                if now - self.last_refusal_log >= 1.0:   # at most one line a second
-                    self.last_refusal_log = now
-                    log.warning("refusing connection from %s: %d connections open "
-                                "(max.connections)", addr[:2], self.connection_count)
-                sock.close()
+                self._refuse(sock, addr, f"{self.connection_count} connections open "
+                             "(max.connections)")
                 continue
+            ip = addr[0] if sock.family != socket.AF_UNIX else None
+            if ip is not None:
+                limit = self.max_connections_per_ip_overrides.get(
+                    ip, self.max_connections_per_ip)
+                with self.ip_lock:
+                    n = self.ip_counts.get(ip, 0)
+                    if n < limit:
+                        self.ip_counts[ip] = n + 1
+                if n >= limit:
+                    key = ("max.connections.per.ip.overrides"
+                           if ip in self.max_connections_per_ip_overrides
+                           else "max.connections.per.ip")
+                    self._refuse(sock, addr, f"{n} connections open from it ({key})")
+                    continue
             sock.setblocking(False)
             if sock.family != socket.AF_UNIX:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -877,8 +1260,17 @@ cdef class SocketServer:
         self.inflight.add(task)
         task.add_done_callback(_TaskDone(self, conn, frame))
 
+    cdef void _requests_done(self, long long n):
+        """n requests handed to the handler are answered or dropped (any thread)."""
+        if n <= 0:
+            return
+        self.queued_requests -= n
+        if self.queue_waiters.count and self.queued_requests < self.queued_max_requests:
+            self.queue_waiters.wake()
+
     cdef void _handler_done(self, Connection conn, object frame, object result, object exc):
         cdef Processor proc = conn.proc
+        self._requests_done(1)
         try:
             frame.release()   # a handler that kept the frame gets an error, not stale bytes
         except Exception:
@@ -918,6 +1310,7 @@ cdef class SocketServer:
     cdef void _drop_queued(self, Connection conn):
         conn.api_running = False
         if conn.api_queue:
+            self._requests_done(len(conn.api_queue))
             conn.api_queue.clear()
 
     async def stop(self, drain_timeout=0.5):

@@ -35,7 +35,7 @@ from fastlog.metadata import EmbeddedMetadataStore, MetadataError, PartitionStat
 from fastlog.protocol import Errors, KafkaApiError
 from fastlog.protocol.topics import topic_name_problem
 from fastlog.server.apis import KafkaApis
-from fastlog.server.config import KafkaConfig, parse_properties
+from fastlog.server.config import KafkaConfig, parse_connection_overrides, parse_properties
 from fastlog.server.group import GroupCoordinator
 from fastlog.server.log import KafkaStorageError, LogConfig, LogManager
 from fastlog.server.log.config import TOPIC_CONFIG_KEYS as STORAGE_TOPIC_KEYS
@@ -63,6 +63,9 @@ SPARE_FILES = 1024
 # (an unlimited one included): Linux caps a process at 2**20 open files (fs.nr_open), and
 # each partition keeps FILES_PER_PARTITION of them.
 MAX_PARTITIONS_PER_REQUEST = (1 << 20) // FILES_PER_PARTITION
+# Kept free of connections (accepts pause first), besides a roll of every partition:
+# checkpoints, ZooKeeper, the cleaner.
+CONNECTION_SPARE_FILES = 64
 
 
 def raise_open_file_limit() -> None:
@@ -183,6 +186,14 @@ class BrokerServer:
                 max_request_size=self.config["socket.request.max.bytes"],
                 max_connections=self.config["max.connections"],
                 idle_timeout_ms=self.config["connections.max.idle.ms"],
+                max_connections_per_ip=self.config["max.connections.per.ip"],
+                max_connections_per_ip_overrides=parse_connection_overrides(
+                    self.config["max.connections.per.ip.overrides"]),
+                queued_max_request_bytes=self.config["queued.max.request.bytes"],
+                queued_max_requests=self.config["queued.max.requests"],
+                receive_timeout_ms=self.config["fastlog.request.receive.timeout.ms"],
+                reserved_files=lambda: CONNECTION_SPARE_FILES + FILES_PER_PARTITION * len(
+                    self.replica_manager.partitions),
                 loop=loop)
             try:
                 await server.start()

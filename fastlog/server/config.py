@@ -200,6 +200,29 @@ def _parse_protocol_map(v: str | None) -> dict[str, str]:
     return out
 
 
+def parse_connection_overrides(v: str | None) -> dict[str, int]:
+    """max.connections.per.ip.overrides, Kafka's "host:count,host:count" (a host may be
+    a name or an address; the count is after the last colon, so IPv6 works too)."""
+    out: dict[str, int] = {}
+    for item in (v or "").split(","):
+        if not item.strip():
+            continue
+        host, sep, count = item.strip().rpartition(":")
+        host = host.strip().strip("[]")
+        if not sep or not host or not count.strip().isdigit() or int(count) > INT_MAX:
+            raise ValueError(item)
+        out[host] = int(count)
+    return out
+
+
+def _check_connection_overrides(v: str) -> str | None:
+    try:
+        parse_connection_overrides(v)
+    except ValueError:
+        return "must be a list like host1:10,127.0.0.1:20 (a count of 0 or more per host)"
+    return None
+
+
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 _COMPRESSION = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
 # Kafka's ranges for the levels of a topic's recompression (KIP-390).
@@ -238,10 +261,28 @@ _KEYS: list[ConfigKey] = [
     ConfigKey("socket.request.max.bytes", "int", 104857600, "Largest request frame accepted.", _at_least(1)),
     ConfigKey("socket.send.buffer.bytes", "int", 102400, inert=True),
     ConfigKey("socket.receive.buffer.bytes", "int", 102400, inert=True),
-    ConfigKey("queued.max.requests", "int", 500, inert=True, check=_at_least(1)),
+    # Unlike Kafka's request queue, a request parked in purgatory (a long-polling fetch)
+    # counts until it is answered: raise this above the clients that long-poll at once.
+    ConfigKey("queued.max.requests", "int", 500,
+              "Requests read and not yet answered, over all connections, before the broker "
+              "stops reading more (a parked fetch counts).", _at_least(1)),
+    # Kafka's default -1 is unbounded; ours bounds the memory of requests being received
+    # (a few big frames from many connections reached 1 GB of RSS); -1 or 0 is unbounded.
+    ConfigKey("queued.max.request.bytes", "long", 512 * 1024 * 1024,
+              "Memory for requests being received, over all connections; while it is used "
+              "up, connections needing more wait. -1 or 0: unbounded.", _at_least(-1)),
     ConfigKey("max.connections", "int", INT_MAX, "Most client connections at once.", _at_least(0)),
-    ConfigKey("max.connections.per.ip", "int", INT_MAX, inert=True),
+    ConfigKey("max.connections.per.ip", "int", INT_MAX,
+              "Most connections from one address; more are closed at once.", _at_least(0)),
+    ConfigKey("max.connections.per.ip.overrides", "string", "",
+              "Per-host exceptions to max.connections.per.ip, as host:count,host:count.",
+              _check_connection_overrides),
     ConfigKey("connections.max.idle.ms", "long", 600000, "Idle connections are closed after this.", _at_least(1)),
+    # Kafka has no such key (its brokers wait forever for the rest of a frame); a client
+    # sending a byte now and then is never idle, so this is what closes it.
+    ConfigKey("fastlog.request.receive.timeout.ms", "long", 30000,
+              "A connection that began to send a request and has not sent all of it after "
+              "this long is closed; 0: never.", _at_least(0)),
     ConfigKey("request.timeout.ms", "int", 30000, inert=True),
     # storage
     ConfigKey("log.dir", "string", "./data", "Data directory when log.dirs is unset.",
@@ -474,6 +515,12 @@ class KafkaConfig:
         if not v["listeners"]:
             raise ConfigError("listeners must name at least one listener")
         self._validate_listener_names()
+        if v["max.connections.per.ip"] == 0 and not v["max.connections.per.ip.overrides"]:
+            raise ConfigError("max.connections.per.ip can be 0 only when "
+                              "max.connections.per.ip.overrides names the hosts allowed")
+        if 0 < v["queued.max.request.bytes"] < v["socket.request.max.bytes"]:
+            raise ConfigError("queued.max.request.bytes must be at least "
+                              "socket.request.max.bytes (or -1 for unbounded)")
         if v["group.min.session.timeout.ms"] > v["group.max.session.timeout.ms"]:
             raise ConfigError("group.min.session.timeout.ms must not exceed group.max.session.timeout.ms")
         self._validate_log_dirs()
