@@ -55,6 +55,10 @@ cdef class Connection:
     # bytes reserved in the server's MemoryPool for the frame being received (or for the
     # big buffer kept after one); released when it is answered or the connection closes
     cdef long long pool_bytes
+    # who may still use the read buffer: the open connection (1) plus each handler running
+    # on one of its frames; the last to let go returns pool_bytes (a handler can outlive
+    # its connection, e.g. one reset by the peer while its batch is being checked)
+    cdef int buffer_holders
     cdef bint pool_waiting    # muted until the pool has memory for its frame
     cdef bint gated           # muted until queued.max.requests has room
     # when the incomplete frame at rstart began to arrive (0: none); see _expire_check
@@ -83,6 +87,7 @@ cdef class Connection:
     cdef void _respond(self, object parts)
     cdef int _flush(self) except -1
     cdef void _close(self, str why, bint quiet=*)
+    cdef void _let_go_of_buffer(self)
 
 
 cdef class Processor:

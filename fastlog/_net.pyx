@@ -30,8 +30,9 @@
 #   - memory: a frame bigger than the first read buffer reserves its claimed size in the
 #     MemoryPool before its buffer grows [queued.max.request.bytes]; with the pool used
 #     up, connections needing memory are muted and wait in line (see MemoryPool);
-#   - requests handed to the handler and not yet answered [queued.max.requests]: at the
-#     bound, connections with a new frame are muted and wait in line;
+#   - requests read and waiting for their handler [queued.max.requests]: at the bound,
+#     connections with a new frame are muted and wait in line (threaded mode; inline, a
+#     frame's handler starts as soon as it is read, so nothing queues);
 #   - connections [max.connections, max.connections.per.ip(.overrides)]: a new socket
 #     over a limit is closed; open files: accepts pause while the connections would eat
 #     into the files kept for the broker's own use (segments, checkpoints);
@@ -336,6 +337,7 @@ cdef class Connection:
     """
 
     def __cinit__(self):
+        self.buffer_holders = 1
         self.state = {}
         self.api_queue = deque()
         self.rbuf = bytearray(READ_BUFFER)
@@ -831,9 +833,18 @@ cdef class Connection:
         if self.gated:
             self.gated = False
             server.queue_waiters.forget(self)
-        if self.pool_bytes:
-            server.memory_pool.release(self.pool_bytes)
+        self._let_go_of_buffer()
+
+    cdef void _let_go_of_buffer(self):
+        """One holder of the read buffer is done with it (see buffer_holders). Plain C
+        arithmetic under the GIL: the decrement and the test cannot interleave with the
+        other thread's."""
+        cdef long long held
+        self.buffer_holders -= 1
+        if self.buffer_holders == 0 and self.pool_bytes:
+            held = self.pool_bytes
             self.pool_bytes = 0
+            self.proc.server.memory_pool.release(held)
 
 
 cdef class Processor:
@@ -1234,6 +1245,10 @@ cdef class SocketServer:
     cdef void _run_handler(self, Connection conn, object frame):
         cdef PyObject *out = NULL
         cdef bint finished
+        # The request leaves the queue (queued.max.requests counts requests waiting for
+        # a handler, as Kafka's request channel does; a parked fetch no longer waits).
+        self._requests_done(1)
+        conn.buffer_holders += 1
         try:
             coro = self.handler(conn, frame)
             if not self.eager:
@@ -1270,11 +1285,11 @@ cdef class SocketServer:
 
     cdef void _handler_done(self, Connection conn, object frame, object result, object exc):
         cdef Processor proc = conn.proc
-        self._requests_done(1)
         try:
             frame.release()   # a handler that kept the frame gets an error, not stale bytes
         except Exception:
             pass   # it kept a slice: that slice stays valid (see _make_room)
+        conn._let_go_of_buffer()
         if exc is not None:
             if isinstance(exc, CloseConnection):
                 log.info("connection %s %s: handler closed it: %s", conn.id, conn.peer, exc)

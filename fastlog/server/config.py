@@ -261,11 +261,12 @@ _KEYS: list[ConfigKey] = [
     ConfigKey("socket.request.max.bytes", "int", 104857600, "Largest request frame accepted.", _at_least(1)),
     ConfigKey("socket.send.buffer.bytes", "int", 102400, inert=True),
     ConfigKey("socket.receive.buffer.bytes", "int", 102400, inert=True),
-    # Unlike Kafka's request queue, a request parked in purgatory (a long-polling fetch)
-    # counts until it is answered: raise this above the clients that long-poll at once.
+    # As Kafka's request queue: requests read and waiting for their handler. With one
+    # network thread (inline) a handler starts as soon as its request is read, so the
+    # bound only acts with num.network.threads > 1.
     ConfigKey("queued.max.requests", "int", 500,
-              "Requests read and not yet answered, over all connections, before the broker "
-              "stops reading more (a parked fetch counts).", _at_least(1)),
+              "Requests read and waiting for their handler, over all connections, before "
+              "the broker stops reading more.", _at_least(1)),
     # Kafka's default -1 is unbounded; ours bounds the memory of requests being received
     # (a few big frames from many connections reached 1 GB of RSS); -1 or 0 is unbounded.
     ConfigKey("queued.max.request.bytes", "long", 512 * 1024 * 1024,

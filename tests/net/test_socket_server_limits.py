@@ -101,24 +101,44 @@ def test_exhausted_pool_mutes_big_frames_not_small_requests(mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_queued_max_requests_mutes_until_an_answer(mode):
+def test_parked_requests_do_not_count_against_queued_max_requests(mode):
+    """queued.max.requests bounds requests waiting for their handler, as Kafka's request
+    queue does: requests already running (parked) leave room for everyone else."""
     async def main():
         echo, server = await parking_server(queued_max_requests=2, **mode)
-        parked = [await connect(server) for _ in range(2)]
+        parked = [await connect(server) for _ in range(3)]
         for _, w in parked:
             w.write(frame(b"P"))
+        r4, w4 = await connect(server)
+        w4.write(frame(b"Enot held"))
+        assert await asyncio.wait_for(read_frame(r4), 5) == b"not held"
+        assert server.queued_requests == 0
+        echo.release.set()
+        for r, _ in parked:
+            assert await read_frame(r) == b"released"
+        await still_serves(server)
+        await server.stop()
+    run(main())
+
+
+def test_queued_max_requests_mutes_while_requests_wait_for_their_handler():
+    """Threaded mode: frames read ahead behind a running request wait for their handler
+    and fill the queue; another connection's request is then not read until they run."""
+    async def main():
+        echo, server = await parking_server(queued_max_requests=2, num_network_threads=2)
+        ra, wa = await connect(server)
+        wa.write(frame(b"P") + frame(b"Ea1") + frame(b"Ea2") + frame(b"Ea3"))
         for _ in range(100):
             if server.queued_requests == 2:
                 break
             await asyncio.sleep(0.02)
         assert server.queued_requests == 2
-        r3, w3 = await connect(server)
-        w3.write(frame(b"Ewaits"))
-        assert await not_answered(r3)
+        rb, wb = await connect(server)
+        wb.write(frame(b"Eb"))
+        assert await not_answered(rb)
         echo.release.set()
-        for r, _ in parked:
-            assert await read_frame(r) == b"released"
-        assert await read_frame(r3) == b"waits"
+        assert [await read_frame(ra) for _ in range(4)] == [b"released", b"a1", b"a2", b"a3"]
+        assert await read_frame(rb) == b"b"
         await still_serves(server)
         assert server.queued_requests == 0
         await server.stop()
@@ -264,5 +284,39 @@ def test_half_closed_connection_waiting_for_a_slot_still_gets_its_answers(mode):
         assert await read_frame(ra) == b"released"
         assert await read_frame(rb) == b"second"
         assert await closed_by_server(rb)
+        await server.stop()
+    run(main())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_pool_memory_of_a_reset_connection_returns_when_its_handler_ends(mode):
+    """A peer that resets its connection while its big request is still being handled
+    does not get that request's memory back early: the pool stays charged until the
+    handler lets go of the frame, then is whole again."""
+    import socket
+    import struct
+
+    async def main():
+        pool = 4 << 20
+        echo, server = await parking_server(queued_max_request_bytes=pool,
+                                            max_request_size=2 << 20, **mode)
+        s = socket.create_connection(("127.0.0.1", server.port))
+        s.sendall(frame(b"P" + b"x" * (1 << 20)))
+        for _ in range(100):
+            if echo.seen:
+                break
+            await asyncio.sleep(0.02)
+        assert echo.seen   # the handler runs (parked) on the frame
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.close()   # RST
+        await asyncio.sleep(0.3)
+        assert server.memory_pool.available <= pool - (1 << 19)   # still charged
+        echo.release.set()
+        for _ in range(100):
+            if server.memory_pool.available == pool:
+                break
+            await asyncio.sleep(0.02)
+        assert server.memory_pool.available == pool
+        await still_serves(server)
         await server.stop()
     run(main())
