@@ -32,9 +32,9 @@ import tempfile
 import time
 from array import array
 
-from fastlog._codec import build_batch, crc32c, validate_record_set
 from fastlog._index import OffsetIndex
 
+from fastlog._codec import build_batch, crc32c, validate_record_set
 from fastlog.server.log import IoWorker, Log, LogConfig
 
 MIB = 1024 * 1024

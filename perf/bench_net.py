@@ -43,8 +43,9 @@ MODES = {
 
 def serve(conn, mode, path, zero_copy):
     import uvloop
-    from fastlog._codec import FileRegion
     from fastlog._net import SocketServer
+
+    from fastlog._codec import FileRegion
 
     async def main():
         f = open(path, "rb") if path else None

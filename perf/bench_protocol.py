@@ -12,7 +12,6 @@ import tempfile
 import time
 
 from fastlog._codec import FileRegion, Reader, Writer
-
 from fastlog.protocol import REQUESTS, RESPONSES, ApiKey, encode_response
 
 
