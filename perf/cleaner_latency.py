@@ -41,7 +41,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from compare import fastlog_perf, start_fastlog  # noqa: E402
+from compare import fastlog_perf, latency_probe, start_fastlog  # noqa: E402
 
 from fastlog.client import SyncAdmin  # noqa: E402
 from fastlog.server.log.checkpoint import OffsetCheckpointFile  # noqa: E402
@@ -66,16 +66,6 @@ def _watch_pass(data_dir: Path, done: dict, stop: threading.Event) -> None:
         time.sleep(0.02)
 
 
-def _probe(bootstrap: str, rate: int, seconds: float) -> dict:
-    s = fastlog_perf(["produce", "--bootstrap-server", bootstrap, "--topic", PROBE_TOPIC,
-                      "--num-records", int(rate * seconds), "--rate", rate,
-                      "--duration", seconds * 3, "--record-size", 100, "--acks", "1",
-                      "--linger-ms", "0", "--client", "confluent"], timeout=seconds * 3 + 60)
-    lat = s["latency"]
-    return {"p50_ms": lat["p50_ms"], "p99_ms": lat["p99_ms"], "max_ms": lat["max_ms"],
-            "records_per_s": s["records_per_s"]}
-
-
 def run_one(interval_ms: float, opts, emit) -> dict:
     with tempfile.TemporaryDirectory(prefix="fastlog-cleaner-latency-") as tmp:
         name = f"si-{interval_ms:g}"
@@ -96,8 +86,8 @@ def run_one(interval_ms: float, opts, emit) -> dict:
                 # Let the fill's tail settle (segment flushes on the I/O worker), and let a
                 # first short probe take the probe topic's first-use costs.
                 time.sleep(SETTLE_S)
-                _probe(broker.bootstrap, opts.rate, 1.0)
-                idle = _probe(broker.bootstrap, opts.rate, opts.probe_seconds)
+                latency_probe(broker.bootstrap, PROBE_TOPIC, opts.rate, 1.0)
+                idle = latency_probe(broker.bootstrap, PROBE_TOPIC, opts.rate, opts.probe_seconds)
                 done: dict = {}
                 stop = threading.Event()
                 watcher = threading.Thread(target=_watch_pass, args=(data_dir, done, stop),
@@ -107,7 +97,7 @@ def run_one(interval_ms: float, opts, emit) -> dict:
                 admin.alter_configs(TOPIC, {"cleanup.policy": "compact",
                                             "min.cleanable.dirty.ratio": "0.01",
                                             "segment.bytes": segment_bytes})
-                cleaning = _probe(broker.bootstrap, opts.rate, opts.probe_seconds)
+                cleaning = latency_probe(broker.bootstrap, PROBE_TOPIC, opts.rate, opts.probe_seconds)
                 end = time.monotonic()
                 watcher.join(timeout=max(0.0, 120 - (end - start)))
                 stop.set()

@@ -247,6 +247,19 @@ def fastlog_perf(args: list, timeout: float) -> dict:
     return json.loads(lines[-1])
 
 
+def latency_probe(bootstrap: str, topic: str, rate: int, seconds: float) -> dict:
+    """Produce latency at a fixed rate (librdkafka, linger.ms=0, acks=1, 100-byte
+    records) for `seconds`: p50/p99/max in ms and the rate reached. The probe of the
+    scripts that measure latency while the broker does something else."""
+    s = fastlog_perf(["produce", "--bootstrap-server", bootstrap, "--topic", topic,
+                      "--num-records", int(rate * seconds), "--rate", rate,
+                      "--duration", seconds * 3, "--record-size", 100, "--acks", "1",
+                      "--linger-ms", "0", "--client", "confluent"], timeout=seconds * 3 + 60)
+    lat = s["latency"]
+    return {"p50_ms": lat["p50_ms"], "p99_ms": lat["p99_ms"], "max_ms": lat["max_ms"],
+            "records_per_s": s["records_per_s"]}
+
+
 def _pump_sender(port: int, total: int) -> None:
     buf = b"x" * PAGE
     with socket.create_connection(("127.0.0.1", port)) as s:

@@ -40,7 +40,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from compare import fastlog_perf, start_fastlog  # noqa: E402
+from compare import latency_probe, start_fastlog  # noqa: E402
 
 from fastlog import _codec, protocol  # noqa: E402
 from fastlog.client import SyncAdmin  # noqa: E402
@@ -95,15 +95,6 @@ def _recv(s: socket.socket, n: int) -> bytes | None:
     return buf
 
 
-def _probe(bootstrap: str, rate: int, seconds: float) -> dict:
-    s = fastlog_perf(["produce", "--bootstrap-server", bootstrap, "--topic", PROBE_TOPIC,
-                      "--num-records", int(rate * seconds), "--rate", rate,
-                      "--duration", seconds * 3, "--record-size", 100, "--acks", "1",
-                      "--linger-ms", "0", "--client", "confluent"], timeout=seconds * 3 + 60)
-    lat = s["latency"]
-    return {"p50_ms": lat["p50_ms"], "p99_ms": lat["p99_ms"], "max_ms": lat["max_ms"]}
-
-
 def run(opts, emit) -> dict:
     codec = CODECS[opts.codec]
     request = _big_request(codec, opts.batch_records, opts.record_size)
@@ -117,8 +108,8 @@ def run(opts, emit) -> dict:
                 admin.create_topic(BIG_TOPIC, 1, 1, {"max.message.bytes": str(64 << 20),
                                                      "retention.bytes": str(256 << 20),
                                                      "segment.bytes": str(64 << 20)})
-            _probe(broker.bootstrap, opts.rate, 1.0)   # first-use costs
-            idle = _probe(broker.bootstrap, opts.rate, opts.probe_seconds)
+            latency_probe(broker.bootstrap, PROBE_TOPIC, opts.rate, 1.0)   # first-use costs
+            idle = latency_probe(broker.bootstrap, PROBE_TOPIC, opts.rate, opts.probe_seconds)
             stop = threading.Event()
             counts: list = []
             port = int(broker.bootstrap.rsplit(":", 1)[1])
@@ -128,7 +119,7 @@ def run(opts, emit) -> dict:
             for t in streams:
                 t.start()
             try:
-                loaded = _probe(broker.bootstrap, opts.rate, opts.probe_seconds)
+                loaded = latency_probe(broker.bootstrap, PROBE_TOPIC, opts.rate, opts.probe_seconds)
             finally:
                 stop.set()
                 elapsed = time.monotonic() - start
