@@ -66,9 +66,12 @@ def server_command() -> list[str]:
 
 class BrokerProcess:
     def __init__(self, data_dir, overrides: dict[str, str] | None = None, port: int = 0,
-                 startup_timeout: float = 30.0):
+                 startup_timeout: float = 30.0, limits: dict[str, object] | None = None):
         self.data_dir = Path(data_dir)
         self.overrides = dict(overrides or {})
+        # Resource limits the broker runs under, as prlimit(1) options: {"as": bytes} caps
+        # its address space, {"nofile": "256:256"} its open files.
+        self.limits = dict(limits or {})
         self.port = port
         self.host = "127.0.0.1"
         self.startup_timeout = startup_timeout
@@ -82,7 +85,8 @@ class BrokerProcess:
         return f"{self.host}:{self.port}"
 
     def command(self) -> list[str]:
-        args = server_command()
+        args = [f"--{k}={v}" for k, v in self.limits.items()]
+        args = (["prlimit", *args, "--"] if args else []) + server_command()
         props = {"listeners": f"PLAINTEXT://{self.host}:{self.port}",
                  "log.dirs": str(self.data_dir), **self.overrides}
         for k, v in props.items():

@@ -31,24 +31,12 @@ def status_kib(pid: int, field: str) -> int:
     raise AssertionError(f"no {field} in /proc/{pid}/status")
 
 
-class LimitedBroker(BrokerProcess):
-    """A broker started under `prlimit` limits (e.g. {"nofile": "256:256"})."""
-
-    def __init__(self, data_dir, overrides=None, limits=None):
-        super().__init__(data_dir, overrides)
-        self.limits = dict(limits or {})
-
-    def command(self):
-        wrap = ["prlimit"] + [f"--{k}={v}" for k, v in self.limits.items()] + ["--"]
-        return (wrap if self.limits else []) + super().command()
-
-
 @pytest.fixture
 def start_broker(tmp_path):
     made = []
 
     def make(overrides=None, limits=None):
-        b = LimitedBroker(tmp_path / f"data{len(made)}", overrides, limits)
+        b = BrokerProcess(tmp_path / f"data{len(made)}", overrides, limits=limits)
         made.append(b)
         return b.start()
 

@@ -182,12 +182,10 @@ def _create(w, name, partitions):
         "validate_only": False}).topics[0]
 
 
-def test_partitions_beyond_the_open_file_limit_are_refused(tmp_path, monkeypatch):
+def test_partitions_beyond_the_open_file_limit_are_refused(tmp_path):
     # Each hosted partition keeps three files open: a topic the broker could not open is
     # refused whole, and the broker keeps serving and restarts.
-    monkeypatch.setenv("FASTLOG_TEST_SERVER",
-                       " ".join(["prlimit", "--nofile=1500:1500", *server_command()]))
-    with BrokerProcess(tmp_path / "data") as b:
+    with BrokerProcess(tmp_path / "data", limits={"nofile": "1500:1500"}) as b:
         w = Wire(b)
         try:
             r = _create(w, "tp-many", 5000)

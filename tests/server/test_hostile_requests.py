@@ -22,14 +22,9 @@ MEMORY_CAP = 3 << 30
 INT32_MAX = (1 << 31) - 1
 
 
-class CappedBroker(BrokerProcess):
-    def command(self):
-        return ["prlimit", f"--as={MEMORY_CAP}", "--", *super().command()]
-
-
 @pytest.fixture(scope="module")
 def capped(tmp_path_factory):
-    b = CappedBroker(tmp_path_factory.mktemp("capped") / "data")
+    b = BrokerProcess(tmp_path_factory.mktemp("capped") / "data", limits={"as": MEMORY_CAP})
     b.start()
     yield b
     if b.alive():
