@@ -6,6 +6,15 @@
             ...
 
 Unmounted (lazily, so a broker still holding files cannot keep it) when the block ends.
+
+    with read_only(disk):    # writes under `disk` fail with EROFS until the block ends
+        ...
+
+`mount -o remount,ro` of the tmpfs itself is refused (EBUSY) while a broker holds files
+open for writing, so read_only mounts the directory over itself and makes that bind mount
+read-only: every open, create, rename or truncate through the path fails with EROFS (an I/O
+error that is not ENOSPC), as on a file system the kernel remounted read-only after an
+error; descriptors opened before keep writing. Leaving the block removes the bind mount.
 """
 
 from __future__ import annotations
@@ -33,6 +42,25 @@ def small_tmpfs(path, size: str):
         yield path
     finally:
         subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)
+
+
+@contextlib.contextmanager
+def read_only(path):
+    path = str(path)
+    for cmd in (["mount", "--bind", path, path], ["mount", "-o", "remount,bind,ro", path]):
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            r = subprocess.CompletedProcess(cmd, 1, "", str(e))
+        if r.returncode != 0:
+            if cmd[1] != "--bind":
+                subprocess.run(["umount", path], capture_output=True, timeout=30)
+            pytest.skip(f"cannot make {path} read-only (needs root and mount): "
+                        f"{r.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", path], capture_output=True, timeout=30)
 
 
 def fill(path, chunk: int = 64 * 1024) -> int:

@@ -6,7 +6,7 @@
 # signal handling: SIGTERM/SIGINT trigger an orderly shutdown (checkpoints and the
 # clean-shutdown marker, so the next start needs no recovery). A bad config key or value,
 # or a startup problem, prints one sentence on stderr and exits non-zero (2 for
-# configuration, 1 for startup).
+# configuration, 1 for startup, and 1 when the broker halts: every log dir failed).
 # Prints one line on stdout once the broker is serving:
 #   fastlog-server: listening on PLAINTEXT://HOST:PORT (node N, cluster C), data in DIR
 # (tests parse it to learn the port when listeners use port 0); on a terminal it is set
@@ -126,6 +126,7 @@ async def _serve(config: KafkaConfig) -> int:
               file=sys.stderr)
         await broker.shutdown()
         return EXIT_STARTUP
+    broker.on_halt = stop.set
     listeners = ", ".join(f"{proto}://{host}:{port}" for proto, host, port in broker.bound)
     ready = (f"fastlog-server: listening on {listeners} (node {broker.node_id}, cluster "
              f"{broker.metadata.cluster_id}), data in {', '.join(broker.log_dirs)}")
@@ -137,6 +138,8 @@ async def _serve(config: KafkaConfig) -> int:
         await stop.wait()
     finally:
         await broker.shutdown()
+    if broker.halted is not None:
+        return EXIT_STARTUP  # (the reason is in the log: every log dir failed)
     print("fastlog-server: stopped cleanly", flush=True)
     return 0
 

@@ -105,6 +105,29 @@ def _partition_produce_response(index: int, r: PartitionResult) -> dict:
     }
 
 
+def _partition_metadata(index: int, ps, live_ids, node_id: int, offline_here: bool) -> dict:
+    """One partition of a Metadata answer. Replicas of dead brokers are offline; so is
+    this broker's, when its log dir failed: if it was the leader, the partition has none
+    (leader -1, KAFKA_STORAGE_ERROR) until the controller elects another in-sync replica."""
+    leader = ps.leader
+    if offline_here and leader == node_id:
+        leader = -1
+        error = Errors.KAFKA_STORAGE_ERROR
+    else:
+        # leader -1: offline until an in-sync replica returns; clients retry
+        error = Errors.NONE if leader >= 0 else Errors.LEADER_NOT_AVAILABLE
+    return {
+        "error_code": error,
+        "partition_index": index,
+        "leader_id": leader,
+        "leader_epoch": ps.leader_epoch,
+        "replica_nodes": ps.replicas,
+        "isr_nodes": ps.isr,
+        "offline_replicas": [r for r in ps.replicas
+                             if r not in live_ids or (offline_here and r == node_id)],
+    }
+
+
 def _check_leader_epoch(current: int, ours: int) -> Errors:
     """Kafka's fencing of a client that knows a different leader epoch."""
     if current < 0 or current == ours:
@@ -193,10 +216,12 @@ class KafkaApis:
         error): UNKNOWN_TOPIC_OR_PARTITION for a partition the cluster does not have,
         NOT_LEADER_OR_FOLLOWER for one another broker leads (or none does, or — for
         writes — while this broker's ZooKeeper session has expired), so clients refresh
-        their metadata and retry."""
+        their metadata and retry. KAFKA_STORAGE_ERROR for a replica in a failed log dir."""
         broker = self.broker
         rm = broker.replica_manager
         p = rm.get_partition(topic, partition)
+        if p is not None and p.offline:
+            return None, Errors.KAFKA_STORAGE_ERROR
         if broker.cluster is None:
             return (p, Errors.NONE) if p is not None else (None, Errors.UNKNOWN_TOPIC_OR_PARTITION)
         if p is not None and rm.is_leader(topic, partition) and not (
@@ -252,20 +277,9 @@ class KafkaApis:
                 "error_code": Errors.NONE,
                 "name": name,
                 "is_internal": state.internal,
-                "partitions": [
-                    {
-                        # leader -1: offline until an in-sync replica returns; clients retry
-                        "error_code": (Errors.NONE if ps.leader >= 0
-                                       else Errors.LEADER_NOT_AVAILABLE),
-                        "partition_index": p,
-                        "leader_id": ps.leader,
-                        "leader_epoch": ps.leader_epoch,
-                        "replica_nodes": ps.replicas,
-                        "isr_nodes": ps.isr,
-                        "offline_replicas": [r for r in ps.replicas if r not in live_ids],
-                    }
-                    for p, ps in sorted(state.partitions.items())
-                ],
+                "partitions": [_partition_metadata(p, ps, live_ids, broker.node_id,
+                                                   broker.replica_manager.is_offline(name, p))
+                               for p, ps in sorted(state.partitions.items())],
                 "topic_authorized_operations": INT32_MIN,
             })
         return {

@@ -12,6 +12,9 @@
 # documents; the LeadershipTracker turns recorded leadership into replica-manager role
 # changes and group-coordinator elections; SIGTERM first moves leadership off this broker
 # — the controlled shutdown described at `_controlled_shutdown`).
+# A failed log dir (LogManager's failure channel, any thread) is handled on the loop: its
+# partitions go offline, the controller is told (cluster mode); with every dir failed the
+# broker stops with exit code 1 (`halted`), as Kafka halts.
 # Files: none directly — meta.properties, logs and checkpoints through LogManager, topics
 # and ids through the metadata store (it only reads meta.properties to learn broker.id and
 # cluster.id).
@@ -131,6 +134,10 @@ class BrokerServer:
         self._timestamp_limits: dict[str, tuple[int, int]] = {}  # per topic, from its configs
         self._started = False
         self.stopping = False
+        # Why the broker stopped itself (every log dir failed), else None; `on_halt` is
+        # called then (the command line's stop), and the process exits with code 1.
+        self.halted: str | None = None
+        self.on_halt = None
         # cluster mode (zookeeper.connect): fastlog.zk.cluster.ZkClusterMember, the
         # LeadershipTracker, and what the group coordinator asked to create lazily.
         self.cluster = None
@@ -139,6 +146,7 @@ class BrokerServer:
         self._internal_topic_specs: dict[str, tuple[int, dict[str, str]]] = {}
         self._internal_topic_lock = asyncio.Lock()
         self._event_loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
 
     # ------------------------------------------------------------------ startup
     async def startup(self) -> None:
@@ -167,6 +175,9 @@ class BrokerServer:
                 verification_bytes_per_sec=self.config["fastlog.log.verification.bytes.per.sec"])
         except KafkaStorageError as e:
             raise BrokerStartupError(str(e)) from None
+        self._event_loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        self.log_manager.dir_failure_channel.add_listener(self._log_dir_failed)
         self.replica_manager = ReplicaManager(self)
         self.producer_id_manager = ProducerIdManager(self.metadata)
         if self.cluster is None:
@@ -526,6 +537,47 @@ class BrokerServer:
                     log.exception("periodic task %s failed", name)
 
         self._tasks.append(asyncio.get_running_loop().create_task(run(), name=name))
+
+    # ------------------------------------------------------------------ log dir failure
+    def _log_dir_failed(self, log_dir: str) -> None:
+        """The failure channel's listener (any thread). On the loop thread (an append or a
+        roll failed) the dir's partitions refuse requests at once: the loop may serve
+        ready sockets before the handling below runs."""
+        if threading.get_ident() == self._loop_thread and self.replica_manager is not None:
+            self.replica_manager.mark_offline(log_dir)
+        self._event_loop.call_soon_threadsafe(self._handle_log_dir_failure, log_dir)
+
+    def _handle_log_dir_failure(self, log_dir: str) -> None:
+        """(loop) A log dir failed: its partitions go offline (Kafka's ReplicaManager
+        handleLogDirFailure); the controller hears of it; no dir left: stop, exit 1."""
+        if self.stopping or self.replica_manager is None:
+            return
+        self.replica_manager.handle_log_dir_failure(log_dir)
+        if not self.log_manager.online_dirs:
+            self.halt(f"every log dir has failed ({', '.join(self.log_dirs)}): the broker "
+                      f"stops, as Kafka does")
+            return
+        if self.cluster is not None:
+            self._tasks.append(asyncio.get_running_loop().create_task(
+                self._propagate_log_dir_event()))
+
+    async def _propagate_log_dir_event(self) -> None:
+        """Tell the controller (/log_dir_event_notification, Kafka's znode) so that it
+        moves the leadership of this broker's offline replicas to other in-sync ones."""
+        zk = self.cluster.zk
+        try:
+            await _off_loop(lambda: zk.propagate_log_dir_event(self.node_id), ZK_CLOSE_TIMEOUT_S)
+        except Exception as e:  # noqa: BLE001 - the partitions stay offline here anyway
+            log.warning("cannot tell the controller about the failed log dir: %r", e)
+
+    def halt(self, reason: str) -> None:
+        """Stop because the broker cannot go on (one ERROR line, exit code 1)."""
+        if self.halted is not None:
+            return
+        self.halted = reason
+        log.error("%s", reason)
+        if self.on_halt is not None:
+            self.on_halt()
 
     # ------------------------------------------------------------------ shutdown
     async def shutdown(self) -> None:

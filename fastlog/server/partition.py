@@ -8,6 +8,7 @@
 # The high watermark lives in the Log (consumers read below it); this class moves it:
 # as leader to the smallest log end offset over the ISR, never backwards; as follower to
 # min(own log end, the leader's high watermark from the last fetch answer).
+# A replica whose log dir failed is `offline`: it keeps its last state, and serves nothing.
 # Decisions only, no I/O: ZooKeeper writes, purgatory wake-ups and fetching are the
 # ReplicaManager's and the fetcher's. Called from the broker's asyncio loop only.
 """A hosted partition: role, leader epoch, ISR, follower positions, high watermark."""
@@ -72,6 +73,9 @@ class Partition:
         self.has_zstd = False
         # map end offset of the last producer snapshot written
         self.snapshot_offset = -1
+        # Its log dir failed (ReplicaManager.handle_log_dir_failure): no reads, no writes,
+        # KAFKA_STORAGE_ERROR to clients, until a restart with the dir readable.
+        self.offline = False
 
     # ------------------------------------------------------------------ role
     @property

@@ -15,6 +15,10 @@
 # handler calls become_leader / become_follower / stop_replica / session_changed; ISR
 # changes go to the partition's state znode, conditional on our leader epoch and the
 # znode version, from the default executor (kazoo calls block).
+# A failed log dir (LogManager's failure channel) takes its partitions offline here:
+# handle_log_dir_failure stops their fetchers, answers their parked requests and marks
+# them `offline`; produce, fetch, ListOffsets and DeleteRecords then answer
+# KAFKA_STORAGE_ERROR for them, and nothing periodic touches them.
 # Called from: the broker's asyncio API loop only (handlers, group coordinator, role
 # handler, fetchers); it touches files only for producer snapshots and the HW checkpoint.
 """Hosted partitions: append with validation and idempotence, fetch with long polling."""
@@ -239,6 +243,33 @@ class ReplicaManager:
         # (also a log whose partition was already stopped without deletion)
         if p is not None or self.broker.log_manager.get_log(topic, partition) is not None:
             self.broker.log_manager.delete_log(topic, partition)
+
+    def is_offline(self, topic: str, partition: int) -> bool:
+        """True when this broker's replica of the partition is in a failed log dir."""
+        p = self.partitions.get((topic, partition))
+        if p is not None:
+            return p.offline
+        return self.broker.log_manager.offline_dir_of(topic, partition) is not None
+
+    def mark_offline(self, log_dir: str) -> None:
+        """(loop thread) The partitions in `log_dir` refuse requests from now on; only
+        flags change here, so any caller may be part way through the partitions."""
+        lm = self.broker.log_manager
+        for p in self.partitions.values():
+            if lm.log_dir_of(p.topic, p.partition) == log_dir:
+                p.offline = True
+
+    def handle_log_dir_failure(self, log_dir: str) -> list[tuple[str, int]]:
+        """(loop thread) Take the partitions of a failed log dir offline here, then in the
+        LogManager (which releases their files); the partitions that went offline."""
+        keys = self.broker.log_manager.handle_log_dir_failure(log_dir)
+        for key in keys:
+            self._stop_fetching(key)
+            p = self.partitions.get(key)
+            if p is not None:
+                p.offline = True
+                self._wake(key)
+        return keys
 
     def update_config(self, topic: str, log_config) -> None:
         for (t, _), p in self.partitions.items():
@@ -549,7 +580,7 @@ class ReplicaManager:
         now = _now_ms()
         lag = int(self._cfg("replica.lag.time.max.ms", 30000))
         for p in list(self.partitions.values()):
-            if not p.replicated or not p.is_leader or p.isr_update_in_flight:
+            if not p.replicated or not p.is_leader or p.isr_update_in_flight or p.offline:
                 continue
             if p.fenced:
                 await self._revalidate(p)
@@ -611,9 +642,9 @@ class ReplicaManager:
         """Write each log dir's replication-offset-checkpoint (on the I/O worker unless
         sync) with the high watermarks of the replicated partitions."""
         lm = self.broker.log_manager
-        by_dir: dict[str, dict] = {d: {} for d in lm.log_dirs}
+        by_dir: dict[str, dict] = {d: {} for d in lm.online_dirs}
         for key, p in self.partitions.items():
-            if not p.replicated:
+            if not p.replicated or p.offline:
                 continue
             d = lm.log_dir_of(*key)
             if d in by_dir:
@@ -623,7 +654,13 @@ class ReplicaManager:
 
         def write():
             for d, offsets in by_dir.items():
-                OffsetCheckpointFile(os.path.join(d, REPLICATION_OFFSET_CHECKPOINT)).write(offsets)
+                try:
+                    OffsetCheckpointFile(
+                        os.path.join(d, REPLICATION_OFFSET_CHECKPOINT)).write(offsets)
+                except OSError as e:
+                    if not lm.dir_failure_channel.report(
+                            d, f"writing {REPLICATION_OFFSET_CHECKPOINT}", e):
+                        raise
 
         if sync:
             write()
@@ -679,7 +716,7 @@ class ReplicaManager:
         jobs = []
         for p in self.partitions.values():
             ps = p.producer_state
-            if not ps.producers or ps.map_end_offset == p.snapshot_offset:
+            if not ps.producers or ps.map_end_offset == p.snapshot_offset or p.offline:
                 continue
             p.snapshot_offset = ps.map_end_offset
             jobs.append((p, ps.snapshot_job(p.log.dir)))
@@ -691,7 +728,8 @@ class ReplicaManager:
                 try:
                     job()
                 except OSError as e:
-                    log.warning("%s: cannot write producer snapshot: %s", p, e)
+                    if not p.log.report_failure("writing a producer snapshot", e):
+                        log.warning("%s: cannot write producer snapshot: %s", p, e)
 
         if sync:
             write_all()
@@ -730,6 +768,9 @@ class ReplicaManager:
         p = self.partitions.get((topic, partition))
         if p is None:
             return PartitionResult(Errors.UNKNOWN_TOPIC_OR_PARTITION)
+        if p.offline:
+            return PartitionResult(Errors.KAFKA_STORAGE_ERROR,
+                                   error_message=f"{p} is in an offline log dir")
         return self._append_one(p, records, acks, api_version, in_place, checked)
 
     def completion(self, results: dict, acks: int, timeout_ms: int):
@@ -958,6 +999,8 @@ class ReplicaManager:
         p = self.partitions.get((topic, partition))
         if p is None:
             raise KeyError(f"{topic}-{partition} is not hosted here")
+        if p.offline:
+            raise ReplicationError(Errors.KAFKA_STORAGE_ERROR, f"{p} is in an offline log dir")
         if not p.can_accept_writes:
             raise ReplicationError(Errors.NOT_LEADER_OR_FOLLOWER, f"{p} is not led here")
         min_isr = self.broker.log_config(topic).min_insync_replicas
@@ -1029,6 +1072,8 @@ class ReplicaManager:
                        replica_id: int | None = None,
                        client_rack: str | None = None) -> FetchPartitionResult:
         log_ = p.log
+        if p.offline:
+            return FetchPartitionResult(Errors.KAFKA_STORAGE_ERROR)
         if from_follower and replica_id is not None:
             err = self.check_replica_fetch(p, replica_id)
             if err != Errors.NONE:
@@ -1088,6 +1133,8 @@ class ReplicaManager:
         p = self.partitions.get((topic, partition))
         if p is None:
             return Errors.UNKNOWN_TOPIC_OR_PARTITION, -1
+        if p.offline:
+            return Errors.KAFKA_STORAGE_ERROR, -1
         log_ = p.log
         target = log_.high_watermark if offset == -1 else offset
         if target < 0 or target > log_.high_watermark:

@@ -656,6 +656,13 @@ class KafkaZkClient:
                                paths.encode_partition_list(partitions), sequence=True,
                                makepath=True)
 
+    def propagate_log_dir_event(self, broker_id: int) -> str:
+        """Tell the controller that a log dir of `broker_id` failed
+        (/log_dir_event_notification/log_dir_event_N, Kafka's payload)."""
+        return self._kz.create(
+            f"{paths.LOG_DIR_EVENT_NOTIFICATION}/{paths.LOG_DIR_EVENT_PREFIX}",
+            paths.encode_log_dir_event(broker_id), sequence=True, makepath=True)
+
     def get_isr_change_notifications(self, watch=None) -> list[str]:
         return sorted(c for c in self._children_or_empty(paths.ISR_CHANGE_NOTIFICATION, watch)
                       if c.startswith(paths.ISR_CHANGE_PREFIX))

@@ -48,6 +48,9 @@ PERSISTENT_PATHS = (
 
 CONFIG_CHANGE_PREFIX = "config_change_"
 ISR_CHANGE_PREFIX = "isr_change_"
+LOG_DIR_EVENT_PREFIX = "log_dir_event_"
+# Kafka's LogDirEventNotificationHandler.LogDirFailureEvent
+LOG_DIR_FAILURE_EVENT = 1
 
 INITIAL_CONTROLLER_EPOCH = 0
 NO_LEADER = -1
@@ -448,6 +451,19 @@ def decode_partition_list(path: str, data: bytes | None) -> list[tuple[str, int]
             raise ZkDataError(f"{path}: partition entry {item!r} is not an object")
         out.append((_get(path, item, "topic", str), _get(path, item, "partition", int)))
     return out
+
+
+# -- /log_dir_event_notification/log_dir_event_N --------------------------------------------
+
+def encode_log_dir_event(broker_id: int) -> bytes:
+    """{"version":1,"broker":<id>,"event":1}: a log dir of that broker failed."""
+    return _dumps({"version": 1, "broker": int(broker_id), "event": LOG_DIR_FAILURE_EVENT})
+
+
+def decode_log_dir_event(path: str, data: bytes | None) -> tuple[int, int]:
+    """(broker id, event) of a log dir event notification."""
+    obj = _loads(path, data)
+    return _get(path, obj, "broker", int), _get(path, obj, "event", int)
 
 
 def encode_reassignment(plan) -> bytes:

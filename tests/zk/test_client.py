@@ -257,6 +257,16 @@ def test_isr_change_notification(clients, kazoo):
     assert zk.read_isr_change_notification(path.rsplit("/", 1)[1]) == [("t", 0), ("t", 1)]
 
 
+def test_log_dir_event_notification(clients, kazoo):
+    zk = clients()
+    zk.create_top_level_paths()
+    path = zk.propagate_log_dir_event(3)
+    assert re.fullmatch(r"/log_dir_event_notification/log_dir_event_\d{10}", path)
+    data = kazoo.get(path)[0]
+    assert json.loads(data) == {"version": 1, "broker": 3, "event": 1}
+    assert paths.decode_log_dir_event(path, data) == (3, paths.LOG_DIR_FAILURE_EVENT)
+
+
 def test_missing_chroot_is_created(zk_server):
     zk = KafkaZkClient(zk_server.hosts + "/fresh/chroot", session_timeout=4.0).start()
     try:

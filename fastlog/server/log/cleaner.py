@@ -358,6 +358,7 @@ class LogCleaner:
         if fut.cancelled() or isinstance(exc, _Aborted):
             return
         if exc is not None:
+            task.log.report_failure("cleaning", exc)  # an I/O error takes the dir offline
             logger.error("cleaning %s-%d failed, skipping it for %d s: %s", task.key[0],
                          task.key[1], FAILED_LOG_BACKOFF_MS // 1000, exc)
             self._failed[task.key] = self._now_ms() + FAILED_LOG_BACKOFF_MS

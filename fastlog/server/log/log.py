@@ -14,6 +14,9 @@
 # take the segment list as an immutable tuple (copy-on-write), so a segment removed by
 # retention or compaction stays readable for reads already in progress; its files are
 # renamed `.deleted` and unlinked after file.delete.delay.ms.
+# An I/O error from a write (append, roll, flush, truncation, retention, a compaction swap)
+# is reported to the log dir's failure channel (dir_failure.py) before it propagates: the
+# LogManager then takes the whole dir offline, as Kafka does.
 """A partition's log: append, read, recovery, truncation, retention."""
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import shutil
@@ -126,11 +130,27 @@ def parse_topic_partition(dir_name: str) -> tuple[str, int]:
     return topic, int(part)
 
 
+def _reports_failure(method):
+    """A Log method whose OSError is reported to the log dir's failure channel (which
+    takes the dir offline unless the disk is only full), then raised as before."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except OSError as e:
+            self.report_failure(method.__name__, e)
+            raise
+    return wrapper
+
+
 class Log:
     """One partition's log (see the module comment for the threading model)."""
 
-    def __init__(self, dir_path: str, config: LogConfig, scheduler=None, time_fn=time.time):
+    def __init__(self, dir_path: str, config: LogConfig, scheduler=None, time_fn=time.time,
+                 failure_channel=None):
         self.dir = os.path.abspath(dir_path)
+        # The log dir's LogDirFailureChannel (LogManager's), None for standalone logs.
+        self.failure_channel = failure_channel
         self.topic, self.partition = parse_topic_partition(self.dir)
         self.config = config
         self.scheduler = scheduler or InlineScheduler()
@@ -163,10 +183,10 @@ class Log:
     @classmethod
     def open(cls, dir_path: str, config: LogConfig, recovery_point: int = 0,
              log_start_offset: int | None = None, clean_shutdown: bool = True,
-             time_fn=time.time, scheduler=None) -> Log:
+             time_fn=time.time, scheduler=None, failure_channel=None) -> Log:
         """Open (creating if needed) the partition directory and load its segments."""
         os.makedirs(dir_path, exist_ok=True)
-        log = cls(dir_path, config, scheduler, time_fn)
+        log = cls(dir_path, config, scheduler, time_fn, failure_channel)
         log._load(recovery_point, log_start_offset, clean_shutdown)
         return log
 
@@ -408,9 +428,13 @@ class Log:
         first, last = batches[0], batches[-1]
         valid_bytes = last.end - first.position
         segment = self._view[0][-1]
-        if segment.should_roll(valid_bytes, max_ts, last.last_offset, now, self.config):
-            segment = self.roll(first.base_offset)
-        segment.append(records, batches)
+        try:
+            if segment.should_roll(valid_bytes, max_ts, last.last_offset, now, self.config):
+                segment = self._roll(first.base_offset)
+            segment.append(records, batches)
+        except OSError as e:
+            self.report_failure("append", e)
+            raise
         self.log_end_offset = last.next_offset
         if self.hw_follows_leo:
             self.high_watermark = self.log_end_offset
@@ -424,9 +448,21 @@ class Log:
             num_messages=count, valid_bytes=valid_bytes,
             log_start_offset=self.log_start_offset, flush_future=flush_future)
 
+    def report_failure(self, what: str, exc: BaseException) -> bool:
+        """Tell the log dir's failure channel that `what` failed with `exc`; True when
+        that takes the dir offline (an I/O error, not a full disk). Any thread."""
+        if self.failure_channel is None:
+            return False
+        return self.failure_channel.report(os.path.dirname(self.dir),
+                                           f"{self.topic}-{self.partition}: {what}", exc)
+
+    @_reports_failure
     def roll(self, expected_next_offset: int | None = None) -> LogSegment:
         """Start a new active segment at max(expected_next_offset, log end offset); the
         old one is trimmed and flushed in the background (which moves the recovery point)."""
+        return self._roll(expected_next_offset)
+
+    def _roll(self, expected_next_offset: int | None) -> LogSegment:
         new_base = max(expected_next_offset or 0, self.log_end_offset)
         segments = list(self.segments)
         active = segments[-1]
@@ -530,6 +566,7 @@ class Log:
 
     # ------------------------------------------------------------------ truncation
 
+    @_reports_failure
     def truncate_to(self, offset: int) -> bool:
         """Remove every batch at or after `offset` (follower truncation); True if any."""
         if offset < 0:
@@ -558,6 +595,7 @@ class Log:
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         return True
 
+    @_reports_failure
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every segment and restart the log, empty, at `offset`."""
         with self._state_lock:
@@ -574,6 +612,7 @@ class Log:
         self._schedule_file_deletion(removed)
         self.leader_epoch_cache.clear()
 
+    @_reports_failure
     def delete_records_before(self, offset: int) -> int:
         """DeleteRecords: move the log start offset to `offset` (at most the high
         watermark); whole segments below it go at the next retention pass."""
@@ -588,6 +627,7 @@ class Log:
 
     # ------------------------------------------------------------------ retention
 
+    @_reports_failure
     def delete_old_segments(self, now_ms: int | None = None) -> int:
         """Retention pass: segments wholly below the log start offset, then (with
         cleanup.policy=delete) those older than retention.ms by their largest timestamp
@@ -625,6 +665,7 @@ class Log:
         self._delete_segments_async(deletable)
         return len(deletable)
 
+    @_reports_failure
     def replace_segments(self, new_segments, old_segments) -> bool:
         """Compaction's swap (loop thread): `new_segments` (complete, fsynced, files named
         `.cleaned`) take the place of the contiguous `old_segments`. Files move as Kafka's
@@ -667,6 +708,7 @@ class Log:
     def unflushed_messages(self) -> int:
         return self.log_end_offset - self.recovery_point
 
+    @_reports_failure
     def flush(self, up_to: int | None = None) -> None:
         """fsync every segment holding offsets below `up_to` (default: the log end) and
         move the recovery point there. Safe on the I/O worker thread."""
@@ -720,6 +762,7 @@ class Log:
         """New topic settings; index sizes apply from the next segment on."""
         self.config = config
 
+    @_reports_failure
     def rename_dir(self, new_dir: str) -> None:
         """Move the partition directory (deletion marks it `<dir>.<uuid>-delete`)."""
         os.rename(self.dir, new_dir)
@@ -755,6 +798,22 @@ class Log:
                     ok = False
         return ok
 
+    def close_for_failure(self) -> None:
+        """Its log dir failed: stop using the log and write nothing more. The index
+        mappings and descriptors go now; each segment's data descriptor is closed after
+        file.delete.delay.ms (a fetch may still be sending from it), or earlier when the
+        last holder lets go."""
+        self.closed = True
+        segments = self.segments
+        for seg in segments:
+            seg.release_read_map()
+            for index in (seg.offset_index, seg.time_index):
+                with contextlib.suppress(OSError):
+                    index.close_handler()
+        delay = self.config.file_delete_delay_ms / 1000.0
+        with contextlib.suppress(RuntimeError):  # the I/O worker is already shut down
+            self.scheduler.schedule(delay, _close_segment_files, segments)
+
     def delete(self) -> None:
         """Remove the partition: every segment and the directory itself."""
         self.closed = True
@@ -783,6 +842,12 @@ def _without_corrupt(seg: LogSegment, r, start_offset: int):
             end = lo
     r.length = end - r.position
     return r
+
+
+def _close_segment_files(segments) -> None:
+    for seg in segments:
+        with contextlib.suppress(OSError):
+            seg.file.close()
 
 
 def _delete_segment_files(segments) -> None:

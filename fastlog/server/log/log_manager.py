@@ -15,6 +15,13 @@
 # ENOSPC, the reserve is given up and the write retried (release_space_reserve), and the
 # reserve is allocated again by a later retention pass once the disk has room.
 #
+# A dir whose writes fail with an I/O error (not ENOSPC) is taken offline, as Kafka's JBOD
+# handling does (dir_failure.py): handle_log_dir_failure forgets its logs (remembering
+# which partitions were there, so none is created again elsewhere), releases their files,
+# and from then on retention, flushes, checkpoints, the cleaner and the verifier keep away
+# from it; the other dirs go on. Nothing is written to an offline dir, not even at
+# shutdown; a restart with the dir readable loads it again.
+#
 # Threading model (the one storage-wide rule):
 #   * Every append, read, truncation, roll, retention decision, log creation/deletion and
 #     config change comes from ONE thread: the broker's asyncio event-loop thread.
@@ -52,6 +59,7 @@ from .checkpoint import (
 )
 from .cleaner import DEFAULT_DEDUPE_BUFFER_SIZE, LogCleaner
 from .config import LogConfig
+from .dir_failure import LogDirFailureChannel, is_dir_failure
 from .errors import KafkaStorageError, report_limited
 from .log import Log, parse_topic_partition
 from .scheduler import IoWorker
@@ -118,6 +126,9 @@ class LogManager:
         self.scheduler = scheduler or IoWorker()
         self._logs: dict[tuple[str, int], Log] = {}
         self._dir_of: dict[tuple[str, int], str] = {}
+        self.dir_failure_channel = LogDirFailureChannel()
+        # partitions whose log dir went offline -> that dir (loop thread)
+        self._offline_logs: dict[tuple[str, int], str] = {}
         self.had_clean_shutdown: dict[str, bool] = {}
         self._shut_down = False
         for d in self.log_dirs:
@@ -127,7 +138,8 @@ class LogManager:
             self._load_dir(d)
             self._allocate_space_reserve(d)
         self.cleaner = LogCleaner(
-            lambda: [(k, self._dir_of[k], lg) for k, lg in self._logs.items()],
+            lambda: [(k, self._dir_of[k], lg) for k, lg in self._logs.items()
+                     if not self.dir_failure_channel.is_offline(self._dir_of[k])],
             self.log_dirs, dedupe_buffer_size=dedupe_buffer_size, worker=cleaner_worker,
             time_fn=time_fn) if cleaner_enable else None
         self.verifier = LogVerifier(self.all_logs, verification_interval_ms,
@@ -197,7 +209,8 @@ class LogManager:
                            recovery_point=recovery_points.get(key, 0),
                            log_start_offset=start_offsets.get(key),
                            clean_shutdown=clean, time_fn=self.time_fn,
-                           scheduler=self.scheduler)
+                           scheduler=self.scheduler,
+                           failure_channel=self.dir_failure_channel)
             self._logs[key] = log
             self._dir_of[key] = log_dir
             if log.load_report.recovered:
@@ -270,7 +283,7 @@ class LogManager:
         """Give up every dir's space reserve (a write that must not fail on a full disk
         just did); True if any space was freed. Any thread."""
         freed = False
-        for d in self.log_dirs:
+        for d in self.online_dirs:
             try:
                 os.unlink(os.path.join(d, SPACE_RESERVE_FILE))
                 freed = True
@@ -281,7 +294,7 @@ class LogManager:
         return freed
 
     def _restore_space_reserves(self) -> None:
-        for d in self.log_dirs:
+        for d in self.online_dirs:
             path = os.path.join(d, SPACE_RESERVE_FILE)
             if os.path.exists(path):
                 continue
@@ -314,7 +327,41 @@ class LogManager:
         return self._logs.get((topic, partition))
 
     def all_logs(self) -> list[Log]:
-        return list(self._logs.values())
+        """The logs in online dirs. Any thread (the verifier reads it)."""
+        offline = self.dir_failure_channel.offline
+        if not offline:
+            return list(self._logs.values())
+        return [lg for lg in list(self._logs.values()) if os.path.dirname(lg.dir) not in offline]
+
+    @property
+    def online_dirs(self) -> list[str]:
+        offline = self.dir_failure_channel.offline
+        return [d for d in self.log_dirs if d not in offline]
+
+    def offline_dir_of(self, topic: str, partition: int) -> str | None:
+        """The offline log dir holding the partition, or None."""
+        return self._offline_logs.get((topic, partition))
+
+    def handle_log_dir_failure(self, log_dir: str) -> list[tuple[str, int]]:
+        """Take `log_dir` offline (loop thread; Kafka's LogManager.handleLogDirFailure):
+        forget its logs and release their files, writing nothing. Returns the partitions
+        that were in it."""
+        if log_dir not in self.log_dirs:
+            return []
+        if not self.dir_failure_channel.is_offline(log_dir):
+            self.dir_failure_channel.report(log_dir, "taken offline", OSError(errno.EIO, "failed"))
+        keys = [k for k, d in self._dir_of.items() if d == log_dir]
+        for key in keys:
+            log = self._logs.pop(key)
+            del self._dir_of[key]
+            self._offline_logs[key] = log_dir
+            if self.cleaner is not None:
+                self.cleaner.forget(key)
+            log.close_for_failure()
+        logger.warning("%s: offline: %d partition(s) no longer served (%s)", log_dir, len(keys),
+                       ", ".join(f"{t}-{p}" for t, p in keys[:10]) + (", ..." if len(keys) > 10
+                                                                      else ""))
+        return keys
 
     def log_dir_of(self, topic: str, partition: int) -> str | None:
         return self._dir_of.get((topic, partition))
@@ -331,13 +378,26 @@ class LogManager:
             return log
         if not topic or "/" in topic or topic in (".", ".."):
             raise ValueError(f"invalid topic name {topic!r}")
-        counts = {d: 0 for d in self.log_dirs}
+        if key in self._offline_logs:
+            raise KafkaStorageError(f"{topic}-{partition} is in the offline log dir "
+                                    f"{self._offline_logs[key]}")
+        online = self.online_dirs
+        if not online:
+            raise KafkaStorageError("every log dir is offline")
+        counts = {d: 0 for d in online}
         for d in self._dir_of.values():
-            counts[d] += 1
-        log_dir = min(self.log_dirs, key=lambda d: (counts[d], self.log_dirs.index(d)))
-        log = Log.open(os.path.join(log_dir, f"{topic}-{partition}"),
-                       config or self._config_for(topic), time_fn=self.time_fn,
-                       scheduler=self.scheduler)
+            if d in counts:
+                counts[d] += 1
+        log_dir = min(online, key=lambda d: (counts[d], self.log_dirs.index(d)))
+        try:
+            log = Log.open(os.path.join(log_dir, f"{topic}-{partition}"),
+                           config or self._config_for(topic), time_fn=self.time_fn,
+                           scheduler=self.scheduler, failure_channel=self.dir_failure_channel)
+        except OSError as e:
+            if self.dir_failure_channel.report(log_dir, f"{topic}-{partition}: create", e):
+                raise KafkaStorageError(f"cannot create {topic}-{partition} in {log_dir}: "
+                                        f"{e.strerror or e}") from None
+            raise
         self._logs[key] = log
         self._dir_of[key] = log_dir
         self.scheduler.submit(fsync_dir, log_dir)  # the new partition dir must survive a crash
@@ -367,6 +427,9 @@ class LogManager:
         key = (topic, partition)
         log = self._logs.pop(key, None)
         self._dir_of.pop(key, None)
+        # (a partition of an offline dir is only forgotten: its files stay where they are,
+        # and a start with the dir readable keeps them aside as a stray log)
+        self._offline_logs.pop(key, None)
         if log is None:
             return None
         if self.cleaner is not None:
@@ -422,9 +485,9 @@ class LogManager:
         dirs = dict(self._dir_of)
 
         def write() -> bool:
-            by_dir: dict[str, dict] = {d: {} for d in self.log_dirs}
+            by_dir: dict[str, dict] = {d: {} for d in self.online_dirs}
             for key, offset in snapshot.items():
-                if key in dirs:
+                if dirs.get(key) in by_dir:
                     by_dir[dirs[key]][key] = offset
             ok = True
             for d, offsets in by_dir.items():
@@ -436,9 +499,10 @@ class LogManager:
                 except OSError as e:
                     # The previous checkpoint stays (the write is atomic): recovery then
                     # starts from an older point, which is slower, never wrong.
-                    report_limited(logger, logging.ERROR, ("checkpoint", d, name),
-                                   "%s: cannot write %s: %s", d, name, e)
-                    ok = False
+                    if not self.dir_failure_channel.report(d, f"writing {name}", e):
+                        report_limited(logger, logging.ERROR, ("checkpoint", d, name),
+                                       "%s: cannot write %s: %s", d, name, e)
+                        ok = False  # (a failed dir is offline: it gets no marker anyway)
             return ok
 
         if sync:
@@ -468,15 +532,19 @@ class LogManager:
             try:
                 log.flush()
             except OSError as e:
-                logger.error("%s: cannot flush at shutdown: %s", log.dir, e)
-                clean = False
+                if not is_dir_failure(e):  # (a failed dir was reported, and is left out)
+                    logger.error("%s: cannot flush at shutdown: %s", log.dir, e)
+                    clean = False
         clean &= self.checkpoint_recovery_points(sync=True)
         clean &= self.checkpoint_log_start_offsets(sync=True)
-        for log in self.all_logs():
-            clean &= log.close()
+        for log in list(self._logs.values()):
+            if self.dir_failure_channel.is_offline(os.path.dirname(log.dir)):
+                log.close_for_failure()
+            else:
+                clean &= log.close()
         if self._owns_scheduler:
             self.scheduler.shutdown()
-        for d in self.log_dirs:
+        for d in self.online_dirs:
             if not clean:
                 logger.error("%s: no clean-shutdown marker written (a write failed above): "
                              "the next start recovers the logs", d)

@@ -18,6 +18,8 @@ import threading
 import time
 from concurrent.futures import Future
 
+from .errors import report_limited
+
 log = logging.getLogger(__name__)
 
 
@@ -26,6 +28,13 @@ def _run(fut: Future, fn, args) -> None:
         return
     try:
         fut.set_result(fn(*args))
+    except OSError as exc:
+        # A disk error (the log dir's failure channel has it, when the task knows its
+        # dir): one line, no traceback, at most once a minute per task kind.
+        report_limited(log, logging.ERROR, ("task", getattr(fn, "__qualname__", fn)),
+                       "storage background task %s failed: %s",
+                       getattr(fn, "__qualname__", fn), exc)
+        fut.set_exception(exc)
     except BaseException as exc:  # reported through the future (and logged)
         log.exception("storage background task %r failed", fn)
         fut.set_exception(exc)

@@ -96,7 +96,13 @@ class LogVerifier:
                     return found
                 if log.closed or seg.deleted:
                     continue
-                found += self._verify(log, seg, following.base_offset)
+                try:
+                    found += self._verify(log, seg, following.base_offset)
+                except OSError as e:
+                    # a read error: the log dir's failure channel takes the dir offline
+                    if not log.report_failure("verifying", e):
+                        raise
+                    break
         self.stats["passes"] += 1
         self.stats["cpu_seconds"] += time.thread_time() - cpu0
         return found
