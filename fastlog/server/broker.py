@@ -563,10 +563,16 @@ class BrokerServer:
 
     async def _propagate_log_dir_event(self) -> None:
         """Tell the controller (/log_dir_event_notification, Kafka's znode) so that it
-        moves the leadership of this broker's offline replicas to other in-sync ones."""
+        moves the leadership of this broker's offline replicas to other in-sync ones; the
+        replicas themselves go to /fastlog/offline_replicas/<id> first."""
         zk = self.cluster.zk
+        offline = [key for key, p in self.replica_manager.partitions.items() if p.offline]
+
+        def tell():
+            zk.set_offline_replicas(self.node_id, offline)
+            zk.propagate_log_dir_event(self.node_id)
         try:
-            await _off_loop(lambda: zk.propagate_log_dir_event(self.node_id), ZK_CLOSE_TIMEOUT_S)
+            await _off_loop(tell, ZK_CLOSE_TIMEOUT_S)
         except Exception as e:  # noqa: BLE001 - the partitions stay offline here anyway
             log.warning("cannot tell the controller about the failed log dir: %r", e)
 

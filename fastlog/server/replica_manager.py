@@ -332,6 +332,8 @@ class ReplicaManager:
             leader_epoch, isr, replicas = st.leader_epoch, list(st.isr), list(st.replicas)
             partition_epoch = getattr(st, "zk_version", getattr(st, "partition_epoch", -1))
         replicas = list(replicas or [self.node_id])
+        if self.is_offline(topic, partition):
+            return self._stay_offline(topic, partition, "lead")
         p = self._hosted(topic, partition, leader_epoch, replicas)
         self._stop_fetching(p.key)
         old_epoch = p.leader_epoch
@@ -362,6 +364,8 @@ class ReplicaManager:
             st = leader_id
             leader_id, leader_epoch, replicas = st.leader, st.leader_epoch, list(st.replicas)
         replicas = list(replicas or [])
+        if self.is_offline(topic, partition):
+            return self._stay_offline(topic, partition, "follow")
         p = self._hosted(topic, partition, leader_epoch, replicas)
         was_leader = p.is_leader
         changed = p.make_follower(leader_id, leader_epoch, replicas)
@@ -374,6 +378,19 @@ class ReplicaManager:
             self._stop_fetching(p.key)
         elif changed or self.fetcher_manager is None or not self.fetcher_manager.has(p.key):
             self._fetchers().add_partition(p, leader_id, leader_epoch)
+        return p
+
+    def _stay_offline(self, topic: str, partition: int, role: str) -> Partition | None:
+        """A role for a replica in a failed log dir: it neither leads nor fetches (the
+        controller moves leadership off it once it hears of the failure)."""
+        key = (topic, partition)
+        self._stop_fetching(key)
+        p = self.partitions.get(key)
+        if p is not None:
+            p.offline = True
+        self._wake(key)
+        log.info("%s-%d: told to %s, but its log dir has failed: it stays offline",
+                 topic, partition, role)
         return p
 
     def stop_replica(self, topic: str, partition: int, delete: bool) -> None:

@@ -663,6 +663,42 @@ class KafkaZkClient:
             f"{paths.LOG_DIR_EVENT_NOTIFICATION}/{paths.LOG_DIR_EVENT_PREFIX}",
             paths.encode_log_dir_event(broker_id), sequence=True, makepath=True)
 
+    def get_log_dir_event_notifications(self, watch=None) -> list[str]:
+        return sorted(c for c in self._children_or_empty(paths.LOG_DIR_EVENT_NOTIFICATION,
+                                                         watch)
+                      if c.startswith(paths.LOG_DIR_EVENT_PREFIX))
+
+    def read_log_dir_event(self, name: str) -> tuple[int, int] | None:
+        """(broker id, event) of one notification; None if it is gone."""
+        path = f"{paths.LOG_DIR_EVENT_NOTIFICATION}/{name}"
+        got = self._get_or_none(path)
+        return paths.decode_log_dir_event(path, got[0]) if got else None
+
+    def delete_log_dir_event_notifications(self, epoch: ControllerEpoch,
+                                           names: Iterable[str]) -> None:
+        for name in names:
+            try:
+                self._fenced(epoch, lambda tx, n=name: tx.delete(
+                    f"{paths.LOG_DIR_EVENT_NOTIFICATION}/{n}"))
+            except _TxFailed:
+                pass
+
+    def set_offline_replicas(self, broker_id: int, partitions: Iterable[TopicPartition]
+                             ) -> None:
+        """Publish this broker's replicas in failed log dirs (ephemeral: a restarted
+        broker, whose dirs are checked again, starts with none)."""
+        path = f"{paths.OFFLINE_REPLICAS}/{int(broker_id)}"
+        data = paths.encode_partition_list(partitions)
+        try:
+            self._kz.create(path, data, ephemeral=True, makepath=True)
+        except NodeExistsError:
+            self._kz.set(path, data)
+
+    def get_offline_replicas(self, broker_id: int) -> set[TopicPartition]:
+        path = f"{paths.OFFLINE_REPLICAS}/{int(broker_id)}"
+        got = self._get_or_none(path)
+        return set(paths.decode_partition_list(path, got[0])) if got else set()
+
     def get_isr_change_notifications(self, watch=None) -> list[str]:
         return sorted(c for c in self._children_or_empty(paths.ISR_CHANGE_NOTIFICATION, watch)
                       if c.startswith(paths.ISR_CHANGE_PREFIX))

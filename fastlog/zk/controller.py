@@ -6,7 +6,9 @@
 # the live ISR when brokers leave or return (offline, leader -1, when no ISR member is live
 # unless unclean election is allowed), runs preferred-leader and controlled-shutdown
 # elections (a stopping broker asks through its ephemeral /admin/controlled_shutdown/<id>,
-# answered in place), and deletes topics. Every one of its writes is fenced by its controller epoch;
+# answered in place), moves leadership off replicas in failed log dirs
+# (/log_dir_event_notification, with the replicas in /fastlog/offline_replicas/<id>), and
+# deletes topics. Every one of its writes is fenced by its controller epoch;
 # a ControllerMovedError makes it resign.
 #
 # Threading: ZooKeeper watches only enqueue events; one controller thread handles them in
@@ -151,6 +153,9 @@ class ZkController:
         self._states: dict[TopicPartition, LeaderAndIsr] = {}
         self._shutting_down: set[int] = set()
         self._bounced: set[int] = set()
+        # replicas in failed log dirs, by broker (Kafka's replicasOnOfflineDirs): they may
+        # neither lead nor stay in the ISR until their broker restarts
+        self._offline: dict[int, set[TopicPartition]] = {}
         self._topic_watched: set[str] = set()  # topics whose assignment znode we watch
         self._cs_children_watched = False
         self._failover_done = False
@@ -178,6 +183,7 @@ class ZkController:
         kz.ChildrenWatch(paths.BROKER_TOPICS, self._watch("topic_change"))
         kz.ChildrenWatch(paths.DELETE_TOPICS, self._watch("topic_deletion"))
         kz.ChildrenWatch(paths.ISR_CHANGE_NOTIFICATION, self._watch("isr_change"))
+        kz.ChildrenWatch(paths.LOG_DIR_EVENT_NOTIFICATION, self._watch("log_dir_event"))
         kz.DataWatch(paths.PREFERRED_REPLICA_ELECTION, self._watch("preferred_replica_election"))
         kz.DataWatch(paths.REASSIGN_PARTITIONS, self._watch("partition_reassignment"))
         # Not among Kafka's persistent paths: the first request creates it, so watch for that.
@@ -351,8 +357,10 @@ class ZkController:
         self._emit(ControllerElected(self.broker_id, self.epoch.epoch))
         self._on_topic_deletion()
         self._initialize_new_partitions()
+        self._offline = {b: got for b in self._live if (got := self.zk.get_offline_replicas(b))}
         self._elect_and_shrink()
         self._on_isr_change()
+        self._on_log_dir_event()
         self._on_controlled_shutdown_request()
         self._on_partition_reassignment()
         self._failover_done = True
@@ -371,6 +379,8 @@ class ZkController:
                    if before[b].epoch != self._live[b].epoch}
         self._shutting_down &= set(self._live)
         self._shutting_down -= bounced  # a restarted broker is no longer shutting down
+        for b in gone | bounced:   # its dirs are checked again when it comes back
+            self._offline.pop(b, None)
         if gone or came or bounced:
             log.info("controller %d: brokers left %s, joined %s, restarted %s", self.broker_id,
                      sorted(gone), sorted(came), sorted(bounced))
@@ -456,6 +466,28 @@ class ZkController:
         if fresh:
             self._emit(LeadershipChanged(dict(fresh)))
             self._on_partition_reassignment()  # new replicas may have joined the ISR
+
+    def _on_log_dir_event(self) -> None:
+        """A broker's log dir failed (/log_dir_event_notification): read which of its
+        replicas are offline (its /fastlog/offline_replicas/<id>), move leadership of
+        those it led to other in-sync replicas and drop it from their ISRs, then delete
+        the notices (Kafka's LogDirEventNotificationHandler)."""
+        if self.epoch is None:
+            return
+        names = self.zk.get_log_dir_event_notifications()
+        if not names:
+            return
+        brokers = set()
+        for n in names:
+            event = self.zk.read_log_dir_event(n)
+            if event is not None and event[1] == paths.LOG_DIR_FAILURE_EVENT:
+                brokers.add(event[0])
+        for b in sorted(brokers & set(self._live)):
+            self._offline[b] = self.zk.get_offline_replicas(b)
+            log.info("controller %d: broker %d has %d replicas in failed log dirs",
+                     self.broker_id, b, len(self._offline[b]))
+        self.zk.delete_log_dir_event_notifications(self.epoch, names)
+        self._elect_and_shrink()
 
     def _on_preferred_replica_election(self) -> None:
         """An admin tool asked for preferred leaders (/admin/preferred_replica_election,
@@ -553,10 +585,11 @@ class ZkController:
         st = self._states.get(tp)
         if st is None or any(r not in st.isr for r in target):
             return True  # the new replicas are catching up
-        if st.leader in target and self._eligible(st.leader):
+        if st.leader in target and self._eligible_for(tp, st.leader):
             leader = st.leader
         else:
-            leader = next((r for r in target if r in st.isr and self._eligible(r)), None)
+            leader = next((r for r in target if r in st.isr and self._eligible_for(tp, r)),
+                          None)
         if leader is None:
             return True
         isr = [leader] + [b for b in st.isr if b in target and b != leader]
@@ -625,6 +658,10 @@ class ZkController:
         return (broker in self._live and broker not in self._shutting_down
                 and broker not in self._bounced)
 
+    def _eligible_for(self, tp: TopicPartition, broker: int) -> bool:
+        """_eligible, and the broker's replica of tp is not in a failed log dir."""
+        return self._eligible(broker) and tp not in self._offline.get(broker, ())
+
     def _initialize_new_partitions(self, refresh=()) -> None:
         """Create leader/ISR for partitions that have none yet (new topics, added partitions):
         leader = first live replica, ISR = live replicas. A partition none of whose replicas
@@ -653,9 +690,9 @@ class ZkController:
     def _decide(self, tp: TopicPartition, st: LeaderAndIsr) -> LeaderAndIsr | None:
         """The state `tp` should move to given the live brokers, or None to leave it."""
         replicas = self._replicas(tp)
-        live_isr = [b for b in st.isr if self._eligible(b)]
+        live_isr = [b for b in st.isr if self._eligible_for(tp, b)]
         ep = self.epoch.epoch
-        if st.leader != NO_LEADER and self._eligible(st.leader):
+        if st.leader != NO_LEADER and self._eligible_for(tp, st.leader):
             if len(live_isr) == len(st.isr):
                 return None
             # a follower left: drop it from the ISR, the leader stays
@@ -668,7 +705,7 @@ class ZkController:
             return st.new_leader_and_isr(leader, [leader] + [b for b in live_isr if b != leader],
                                          ep)
         if self._unclean_allowed(tp[0]):
-            live = [r for r in replicas if self._eligible(r)]
+            live = [r for r in replicas if self._eligible_for(tp, r)]
             if live:
                 log.warning("unclean leader election for %s-%d: %d leads without being in the "
                             "ISR %s; acknowledged records may be lost", tp[0], tp[1], live[0],
@@ -720,7 +757,7 @@ class ZkController:
             if not replicas:
                 return None
             pref = replicas[0]
-            if st.leader == pref or pref not in st.isr or not self._eligible(pref):
+            if st.leader == pref or pref not in st.isr or not self._eligible_for(tp, pref):
                 return None
             return st.new_leader_and_isr(pref, st.isr, self.epoch.epoch)
         changes = {}
@@ -766,7 +803,7 @@ class ZkController:
                 return None
             if st.leader == broker_id:
                 others = [r for r in self._replicas(tp)
-                          if r in st.isr and r != broker_id and self._eligible(r)]
+                          if r in st.isr and r != broker_id and self._eligible_for(tp, r)]
                 if not others:
                     return None  # stays leader until it really goes
                 leader = others[0]

@@ -37,6 +37,10 @@ REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 # ephemeral .../<id> asks the active controller to move leadership off it; the controller
 # answers by rewriting the node's data (encode/decode_controlled_shutdown below).
 CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
+# fastlog's own (Kafka's controller learns them from LeaderAndIsr answers instead): a
+# broker's ephemeral .../<id> lists its replicas in failed log dirs, in the partition-list
+# form below; the controller reads it when a log dir event names that broker.
+OFFLINE_REPLICAS = "/fastlog/offline_replicas"
 
 CONFIG_TYPES = ("topics", "clients", "users", "brokers", "ips")
 

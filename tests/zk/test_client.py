@@ -265,6 +265,21 @@ def test_log_dir_event_notification(clients, kazoo):
     data = kazoo.get(path)[0]
     assert json.loads(data) == {"version": 1, "broker": 3, "event": 1}
     assert paths.decode_log_dir_event(path, data) == (3, paths.LOG_DIR_FAILURE_EVENT)
+    name = path.rsplit("/", 1)[1]
+    assert zk.get_log_dir_event_notifications() == [name]
+    assert zk.read_log_dir_event(name) == (3, paths.LOG_DIR_FAILURE_EVENT)
+
+
+def test_offline_replicas_are_ephemeral(clients):
+    zk = clients()
+    zk.create_top_level_paths()
+    assert zk.get_offline_replicas(3) == set()
+    zk.set_offline_replicas(3, [("t", 1), ("t", 0)])
+    zk.set_offline_replicas(3, [("t", 1), ("t", 0), ("u", 2)])   # replaced, not refused
+    other = clients()
+    assert other.get_offline_replicas(3) == {("t", 0), ("t", 1), ("u", 2)}
+    zk.close()   # the broker's session ends: a restarted broker starts with none
+    assert other.get_offline_replicas(3) == set()
 
 
 def test_missing_chroot_is_created(zk_server):
