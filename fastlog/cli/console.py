@@ -153,9 +153,11 @@ async def _produce(args, stdin: int, parse_key: bool, separator: bytes, headers)
     return 0
 
 
-def _read_stdin(fd: int, loop, chunks: asyncio.Queue) -> None:
-    """Reader thread: stdin's chunks (b"" at its end, or the OSError) into chunks."""
-    import concurrent.futures
+def _read_stdin(fd: int, loop, chunks: asyncio.Queue, room: threading.Semaphore) -> None:
+    """Reader thread: stdin's chunks (b"" at its end, or the OSError) into chunks, at most
+    STDIN_CHUNKS_AHEAD of them waiting (room): stdin is read no faster than it is
+    produced. Nothing here makes a coroutine, so a loop that closes meanwhile leaves
+    nothing un-awaited behind."""
     import select
 
     while True:
@@ -166,13 +168,16 @@ def _read_stdin(fd: int, loop, chunks: asyncio.Queue) -> None:
             continue
         except OSError as exc:
             chunk = exc
+        room.acquire()
         try:
-            # Waits for room in the queue: stdin is read no faster than it is produced.
-            asyncio.run_coroutine_threadsafe(chunks.put(chunk), loop).result()
-        except (RuntimeError, concurrent.futures.CancelledError):
-            return  # the loop is closed or closing: nobody wants more
+            loop.call_soon_threadsafe(chunks.put_nowait, chunk)
+        except RuntimeError:
+            return  # the loop is closed: nobody wants more
         if not isinstance(chunk, bytes) or not chunk:
             return
+
+
+STDIN_CHUNKS_AHEAD = 4
 
 
 async def _lines(fd: int):
@@ -183,12 +188,15 @@ async def _lines(fd: int):
     executor thread would be joined at loop shutdown). os.read on the descriptor, not
     sys.stdin.buffer, so the abandoned thread holds no lock the interpreter's exit needs.
     """
-    chunks: asyncio.Queue = asyncio.Queue(maxsize=4)
-    threading.Thread(target=_read_stdin, args=(fd, asyncio.get_running_loop(), chunks),
+    chunks: asyncio.Queue = asyncio.Queue()
+    room = threading.Semaphore(STDIN_CHUNKS_AHEAD)
+    threading.Thread(target=_read_stdin,
+                     args=(fd, asyncio.get_running_loop(), chunks, room),
                      name="fastlog-stdin", daemon=True).start()
     tail = b""
     while True:
         chunk = await chunks.get()
+        room.release()
         if isinstance(chunk, OSError):
             raise CliError(f"cannot read stdin: {chunk.strerror or chunk}")
         if not chunk:
