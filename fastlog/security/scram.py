@@ -244,7 +244,9 @@ class ScramServer:
         m = _CLIENT_FINAL.fullmatch(text)
         if m is None:
             raise AuthenticationFailed("Authentication failed: invalid SCRAM client-final message")
-        if m["nonce"] != self._nonce:
+        # Kafka's check (ScramSaslServer): the nonce must end with the combined nonce;
+        # librdkafka 2.0.x repeats its own nonce in front of it.
+        if not m["nonce"].endswith(self._nonce):
             raise AuthenticationFailed(
                 "Authentication failed: Invalid client nonce in the final client message")
         expected_binding = base64.b64encode(self._gs2_header.encode()).decode()
