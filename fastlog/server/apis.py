@@ -48,6 +48,7 @@ from fastlog import protocol
 from fastlog._net import CloseConnection
 from fastlog.protocol import ApiKey, Errors, KafkaApiError
 from fastlog.protocol._produce import encode_produce_response, parse_produce_request
+from fastlog.protocol.api_keys import SCRAM_MECHANISM_TYPES
 from fastlog.protocol.topics import INTERNAL_TOPICS
 from fastlog.security import ScramCredential
 from fastlog.security.scram import MAX_ITERATIONS, MIN_ITERATIONS
@@ -83,9 +84,6 @@ LIST_OFFSETS_LATEST = -1
 LIST_OFFSETS_EARLIEST = -2
 LIST_OFFSETS_MAX_TIMESTAMP = -3
 
-# Kafka's ScramMechanism type bytes (Describe/AlterUserScramCredentials).
-SCRAM_MECHANISM_TYPES = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
-SCRAM_TYPE_OF = {name: t for t, name in SCRAM_MECHANISM_TYPES.items()}
 
 
 @dataclasses.dataclass

@@ -524,26 +524,34 @@ class KafkaConfig:
     def from_sources(cls, path: str | None = None, overrides: Iterable[str] = ()) -> KafkaConfig:
         props: dict[str, str] = {}
         if path is not None:
-            try:
-                with open(path, "rb") as f:
-                    data = f.read(MAX_PROPERTIES_BYTES + 1)
-            except OSError as e:
-                raise ConfigError(f"cannot read {path}: {e.strerror or e}") from None
-            if len(data) > MAX_PROPERTIES_BYTES:
-                raise ConfigError(f"{path} is larger than {MAX_PROPERTIES_BYTES >> 20} MiB, "
-                                  "too large for a properties file")
-            try:
-                text = data.decode("utf-8")
-            except UnicodeDecodeError:
-                raise ConfigError(f"{path} is not a UTF-8 text file") from None
-            for key, value in parse_properties(text):
-                props[key] = value
+            props.update(cls.read_properties(path))
         for item in overrides:
             if "=" not in item:
                 raise ConfigError(f"--override expects key=value, not {item!r}")
             key, value = item.split("=", 1)
             props[key.strip()] = value
         return cls(props)
+
+    @staticmethod
+    def read_properties(path: str) -> dict[str, str]:
+        """The key/value pairs of a properties file (bounded in size, UTF-8); ConfigError
+        with one sentence when it cannot be read."""
+        props: dict[str, str] = {}
+        try:
+            with open(path, "rb") as f:
+                data = f.read(MAX_PROPERTIES_BYTES + 1)
+        except OSError as e:
+            raise ConfigError(f"cannot read {path}: {e.strerror or e}") from None
+        if len(data) > MAX_PROPERTIES_BYTES:
+            raise ConfigError(f"{path} is larger than {MAX_PROPERTIES_BYTES >> 20} MiB, "
+                              "too large for a properties file")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ConfigError(f"{path} is not a UTF-8 text file") from None
+        for key, value in parse_properties(text):
+            props[key] = value
+        return props
 
     # -------------------------------------------------------------- access
     def __getitem__(self, name: str) -> Any:
