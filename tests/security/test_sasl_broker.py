@@ -114,13 +114,18 @@ def test_confluent_kafka_produces_and_consumes(sasl_broker, mechanism):
     assert got == [f"v{i}".encode() for i in range(5)]
 
 
+def python_client_conf(b, mechanism: str) -> dict:
+    """kafka-python's and aiokafka's settings (the same names) for the SASL listener."""
+    user, password = credentials(mechanism)
+    return {"bootstrap_servers": sasl_address(b), "security_protocol": "SASL_PLAINTEXT",
+            "sasl_mechanism": mechanism, "sasl_plain_username": user,
+            "sasl_plain_password": password}
+
+
 @pytest.mark.parametrize("mechanism", MECHANISMS)
 def test_kafka_python_produces_and_consumes(sasl_broker, mechanism):
     import kafka
-    user, password = credentials(mechanism)
-    conf = {"bootstrap_servers": sasl_address(sasl_broker), "security_protocol": "SASL_PLAINTEXT",
-            "sasl_mechanism": mechanism, "sasl_plain_username": user,
-            "sasl_plain_password": password}
+    conf = python_client_conf(sasl_broker, mechanism)
     topic = f"kp-{mechanism.lower()}"
     producer = kafka.KafkaProducer(**conf)
     producer.send(topic, b"one").get(TIMEOUT)
@@ -134,10 +139,7 @@ def test_kafka_python_produces_and_consumes(sasl_broker, mechanism):
 @pytest.mark.parametrize("mechanism", MECHANISMS)
 def test_aiokafka_produces_and_consumes(sasl_broker, mechanism):
     import aiokafka
-    user, password = credentials(mechanism)
-    conf = {"bootstrap_servers": sasl_address(sasl_broker), "security_protocol": "SASL_PLAINTEXT",
-            "sasl_mechanism": mechanism, "sasl_plain_username": user,
-            "sasl_plain_password": password}
+    conf = python_client_conf(sasl_broker, mechanism)
     topic = f"aio-{mechanism.lower()}"
 
     async def run():
