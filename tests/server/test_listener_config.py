@@ -91,3 +91,21 @@ def test_a_refused_jaas_line_never_shows_its_password():
                      'org.apache.kafka.common.security.plain.PlainLoginModule required '
                      'user_alice="s3cret-value"'})
     assert "s3cret-value" not in str(e.value)
+
+
+@pytest.mark.parametrize("listeners, protocol", [
+    ("PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0", "SSL"),
+    ("SASL_SSL://127.0.0.1:0", "SASL_SSL"),
+])
+def test_tls_listeners_are_refused_at_startup(tmp_path, listeners, protocol):
+    import subprocess
+
+    from fastlog.testing import server_command
+    r = subprocess.run(server_command() + [
+        "--override", f"listeners={listeners}",
+        "--override", f"listener.name.{protocol.lower()}.plain.sasl.jaas.config={PLAIN_JAAS}",
+        "--override", f"log.dirs={tmp_path / 'data'}"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert r.returncode != 0
+    assert f"uses {protocol}, but TLS listeners are not available yet" in r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "data").exists()
