@@ -45,6 +45,7 @@ import uuid
 from pathlib import Path
 
 _LISTENING = re.compile(r"listening on PLAINTEXT://([^:\s]+):(\d+)")
+_ENDPOINT = re.compile(r"([A-Z0-9_]+)://([^:\s,]+):(\d+)")
 
 
 class BrokerStartError(AssertionError):
@@ -76,6 +77,8 @@ class BrokerProcess:
         self.host = "127.0.0.1"
         self.startup_timeout = startup_timeout
         self.proc: subprocess.Popen | None = None
+        # listener name -> bound port (from the ready line), e.g. ports["SASL_PLAINTEXT"]
+        self.ports: dict[str, int] = {}
         self.starts = 0
         self.log_path: Path | None = None
 
@@ -131,6 +134,12 @@ class BrokerProcess:
             m = _LISTENING.search(buf.decode(errors="replace"))
             if m:
                 self.port = int(m.group(2))
+                line = buf.decode(errors="replace")[m.start():].split("\n", 1)[0]
+                self.ports = {n: int(p) for n, _, p in _ENDPOINT.findall(line)}
+                if "listeners" in self.overrides:
+                    # a restart binds the same ports again
+                    self.overrides["listeners"] = ",".join(
+                        f"{n}://{h}:{p}" for n, h, p in _ENDPOINT.findall(line))
                 self._wait_connectable(deadline)
                 return True
         if self.port != 0:

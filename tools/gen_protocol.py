@@ -42,6 +42,10 @@ SERVED = {
     "DeleteGroups": (0, 1),
     "OffsetDelete": (0, 0),
     "CreatePartitions": (0, 1),
+    "SaslHandshake": (0, 1),
+    "SaslAuthenticate": (0, 2),
+    "DescribeUserScramCredentials": (0, 0),
+    "AlterUserScramCredentials": (0, 0),
 }
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

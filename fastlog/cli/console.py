@@ -23,6 +23,8 @@ import time
 from fastlog.cli.main import (
     CliError,
     add_bootstrap_option,
+    add_client_config_options,
+    client_security,
     group_id,
     non_negative_int,
     offset_value,
@@ -46,6 +48,7 @@ def add_produce_parser(subparsers) -> None:
         "produce", help="console producer: write lines from stdin to a topic",
         description="Read lines from stdin and produce each as one record.")
     add_bootstrap_option(p)
+    add_client_config_options(p)
     p.add_argument("--topic", required=True, type=topic_name, help="topic to write to")
     p.add_argument("--partition", type=partition_index, metavar="P",
                    help="write every record to this partition (default: by key / sticky)")
@@ -100,6 +103,7 @@ async def _produce(args, stdin: int, parse_key: bool, separator: bytes, headers)
 
     failures: list[Exception] = []
     producer = Producer(args.bootstrap_server, client_id="fastlog-console-producer",
+                        security=client_security(args),
                         acks=args.acks, compression=args.compression,
                         linger_ms=args.linger_ms, batch_size=args.batch_size,
                         enable_idempotence=args.idempotence,
@@ -222,6 +226,7 @@ def add_consume_parser(subparsers) -> None:
         "consume", help="console consumer: print a topic's records",
         description="Print records of a topic to stdout.")
     add_bootstrap_option(p)
+    add_client_config_options(p)
     p.add_argument("--topic", required=True, type=topic_name, help="topic to read")
     p.add_argument("--partition", type=partition_index, metavar="P",
                    help="read only this partition (default: all)")
@@ -308,6 +313,7 @@ async def _consume(args, start, formatter) -> int:
     out = sys.stdout.buffer
     count = 0
     consumer = Consumer(args.bootstrap_server, client_id="fastlog-console-consumer",
+                        security=client_security(args),
                         auto_offset_reset="earliest" if start == "earliest" else "latest",
                         isolation_level=args.isolation_level, max_buffered_fetches=2)
     try:

@@ -19,7 +19,9 @@ from fastlog.cli.main import (
     INT64_MAX,
     CliError,
     add_bootstrap_option,
+    add_client_config_options,
     bounded_int,
+    client_security,
     group_id,
     partition_index,
     topic_name,
@@ -37,6 +39,7 @@ def add_parser(subparsers) -> None:
         description="List, describe and delete consumer groups and reset their committed "
                     "offsets (like kafka-consumer-groups.sh).")
     add_bootstrap_option(p)
+    add_client_config_options(p)
     actions = p.add_mutually_exclusive_group(required=True)
     for action in ACTIONS:
         actions.add_argument(f"--{action}", dest="action", action="store_const", const=action,
@@ -120,7 +123,8 @@ def run(args) -> int:
 async def _run(args) -> int:
     from fastlog.client import Admin
 
-    async with Admin(args.bootstrap_server, client_id="fastlog-consumer-groups") as admin:
+    async with Admin(args.bootstrap_server, client_id="fastlog-consumer-groups",
+                     security=client_security(args)) as admin:
         if args.action == "list":
             for group_id, _ in await admin.list_groups():
                 sys.stdout.write(group_id + "\n")

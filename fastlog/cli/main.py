@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reassign-partitions": ("fastlog.cli.reassign_partitions",
                             "move partition replicas between brokers (JSON plan)"),
     "perf": ("fastlog.cli.perf", "produce/consume load tests"),
+    "configs": ("fastlog.cli.configs", "add, describe and delete SCRAM credentials of users"),
 }
 
 
@@ -134,6 +135,39 @@ def _run(command: str, module, args) -> int:
 def add_bootstrap_option(parser) -> None:
     parser.add_argument("--bootstrap-server", default="127.0.0.1:9092", metavar="HOST:PORT",
                         help="broker to connect to (default: %(default)s)")
+
+
+def add_client_config_options(parser) -> None:
+    """--command-config FILE and -X KEY=VALUE: the client's security settings, Kafka's
+    client keys (security.protocol, sasl.mechanism, sasl.username, sasl.password,
+    sasl.jaas.config); read with client_security(args)."""
+    parser.add_argument("--command-config", metavar="FILE",
+                        help="client settings in a properties file (security.protocol, "
+                             "sasl.mechanism, sasl.username, sasl.password)")
+    parser.add_argument("-X", dest="client_config", action="append", default=[],
+                        metavar="KEY=VALUE", help="one client setting, as kcat's -X; repeatable")
+
+
+def client_security(args):
+    """The fastlog.client.security.ClientSecurity of --command-config and -X (the -X
+    settings win); CliError with one sentence for a setting the client cannot honour."""
+    from fastlog.client.errors import FastlogError
+    from fastlog.client.security import ClientSecurity
+    from fastlog.server.config import ConfigError, KafkaConfig
+
+    props: dict[str, str] = {}
+    if args.command_config:
+        try:
+            props.update(KafkaConfig.read_properties(args.command_config))
+        except ConfigError as e:
+            raise CliError(str(e)) from None
+    for item in args.client_config:
+        key, value = parse_key_value(item, "-X")
+        props[key] = value
+    try:
+        return ClientSecurity.from_config(props)
+    except FastlogError as e:
+        raise CliError(str(e)) from None
 
 
 def _whole_number(text: str) -> int:

@@ -11,6 +11,8 @@ import sys
 from fastlog.cli.main import (
     CliError,
     add_bootstrap_option,
+    add_client_config_options,
+    client_security,
     parse_key_value,
     partition_count,
     replication_factor,
@@ -27,6 +29,7 @@ def add_parser(subparsers) -> None:
         "topics", help="create, list, describe, alter and delete topics",
         description="Create, list, describe, alter and delete topics (like kafka-topics.sh).")
     add_bootstrap_option(p)
+    add_client_config_options(p)
     actions = p.add_mutually_exclusive_group(required=True)
     for action in ACTIONS:
         actions.add_argument(f"--{action}", dest="action", action="store_const", const=action,
@@ -89,7 +92,8 @@ async def _run(args, configs) -> int:
     from fastlog.client import Admin, errors
 
     out = sys.stdout
-    async with Admin(args.bootstrap_server, client_id="fastlog-topics") as admin:
+    async with Admin(args.bootstrap_server, client_id="fastlog-topics",
+                     security=client_security(args)) as admin:
         if args.action == "list":
             for name in await admin.list_topics(include_internal=not args.exclude_internal):
                 out.write(name + "\n")

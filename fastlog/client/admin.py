@@ -5,7 +5,8 @@
 # IncrementalAlterConfigs (AlterConfigs as a fallback) for topic configs, ListOffsets
 # (earliest, latest, by timestamp) and DeleteRecords (sent to each partition's leader), and
 # the group requests the consumer-groups tool needs: ListGroups, DescribeGroups,
-# FindCoordinator, OffsetFetch, OffsetCommit, DeleteGroups. Answers become small Python
+# FindCoordinator, OffsetFetch, OffsetCommit, DeleteGroups; Describe/AlterUserScramCredentials
+# for SCRAM users. Answers become small Python
 # values; a Kafka error code becomes KafkaError naming the topic, partition or group.
 #
 # Use from the event loop that created it; sync.SyncAdmin wraps it for threads.
@@ -14,10 +15,13 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import secrets
 
 from fastlog.client import errors
 from fastlog.client.cluster import DEFAULT_BOOTSTRAP, Cluster, TopicInfo, TopicPartition
 from fastlog.client.versions import ApiKey
+from fastlog.protocol.api_keys import SCRAM_MECHANISM_TYPES as SCRAM_MECHANISMS
+from fastlog.security.scram import salted_password
 
 # ListOffsets special timestamps (Kafka's numbering).
 LATEST = -1
@@ -101,10 +105,12 @@ class Admin:
     """Asyncio admin client. `async with Admin("host:port") as admin: ...`."""
 
     def __init__(self, bootstrap_servers=DEFAULT_BOOTSTRAP, *, client_id: str = "fastlog-admin",
-                 request_timeout_ms: int = 30000, cluster: Cluster | None = None):
+                 request_timeout_ms: int = 30000, cluster: Cluster | None = None,
+                 security=None):
         self._own_cluster = cluster is None
         self.cluster = cluster or Cluster(bootstrap_servers, client_id=client_id,
-                                          request_timeout_ms=request_timeout_ms)
+                                          request_timeout_ms=request_timeout_ms,
+                                          security=security)
         self.request_timeout_ms = request_timeout_ms
 
     async def __aenter__(self) -> Admin:
@@ -421,3 +427,46 @@ class Admin:
             resp = await conn.request(ApiKey.DELETE_GROUPS, {"groups_names": [gid]})
             for r in resp.results:
                 errors.raise_for(r.error_code, f"delete group '{r.group_id}'")
+
+    # -- SCRAM credentials ------------------------------------------------------------
+
+    async def describe_user_scram_credentials(self, users: list[str] | None = None
+                                              ) -> dict[str, list[tuple[str, int]]]:
+        """{user: [(mechanism, iterations)]} for the users named (all users with SCRAM
+        credentials when None); KafkaError for a user without any."""
+        conn = await self.cluster.bootstrap_connection()
+        body = {"users": None if users is None else [{"name": u} for u in users]}
+        resp = await conn.request(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, body)
+        errors.raise_for(resp.error_code, "describe SCRAM credentials", resp.error_message)
+        out = {}
+        for r in resp.results:
+            errors.raise_for(r.error_code, f"describe SCRAM credentials of user '{r.user}'",
+                             r.error_message)
+            out[r.user] = [(SCRAM_MECHANISMS.get(i.mechanism, str(i.mechanism)), i.iterations)
+                           for i in r.credential_infos]
+        return out
+
+    async def alter_user_scram_credentials(
+            self, upsertions: list[tuple[str, str, str, int]] = (),
+            deletions: list[tuple[str, str]] = ()) -> None:
+        """Set (user, mechanism, password, iterations) and delete (user, mechanism)
+        credentials. The password never leaves this process: a random salt and the salted
+        password are sent, as Kafka's admin client does."""
+        types = {name: t for t, name in SCRAM_MECHANISMS.items()}
+        for _, mechanism, *_ in [*upsertions, *deletions]:
+            if mechanism not in types:
+                raise errors.FastlogError(f"{mechanism!r} is not a SCRAM mechanism (use "
+                                          f"{' or '.join(types)})")
+        ups = []
+        for user, mechanism, password, iterations in upsertions:
+            salt = secrets.token_bytes(32)
+            ups.append({"name": user, "mechanism": types[mechanism], "iterations": iterations,
+                        "salt": salt,
+                        "salted_password": salted_password(password, salt, iterations, mechanism)})
+        body = {"upsertions": ups,
+                "deletions": [{"name": u, "mechanism": types[m]} for u, m in deletions]}
+        conn = await self.cluster.bootstrap_connection()
+        resp = await conn.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, body)
+        for r in resp.results:
+            errors.raise_for(r.error_code, f"alter SCRAM credentials of user '{r.user}'",
+                             r.error_message)

@@ -18,6 +18,7 @@ import time
 
 from fastlog.client import errors
 from fastlog.client.connection import BrokerConnection
+from fastlog.client.security import ClientSecurity
 from fastlog.client.versions import ApiKey
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -91,8 +92,11 @@ class Cluster:
     def __init__(self, bootstrap_servers=DEFAULT_BOOTSTRAP, *, client_id: str = "fastlog",
                  request_timeout_ms: int = 30000, connect_timeout_ms: int = 10000,
                  retry_backoff_ms: int = 100, retry_backoff_max_ms: int = 1000,
-                 metadata_max_age_ms: int = 300000):
+                 metadata_max_age_ms: int = 300000, security=None):
         self.bootstrap = parse_bootstrap(bootstrap_servers)
+        # client settings (security.protocol, sasl.*) or a parsed ClientSecurity
+        self.security = (security if isinstance(security, ClientSecurity)
+                         else ClientSecurity.from_config(security))
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
         self.connect_timeout_ms = connect_timeout_ms
@@ -115,7 +119,8 @@ class Cluster:
     def _new_connection(self, host, port, node_id=None) -> BrokerConnection:
         return BrokerConnection(host, port, client_id=self.client_id, node_id=node_id,
                                 request_timeout_ms=self.request_timeout_ms,
-                                connect_timeout_ms=self.connect_timeout_ms)
+                                connect_timeout_ms=self.connect_timeout_ms,
+                                security=self.security)
 
     async def bootstrap_connection(self) -> BrokerConnection:
         """Any live connection: a known broker's, else the first bootstrap server that answers."""

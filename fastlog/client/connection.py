@@ -6,7 +6,8 @@
 # matches them, and the correlation id is checked against the head of that FIFO. Requests
 # may be pipelined: submit() writes and returns a future without waiting for earlier
 # answers. On connect it negotiates ApiVersions and afterwards picks, for each API, the
-# highest version that both this client and the broker speak.
+# highest version that both this client and the broker speak. With SASL settings
+# (fastlog.client.security) it authenticates next, before any other request.
 #
 # All methods run on the event loop that called connect(); the object is not thread-safe.
 
@@ -32,11 +33,12 @@ class BrokerConnection:
 
     def __init__(self, host: str, port: int, *, client_id: str = "fastlog",
                  node_id: int | None = None, request_timeout_ms: int = 30000,
-                 connect_timeout_ms: int = 10000):
+                 connect_timeout_ms: int = 10000, security=None):
         self.host = host
         self.port = port
         self.node_id = node_id
         self.client_id = client_id
+        self.security = security   # fastlog.client.security.ClientSecurity, or None
         self.request_timeout = request_timeout_ms / 1000.0
         self.connect_timeout = connect_timeout_ms / 1000.0
         self.broker_versions: dict[int, tuple[int, int]] = {}
@@ -73,6 +75,8 @@ class BrokerConnection:
         self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
         try:
             await self._negotiate_versions()
+            if self.security is not None and self.security.sasl:
+                await self.security.authenticate(self)
         except BaseException:
             await self.close()
             raise

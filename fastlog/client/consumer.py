@@ -46,12 +46,13 @@ class Consumer:
                  max_partition_fetch_bytes: int = 1048576,
                  isolation_level: str | int = "read_uncommitted", check_crcs: bool = True,
                  max_buffered_fetches: int = 4, request_timeout_ms: int = 30000,
-                 cluster: Cluster | None = None):
+                 cluster: Cluster | None = None, security=None):
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise errors.FastlogError("auto_offset_reset must be earliest, latest or none")
         self._own_cluster = cluster is None
         self.cluster = cluster or Cluster(bootstrap_servers, client_id=client_id,
-                                          request_timeout_ms=request_timeout_ms)
+                                          request_timeout_ms=request_timeout_ms,
+                                          security=security)
         self.admin = Admin(cluster=self.cluster, request_timeout_ms=request_timeout_ms)
         self.group_id = group_id
         self.group = group

@@ -173,7 +173,8 @@ class GroupMembership:
         broker = self.cluster.brokers[node]
         self._conn = await BrokerConnection(
             broker.host, broker.port, client_id=self.cluster.client_id, node_id=node,
-            request_timeout_ms=self.cluster.request_timeout_ms).connect()
+            request_timeout_ms=self.cluster.request_timeout_ms,
+            security=self.cluster.security).connect()
         return self._conn
 
     async def _join(self) -> None:

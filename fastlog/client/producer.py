@@ -130,6 +130,7 @@ class Producer:
                  enable_idempotence: bool = False, request_timeout_ms: int = 30000,
                  delivery_timeout_ms: int = 120000, max_buffered_bytes: int = 64 << 20,
                  allow_auto_create_topics: bool = True, cluster: Cluster | None = None,
+                 security=None,
                  on_delivery_error=None):
         if acks in ("all", -1, "-1"):
             acks = -1
@@ -157,7 +158,8 @@ class Producer:
         self.on_delivery_error = on_delivery_error
         self._own_cluster = cluster is None
         self.cluster = cluster or Cluster(bootstrap_servers, client_id=client_id,
-                                          request_timeout_ms=request_timeout_ms)
+                                          request_timeout_ms=request_timeout_ms,
+                                          security=security)
         self.producer_id = -1
         self.producer_epoch = -1
         self._sticky = StickyPartitioner()

@@ -5,7 +5,8 @@
 # (write tmp, fsync, rename, fsync dir) so a crash leaves either the old or the new version.
 # Format: {"version": 1, "cluster_id", "next_producer_id_block", "topics": {name:
 # {"topic_id", "internal", "configs", "partitions": {p: {"replicas", "leader",
-# "leader_epoch", "isr"}}}}}.
+# "leader_epoch", "isr"}}}}, "users": {name: {key: value}}} ("users" holds what Kafka keeps
+# in /config/users/<user>: SCRAM credentials, never a password; absent in older files).
 # Called from: the broker's asyncio API loop only (see fastlog/metadata/store.py).
 """The embedded single-node metadata store."""
 
@@ -31,6 +32,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self.node_id = node_id
         self.controller_id = node_id
         self._topics: dict[str, TopicState] = {}
+        self._users: dict[str, dict[str, str]] = {}
         self._next_producer_id = 0
         self.cluster_id = ""
         self._load()
@@ -60,7 +62,9 @@ class EmbeddedMetadataStore(MetadataStore):
                 self._topics[name] = TopicState(name, t["topic_id"], parts,
                                                 {str(k): str(v) for k, v in t.get("configs", {}).items()},
                                                 bool(t.get("internal", False)))
-        except (KeyError, TypeError, ValueError) as e:
+            self._users = {str(name): {str(k): str(v) for k, v in config.items()}
+                           for name, config in doc.get("users", {}).items()}
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise MetadataError(f"metadata file {self.path} is malformed ({e!r})") from None
 
     def _document(self) -> dict:
@@ -81,6 +85,7 @@ class EmbeddedMetadataStore(MetadataStore):
                 }
                 for name, t in sorted(self._topics.items())
             },
+            "users": self._users,
         }
 
     def _write(self) -> None:
@@ -159,6 +164,27 @@ class EmbeddedMetadataStore(MetadataStore):
             self._write()
         except BaseException:
             topic.configs = old
+            raise
+
+    def user_config(self, name):
+        return dict(self._users.get(name, {}))
+
+    def user_names(self):
+        return sorted(self._users)
+
+    async def set_user_config(self, name, config):
+        old = self._users.get(name)
+        if config:
+            self._users[name] = dict(config)
+        else:
+            self._users.pop(name, None)
+        try:
+            self._write()
+        except BaseException:
+            if old is None:
+                self._users.pop(name, None)
+            else:
+                self._users[name] = old
             raise
 
     async def allocate_producer_ids(self, block_size=PRODUCER_ID_BLOCK_SIZE):

@@ -2,7 +2,8 @@
 #
 # Owns: MetadataStore, what the broker needs from cluster metadata whoever stores it —
 # topic reads, topic creation/deletion, added partitions, config overrides, producer-id
-# blocks, the cluster id and the controller id. Implemented by EmbeddedMetadataStore
+# blocks, the cluster id, the controller id, and users' configs (the SCRAM credentials,
+# Kafka's /config/users/<user> map). Implemented by EmbeddedMetadataStore
 # (single node, fastlog/metadata/embedded.py) and ZkMetadataStore (cluster mode, Kafka's
 # znodes, fastlog/zk/metadata_store.py).
 # Called from: the broker's asyncio API loop only (reads are plain attribute reads of an
@@ -46,6 +47,20 @@ class MetadataStore(abc.ABC):
     @abc.abstractmethod
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         """Replace the topic's config overrides with `configs`."""
+
+    @abc.abstractmethod
+    def user_config(self, name: str) -> dict[str, str]:
+        """A user's config map (SCRAM credentials by mechanism in Kafka's stored form);
+        empty for a user without one."""
+
+    @abc.abstractmethod
+    def user_names(self) -> list[str]:
+        """Users that have a config."""
+
+    @abc.abstractmethod
+    async def set_user_config(self, name: str, config: dict[str, str]) -> None:
+        """Replace a user's config map (an empty one removes the user), durably and, in a
+        cluster, for every broker."""
 
     @abc.abstractmethod
     async def allocate_producer_ids(self, block_size: int = PRODUCER_ID_BLOCK_SIZE) -> tuple[int, int]:

@@ -65,3 +65,7 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
     DESCRIBE_TOPIC_PARTITIONS = 75
+
+
+# Kafka's ScramMechanism type byte, as Describe/AlterUserScramCredentials carry it.
+SCRAM_MECHANISM_TYPES = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}

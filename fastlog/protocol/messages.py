@@ -596,6 +596,70 @@ CREATE_PARTITIONS_RESPONSE = Message(37, 'response', 'CreatePartitions', valid=(
     )),
 ))
 
+SASL_HANDSHAKE_REQUEST = Message(17, 'request', 'SaslHandshake', valid=(0, 1), flexible=None, fields=(
+    F('mechanism', 'string', '0+'),
+))
+
+SASL_HANDSHAKE_RESPONSE = Message(17, 'response', 'SaslHandshake', valid=(0, 1), flexible=None, fields=(
+    F('error_code', 'int16', '0+'),
+    F('mechanisms', '[]string', '0+'),
+))
+
+SASL_AUTHENTICATE_REQUEST = Message(36, 'request', 'SaslAuthenticate', valid=(0, 2), flexible=2, fields=(
+    F('auth_bytes', 'bytes', '0+'),
+))
+
+SASL_AUTHENTICATE_RESPONSE = Message(36, 'response', 'SaslAuthenticate', valid=(0, 2), flexible=2, fields=(
+    F('error_code', 'int16', '0+'),
+    F('error_message', 'string', '0+', nullable='0+'),
+    F('auth_bytes', 'bytes', '0+'),
+    F('session_lifetime_ms', 'int64', '1+', default=0),
+))
+
+DESCRIBE_USER_SCRAM_CREDENTIALS_REQUEST = Message(50, 'request', 'DescribeUserScramCredentials', valid=(0, 0), flexible=0, fields=(
+    F('users', '[]UserName', '0+', nullable='0+', fields=(
+        F('name', 'string', '0+'),
+    )),
+))
+
+DESCRIBE_USER_SCRAM_CREDENTIALS_RESPONSE = Message(50, 'response', 'DescribeUserScramCredentials', valid=(0, 0), flexible=0, fields=(
+    F('throttle_time_ms', 'int32', '0+'),
+    F('error_code', 'int16', '0+'),
+    F('error_message', 'string', '0+', nullable='0+'),
+    F('results', '[]DescribeUserScramCredentialsResult', '0+', fields=(
+        F('user', 'string', '0+'),
+        F('error_code', 'int16', '0+'),
+        F('error_message', 'string', '0+', nullable='0+'),
+        F('credential_infos', '[]CredentialInfo', '0+', fields=(
+            F('mechanism', 'int8', '0+'),
+            F('iterations', 'int32', '0+'),
+        )),
+    )),
+))
+
+ALTER_USER_SCRAM_CREDENTIALS_REQUEST = Message(51, 'request', 'AlterUserScramCredentials', valid=(0, 0), flexible=0, fields=(
+    F('deletions', '[]ScramCredentialDeletion', '0+', fields=(
+        F('name', 'string', '0+'),
+        F('mechanism', 'int8', '0+'),
+    )),
+    F('upsertions', '[]ScramCredentialUpsertion', '0+', fields=(
+        F('name', 'string', '0+'),
+        F('mechanism', 'int8', '0+'),
+        F('iterations', 'int32', '0+'),
+        F('salt', 'bytes', '0+'),
+        F('salted_password', 'bytes', '0+'),
+    )),
+))
+
+ALTER_USER_SCRAM_CREDENTIALS_RESPONSE = Message(51, 'response', 'AlterUserScramCredentials', valid=(0, 0), flexible=0, fields=(
+    F('throttle_time_ms', 'int32', '0+'),
+    F('results', '[]AlterUserScramCredentialsResult', '0+', fields=(
+        F('user', 'string', '0+'),
+        F('error_code', 'int16', '0+'),
+        F('error_message', 'string', '0+', nullable='0+'),
+    )),
+))
+
 # fmt: on
 
 ALL = (
@@ -649,4 +713,12 @@ ALL = (
     OFFSET_DELETE_RESPONSE,
     CREATE_PARTITIONS_REQUEST,
     CREATE_PARTITIONS_RESPONSE,
+    SASL_HANDSHAKE_REQUEST,
+    SASL_HANDSHAKE_RESPONSE,
+    SASL_AUTHENTICATE_REQUEST,
+    SASL_AUTHENTICATE_RESPONSE,
+    DESCRIBE_USER_SCRAM_CREDENTIALS_REQUEST,
+    DESCRIBE_USER_SCRAM_CREDENTIALS_RESPONSE,
+    ALTER_USER_SCRAM_CREDENTIALS_REQUEST,
+    ALTER_USER_SCRAM_CREDENTIALS_RESPONSE,
 )

@@ -3,8 +3,8 @@
 Ranges follow shared/reference/client-compatibility.md §3 and §5: Produce is advertised
 from v0 although only v3+ is implemented (KAFKA-18659: librdkafka < 2.11.1 silently drops
 compression unless it sees Produce v0), OffsetCommit from v1 (librdkafka 2.0.2 needs a
-range overlapping 1-2), and nothing flexible except ApiVersions 3-4 and InitProducerId
-2-4. Pure data and small builders, any thread.
+range overlapping 1-2), and nothing flexible except ApiVersions 3-4, InitProducerId 2-4,
+SaslAuthenticate 2 and the SCRAM credential APIs (flexible from v0). Pure data and small builders, any thread.
 """
 
 from .api_keys import ApiKey
@@ -36,6 +36,10 @@ SUPPORTED_VERSIONS = {
     ApiKey.DELETE_GROUPS: (0, 1),
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.CREATE_PARTITIONS: (0, 1),
+    ApiKey.SASL_HANDSHAKE: (0, 1),
+    ApiKey.SASL_AUTHENTICATE: (0, 2),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
 
 # Produce v0-2 are advertised and decodable, but a handler answers them with

@@ -60,6 +60,13 @@ def check_mechanism(mechanism: str) -> str:
     return MECHANISMS[mechanism]
 
 
+def salted_password(password: str, salt: bytes, iterations: int,
+                    mechanism: str = SCRAM_SHA_256) -> bytes:
+    """SCRAM's Hi(password, salt, iterations): PBKDF2 with the mechanism's hash."""
+    return hashlib.pbkdf2_hmac(check_mechanism(mechanism), password.encode("utf-8"), salt,
+                               iterations)
+
+
 def _hmac(digest: str, key: bytes, msg: bytes) -> bytes:
     return hmac.new(key, msg, digest).digest()
 
@@ -89,13 +96,21 @@ class ScramCredential:
     def from_password(cls, password: str, mechanism: str = SCRAM_SHA_256,
                       iterations: int = DEFAULT_ITERATIONS,
                       salt: bytes | None = None) -> ScramCredential:
-        digest = check_mechanism(mechanism)
+        check_mechanism(mechanism)
         if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
             raise SecurityConfigError(
                 f"SCRAM iterations must be between {MIN_ITERATIONS} and {MAX_ITERATIONS}, "
                 f"not {iterations}")
         salt = secrets.token_bytes(32) if salt is None else salt
-        salted = hashlib.pbkdf2_hmac(digest, password.encode("utf-8"), salt, iterations)
+        return cls.from_salted_password(salted_password(password, salt, iterations, mechanism),
+                                        salt, iterations, mechanism)
+
+    @classmethod
+    def from_salted_password(cls, salted: bytes, salt: bytes, iterations: int,
+                             mechanism: str = SCRAM_SHA_256) -> ScramCredential:
+        """The credential of a salted password (Hi(password, salt, iterations)), which is
+        what AlterUserScramCredentials carries instead of the password."""
+        digest = check_mechanism(mechanism)
         client_key = _hmac(digest, salted, b"Client Key")
         return cls(
             salt=salt,
@@ -229,7 +244,9 @@ class ScramServer:
         m = _CLIENT_FINAL.fullmatch(text)
         if m is None:
             raise AuthenticationFailed("Authentication failed: invalid SCRAM client-final message")
-        if m["nonce"] != self._nonce:
+        # Kafka's check (ScramSaslServer): the nonce must end with the combined nonce;
+        # librdkafka 2.0.x repeats its own nonce in front of it.
+        if not m["nonce"].endswith(self._nonce):
             raise AuthenticationFailed(
                 "Authentication failed: Invalid client nonce in the final client message")
         expected_binding = base64.b64encode(self._gs2_header.encode()).decode()
@@ -282,7 +299,7 @@ class ScramClient:
         if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
             raise AuthenticationFailed(
                 f"Authentication failed: server asked for {iterations} SCRAM iterations")
-        salted = hashlib.pbkdf2_hmac(self._digest, self._password.encode("utf-8"), salt, iterations)
+        salted = salted_password(self._password, salt, iterations, self.mechanism)
         client_key = _hmac(self._digest, salted, b"Client Key")
         stored_key = hashlib.new(self._digest, client_key).digest()
         without_proof = f"c={_CHANNEL_BINDING},r={nonce}"

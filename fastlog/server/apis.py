@@ -23,7 +23,12 @@
 #   ctx.header      RequestHeader(api_key, api_version, correlation_id, client_id)
 #   ctx.api_version shortcut for ctx.header.api_version
 #   ctx.connection  the fastlog._net Connection the request came on; its
-#                   state["listener"] names the listener (request_listener(ctx))
+#                   state["listener"] names the listener (request_listener(ctx)) and
+#                   state["principal"] who sent it ("User:alice", "User:ANONYMOUS")
+#
+# Authentication comes first: a connection of a SASL listener reaches the handlers only
+# through fastlog/server/authenticator.py until it has authenticated (ApiVersions,
+# SaslHandshake, SaslAuthenticate; anything else closes it).
 #   request         the decoded request (fastlog.protocol structs, snake_case fields)
 #   returns         a response body fastlog.protocol.encode_response accepts (dict or
 #                   struct; missing fields take the spec default), or None for no
@@ -35,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import logging
 import time
 
@@ -42,7 +48,12 @@ from fastlog import protocol
 from fastlog._net import CloseConnection
 from fastlog.protocol import ApiKey, Errors, KafkaApiError
 from fastlog.protocol._produce import encode_produce_response, parse_produce_request
+from fastlog.protocol.api_keys import SCRAM_MECHANISM_TYPES
 from fastlog.protocol.topics import INTERNAL_TOPICS
+from fastlog.security import ScramCredential
+from fastlog.security.scram import MAX_ITERATIONS, MIN_ITERATIONS
+from fastlog.security.scram import MECHANISMS as SCRAM_DIGESTS
+from fastlog.server.authenticator import open_connection
 from fastlog.server.config import (
     CONFIG_KEYS,
     CONFIG_TYPE_CODES,
@@ -72,6 +83,7 @@ OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 LIST_OFFSETS_LATEST = -1
 LIST_OFFSETS_EARLIEST = -2
 LIST_OFFSETS_MAX_TIMESTAMP = -3
+
 
 
 @dataclasses.dataclass
@@ -135,6 +147,42 @@ def _check_leader_epoch(current: int, ours: int) -> Errors:
     return Errors.FENCED_LEADER_EPOCH if current < ours else Errors.UNKNOWN_LEADER_EPOCH
 
 
+def _scram_infos(config: dict[str, str]) -> list[dict]:
+    """The mechanism and iterations of each SCRAM credential in a user's config."""
+    infos = []
+    for t, mechanism in sorted(SCRAM_MECHANISM_TYPES.items()):
+        text = config.get(mechanism)
+        if text is None:
+            continue
+        try:
+            iterations = ScramCredential.from_kafka_string(text).iterations
+        except ValueError:
+            continue
+        infos.append({"mechanism": t, "iterations": iterations})
+    return infos
+
+
+def _scram_change_problem(change) -> tuple[Errors, str] | None:
+    """Why one deletion or upsertion of AlterUserScramCredentials is refused (Kafka's
+    codes and sentences), or None."""
+    if not change.name:
+        return Errors.UNACCEPTABLE_CREDENTIAL, "Username must not be empty"
+    mechanism = SCRAM_MECHANISM_TYPES.get(change.mechanism)
+    if mechanism is None:
+        return Errors.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism"
+    if not hasattr(change, "iterations"):
+        return None
+    if change.iterations < MIN_ITERATIONS:
+        return Errors.UNACCEPTABLE_CREDENTIAL, "Too few iterations"
+    if change.iterations > MAX_ITERATIONS:
+        return Errors.UNACCEPTABLE_CREDENTIAL, "Too many iterations"
+    size = hashlib.new(SCRAM_DIGESTS[mechanism]).digest_size
+    if not change.salt or len(change.salted_password) != size:
+        return (Errors.UNACCEPTABLE_CREDENTIAL,
+                f"The salted password must be a {mechanism} digest with a non-empty salt")
+    return None
+
+
 def request_listener(ctx) -> str | None:
     """The name of the listener a request arrived on (None when not known)."""
     state = getattr(ctx.connection, "state", None)
@@ -161,12 +209,26 @@ class KafkaApis:
             ApiKey.INCREMENTAL_ALTER_CONFIGS: self.handle_incremental_alter_configs,
             ApiKey.INIT_PRODUCER_ID: self.handle_init_producer_id,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self.handle_offset_for_leader_epoch,
+            ApiKey.SASL_HANDSHAKE: self.handle_sasl_handshake,
+            ApiKey.SASL_AUTHENTICATE: self.handle_sasl_authenticate,
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self.handle_describe_user_scram_credentials,
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self.handle_alter_user_scram_credentials,
         }
         # ---- group coordinator hook (issue 5): its handlers use the same contract.
         self.handlers.update(GROUP_HANDLERS)
 
     # ------------------------------------------------------------------ dispatch
     async def handle(self, conn, frame):
+        state = conn.state
+        if "principal" not in state:
+            security = self.broker.listener_security.get(state.get("listener"))
+            open_connection(conn, security, asyncio.get_running_loop())
+        authenticator = state.get("authenticator")
+        if authenticator is not None:
+            authenticator.check_request(frame)
+            if authenticator.raw_tokens:
+                return authenticator.raw_token(frame)
+            return await self._dispatch(conn, frame)
         fast = parse_produce_request(frame)
         if fast is not None:
             try:
@@ -176,6 +238,10 @@ class KafkaApis:
             except Exception:
                 log.exception("PRODUCE v%d from client %r failed", fast[0], fast[2])
                 raise CloseConnection("handler failed") from None
+        return await self._dispatch(conn, frame)
+
+    async def _dispatch(self, conn, frame):
+        """Decode a request, run its handler and encode its response."""
         try:
             header, body_offset = protocol.decode_request_header(frame)
         except protocol.UnsupportedVersionError as e:
@@ -235,6 +301,97 @@ class KafkaApis:
     # ------------------------------------------------------------------ ApiVersions
     async def handle_api_versions(self, ctx, request):
         return protocol.api_versions_response()
+
+    # ------------------------------------------------------------------ SASL
+    async def handle_sasl_handshake(self, ctx, request):
+        authenticator = ctx.connection.state.get("authenticator")
+        if authenticator is None:
+            # Not a SASL listener, or already authenticated (Kafka: re-authentication
+            # is not enabled without connections.max.reauth.ms).
+            return {"error_code": Errors.ILLEGAL_SASL_STATE, "mechanisms": []}
+        return authenticator.handshake(ctx.api_version, request.mechanism)
+
+    async def handle_sasl_authenticate(self, ctx, request):
+        authenticator = ctx.connection.state.get("authenticator")
+        if authenticator is None:
+            return {"error_code": Errors.ILLEGAL_SASL_STATE, "auth_bytes": b"",
+                    "error_message": "Unexpected SaslAuthenticate request: the connection "
+                                     "is not authenticating"}
+        return authenticator.authenticate(request.auth_bytes)
+
+    # ------------------------------------------------------------------ SCRAM credentials
+    async def handle_describe_user_scram_credentials(self, ctx, request):
+        md = self.broker.metadata
+        if request.users:
+            names = [u.name for u in request.users]
+        else:
+            names = [u for u in md.user_names() if _scram_infos(md.user_config(u))]
+        counts: dict[str, int] = {}
+        for name in names:
+            counts[name] = counts.get(name, 0) + 1
+        results = []
+        for name in dict.fromkeys(names):
+            infos = _scram_infos(md.user_config(name))
+            if counts[name] > 1:
+                error, message = (Errors.DUPLICATE_RESOURCE, "Cannot describe SCRAM "
+                                  "credentials for the same user twice in a single request")
+            elif not infos:
+                error, message = (Errors.RESOURCE_NOT_FOUND,
+                                  "Attempt to describe a user credential that does not exist")
+            else:
+                error, message = Errors.NONE, None
+            results.append({"user": name, "error_code": error, "error_message": message,
+                             "credential_infos": infos if error == Errors.NONE else []})
+        return {"throttle_time_ms": 0, "error_code": Errors.NONE, "error_message": None,
+                "results": results}
+
+    async def handle_alter_user_scram_credentials(self, ctx, request):
+        # Kafka's checks (ZkAdminManager.alterUserScramCredentials): each user gets one
+        # result; any problem with one of its changes fails all of that user's changes.
+        md = self.broker.metadata
+        errors: dict[str, tuple[Errors, str]] = {}
+        seen: set[tuple[str, int]] = set()
+        users: list[str] = []
+        for change in [*request.deletions, *request.upsertions]:
+            users.append(change.name)
+            problem = _scram_change_problem(change)
+            if problem is None and (change.name, change.mechanism) in seen:
+                problem = (Errors.DUPLICATE_RESOURCE,
+                           "A user credential cannot be altered twice in the same request")
+            seen.add((change.name, change.mechanism))
+            if problem is not None:
+                errors.setdefault(change.name, problem)
+        for deletion in request.deletions:
+            mechanism = SCRAM_MECHANISM_TYPES.get(deletion.mechanism)
+            if (deletion.name not in errors and mechanism is not None
+                    and mechanism not in md.user_config(deletion.name)):
+                errors[deletion.name] = (Errors.RESOURCE_NOT_FOUND, "Attempt to delete a user "
+                                         "credential that does not exist")
+        results = []
+        for user in dict.fromkeys(users):
+            if user in errors:
+                code, message = errors[user]
+                results.append({"user": user, "error_code": code, "error_message": message})
+                continue
+            config = md.user_config(user)
+            for deletion in request.deletions:
+                if deletion.name == user:
+                    config.pop(SCRAM_MECHANISM_TYPES[deletion.mechanism], None)
+            for up in request.upsertions:
+                if up.name == user:
+                    mechanism = SCRAM_MECHANISM_TYPES[up.mechanism]
+                    config[mechanism] = ScramCredential.from_salted_password(
+                        bytes(up.salted_password), bytes(up.salt), up.iterations,
+                        mechanism).to_kafka_string()
+            try:
+                await md.set_user_config(user, config)
+            except Exception as e:  # noqa: BLE001 - one user's failure is its result
+                log.warning("storing the SCRAM credentials of a user failed: %s", e)
+                results.append({"user": user, "error_code": Errors.UNKNOWN_SERVER_ERROR,
+                                "error_message": "storing the credentials failed"})
+                continue
+            results.append({"user": user, "error_code": Errors.NONE, "error_message": None})
+        return {"throttle_time_ms": 0, "results": results}
 
     # ------------------------------------------------------------------ Metadata
     async def handle_metadata(self, ctx, request):

@@ -38,7 +38,13 @@ from fastlog.metadata import EmbeddedMetadataStore, MetadataError, PartitionStat
 from fastlog.protocol import Errors, KafkaApiError
 from fastlog.protocol.topics import topic_name_problem
 from fastlog.server.apis import KafkaApis
-from fastlog.server.config import KafkaConfig, parse_connection_overrides, parse_properties
+from fastlog.server.authenticator import build_listener_security
+from fastlog.server.config import (
+    TLS_PROTOCOLS,
+    KafkaConfig,
+    parse_connection_overrides,
+    parse_properties,
+)
 from fastlog.server.group import GroupCoordinator
 from fastlog.server.log import KafkaStorageError, LogConfig, LogManager
 from fastlog.server.log.config import TOPIC_CONFIG_KEYS as STORAGE_TOPIC_KEYS
@@ -125,6 +131,7 @@ class BrokerServer:
         self.producer_id_manager: ProducerIdManager | None = None
         self.group_coordinator = None
         self.apis: KafkaApis | None = None
+        self.listener_security = {}   # listener name -> authenticator.ListenerSecurity
         self.socket_servers: list[SocketServer] = []
         self.advertised_host = ""
         self.advertised_port = 0
@@ -150,6 +157,7 @@ class BrokerServer:
 
     # ------------------------------------------------------------------ startup
     async def startup(self) -> None:
+        tls_contexts = self._tls_contexts()
         check_can_listen(self.config.listeners)
         raise_open_file_limit()
         stored_id = self._prepare_dirs()
@@ -188,11 +196,13 @@ class BrokerServer:
         # ---- group coordinator hook (issue 5): groups and committed offsets.
         self.group_coordinator = GroupCoordinator(self)
         await self.group_coordinator.startup()
+        self.listener_security = build_listener_security(self.config, self.metadata)
         self.apis = KafkaApis(self)
         loop = asyncio.get_running_loop()
         for name, host, port in self.config.listeners:
+            tls = {"ssl_context": tls_contexts[name]} if name in tls_contexts else {}
             server = SocketServer(
-                _tagged_handler(self.apis.handle, name), host=host, port=port,
+                _tagged_handler(self.apis.handle, name), host=host, port=port, **tls,
                 num_network_threads=self.config["num.network.threads"],
                 max_request_size=self.config["socket.request.max.bytes"],
                 max_connections=self.config["max.connections"],
@@ -221,6 +231,20 @@ class BrokerServer:
         self._started = True
         log.info("broker %d started: %s, data in %s", self.node_id,
                  ", ".join(f"{h}:{p}" for _, h, p in self.bound), ", ".join(self.log_dirs))
+
+    def _tls_contexts(self) -> dict:
+        """The ssl.SSLContext of each SSL and SASL_SSL listener, by name.
+
+        TLS WIRING (the one place): once SocketServer takes ``ssl_context=``, build each
+        context here with fastlog.security.server_context(self.config.listener_config(name))
+        (a SecurityConfigError becomes a BrokerStartupError; log tls_warnings) and drop the
+        refusal; startup passes each listener's context to its SocketServer."""
+        for name, _, _ in self.config.listeners:
+            protocol = self.config.listener_security_protocol(name)
+            if protocol in TLS_PROTOCOLS:
+                raise BrokerStartupError(f"listener {name} uses {protocol}, but TLS listeners "
+                                         "are not available yet")
+        return {}
 
     # ------------------------------------------------------------------ cluster mode
     async def _join_cluster(self, stored_id: int | None) -> None:

@@ -16,6 +16,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from fastlog.security import MECHANISMS, TLS_CONFIG_KEYS, SecurityConfigError, parse_login_module
+
 LONG_MAX = (1 << 63) - 1
 INT_MAX = (1 << 31) - 1
 # A server.properties file is a few KiB; the cap keeps /dev/zero or a wrong file from
@@ -173,15 +175,36 @@ _ZK_HOST_RE = re.compile(r"^(?:\[([0-9A-Fa-f:.]+(?:%[\w.]+)?)\]|([^\s:/\[\]@?#]+
 _ZK_BAD_PATH_CHARS = re.compile(r"[\u0000-\u001f\u007f-\u009f\ud800-\uf8ff\ufff0-\uffff]")
 
 
-# Kafka's default listener.security.protocol.map: each protocol is a listener name too.
-_DEFAULT_PROTOCOL_MAP = {p: p for p in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")}
+# Kafka's security protocols; the default listener.security.protocol.map makes each one a
+# listener name too.
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
+TLS_PROTOCOLS = ("SSL", "SASL_SSL")
+_DEFAULT_PROTOCOL_MAP = {p: p for p in SECURITY_PROTOCOLS}
+# Kafka's per-listener form: listener.name.<listener, lower case>.<key>.
+LISTENER_PREFIX = "listener.name."
+# Mechanisms Kafka has and fastlog refuses (one sentence at startup).
+_UNSERVED_MECHANISMS = ("GSSAPI", "OAUTHBEARER")
 
 
 def _check_protocol_map(v: str) -> str | None:
     try:
-        _parse_protocol_map(v)
+        pmap = _parse_protocol_map(v)
     except ValueError:
-        return "must be a list like INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT"
+        return "must be a list like INTERNAL:SASL_SSL,EXTERNAL:SSL"
+    for proto in pmap.values():
+        if proto not in SECURITY_PROTOCOLS:
+            return "must map each listener to one of " + ", ".join(SECURITY_PROTOCOLS)
+    return None
+
+
+def _check_mechanisms(v: list[str]) -> str | None:
+    for name in v:
+        if name in _UNSERVED_MECHANISMS:
+            return (f"names {name}, which fastlog does not serve (use PLAIN, SCRAM-SHA-256 "
+                    "or SCRAM-SHA-512)")
+        if name not in MECHANISMS:
+            return "must list SASL mechanisms among " + ", ".join(MECHANISMS)
     return None
 
 
@@ -240,8 +263,8 @@ _KEYS: list[ConfigKey] = [
     ConfigKey("listeners", "list", ["PLAINTEXT://127.0.0.1:9092"], "Listeners this broker binds.", _check_listeners),
     ConfigKey("advertised.listeners", "list", None, "Listeners published to clients; listeners when unset.", _check_listeners),
     ConfigKey("listener.security.protocol.map", "string", None,
-              "Security protocol of each listener name (only PLAINTEXT is served).",
-              _check_protocol_map),
+              "Security protocol of each listener name: PLAINTEXT, SSL, SASL_PLAINTEXT or "
+              "SASL_SSL.", _check_protocol_map),
     ConfigKey("inter.broker.listener.name", "string", None,
               "Listener followers use to reach leaders; PLAINTEXT when unset."),
     # Default 1 (Kafka: 3): one processor runs inline on the API loop, which costs the least
@@ -285,6 +308,22 @@ _KEYS: list[ConfigKey] = [
               "A connection that began to send a request and has not sent all of it after "
               "this long is closed; 0: never.", _at_least(0)),
     ConfigKey("request.timeout.ms", "int", 30000, inert=True),
+    # security (fastlog/server/authenticator.py; each can be set per listener as
+    # listener.name.<listener>.<key>, the JAAS line per mechanism as
+    # listener.name.<listener>.<mechanism>.sasl.jaas.config)
+    # Kafka's default is GSSAPI, which fastlog does not serve.
+    ConfigKey("sasl.enabled.mechanisms", "list", ["PLAIN"],
+              "SASL mechanisms of SASL_PLAINTEXT and SASL_SSL listeners.", _check_mechanisms),
+    # Kafka has no such bound (a client may stay unauthenticated until it is idle): a
+    # connection of a SASL listener that has not authenticated this long after its first
+    # request is closed.
+    ConfigKey("fastlog.sasl.authentication.timeout.ms", "long", 10000,
+              "A SASL connection not authenticated this long after its first request is "
+              "closed.", _at_least(1)),
+    *(ConfigKey(k, "password" if k.endswith((".password", ".key")) else "string", None,
+                "TLS setting of SSL and SASL_SSL listeners (Kafka's meaning).",
+                sensitive=k.endswith((".password", ".key")))
+      for k in TLS_CONFIG_KEYS),
     # storage
     ConfigKey("log.dir", "string", "./data", "Data directory when log.dirs is unset.",
               lambda v: None if v else "must name a directory"),
@@ -387,6 +426,10 @@ _KEYS: list[ConfigKey] = [
 ]
 
 CONFIG_KEYS: dict[str, ConfigKey] = {k.name: k for k in _KEYS}
+# Keys that listener.name.<listener>.<key> may set (what the listener's security reads).
+LISTENER_KEYS = ("sasl.enabled.mechanisms", *TLS_CONFIG_KEYS)
+_JAAS_KEYS = tuple(f"{m.lower()}.sasl.jaas.config" for m in MECHANISMS)
+PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 
 
 def parse_properties(text: str) -> list[tuple[str, str]]:
@@ -463,7 +506,12 @@ class KafkaConfig:
     def __init__(self, props: Mapping[str, str] | None = None):
         self.values: dict[str, Any] = {k.name: k.default for k in _KEYS}
         self.explicit: dict[str, str] = {}
+        # LISTENER NAME -> {key: parsed value} from listener.name.<listener>.<key>
+        self.listener_overrides: dict[str, dict[str, Any]] = {}
         for name, raw in (props or {}).items():
+            if name.startswith(LISTENER_PREFIX):
+                self._set_listener_key(name, raw)
+                continue
             key = CONFIG_KEYS.get(name)
             if key is None:
                 raise ConfigError(f"unknown configuration key {name!r}")
@@ -476,20 +524,7 @@ class KafkaConfig:
     def from_sources(cls, path: str | None = None, overrides: Iterable[str] = ()) -> KafkaConfig:
         props: dict[str, str] = {}
         if path is not None:
-            try:
-                with open(path, "rb") as f:
-                    data = f.read(MAX_PROPERTIES_BYTES + 1)
-            except OSError as e:
-                raise ConfigError(f"cannot read {path}: {e.strerror or e}") from None
-            if len(data) > MAX_PROPERTIES_BYTES:
-                raise ConfigError(f"{path} is larger than {MAX_PROPERTIES_BYTES >> 20} MiB, "
-                                  "too large for a properties file")
-            try:
-                text = data.decode("utf-8")
-            except UnicodeDecodeError:
-                raise ConfigError(f"{path} is not a UTF-8 text file") from None
-            for key, value in parse_properties(text):
-                props[key] = value
+            props.update(cls.read_properties(path))
         for item in overrides:
             if "=" not in item:
                 raise ConfigError(f"--override expects key=value, not {item!r}")
@@ -497,12 +532,66 @@ class KafkaConfig:
             props[key.strip()] = value
         return cls(props)
 
+    @staticmethod
+    def read_properties(path: str) -> dict[str, str]:
+        """The key/value pairs of a properties file (bounded in size, UTF-8); ConfigError
+        with one sentence when it cannot be read."""
+        props: dict[str, str] = {}
+        try:
+            with open(path, "rb") as f:
+                data = f.read(MAX_PROPERTIES_BYTES + 1)
+        except OSError as e:
+            raise ConfigError(f"cannot read {path}: {e.strerror or e}") from None
+        if len(data) > MAX_PROPERTIES_BYTES:
+            raise ConfigError(f"{path} is larger than {MAX_PROPERTIES_BYTES >> 20} MiB, "
+                              "too large for a properties file")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ConfigError(f"{path} is not a UTF-8 text file") from None
+        for key, value in parse_properties(text):
+            props[key] = value
+        return props
+
     # -------------------------------------------------------------- access
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
 
     def get(self, name: str, default: Any = None) -> Any:
         return self.values.get(name, default)
+
+    def _set_listener_key(self, name: str, raw: str) -> None:
+        listener, dot, key = name[len(LISTENER_PREFIX):].partition(".")
+        if not listener or not dot or not key:
+            raise ConfigError(f"{name} must be of the form listener.name.<listener>.<key>")
+        if listener != listener.lower():
+            raise ConfigError(f"{name} must name its listener in lower case, as "
+                              f"{LISTENER_PREFIX}{listener.lower()}.{key}")
+        if key in LISTENER_KEYS:
+            value = dataclasses.replace(CONFIG_KEYS[key], name=name).parse(raw)
+        elif key in _JAAS_KEYS:
+            try:
+                value = parse_login_module(raw, name)
+            except SecurityConfigError as e:
+                raise ConfigError(str(e)) from None
+        else:
+            raise ConfigError(
+                f"{name}: fastlog takes only these keys per listener: "
+                f"{', '.join(LISTENER_KEYS)} and <mechanism>.sasl.jaas.config")
+        self.listener_overrides.setdefault(listener.upper(), {})[key] = value
+
+    def listener_config(self, name: str) -> dict[str, Any]:
+        """One listener's security settings resolved as Kafka resolves them: the value of
+        listener.name.<listener>.<key> when set, else of <key>. The JAAS line of a
+        mechanism is under "<mechanism in lower case>.sasl.jaas.config" (a parsed
+        fastlog.security.JaasEntry) and exists only in the per-listener form, as for
+        Kafka's brokers."""
+        out = {k: self.values[k] for k in LISTENER_KEYS}
+        out.update(self.listener_overrides.get(name.upper(), {}))
+        return out
+
+    def listener_security_protocol(self, name: str) -> str:
+        return self.security_protocol_map[name.upper()]
 
     def inert_keys(self) -> list[str]:
         """The keys the user set that fastlog accepts from Kafka's files but does not act
@@ -576,9 +665,8 @@ class KafkaConfig:
         return server_key + text[len(key):]
 
     def _validate_listener_names(self) -> None:
-        # Kafka's rules: every listener name has a protocol in the map (only PLAINTEXT is
-        # served here), advertised names are bound ones, and the inter-broker listener is
-        # one of them.
+        # Kafka's rules: every listener name has a protocol in the map, advertised names
+        # are bound ones, and the inter-broker listener is one of them.
         pmap = self.security_protocol_map
         names = [name for name, _, _ in self.listeners]
         for name, _, _ in self.listeners + self.advertised_listeners:
@@ -586,9 +674,13 @@ class KafkaConfig:
             if proto is None:
                 raise ConfigError(f"listener {name} has no security protocol in "
                                   "listener.security.protocol.map")
-            if proto != "PLAINTEXT":
-                raise ConfigError(f"listeners: listener {name} uses {proto}; "
-                                  "fastlog supports only PLAINTEXT listeners")
+        for name in self.listener_overrides:
+            if name not in names:
+                raise ConfigError(f"{LISTENER_PREFIX}{name.lower()}.* names listener {name}, "
+                                  "which listeners does not bind")
+        for name in names:
+            if pmap[name] in SASL_PROTOCOLS:
+                self._validate_sasl_listener(name)
         for name, _, _ in self.advertised_listeners:
             if name not in names:
                 raise ConfigError(f"advertised.listeners names {name}, which listeners "
@@ -597,6 +689,26 @@ class KafkaConfig:
         if inter is not None and inter.strip().upper() not in names:
             raise ConfigError(f"inter.broker.listener.name {inter!r} must be one of the "
                               f"listeners ({', '.join(names)})")
+        inter_proto = pmap[self.inter_broker_listener_name]
+        if self.values["zookeeper.connect"] and inter_proto != "PLAINTEXT":
+            raise ConfigError(
+                f"the inter-broker listener {self.inter_broker_listener_name} uses "
+                f"{inter_proto}, but fastlog's brokers replicate only over a PLAINTEXT "
+                "listener (set inter.broker.listener.name)")
+
+    def _validate_sasl_listener(self, name: str) -> None:
+        cfg = self.listener_config(name)
+        mechanisms = cfg["sasl.enabled.mechanisms"]
+        if not mechanisms:
+            raise ConfigError(f"listener {name} uses SASL but sasl.enabled.mechanisms is empty")
+        jaas = f"{LISTENER_PREFIX}{name.lower()}.plain.sasl.jaas.config"
+        if "PLAIN" in mechanisms:
+            entry = cfg.get("plain.sasl.jaas.config")
+            if entry is None:
+                raise ConfigError(f"listener {name} enables SASL mechanism PLAIN, which needs "
+                                  f"its users in {jaas}")
+            if entry.login_module != PLAIN_LOGIN_MODULE:
+                raise ConfigError(f"{jaas} must use {PLAIN_LOGIN_MODULE}")
 
     @property
     def security_protocol_map(self) -> dict[str, str]:

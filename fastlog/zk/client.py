@@ -842,9 +842,18 @@ class KafkaZkClient:
         """Replace an entity's config and announce it (/config/changes/config_change_N), as
         Kafka's AdminZkClient.changeConfigs does; every broker applies it from the notice."""
         self.set_entity_config(entity_type, name, config)
+        entity = f"{entity_type}/{paths.config_entity_name(entity_type, name)}"
         return self._kz.create(f"{paths.CONFIG_CHANGES}/{paths.CONFIG_CHANGE_PREFIX}",
-                               paths.encode_config_change(f"{entity_type}/{name}"),
+                               paths.encode_config_change(entity),
                                sequence=True, makepath=True)
+
+    def get_entity_names(self, entity_type: str) -> list[str]:
+        """The entities that have a config node under /config/<type> (user and client ids
+        desanitized)."""
+        children = self._children_or_empty(f"{paths.CONFIG}/{entity_type}")
+        if entity_type not in paths.SANITIZED_TYPES:
+            return sorted(children)
+        return sorted(paths.desanitize(c) for c in children)
 
     def get_config_change_notifications(self, watch=None) -> list[str]:
         return sorted(c for c in self._children_or_empty(paths.CONFIG_CHANGES, watch)
@@ -857,4 +866,6 @@ class KafkaZkClient:
         if not got:
             return None
         entity_type, entity_name = paths.decode_config_change(path, got[0]).split("/", 1)
+        if entity_type in paths.SANITIZED_TYPES:
+            entity_name = paths.desanitize(entity_name)
         return entity_type, entity_name

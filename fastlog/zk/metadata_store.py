@@ -1,7 +1,8 @@
 # ZkMetadataStore: the broker's metadata interface (fastlog/metadata/store.py
 # MetadataStore) over Kafka's znodes, for cluster mode (zookeeper.connect set). It keeps an
 # in-memory cache of the cluster — live brokers, the controller id, every topic's
-# assignment, recorded leader/ISR/leader epoch and config overrides — fed by ZooKeeper
+# assignment, recorded leader/ISR/leader epoch and config overrides, users' configs (SCRAM
+# credentials, /config/users/<user>) — fed by ZooKeeper
 # watches, so every broker learns leadership changes within one notification (≈10 ms), not
 # only the controller. Mutations go to ZooKeeper the way Kafka's admin path writes them
 # (/brokers/topics, /config/topics + /config/changes, /admin/delete_topics,
@@ -50,6 +51,7 @@ class ZkMetadataStore(MetadataStore):
         self.controller_id = -1
         self._lock = threading.Lock()
         self._topics: dict[str, TopicState] = {}
+        self._users: dict[str, dict[str, str]] = {}
         self._brokers: dict[int, BrokerInfo] = {}
         self._watched_topics: set[str] = set()
         self._watched_partitions: set[tuple[str, int]] = set()
@@ -71,6 +73,8 @@ class ZkMetadataStore(MetadataStore):
         # Config changes seen before we started are already in the configs we read.
         existing = zk.get_config_change_notifications()
         self._last_config_change = existing[-1] if existing else ""
+        for user in zk.get_entity_names("users"):
+            self._refresh_user(user)
         zk.on_session_lost(self._on_session_lost)
         zk.on_new_session(self._on_new_session)
         kz = zk.kazoo
@@ -84,7 +88,8 @@ class ZkMetadataStore(MetadataStore):
 
     def add_listener(self, fn: Callable[[str, object], None]) -> None:
         """fn(kind, name): kind is "brokers", "controller", "topic" (name: topic; also on
-        deletion), "partition" (name: (topic, partition)), "config" (name: topic) or
+        deletion), "partition" (name: (topic, partition)), "config" (name: topic), "user"
+        (name: user whose config changed) or
         "session" (name: "expired" — leadership recorded here may be stale, stop taking
         writes — or "renewed": registered again, the cache refreshes itself)."""
         self._listeners.append(fn)
@@ -287,9 +292,27 @@ class ZkMetadataStore(MetadataStore):
                 log.warning("ignoring malformed config change %s", name, exc_info=True)
                 entity = None
             self._last_config_change = name
-            if entity is None or entity[0] != "topics":
+            if entity is None:
                 continue
-            self._guard(self._refresh_config, entity[1])
+            if entity[0] == "topics":
+                self._guard(self._refresh_config, entity[1])
+            elif entity[0] == "users":
+                self._guard(self._refresh_user, entity[1])
+
+    def _refresh_user(self, user: str) -> None:
+        try:
+            config = self.zk.get_entity_config("users", user)
+        except paths.ZkDataError:
+            log.warning("ignoring malformed config of user %r", user, exc_info=True)
+            config = {}
+        with self._lock:
+            users = dict(self._users)
+            if config:
+                users[user] = config
+            else:
+                users.pop(user, None)
+            self._users = users
+        self._notify("user", user)
 
     def _refresh_config(self, topic: str) -> None:
         configs = self.zk.get_entity_config("topics", topic)
@@ -349,6 +372,18 @@ class ZkMetadataStore(MetadataStore):
             raise KeyError(name)
         await self._run(self.zk.change_entity_config, "topics", name, dict(configs))
         await self._run(self._refresh_config, name)
+
+    def user_config(self, name):
+        return dict(self._users.get(name, {}))
+
+    def user_names(self):
+        return sorted(self._users)
+
+    async def set_user_config(self, name, config):
+        """Write /config/users/<user> and announce it under /config/changes, as Kafka's
+        AdminZkClient does: every broker refreshes the user from the notification."""
+        await self._run(self.zk.change_entity_config, "users", name, dict(config))
+        await self._run(self._refresh_user, name)
 
     async def allocate_producer_ids(self, block_size=PRODUCER_ID_BLOCK_SIZE):
         return await self._run(self.zk.allocate_producer_id_block, self.node_id, block_size)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 
 # -- top-level paths ---------------------------------------------------------------------
@@ -115,10 +116,29 @@ def partition_state_path(topic: str, partition: int) -> str:
     return f"{BROKER_TOPICS}/{topic}/partitions/{int(partition)}/state"
 
 
+# Entity types whose names Kafka stores sanitized (any string may be a user or client id).
+SANITIZED_TYPES = ("users", "clients")
+
+
+def sanitize(name: str) -> str:
+    """Kafka's Sanitizer.sanitize: a user or client id as a znode name (Java's URLEncoder
+    in UTF-8, with '*' as %2A and a space as %20)."""
+    return urllib.parse.quote(name, safe="*").replace("*", "%2A").replace("~", "%7E")
+
+
+def desanitize(name: str) -> str:
+    return urllib.parse.unquote(name, errors="strict")
+
+
+def config_entity_name(entity_type: str, name: str) -> str:
+    """The znode name of an entity under /config/<type> (and in change notifications)."""
+    return sanitize(name) if entity_type in SANITIZED_TYPES else name
+
+
 def config_entity_path(entity_type: str, name: str) -> str:
     if entity_type not in CONFIG_TYPES:
         raise ValueError(f"unknown config entity type {entity_type!r}; one of {CONFIG_TYPES}")
-    return f"{CONFIG}/{entity_type}/{name}"
+    return f"{CONFIG}/{entity_type}/{config_entity_name(entity_type, name)}"
 
 
 def delete_topic_path(topic: str) -> str:

@@ -1,0 +1,83 @@
+"""`fastlog configs` for users' SCRAM credentials against a real broker with a
+SASL_PLAINTEXT listener, and the client settings (-X, --command-config) that every
+`fastlog` client command takes to authenticate: a user created with the CLI produces and
+consumes through the CLI, loses access when its credential is deleted, and bad input is
+one sentence with exit status 2."""
+
+from __future__ import annotations
+
+import secrets
+
+import pytest
+
+from fastlog.testing import BrokerProcess
+from tests.security.test_sasl_broker import sasl_overrides
+
+
+@pytest.fixture(scope="module")
+def sasl_broker(tmp_path_factory):
+    b = BrokerProcess(tmp_path_factory.mktemp("cli-sasl") / "data",
+                      sasl_overrides(secrets.token_urlsafe(12))).start()
+    yield b
+    b.stop()
+
+
+def test_scram_user_created_described_used_and_deleted(fastlog, sasl_broker, tmp_path):
+    password = secrets.token_urlsafe(12)
+    admin = ["--bootstrap-server", sasl_broker.bootstrap]
+    r = fastlog("configs", *admin, "--alter", "--entity-type", "users", "--entity-name", "carol",
+                "--add-config", f"SCRAM-SHA-512=[iterations=8192,password={password}],"
+                                f"SCRAM-SHA-256=[password={password}]")
+    assert r.returncode == 0, r.stderr
+    assert "Completed updating config for user carol." in r.stdout
+    r = fastlog("configs", *admin, "--describe", "--entity-type", "users",
+                "--entity-name", "carol")
+    assert r.stdout.strip() == ("SCRAM credential configs for user-principal 'carol' are "
+                                "SCRAM-SHA-256=iterations=4096, SCRAM-SHA-512=iterations=8192")
+    sasl = ["--bootstrap-server", f"127.0.0.1:{sasl_broker.ports['SASL_PLAINTEXT']}"]
+    props = tmp_path / "client.properties"
+    props.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\n"
+                     f"sasl.username=carol\nsasl.password={password}\n")
+    r = fastlog("produce", *sasl, "--command-config", str(props), "--topic", "cli-sasl",
+                input=b"a\nb\n")
+    assert r.returncode == 0, r.stderr
+    r = fastlog("consume", *sasl, "-X", "security.protocol=SASL_PLAINTEXT",
+                "-X", "sasl.mechanism=SCRAM-SHA-256", "-X", "sasl.username=carol",
+                "-X", f"sasl.password={password}", "--topic", "cli-sasl",
+                "--from-beginning", "--max-messages", "2")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["a", "b"]
+    r = fastlog("configs", *admin, "--alter", "--entity-type", "users", "--entity-name", "carol",
+                "--delete-config", "SCRAM-SHA-512")
+    assert r.returncode == 0, r.stderr
+    r = fastlog("topics", *sasl, "--command-config", str(props), "--list")
+    assert r.returncode == 1
+    assert "SASL_AUTHENTICATION_FAILED" in r.stderr and password not in r.stderr
+    r = fastlog("topics", *sasl, "-X", "security.protocol=SASL_PLAINTEXT",
+                "-X", "sasl.mechanism=SCRAM-SHA-256", "-X", "sasl.username=carol",
+                "-X", f"sasl.password={password}", "--list")
+    assert r.returncode == 0 and "cli-sasl" in r.stdout.split()
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--entity-type", "topics", "--describe"], "is not served"),
+    (["--entity-type", "users", "--alter", "--entity-name", "x", "--add-config",
+      "SCRAM-SHA-1=[password=p]"], "takes only SCRAM-SHA-256 and SCRAM-SHA-512"),
+    (["--entity-type", "users", "--alter", "--entity-name", "x", "--add-config",
+      "SCRAM-SHA-256=[iterations=10,password=p]"], "iterations must be between 4096"),
+    (["--entity-type", "users", "--alter", "--entity-name", "x", "--add-config",
+      "SCRAM-SHA-256=[iterations=5000]"], "needs a password"),
+    (["--entity-type", "users", "--alter", "--entity-name", "x", "--add-config",
+      "SCRAM-SHA-256=[password=p"], "is not closed"),
+    (["--entity-type", "users", "--alter"], "--alter needs --entity-name"),
+    (["--entity-type", "users", "--describe", "-X", "security.protocol=SSL"],
+     "is not available yet"),
+    (["--entity-type", "users", "--describe", "-X", "ssl.ca.location=x"],
+     "does not support the setting 'ssl.ca.location'"),
+    (["--entity-type", "users", "--describe", "-X", "security.protocol=SASL_PLAINTEXT"],
+     "sasl.mechanism GSSAPI is not supported"),
+])
+def test_bad_input_is_one_sentence_exit_2(fastlog, closed_port, args, needle):
+    r = fastlog("configs", "--bootstrap-server", f"127.0.0.1:{closed_port}", *args)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert needle in r.stderr and len(r.stderr.strip().splitlines()) == 1
