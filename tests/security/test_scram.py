@@ -152,7 +152,9 @@ def test_bad_nonce_refused(users):
     server = ScramServer("SCRAM-SHA-256", users["SCRAM-SHA-256"].get)
     client = ScramClient("SCRAM-SHA-256", "alice", "alice-secret")
     final = client.final(server.step(client.first()))
-    tampered = final.replace(b",r=", b",r=X", 1)
+    # The nonce must end with the server's (Kafka checks the suffix): change its last byte.
+    head, sep, proof = final.partition(b",p=")
+    tampered = head[:-1] + (b"A" if head[-1:] != b"A" else b"B") + sep + proof
     with pytest.raises(AuthenticationFailed, match="nonce"):
         server.step(tampered)
     with pytest.raises(AuthenticationFailed):  # a failed exchange stays failed
