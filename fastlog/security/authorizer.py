@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 
 from fastlog.protocol.errors import Errors
@@ -73,22 +74,30 @@ MAX_UPDATE_RETRIES = 10
 RESOURCE_CACHE_SIZE = 20_000
 PRINCIPAL_HOST_CACHE_SIZE = 1_024
 
-_BIT = {op: 1 << op for op in AclOperation}
+# Plain ints on the decision path (an enum member's attribute lookup costs more than the
+# dict probe it feeds).
+_LITERAL = int(PatternType.LITERAL)
+_PREFIXED = int(PatternType.PREFIXED)
+_DENY = int(AclPermissionType.DENY)
+_ALL_BIT = 1 << AclOperation.ALL
+_DESCRIBE_BIT = 1 << AclOperation.DESCRIBE
+_ALTER_CONFIGS_BIT = 1 << AclOperation.ALTER_CONFIGS
+_DESCRIBE_CONFIGS_BIT = 1 << AclOperation.DESCRIBE_CONFIGS
 _ALL_OPS = sum(1 << op for op in AclOperation if op > AclOperation.ANY)
-_DESCRIBE_IMPLIED_BY = sum(_BIT[op] for op in (AclOperation.READ, AclOperation.WRITE,
-                                               AclOperation.DELETE, AclOperation.ALTER))
+_DESCRIBE_IMPLIED_BY = sum(1 << op for op in (AclOperation.READ, AclOperation.WRITE,
+                                              AclOperation.DELETE, AclOperation.ALTER))
 
 
 def _allowed_mask(allow: int, deny: int) -> int:
     """Bits of the operations allowed given the bits of the applying ALLOW and DENY
     entries' operations, with Kafka's implications (All, Describe, DescribeConfigs)."""
-    if allow & _BIT[AclOperation.ALL]:
+    if allow & _ALL_BIT:
         allow = _ALL_OPS
     if allow & _DESCRIBE_IMPLIED_BY:
-        allow |= _BIT[AclOperation.DESCRIBE]
-    if allow & _BIT[AclOperation.ALTER_CONFIGS]:
-        allow |= _BIT[AclOperation.DESCRIBE_CONFIGS]
-    if deny & _BIT[AclOperation.ALL]:
+        allow |= _DESCRIBE_BIT
+    if allow & _ALTER_CONFIGS_BIT:
+        allow |= _DESCRIBE_CONFIGS_BIT
+    if deny & _ALL_BIT:
         deny = _ALL_OPS
     return allow & ~deny
 
@@ -130,7 +139,7 @@ class _ResourceAcls:
             applying = applying + self.by_principal.get(WILDCARD_PRINCIPAL, [])
         for e in applying:
             if e.host == host or e.host == WILDCARD_HOST:
-                if e.permission_type == AclPermissionType.DENY:
+                if e.permission_type == _DENY:
                     deny |= 1 << e.operation
                 else:
                     allow |= 1 << e.operation
@@ -157,7 +166,9 @@ class AclAuthorizer:
         # resource type -> {prefix length: number of PREFIXED patterns of that length}
         self._prefix_lengths: dict[int, dict[int, int]] = {}
         self._sorted_lengths: dict[int, list[int]] = {}
-        self._cache: dict[tuple[int, str], _ResourceAcls] = {}
+        # insertion-ordered so the oldest entry goes first when full (O(1), unlike a
+        # plain dict's first key after many deletions)
+        self._cache: OrderedDict[tuple[int, str], _ResourceAcls] = OrderedDict()
 
     @classmethod
     def from_config(cls, config: Mapping[str, str], store=None) -> AclAuthorizer:
@@ -219,21 +230,20 @@ class AclAuthorizer:
             cached = self._cache.get(key)
             if cached is not None:
                 return cached
+            # Keys are probed as plain tuples: equal to, and hashed as, the ResourcePatterns.
             acls = self._acls
             entries: list[AccessControlEntry] = []
-            entries.extend(acls.get(ResourcePattern(resource_type, name, PatternType.LITERAL), ()))
+            entries.extend(acls.get((resource_type, name, _LITERAL), ()))
             if name != WILDCARD_RESOURCE:
-                entries.extend(acls.get(ResourcePattern(resource_type, WILDCARD_RESOURCE,
-                                                        PatternType.LITERAL), ()))
+                entries.extend(acls.get((resource_type, WILDCARD_RESOURCE, _LITERAL), ()))
             for length in self._sorted_lengths.get(resource_type, ()):
                 if length > len(name):
                     break
-                entries.extend(acls.get(ResourcePattern(resource_type, name[:length],
-                                                        PatternType.PREFIXED), ()))
+                entries.extend(acls.get((resource_type, name[:length], _PREFIXED), ()))
             built = _ResourceAcls(entries)
             cache = self._cache
             if len(cache) >= RESOURCE_CACHE_SIZE:
-                del cache[next(iter(cache))]  # the oldest entry
+                cache.popitem(last=False)  # the oldest entry
             cache[key] = built
             return built
 
@@ -245,7 +255,7 @@ class AclAuthorizer:
             self._versions = {}
             self._prefix_lengths = {}
             self._sorted_lengths = {}
-            self._cache = {}
+            self._cache = OrderedDict()
             for pattern, (entries, version) in acls.items():
                 self._set_locked(pattern, frozenset(entries), version)
 
