@@ -184,3 +184,22 @@ def test_a_stale_view_retries_on_the_version_conflict(sessions):
     results = stale.remove([AclBindingFilter(ResourcePatternFilter(ResourceType.TOPIC, "orders"))])
     assert len(results[0].matching) == 3
     assert store.read(TOPIC).version == ABSENT_VERSION
+
+
+def test_listener_keeps_following_after_its_session_expires(sessions, zk_hosts):
+    from tests.zk_fixture import expire_session
+
+    writer = sessions()
+    client = sessions(store=False)
+    reader = ZkAclStore(client)
+    seen = []
+    reader.watch(lambda pattern, acls: seen.append((pattern, acls)))
+    try:
+        writer.write(TOPIC, frozenset({READ}), ABSENT_VERSION)
+        wait_until(lambda: seen, timeout=10, what="the first change")
+        expire_session(client, zk_hosts)
+        writer.write(PREFIX, frozenset({DENY}), ABSENT_VERSION)
+        wait_until(lambda: (PREFIX, VersionedAcls(frozenset({DENY}), 0)) in seen, timeout=10,
+                   what="a change made after the listener's session expired")
+    finally:
+        reader.close()
