@@ -97,7 +97,8 @@ class FileAclStore(AclStore):
             raise AclStoreError(f"cannot read ACL file {self.path}: {e}") from None
         try:
             if doc.get("version") != FORMAT_VERSION:
-                raise AclStoreError(f"ACL file {self.path} has unknown version {doc.get('version')!r}")
+                raise AclStoreError(
+                    f"ACL file {self.path} has unknown version {doc.get('version')!r}")
             for r in doc["resources"]:
                 rtype = ResourceType.from_name(r["resourceType"])
                 ptype = PatternType.from_name(r["patternType"])

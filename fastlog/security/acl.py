@@ -135,7 +135,8 @@ def parse_principal(principal: str) -> tuple[str, str]:
     """'User:alice' -> ('User', 'alice'), as Kafka's SecurityUtils.parseKafkaPrincipal:
     ValueError for an empty string or one without a ':'."""
     if not isinstance(principal, str) or ":" not in principal:
-        raise ValueError(f"expected a string in format principalType:principalName but got {principal!r}")
+        raise ValueError("expected a string in format principalType:principalName "
+                         f"but got {principal!r}")
     kind, name = principal.split(":", 1)
     return kind, name
 

@@ -113,7 +113,8 @@ def parse_super_users(value: str) -> frozenset[str]:
             parse_principal(item)
         except ValueError:
             raise SecurityConfigError(
-                f"{SUPER_USERS_CONFIG} entry {item!r} is not of the form principalType:principalName") from None
+                f"{SUPER_USERS_CONFIG} entry {item!r} is not of the form "
+                "principalType:principalName") from None
         users.add(item)
     return frozenset(users)
 
@@ -154,8 +155,8 @@ class _ResourceAcls:
 class AclAuthorizer:
     """Kafka's AclAuthorizer over an optional AclStore (None: ACLs live in memory only)."""
 
-    def __init__(self, super_users: Iterable[str] = (), allow_everyone_if_no_acl_found: bool = False,
-                 store=None):
+    def __init__(self, super_users: Iterable[str] = (),
+                 allow_everyone_if_no_acl_found: bool = False, store=None):
         self.super_users = frozenset(super_users)
         self.allow_everyone_if_no_acl_found = bool(allow_everyone_if_no_acl_found)
         self.store = store
@@ -193,7 +194,8 @@ class AclAuthorizer:
             self.store.close()
 
     # ------------------------------------------------------------------ decisions
-    def authorize(self, principal: str, host: str, operation: int, resource_type: int, name: str) -> bool:
+    def authorize(self, principal: str, host: str, operation: int, resource_type: int,
+                  name: str) -> bool:
         """May `principal` (e.g. "User:alice") connected from `host` (the client's IP
         address as text) do `operation` on the resource (`resource_type`, `name`)?"""
         if principal in self.super_users:
@@ -215,7 +217,8 @@ class AclAuthorizer:
             return [True for _ in actions]
         return [self.authorize(principal, host, op, rtype, name) for op, rtype, name in actions]
 
-    def authorized_operations(self, principal: str, host: str, resource_type: int, name: str) -> int:
+    def authorized_operations(self, principal: str, host: str, resource_type: int,
+                              name: str) -> int:
         """Kafka's include_*_authorized_operations bit field: bit i set when the principal
         may do operation i on the resource, over the operations its type supports."""
         field = 0
@@ -312,7 +315,7 @@ class AclAuthorizer:
             for pattern, items in groups.items():
                 added = frozenset(e for _, e in items)
                 try:
-                    self._update(pattern, lambda current: current | added)
+                    self._update(pattern, lambda current, added=added: current | added)
                 except AclStoreError as e:
                     log.warning("Failed to create ACLs for %s: %s", pattern, e)
                     for i, _ in items:

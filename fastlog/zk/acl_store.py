@@ -199,7 +199,8 @@ class ZkAclStore(AclStore):
         except (BadVersionError, NodeExistsError, NoNodeError) as e:
             # A retried call whose first attempt went through also lands here; the caller
             # re-reads and finds its change already made.
-            raise AclVersionConflict(f"{path} is not at version {expected_version} ({type(e).__name__})") from None
+            raise AclVersionConflict(
+                f"{path} is not at version {expected_version} ({type(e).__name__})") from None
         directory, data = encode_change(pattern)
         try:
             self._call(kz.create, f"{directory}/{CHANGE_PREFIX}", data, sequence=True)
