@@ -22,6 +22,7 @@ import os
 import threading
 from collections.abc import Callable
 
+from fastlog.fileio import atomic_write
 from fastlog.security.acl import (
     ABSENT_VERSION,
     AccessControlEntry,
@@ -34,7 +35,6 @@ from fastlog.security.acl import (
     entries_to_json,
     entry_from_json,
 )
-from fastlog.server.log.checkpoint import atomic_write
 
 ACL_FILE = "fastlog-acls.json"
 FORMAT_VERSION = 1

@@ -17,6 +17,7 @@ import dataclasses
 import json
 import os
 
+from fastlog.fileio import atomic_write
 from fastlog.metadata.model import MetadataError, PartitionState, TopicState, new_kafka_uuid
 from fastlog.metadata.store import PRODUCER_ID_BLOCK_SIZE, MetadataStore
 
@@ -89,25 +90,9 @@ class EmbeddedMetadataStore(MetadataStore):
         }
 
     def _write(self) -> None:
-        directory = os.path.dirname(self.path) or "."
-        os.makedirs(directory, exist_ok=True)
-        tmp = self.path + ".tmp"
+        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
         data = json.dumps(self._document(), indent=1, sort_keys=True).encode()
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                n = os.write(fd, view)
-                view = view[n:]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        dfd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        atomic_write(self.path, data)
 
     # ------------------------------------------------------------ reads
     def topic(self, name: str) -> TopicState | None:

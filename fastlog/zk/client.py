@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import os
 import threading
 import time
 import uuid
@@ -34,6 +33,7 @@ from kazoo.exceptions import (
 )
 from kazoo.retry import KazooRetry
 
+from fastlog.fileio import atomic_write
 from fastlog.protocol.topics import validate_topic
 from fastlog.zk import paths
 from fastlog.zk.paths import BrokerInfo, LeaderAndIsr, TopicAssignment
@@ -97,14 +97,8 @@ def save_session(path: str, credentials: tuple[int, bytes]) -> None:
     """Persist a session's (id, password) so a restarted broker can recognise the ephemeral
     nodes of its previous incarnation and end that session (see register_broker)."""
     sid, password = credentials
-    tmp = path + ".tmp"
     # The password lets anyone take over the session: readable by its owner only.
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(f"{sid:x} {password.hex()}\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic_write(path, f"{sid:x} {password.hex()}\n".encode(), mode=0o600)
 
 
 def load_session(path: str) -> tuple[int, bytes] | None:

@@ -5,9 +5,8 @@
 #   `replication-offset-checkpoint`, one per log dir):  "0\n<count>\n<topic> <partition> <offset>\n..."
 #   `leader-epoch-checkpoint` (one per partition dir):    "0\n<count>\n<epoch> <start offset>\n..."
 #   `meta.properties` (one per log dir): Java properties, version/broker.id/cluster.id.
-# Every write is atomic: write `<file>.tmp`, fsync it, rename over the file, fsync the
-# directory; a crash leaves either the old or the new file, and at worst a stale `.tmp` that
-# the next write replaces and readers ignore. Callers: LogManager (checkpoints; from its
+# Every write is atomic (fastlog.fileio.atomic_write); a crash leaves either the old or the
+# new file, and at worst a stale `.tmp` that the next write replaces and readers ignore. Callers: LogManager (checkpoints; from its
 # background worker) and Log (its epoch cache; owner thread). Files are only touched here.
 """Atomic, Kafka-format checkpoint files and meta.properties."""
 
@@ -17,6 +16,8 @@ import bisect
 import logging
 import os
 from collections.abc import Iterable, Mapping
+
+from fastlog.fileio import atomic_write
 
 from .errors import report_limited
 
@@ -34,32 +35,6 @@ UNDEFINED_EPOCH_OFFSET = -1
 
 class CorruptCheckpointError(ValueError):
     """A checkpoint file that does not parse; the message says which file and line."""
-
-
-def fsync_dir(path: str) -> None:
-    """fsync a directory so that a rename or unlink inside it is durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: str, data: bytes, sync: bool = True) -> None:
-    """Replace `path` with `data` so that a crash leaves the old or the new content."""
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        if sync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    if sync:
-        fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
 def _read_entries(path: str, fields: int) -> list[list[str]] | None:

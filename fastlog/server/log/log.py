@@ -34,8 +34,9 @@ from concurrent.futures import Future
 
 from fastlog._codec import FileRegion, stamp_batches
 from fastlog._index import CorruptIndexError, summarize_batches
+from fastlog.fileio import fsync_dir
 
-from .checkpoint import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache, fsync_dir
+from .checkpoint import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache
 from .config import LogConfig
 from .errors import (
     CorruptSegmentError,

@@ -48,12 +48,13 @@ import time
 import uuid
 from concurrent.futures import Future
 
+from fastlog.fileio import fsync_dir
+
 from .checkpoint import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     CorruptCheckpointError,
     OffsetCheckpointFile,
-    fsync_dir,
     read_meta_properties,
     write_meta_properties,
 )

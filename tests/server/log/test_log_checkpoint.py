@@ -3,8 +3,9 @@ defaults and overrides."""
 
 import pytest
 
+from fastlog.fileio import atomic_write
 from fastlog.server.log import LeaderEpochFileCache, LogConfig, LogConfigError, OffsetCheckpointFile
-from fastlog.server.log.checkpoint import CorruptCheckpointError, atomic_write
+from fastlog.server.log.checkpoint import CorruptCheckpointError
 
 
 def test_offset_checkpoint_round_trip_and_format(tmp_path):

@@ -1,0 +1,39 @@
+# fastlog/fileio.py — small durable-file helpers shared by every layer that keeps a file
+# of its own (checkpoints, the embedded metadata store, ACLs, ZooKeeper session files).
+#
+# atomic_write replaces a file so that a crash leaves either the old or the new content:
+# write `<file>.tmp`, fsync it, rename it over the file, fsync the directory. Any thread;
+# it blocks on the disk, so the request loop calls it only for small files or off the loop.
+# Imports nothing from fastlog: it sits below every other module.
+"""Atomic file replacement and directory fsync."""
+
+from __future__ import annotations
+
+import os
+
+
+def fsync_dir(path: str) -> None:
+    """fsync a directory so that a rename or unlink inside it is durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str, data: bytes, sync: bool = True, mode: int = 0o644) -> None:
+    """Replace `path` with `data` so that a crash leaves the old or the new content.
+    `mode`: the permissions of a file created here (0o600 for secrets)."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    if sync:
+        fsync_dir(os.path.dirname(os.path.abspath(path)))
