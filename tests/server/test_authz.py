@@ -72,6 +72,7 @@ def acl(restype, name, principal, operation, permission="ALLOW", pattern="LITERA
         ResourcePatternType,
         ResourceType,
     )
+    restype = {"CLUSTER": "BROKER"}.get(restype, restype)  # confluent-kafka's name
     return AclBinding(getattr(ResourceType, restype), name,
                       getattr(ResourcePatternType, pattern), principal, host,
                       getattr(AclOperation, operation), getattr(AclPermissionType, permission))
