@@ -219,14 +219,7 @@ async def _run(args, security, action, items) -> int:
         async with Admin(args.bootstrap_server, client_id="fastlog-acls",
                          security=security) as admin:
             if action == "add":
-                by_pattern: dict = {}
-                for b in items:
-                    by_pattern.setdefault(b.pattern, []).append(b.entry)
-                for pattern, entries in by_pattern.items():
-                    out.write(f"Adding ACLs for resource `{_pattern_text(pattern)}`: \n")
-                    for e in entries:
-                        out.write(f" {_binding_text(e)} \n")
-                    out.write("\n")
+                _print_bindings(out, items, "Adding ACLs for resource")
                 await admin.create_acls(items)
                 return 0
             if action == "remove":
