@@ -46,6 +46,9 @@ SERVED = {
     "SaslAuthenticate": (0, 2),
     "DescribeUserScramCredentials": (0, 0),
     "AlterUserScramCredentials": (0, 0),
+    "DescribeAcls": (1, 3),
+    "CreateAcls": (1, 3),
+    "DeleteAcls": (1, 3),
 }
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

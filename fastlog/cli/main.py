@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                             "move partition replicas between brokers (JSON plan)"),
     "perf": ("fastlog.cli.perf", "produce/consume load tests"),
     "configs": ("fastlog.cli.configs", "add, describe and delete SCRAM credentials of users"),
+    "acls": ("fastlog.cli.acls", "add, list and remove ACLs"),
 }
 
 

@@ -6,7 +6,8 @@
 # (earliest, latest, by timestamp) and DeleteRecords (sent to each partition's leader), and
 # the group requests the consumer-groups tool needs: ListGroups, DescribeGroups,
 # FindCoordinator, OffsetFetch, OffsetCommit, DeleteGroups; Describe/AlterUserScramCredentials
-# for SCRAM users. Answers become small Python
+# for SCRAM users; CreateAcls/DescribeAcls/DeleteAcls with fastlog.security.acl's bindings
+# and filters. Answers become small Python
 # values; a Kafka error code becomes KafkaError naming the topic, partition or group.
 #
 # Use from the event loop that created it; sync.SyncAdmin wraps it for threads.
@@ -21,6 +22,7 @@ from fastlog.client import errors
 from fastlog.client.cluster import DEFAULT_BOOTSTRAP, Cluster, TopicInfo, TopicPartition
 from fastlog.client.versions import ApiKey
 from fastlog.protocol.api_keys import SCRAM_MECHANISM_TYPES as SCRAM_MECHANISMS
+from fastlog.security.acl import AclBinding, AclBindingFilter, binding_from_wire
 from fastlog.security.scram import salted_password
 
 # ListOffsets special timestamps (Kafka's numbering).
@@ -470,3 +472,51 @@ class Admin:
         for r in resp.results:
             errors.raise_for(r.error_code, f"alter SCRAM credentials of user '{r.user}'",
                              r.error_message)
+
+    # -- ACLs -------------------------------------------------------------------------
+
+    async def create_acls(self, bindings: list[AclBinding]) -> None:
+        """CreateAcls: store each binding (fastlog.security.acl.AclBinding); KafkaError for
+        the first one refused (CLUSTER_AUTHORIZATION_FAILED without Alter on the cluster)."""
+        body = {"creations": [
+            {"resource_type": b.pattern.resource_type, "resource_name": b.pattern.name,
+             "resource_pattern_type": b.pattern.pattern_type, "principal": b.entry.principal,
+             "host": b.entry.host, "operation": b.entry.operation,
+             "permission_type": b.entry.permission_type} for b in bindings]}
+        conn = await self.cluster.bootstrap_connection()
+        resp = await conn.request(ApiKey.CREATE_ACLS, body)
+        for r in resp.results:
+            errors.raise_for(r.error_code, "create ACLs", r.error_message)
+
+    async def describe_acls(self, acl_filter: AclBindingFilter) -> list[AclBinding]:
+        """DescribeAcls: the stored bindings the filter matches."""
+        conn = await self.cluster.bootstrap_connection()
+        resp = await conn.request(ApiKey.DESCRIBE_ACLS, _acl_filter_body(acl_filter))
+        errors.raise_for(resp.error_code, "describe ACLs", resp.error_message)
+        return [binding_from_wire(r.resource_type, r.resource_name, r.pattern_type,
+                                  a.principal, a.host, a.operation, a.permission_type)
+                for r in resp.resources for a in r.acls]
+
+    async def delete_acls(self, filters: list[AclBindingFilter]) -> list[AclBinding]:
+        """DeleteAcls: delete every binding a filter matches; the bindings deleted."""
+        conn = await self.cluster.bootstrap_connection()
+        resp = await conn.request(ApiKey.DELETE_ACLS,
+                                  {"filters": [_acl_filter_body(f) for f in filters]})
+        deleted = []
+        for r in resp.filter_results:
+            errors.raise_for(r.error_code, "delete ACLs", r.error_message)
+            for m in r.matching_acls:
+                errors.raise_for(m.error_code, "delete ACLs", m.error_message)
+                deleted.append(binding_from_wire(m.resource_type, m.resource_name,
+                                                 m.pattern_type, m.principal, m.host,
+                                                 m.operation, m.permission_type))
+        return deleted
+
+
+def _acl_filter_body(f: AclBindingFilter) -> dict:
+    """The DescribeAcls request / DeleteAcls filter fields of an AclBindingFilter."""
+    return {"resource_type_filter": f.pattern.resource_type,
+            "resource_name_filter": f.pattern.name,
+            "pattern_type_filter": f.pattern.pattern_type,
+            "principal_filter": f.entry.principal, "host_filter": f.entry.host,
+            "operation": f.entry.operation, "permission_type": f.entry.permission_type}

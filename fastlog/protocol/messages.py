@@ -660,6 +660,84 @@ ALTER_USER_SCRAM_CREDENTIALS_RESPONSE = Message(51, 'response', 'AlterUserScramC
     )),
 ))
 
+DESCRIBE_ACLS_REQUEST = Message(29, 'request', 'DescribeAcls', valid=(1, 3), flexible=2, fields=(
+    F('resource_type_filter', 'int8', '1+'),
+    F('resource_name_filter', 'string', '1+', nullable='1+'),
+    F('pattern_type_filter', 'int8', '1+', default=3),
+    F('principal_filter', 'string', '1+', nullable='1+'),
+    F('host_filter', 'string', '1+', nullable='1+'),
+    F('operation', 'int8', '1+'),
+    F('permission_type', 'int8', '1+'),
+))
+
+DESCRIBE_ACLS_RESPONSE = Message(29, 'response', 'DescribeAcls', valid=(1, 3), flexible=2, fields=(
+    F('throttle_time_ms', 'int32', '1+'),
+    F('error_code', 'int16', '1+'),
+    F('error_message', 'string', '1+', nullable='1+'),
+    F('resources', '[]DescribeAclsResource', '1+', fields=(
+        F('resource_type', 'int8', '1+'),
+        F('resource_name', 'string', '1+'),
+        F('pattern_type', 'int8', '1+', default=3),
+        F('acls', '[]AclDescription', '1+', fields=(
+            F('principal', 'string', '1+'),
+            F('host', 'string', '1+'),
+            F('operation', 'int8', '1+'),
+            F('permission_type', 'int8', '1+'),
+        )),
+    )),
+))
+
+CREATE_ACLS_REQUEST = Message(30, 'request', 'CreateAcls', valid=(1, 3), flexible=2, fields=(
+    F('creations', '[]AclCreation', '1+', fields=(
+        F('resource_type', 'int8', '1+'),
+        F('resource_name', 'string', '1+'),
+        F('resource_pattern_type', 'int8', '1+', default=3),
+        F('principal', 'string', '1+'),
+        F('host', 'string', '1+'),
+        F('operation', 'int8', '1+'),
+        F('permission_type', 'int8', '1+'),
+    )),
+))
+
+CREATE_ACLS_RESPONSE = Message(30, 'response', 'CreateAcls', valid=(1, 3), flexible=2, fields=(
+    F('throttle_time_ms', 'int32', '1+'),
+    F('results', '[]AclCreationResult', '1+', fields=(
+        F('error_code', 'int16', '1+'),
+        F('error_message', 'string', '1+', nullable='1+'),
+    )),
+))
+
+DELETE_ACLS_REQUEST = Message(31, 'request', 'DeleteAcls', valid=(1, 3), flexible=2, fields=(
+    F('filters', '[]DeleteAclsFilter', '1+', fields=(
+        F('resource_type_filter', 'int8', '1+'),
+        F('resource_name_filter', 'string', '1+', nullable='1+'),
+        F('pattern_type_filter', 'int8', '1+', default=3),
+        F('principal_filter', 'string', '1+', nullable='1+'),
+        F('host_filter', 'string', '1+', nullable='1+'),
+        F('operation', 'int8', '1+'),
+        F('permission_type', 'int8', '1+'),
+    )),
+))
+
+DELETE_ACLS_RESPONSE = Message(31, 'response', 'DeleteAcls', valid=(1, 3), flexible=2, fields=(
+    F('throttle_time_ms', 'int32', '1+'),
+    F('filter_results', '[]DeleteAclsFilterResult', '1+', fields=(
+        F('error_code', 'int16', '1+'),
+        F('error_message', 'string', '1+', nullable='1+'),
+        F('matching_acls', '[]DeleteAclsMatchingAcl', '1+', fields=(
+            F('error_code', 'int16', '1+'),
+            F('error_message', 'string', '1+', nullable='1+'),
+            F('resource_type', 'int8', '1+'),
+            F('resource_name', 'string', '1+'),
+            F('pattern_type', 'int8', '1+', default=3),
+            F('principal', 'string', '1+'),
+            F('host', 'string', '1+'),
+            F('operation', 'int8', '1+'),
+            F('permission_type', 'int8', '1+'),
+        )),
+    )),
+))
+
 # fmt: on
 
 ALL = (
@@ -721,4 +799,10 @@ ALL = (
     DESCRIBE_USER_SCRAM_CREDENTIALS_RESPONSE,
     ALTER_USER_SCRAM_CREDENTIALS_REQUEST,
     ALTER_USER_SCRAM_CREDENTIALS_RESPONSE,
+    DESCRIBE_ACLS_REQUEST,
+    DESCRIBE_ACLS_RESPONSE,
+    CREATE_ACLS_REQUEST,
+    CREATE_ACLS_RESPONSE,
+    DELETE_ACLS_REQUEST,
+    DELETE_ACLS_RESPONSE,
 )

@@ -26,6 +26,13 @@
 #                   state["listener"] names the listener (request_listener(ctx)) and
 #                   state["principal"] who sent it ("User:alice", "User:ANONYMOUS")
 #
+# Authorization (authorizer.class.name set): each handler checks the request's principal as
+# Kafka's KafkaApis does, through fastlog/server/authz.py (a cached decision per resource),
+# and answers Kafka's codes: TOPIC_AUTHORIZATION_FAILED (29) per topic or partition,
+# GROUP_AUTHORIZATION_FAILED (30), CLUSTER_AUTHORIZATION_FAILED (31),
+# TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53). A topic the principal may not Describe is
+# answered with 29 whether it exists or not (its existence is not leaked).
+#
 # Authentication comes first: a connection of a SASL listener reaches the handlers only
 # through fastlog/server/authenticator.py until it has authenticated (ApiVersions,
 # SaslHandshake, SaslAuthenticate; anything else closes it).
@@ -51,9 +58,28 @@ from fastlog.protocol._produce import encode_produce_response, parse_produce_req
 from fastlog.protocol.api_keys import SCRAM_MECHANISM_TYPES
 from fastlog.protocol.topics import INTERNAL_TOPICS
 from fastlog.security import ScramCredential
+from fastlog.security.acl import CLUSTER_NAME, AclBindingFilter, binding_from_wire
 from fastlog.security.scram import MAX_ITERATIONS, MIN_ITERATIONS
 from fastlog.security.scram import MECHANISMS as SCRAM_DIGESTS
+from fastlog.server import authz
 from fastlog.server.authenticator import open_connection
+from fastlog.server.authz import (
+    ALTER,
+    ALTER_CONFIGS,
+    CLUSTER,
+    CLUSTER_ACTION,
+    CREATE,
+    DELETE,
+    DESCRIBE,
+    DESCRIBE_CONFIGS,
+    IDEMPOTENT_WRITE,
+    OPERATIONS_NOT_ASKED,
+    READ,
+    TOPIC,
+    WRITE,
+    authorize,
+    authorize_cluster,
+)
 from fastlog.server.config import (
     CONFIG_KEYS,
     CONFIG_TYPE_CODES,
@@ -67,8 +93,6 @@ from fastlog.server.group import GROUP_HANDLERS
 from fastlog.server.replica_manager import PartitionResult
 
 log = logging.getLogger("fastlog.server.apis")
-
-INT32_MIN = -(1 << 31)
 
 # DescribeConfigs resource types and config sources (Kafka's numbers).
 RESOURCE_TOPIC = 2
@@ -213,6 +237,9 @@ class KafkaApis:
             ApiKey.SASL_AUTHENTICATE: self.handle_sasl_authenticate,
             ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self.handle_describe_user_scram_credentials,
             ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self.handle_alter_user_scram_credentials,
+            ApiKey.DESCRIBE_ACLS: self.handle_describe_acls,
+            ApiKey.CREATE_ACLS: self.handle_create_acls,
+            ApiKey.DELETE_ACLS: self.handle_delete_acls,
         }
         # ---- group coordinator hook (issue 5): its handlers use the same contract.
         self.handlers.update(GROUP_HANDLERS)
@@ -223,6 +250,9 @@ class KafkaApis:
         if "principal" not in state:
             security = self.broker.listener_security.get(state.get("listener"))
             open_connection(conn, security, asyncio.get_running_loop())
+            peer = conn.peer
+            # the client's IP address, as the ACLs' host field names it
+            state["host"] = str(peer[0]) if isinstance(peer, (tuple, list)) and peer else ""
         authenticator = state.get("authenticator")
         if authenticator is not None:
             authenticator.check_request(frame)
@@ -230,7 +260,8 @@ class KafkaApis:
                 return authenticator.raw_token(frame)
             return await self._dispatch(conn, frame)
         fast = parse_produce_request(frame)
-        if fast is not None:
+        if fast is not None and (self.broker.authorizer is None
+                                 or self._may_write_fast(conn, fast[5])):
             try:
                 return await self._produce_one(*fast)
             except CloseConnection:
@@ -239,6 +270,13 @@ class KafkaApis:
                 log.exception("PRODUCE v%d from client %r failed", fast[0], fast[2])
                 raise CloseConnection("handler failed") from None
         return await self._dispatch(conn, frame)
+
+    def _may_write_fast(self, conn, topic: str) -> bool:
+        """May the connection's principal write to the topic? (Otherwise the generic path
+        answers the refusal and logs it.)"""
+        state = conn.state
+        return self.broker.authorizer.authorize(state["principal"], state["host"], WRITE,
+                                                TOPIC, topic)
 
     async def _dispatch(self, conn, frame):
         """Decode a request, run its handler and encode its response."""
@@ -321,6 +359,9 @@ class KafkaApis:
 
     # ------------------------------------------------------------------ SCRAM credentials
     async def handle_describe_user_scram_credentials(self, ctx, request):
+        if not authorize_cluster(ctx, DESCRIBE):
+            return {"throttle_time_ms": 0, "error_code": Errors.CLUSTER_AUTHORIZATION_FAILED,
+                    "error_message": None, "results": []}
         md = self.broker.metadata
         if request.users:
             names = [u.name for u in request.users]
@@ -349,6 +390,11 @@ class KafkaApis:
         # Kafka's checks (ZkAdminManager.alterUserScramCredentials): each user gets one
         # result; any problem with one of its changes fails all of that user's changes.
         md = self.broker.metadata
+        if not authorize_cluster(ctx, ALTER):
+            names = [c.name for c in [*request.deletions, *request.upsertions]]
+            return {"throttle_time_ms": 0, "results": [
+                {"user": name, "error_code": Errors.CLUSTER_AUTHORIZATION_FAILED,
+                 "error_message": None} for name in dict.fromkeys(names)]}
         errors: dict[str, tuple[Errors, str]] = {}
         seen: set[tuple[str, int]] = set()
         users: list[str] = []
@@ -393,23 +439,104 @@ class KafkaApis:
             results.append({"user": user, "error_code": Errors.NONE, "error_message": None})
         return {"throttle_time_ms": 0, "results": results}
 
+    # ------------------------------------------------------------------ ACLs
+    async def handle_describe_acls(self, ctx, request):
+        authorizer = self.broker.authorizer
+        error, message = Errors.NONE, None
+        if authorizer is None:
+            error, message = authz.no_authorizer_error()
+        elif not authorize_cluster(ctx, DESCRIBE):
+            error = Errors.CLUSTER_AUTHORIZATION_FAILED
+        else:
+            acl_filter = AclBindingFilter.from_wire(
+                request.resource_type_filter, request.resource_name_filter,
+                request.pattern_type_filter, request.principal_filter, request.host_filter,
+                request.operation, request.permission_type)
+            message = acl_filter.validation_error()
+            if message is not None:
+                error = Errors.INVALID_REQUEST
+        if error != Errors.NONE:
+            return {"throttle_time_ms": 0, "error_code": error, "error_message": message,
+                    "resources": []}
+        resources: dict = {}
+        for pattern, entry in authorizer.list(acl_filter):
+            resources.setdefault(pattern, []).append({
+                "principal": entry.principal, "host": entry.host,
+                "operation": entry.operation, "permission_type": entry.permission_type})
+        return {"throttle_time_ms": 0, "error_code": Errors.NONE, "error_message": None,
+                "resources": [{"resource_type": p.resource_type, "resource_name": p.name,
+                               "pattern_type": p.pattern_type, "acls": acls}
+                              for p, acls in resources.items()]}
+
+    def _acl_change_refusal(self, ctx) -> tuple[Errors, str | None] | None:
+        """Why CreateAcls / DeleteAcls is refused as a whole (Kafka: Alter on the cluster),
+        or None."""
+        if self.broker.authorizer is None:
+            return authz.no_authorizer_error()
+        if not authorize_cluster(ctx, ALTER):
+            return Errors.CLUSTER_AUTHORIZATION_FAILED, None
+        return None
+
+    async def handle_create_acls(self, ctx, request):
+        refusal = self._acl_change_refusal(ctx)
+        if refusal is not None:
+            return {"throttle_time_ms": 0, "results": [
+                {"error_code": refusal[0], "error_message": refusal[1]}
+                for _ in request.creations]}
+        bindings = [binding_from_wire(c.resource_type, c.resource_name,
+                                      c.resource_pattern_type, c.principal, c.host,
+                                      c.operation, c.permission_type)
+                    for c in request.creations]
+        results = await authz.run_admin(self.broker.authorizer.add, bindings)
+        return {"throttle_time_ms": 0, "results": [
+            {"error_code": r.error, "error_message": r.message} for r in results]}
+
+    async def handle_delete_acls(self, ctx, request):
+        refusal = self._acl_change_refusal(ctx)
+        if refusal is not None:
+            return {"throttle_time_ms": 0, "filter_results": [
+                {"error_code": refusal[0], "error_message": refusal[1], "matching_acls": []}
+                for _ in request.filters]}
+        filters = [AclBindingFilter.from_wire(
+            f.resource_type_filter, f.resource_name_filter, f.pattern_type_filter,
+            f.principal_filter, f.host_filter, f.operation, f.permission_type)
+            for f in request.filters]
+        results = await authz.run_admin(self.broker.authorizer.remove, filters)
+        return {"throttle_time_ms": 0, "filter_results": [
+            {"error_code": r.error, "error_message": r.message, "matching_acls": [
+                {"error_code": error, "error_message": message,
+                 "resource_type": b.pattern.resource_type, "resource_name": b.pattern.name,
+                 "pattern_type": b.pattern.pattern_type, "principal": b.entry.principal,
+                 "host": b.entry.host, "operation": b.entry.operation,
+                 "permission_type": b.entry.permission_type}
+                for b, error, message in r.matching]}
+            for r in results]}
+
     # ------------------------------------------------------------------ Metadata
     async def handle_metadata(self, ctx, request):
         broker = self.broker
         v = ctx.api_version
         md = broker.metadata
         if request.topics is None or (v == 0 and not request.topics):
-            names = md.topic_names()
+            # All topics: only those the principal may Describe are listed.
+            names = [n for n in md.topic_names()
+                     if authorize(ctx, DESCRIBE, TOPIC, n, log_denied=False)]
         else:
             names = list(dict.fromkeys(t.name for t in request.topics))  # Kafka dedups
         auto_create = broker.config["auto.create.topics.enable"] and (
             v < 4 or request.allow_auto_topic_creation)
+        topic_ops = v >= 8 and request.include_topic_authorized_operations
+        may_create_any = None
         live_ids = {b[0] for b in broker.live_brokers()}
         # Each broker as reachable on the listener this request came in on (Kafka matches
         # the listener name; a broker without that listener is left out).
         live = broker.live_brokers(request_listener(ctx))
         topics = []
         for name in names:
+            if not authorize(ctx, DESCRIBE, TOPIC, name):
+                topics.append({"error_code": Errors.TOPIC_AUTHORIZATION_FAILED, "name": name,
+                               "is_internal": False, "partitions": []})
+                continue
             state = md.topic(name)
             error = Errors.NONE
             if state is None:
@@ -417,6 +544,12 @@ class KafkaApis:
                 if problem is not None:
                     error = Errors.INVALID_TOPIC_EXCEPTION
                 elif auto_create and name not in INTERNAL_TOPICS:
+                    if may_create_any is None:
+                        may_create_any = authorize_cluster(ctx, CREATE, log_denied=False)
+                    if not (may_create_any or authorize(ctx, CREATE, TOPIC, name)):
+                        topics.append({"error_code": Errors.TOPIC_AUTHORIZATION_FAILED,
+                                       "name": name, "is_internal": False, "partitions": []})
+                        continue
                     try:
                         state = await broker.create_topic(
                             name, broker.config["num.partitions"],
@@ -437,7 +570,9 @@ class KafkaApis:
                 "partitions": [_partition_metadata(p, ps, live_ids, broker.node_id,
                                                    broker.replica_manager.is_offline(name, p))
                                for p, ps in sorted(state.partitions.items())],
-                "topic_authorized_operations": INT32_MIN,
+                "topic_authorized_operations": (
+                    authz.authorized_operations(ctx, TOPIC, name) if topic_ops
+                    else OPERATIONS_NOT_ASKED),
             })
         return {
             "throttle_time_ms": 0,
@@ -446,7 +581,10 @@ class KafkaApis:
             "cluster_id": md.cluster_id,
             "controller_id": md.controller_id,
             "topics": topics,
-            "cluster_authorized_operations": INT32_MIN,
+            "cluster_authorized_operations": (
+                authz.authorized_operations(ctx, CLUSTER, CLUSTER_NAME)
+                if v >= 8 and request.include_cluster_authorized_operations
+                else OPERATIONS_NOT_ASKED),
         }
 
     # ------------------------------------------------------------------ Produce
@@ -475,6 +613,10 @@ class KafkaApis:
             return {"responses": responses, "throttle_time_ms": 0}
         results = {}
         for t in request.topic_data:
+            if not authorize(ctx, WRITE, TOPIC, t.name):
+                for p in t.partition_data:
+                    results[(t.name, p.index)] = PartitionResult(Errors.TOPIC_AUTHORIZATION_FAILED)
+                continue
             for p in t.partition_data:
                 results[(t.name, p.index)] = await self._append_led(
                     t.name, p.index, p.records, acks, v)
@@ -548,6 +690,13 @@ class KafkaApis:
                     "session_id": 0, "responses": []}
         from_follower = request.replica_id >= 0
         read_committed = request.isolation_level == 1
+        # Topics refused: every one for a client claiming to be a replica without
+        # ClusterAction (CVE-2018-1288), else those the principal may not Read.
+        if from_follower:
+            refused = (set() if authorize_cluster(ctx, CLUSTER_ACTION)
+                       else {t.topic for t in request.topics})
+        else:
+            refused = {t.topic for t in request.topics if not authorize(ctx, READ, TOPIC, t.topic)}
         max_bytes = min(request.max_bytes, self.broker.config["fetch.max.bytes"])
         if max_bytes <= 0:
             max_bytes = 0
@@ -556,7 +705,7 @@ class KafkaApis:
         deadline = loop.time() + max(request.max_wait_ms, 0) / 1000.0
         while True:
             responses, total, errored = self._read_fetch(request, v, max_bytes, from_follower,
-                                                         read_committed)
+                                                         read_committed, refused)
             remaining = deadline - loop.time()
             if (total >= request.min_bytes or errored or remaining <= 0 or not keys
                     or self.broker.stopping):
@@ -564,12 +713,12 @@ class KafkaApis:
             woken = await rm.fetch_purgatory.wait(keys, remaining)
             if not woken:
                 responses, total, errored = self._read_fetch(request, v, max_bytes, from_follower,
-                                                             read_committed)
+                                                             read_committed, refused)
                 break
         return {"throttle_time_ms": 0, "error_code": Errors.NONE, "session_id": 0,
                 "responses": responses}
 
-    def _read_fetch(self, request, v, max_bytes, from_follower, read_committed):
+    def _read_fetch(self, request, v, max_bytes, from_follower, read_committed, refused):
         rm = self.broker.replica_manager
         responses = []
         total = 0
@@ -582,6 +731,10 @@ class KafkaApis:
                          "aborted_transactions": [] if read_committed else None,
                          "preferred_read_replica": -1, "records": b""}
                 parts.append(entry)
+                if t.topic in refused:
+                    entry["error_code"] = Errors.TOPIC_AUTHORIZATION_FAILED
+                    errored = True
+                    continue
                 p, err = self._led_partition(t.topic, fp.partition)
                 if p is None and not from_follower and err == Errors.NOT_LEADER_OR_FOLLOWER:
                     # KIP-392: a follower may serve consumers of its rack (below its HW)
@@ -626,10 +779,14 @@ class KafkaApis:
         topics = []
         for t in request.topics:
             parts = []
+            may_describe = authorize(ctx, DESCRIBE, TOPIC, t.name)
             for lp in t.partitions:
                 entry = {"partition_index": lp.partition_index, "error_code": Errors.NONE,
                          "timestamp": -1, "offset": -1, "leader_epoch": -1}
                 parts.append(entry)
+                if not may_describe:
+                    entry["error_code"] = Errors.TOPIC_AUTHORIZATION_FAILED
+                    continue
                 p, err = self._led_partition(t.name, lp.partition_index)
                 if p is None:
                     entry["error_code"] = err
@@ -687,12 +844,16 @@ class KafkaApis:
                  "error_message": "This is not the correct controller for this cluster."}
                 for t in request.topics]}
         results = []
+        may_create_any = authorize_cluster(ctx, CREATE, log_denied=False)
         for t in request.topics:
             error, message = Errors.NONE, None
             name = t.name
             try:
                 if seen[name] > 1:
                     raise _ApiError(Errors.INVALID_REQUEST, f"topic {name!r} appears more than once")
+                if not (may_create_any or authorize(ctx, CREATE, TOPIC, name)):
+                    raise _ApiError(Errors.TOPIC_AUTHORIZATION_FAILED,
+                                    "Authorization failed.")
                 problem = broker.topic_name_problem(name)
                 if problem is not None:
                     raise _ApiError(Errors.INVALID_TOPIC_EXCEPTION, problem)
@@ -784,6 +945,9 @@ class KafkaApis:
                 if seen[t.name] > 1:
                     raise _ApiError(Errors.INVALID_REQUEST,
                                     f"topic {t.name!r} appears more than once")
+                if not authorize(ctx, ALTER, TOPIC, t.name):
+                    raise _ApiError(Errors.TOPIC_AUTHORIZATION_FAILED,
+                                    "The topic authorization failed.")
                 assignments = (None if t.assignments is None
                                else [list(a.broker_ids) for a in t.assignments])
                 await self.broker.create_partitions(t.name, t.count, assignments,
@@ -806,7 +970,9 @@ class KafkaApis:
         results = []
         for name in request.topic_names:
             error = Errors.NONE
-            if not broker.config["delete.topic.enable"]:
+            if not authorize(ctx, DELETE, TOPIC, name):
+                error = Errors.TOPIC_AUTHORIZATION_FAILED
+            elif not broker.config["delete.topic.enable"]:
                 error = Errors.TOPIC_DELETION_DISABLED
             elif name in INTERNAL_TOPICS:
                 # The group coordinator's own log: without it no group can commit or join.
@@ -829,8 +995,12 @@ class KafkaApis:
         topics = []
         for t in request.topics:
             parts = []
+            may_delete = authorize(ctx, DELETE, TOPIC, t.name)
             for dp in t.partitions:
-                _, error = self._led_partition(t.name, dp.partition_index, write=True)
+                if may_delete:
+                    _, error = self._led_partition(t.name, dp.partition_index, write=True)
+                else:
+                    error = Errors.TOPIC_AUTHORIZATION_FAILED
                 low = -1
                 if error == Errors.NONE:
                     error, low = rm.delete_records(t.name, dp.partition_index, dp.offset)
@@ -849,6 +1019,7 @@ class KafkaApis:
             results.append(result)
             keys = None if res.configuration_keys is None else set(res.configuration_keys)
             try:
+                _check_config_access(ctx, res, DESCRIBE_CONFIGS)
                 if res.resource_type == RESOURCE_TOPIC:
                     result["configs"] = self._describe_topic(res.resource_name, keys,
                                                              request.include_synonyms,
@@ -937,17 +1108,18 @@ class KafkaApis:
     # ------------------------------------------------------------------ AlterConfigs
     async def handle_alter_configs(self, ctx, request):
         # Non-incremental: the given set replaces every override of the resource.
-        return await self._alter_configs(request,
+        return await self._alter_configs(ctx, request,
                                          lambda res: {c.name: c.value for c in res.configs})
 
     async def handle_incremental_alter_configs(self, ctx, request):
-        return await self._alter_configs(request, self._incremental_configs)
+        return await self._alter_configs(ctx, request, self._incremental_configs)
 
-    async def _alter_configs(self, request, new_configs):
+    async def _alter_configs(self, ctx, request, new_configs):
         responses = []
         for res in request.resources:
             error, message = Errors.NONE, None
             try:
+                _check_config_access(ctx, res, ALTER_CONFIGS)
                 self._check_alterable(res)
                 await self._apply_topic_configs(res.resource_name, new_configs(res),
                                                 request.validate_only)
@@ -1008,6 +1180,12 @@ class KafkaApis:
         if request.transactional_id is not None:
             return {"throttle_time_ms": 0, "error_code": Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                     "producer_id": -1, "producer_epoch": -1}
+        # KIP-679: an idempotent producer needs IdempotentWrite on the cluster or Write
+        # on some topic.
+        if not (authorize_cluster(ctx, IDEMPOTENT_WRITE, log_denied=False)
+                or authz.authorize_by_resource_type(ctx, WRITE, TOPIC)):
+            return {"throttle_time_ms": 0, "error_code": Errors.CLUSTER_AUTHORIZATION_FAILED,
+                    "producer_id": -1, "producer_epoch": -1}
         pid, epoch = -1, 0
         if ctx.api_version >= 3 and request.producer_id >= 0:
             # KIP-360: an idempotent producer bumps its epoch to reset its sequences.
@@ -1024,13 +1202,19 @@ class KafkaApis:
 
     # ------------------------------------------------------------------ OffsetForLeaderEpoch
     async def handle_offset_for_leader_epoch(self, ctx, request):
+        # Followers have ClusterAction; clients need Describe on each topic.
+        replica = authorize_cluster(ctx, CLUSTER_ACTION, log_denied=False)
         topics = []
         for t in request.topics:
             parts = []
+            may_describe = replica or authorize(ctx, DESCRIBE, TOPIC, t.topic)
             for op in t.partitions:
                 entry = {"error_code": Errors.NONE, "partition": op.partition,
                          "leader_epoch": -1, "end_offset": -1}
                 parts.append(entry)
+                if not may_describe:
+                    entry["error_code"] = Errors.TOPIC_AUTHORIZATION_FAILED
+                    continue
                 p, err = self._led_partition(t.topic, op.partition)
                 if p is None:
                     entry["error_code"] = err
@@ -1047,6 +1231,19 @@ class KafkaApis:
 
 # A refusal with a Kafka error code, from a handler or from a broker operation it calls.
 _ApiError = KafkaApiError
+
+
+def _check_config_access(ctx, res, operation: int) -> None:
+    """DescribeConfigs / AlterConfigs on the topic, or on the cluster for a broker's (or
+    its loggers') configs; _ApiError with Kafka's code when refused."""
+    if res.resource_type == RESOURCE_TOPIC:
+        if not authorize(ctx, operation, TOPIC, res.resource_name):
+            raise _ApiError(Errors.TOPIC_AUTHORIZATION_FAILED,
+                            f"Topic authorization failed for {res.resource_name}")
+    elif res.resource_type in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER):
+        if not authorize_cluster(ctx, operation):
+            raise _ApiError(Errors.CLUSTER_AUTHORIZATION_FAILED,
+                            "Cluster authorization failed.")
 
 
 def _timestamp_offset(found, default_epoch: int) -> tuple[int, int, int]:

@@ -18,6 +18,8 @@
 # Files: none directly — meta.properties, logs and checkpoints through LogManager, topics
 # and ids through the metadata store (it only reads meta.properties to learn broker.id and
 # cluster.id).
+# With authorizer.class.name set, the ACL authorizer (fastlog/server/authz.py) loads its
+# ACLs before the listeners open and follows the store's changes until shutdown.
 # Called from: the asyncio API loop that runs the broker (fastlog.cli.server), only; the
 # blocking ZooKeeper steps run in the loop's default executor.
 """Broker lifecycle and topic operations."""
@@ -37,8 +39,11 @@ from fastlog._net import SocketServer
 from fastlog.metadata import EmbeddedMetadataStore, MetadataError, PartitionState, TopicState
 from fastlog.protocol import Errors, KafkaApiError
 from fastlog.protocol.topics import topic_name_problem
+from fastlog.security import SecurityConfigError
+from fastlog.security.acl import AclStoreError
 from fastlog.server.apis import KafkaApis
 from fastlog.server.authenticator import build_listener_security
+from fastlog.server.authz import build_authorizer
 from fastlog.server.config import (
     TLS_PROTOCOLS,
     KafkaConfig,
@@ -132,6 +137,9 @@ class BrokerServer:
         self.group_coordinator = None
         self.apis: KafkaApis | None = None
         self.listener_security = {}   # listener name -> authenticator.ListenerSecurity
+        # fastlog.security.authorizer.AclAuthorizer when authorizer.class.name is set
+        # (fastlog/server/authz.py), else None: every principal may do everything.
+        self.authorizer = None
         self.socket_servers: list[SocketServer] = []
         self.advertised_host = ""
         self.advertised_port = 0
@@ -197,6 +205,11 @@ class BrokerServer:
         self.group_coordinator = GroupCoordinator(self)
         await self.group_coordinator.startup()
         self.listener_security = build_listener_security(self.config, self.metadata)
+        try:
+            self.authorizer = await _off_loop(
+                lambda: build_authorizer(self.config, self.log_dirs, self.cluster), None)
+        except (AclStoreError, SecurityConfigError) as e:
+            raise BrokerStartupError(f"cannot load the ACLs: {e}") from None
         self.apis = KafkaApis(self)
         loop = asyncio.get_running_loop()
         for name, host, port in self.config.listeners:
@@ -640,6 +653,8 @@ class BrokerServer:
             self.replica_manager.shutdown()
         if self.log_manager is not None:
             self.log_manager.shutdown()
+        if self.authorizer is not None:
+            self.authorizer.close()
         if self.metadata is not None:
             await self.metadata.stop()
         if self.cluster is not None:

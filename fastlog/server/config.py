@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from fastlog.security import MECHANISMS, TLS_CONFIG_KEYS, SecurityConfigError, parse_login_module
+from fastlog.security.authorizer import parse_super_users
 
 LONG_MAX = (1 << 63) - 1
 INT_MAX = (1 << 31) - 1
@@ -223,6 +224,26 @@ def _parse_protocol_map(v: str | None) -> dict[str, str]:
     return out
 
 
+# The authorizer.class.name values that turn on fastlog's ACL authorizer: Kafka's
+# ZooKeeper-mode AclAuthorizer and KRaft's StandardAuthorizer decide alike.
+AUTHORIZER_CLASSES = ("kafka.security.authorizer.AclAuthorizer",
+                      "org.apache.kafka.metadata.authorizer.StandardAuthorizer")
+
+
+def _check_authorizer(v: str) -> str | None:
+    if not v.strip() or v.strip() in AUTHORIZER_CLASSES:
+        return None
+    return "must be empty or one of " + ", ".join(AUTHORIZER_CLASSES)
+
+
+def _check_super_users(v: str) -> str | None:
+    try:
+        parse_super_users(v)
+    except SecurityConfigError as e:
+        return f"is not valid ({e})"
+    return None
+
+
 def parse_connection_overrides(v: str | None) -> dict[str, int]:
     """max.connections.per.ip.overrides, Kafka's "host:count,host:count" (a host may be
     a name or an address; the count is after the last colon, so IPv6 works too)."""
@@ -320,6 +341,16 @@ _KEYS: list[ConfigKey] = [
     ConfigKey("fastlog.sasl.authentication.timeout.ms", "long", 10000,
               "A SASL connection not authenticated this long after its first request is "
               "closed.", _at_least(1)),
+    # authorization (fastlog/security/authorizer.py; wired in fastlog/server/authz.py)
+    ConfigKey("authorizer.class.name", "string", "",
+              "Kafka's AclAuthorizer (or StandardAuthorizer) class name turns ACL "
+              "authorization on; empty: every principal may do everything.",
+              _check_authorizer),
+    ConfigKey("super.users", "string", "",
+              "Principals allowed everything, separated by ';' (User:admin;User:broker).",
+              _check_super_users),
+    ConfigKey("allow.everyone.if.no.acl.found", "boolean", False,
+              "Allow an operation on a resource that no ACL applies to."),
     *(ConfigKey(k, "password" if k.endswith((".password", ".key")) else "string", None,
                 "TLS setting of SSL and SASL_SSL listeners (Kafka's meaning).",
                 sensitive=k.endswith((".password", ".key")))

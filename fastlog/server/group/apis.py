@@ -8,7 +8,11 @@ the version lacks are ignored). The handlers only translate between the wire and
 
 FindCoordinator 0-2, JoinGroup 0-5, SyncGroup 0-3, Heartbeat 0-3, LeaveGroup 0-3,
 OffsetCommit 1-7, OffsetFetch 1-5, ListGroups 0-2, DescribeGroups 0-4, DeleteGroups 0-1,
-OffsetDelete 0. Run on the broker's event loop; a JoinGroup/SyncGroup handler awaits
+OffsetDelete 0. With an authorizer, each checks the principal as Kafka does (Read on the
+group to join, commit and fetch offsets, Describe to find its coordinator and describe it,
+Delete to delete it or its offsets; Read on each topic committed, Describe on each topic
+fetched; ListGroups lists the groups the principal may Describe) and answers
+GROUP_AUTHORIZATION_FAILED / TOPIC_AUTHORIZATION_FAILED. Run on the broker's event loop; a JoinGroup/SyncGroup handler awaits
 the rebalance without blocking anything else.
 """
 
@@ -18,6 +22,17 @@ from typing import Any
 
 from fastlog.protocol.api_keys import ApiKey
 from fastlog.protocol.errors import Errors
+from fastlog.server.authz import (
+    DELETE,
+    DESCRIBE,
+    GROUP,
+    OPERATIONS_NOT_ASKED,
+    READ,
+    TOPIC,
+    authorize,
+    authorize_cluster,
+    authorized_operations,
+)
 
 from .coordinator import GroupCoordinator
 from .offsets import GROUP_METADATA_TOPIC
@@ -55,6 +70,8 @@ async def handle_find_coordinator(ctx, request):
 
     if request.key_type != KEY_TYPE_GROUP:
         return fail(Errors.COORDINATOR_NOT_AVAILABLE, "transactions are not supported")
+    if not authorize(ctx, DESCRIBE, GROUP, request.key):
+        return fail(Errors.GROUP_AUTHORIZATION_FAILED, "Group authorization failed.")
     if c is None or not c.active:
         return fail(Errors.COORDINATOR_NOT_AVAILABLE, "the group coordinator is not running")
     if not request.key:
@@ -112,8 +129,10 @@ def _leader_endpoint(broker, partition: int, listener: str | None = None
 async def handle_join_group(ctx, request):
     c = _coordinator(ctx)
     v = ctx.api_version
-    if c is None:
-        return {"throttle_time_ms": 0, "error_code": Errors.COORDINATOR_NOT_AVAILABLE,
+    refused = None if authorize(ctx, READ, GROUP, request.group_id) else \
+        Errors.GROUP_AUTHORIZATION_FAILED
+    if c is None or refused is not None:
+        return {"throttle_time_ms": 0, "error_code": refused or Errors.COORDINATOR_NOT_AVAILABLE,
                 "generation_id": -1, "protocol_name": "", "leader": "",
                 "member_id": request.member_id, "members": []}
     res = await c.join_group(
@@ -140,6 +159,9 @@ async def handle_join_group(ctx, request):
 
 async def handle_sync_group(ctx, request):
     c = _coordinator(ctx)
+    if not authorize(ctx, READ, GROUP, request.group_id):
+        return {"throttle_time_ms": 0, "error_code": Errors.GROUP_AUTHORIZATION_FAILED,
+                "assignment": b""}
     if c is None:
         return {"throttle_time_ms": 0, "error_code": Errors.COORDINATOR_NOT_AVAILABLE,
                 "assignment": b""}
@@ -154,6 +176,8 @@ async def handle_sync_group(ctx, request):
 
 async def handle_heartbeat(ctx, request):
     c = _coordinator(ctx)
+    if not authorize(ctx, READ, GROUP, request.group_id):
+        return {"throttle_time_ms": 0, "error_code": Errors.GROUP_AUTHORIZATION_FAILED}
     if c is None:
         return {"throttle_time_ms": 0, "error_code": Errors.COORDINATOR_NOT_AVAILABLE}
     err = await c.heartbeat(request.group_id, request.member_id, request.group_instance_id,
@@ -168,6 +192,9 @@ async def handle_leave_group(ctx, request):
         members = [(m.member_id, m.group_instance_id) for m in request.members]
     else:
         members = [(request.member_id, None)]
+    if not authorize(ctx, READ, GROUP, request.group_id):
+        return {"throttle_time_ms": 0, "error_code": Errors.GROUP_AUTHORIZATION_FAILED,
+                "members": []}
     if c is None:
         return {"throttle_time_ms": 0, "error_code": Errors.COORDINATOR_NOT_AVAILABLE,
                 "members": []}
@@ -193,8 +220,20 @@ async def handle_offset_commit(ctx, request):
                 metadata=p.committed_metadata,
                 commit_timestamp=p.commit_timestamp if v == 1 else -1)
             offsets[(t.name, p.partition_index)] = om
+    refused = {}
+    if not authorize(ctx, READ, GROUP, request.group_id):
+        refused = dict.fromkeys(offsets, Errors.GROUP_AUTHORIZATION_FAILED)
+    else:
+        for t in {t for t, _ in offsets}:
+            if not authorize(ctx, READ, TOPIC, t):
+                refused.update((tp, Errors.TOPIC_AUTHORIZATION_FAILED)
+                               for tp in offsets if tp[0] == t)
+        for tp in refused:
+            del offsets[tp]
     if c is None:
         result = dict.fromkeys(offsets, Errors.COORDINATOR_NOT_AVAILABLE)
+    elif not offsets:
+        result = {}
     else:
         if retention is not None and retention >= 0:
             from .group import now_ms
@@ -206,6 +245,8 @@ async def handle_offset_commit(ctx, request):
         result = await c.commit_offsets(
             request.group_id, request.member_id, getattr(request, "group_instance_id", None),
             request.generation_id_or_member_epoch, offsets)
+    if refused:
+        result = {**refused, **result}
     return {"throttle_time_ms": 0,
             "topics": _by_topic(result, lambda p, e: {"partition_index": p, "error_code": e})}
 
@@ -216,7 +257,9 @@ async def handle_offset_fetch(ctx, request):
     wanted = None
     if request.topics is not None:
         wanted = [(t.name, p) for t in request.topics for p in t.partition_indexes]
-    if c is None:
+    if not authorize(ctx, READ, GROUP, request.group_id):
+        err, got = Errors.GROUP_AUTHORIZATION_FAILED, {}
+    elif c is None:
         err, got = Errors.COORDINATOR_NOT_AVAILABLE, {}
     else:
         err, got = await c.fetch_offsets(request.group_id, wanted)
@@ -236,16 +279,38 @@ async def handle_offset_fetch(ctx, request):
         return {"partition_index": p, "committed_offset": om.offset,
                 "committed_leader_epoch": om.leader_epoch, "metadata": om.metadata,
                 "error_code": Errors.NONE}
-    return {"throttle_time_ms": 0, "error_code": Errors.NONE, "topics": _by_topic(got, part)}
+
+    def refused(p, _):
+        return {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1,
+                "metadata": "", "error_code": Errors.TOPIC_AUTHORIZATION_FAILED}
+    # Topics the principal may not Describe: refused when asked for by name, left out
+    # when all were asked for (Kafka's OffsetFetch).
+    topics: dict[str, bool] = {}
+    for t, _ in got:
+        if t not in topics:
+            topics[t] = authorize(ctx, DESCRIBE, TOPIC, t, log_denied=wanted is not None)
+    denied = {tp: om for tp, om in got.items() if not topics[tp[0]]}
+    allowed = {tp: om for tp, om in got.items() if topics[tp[0]]}
+    out = _by_topic(allowed, part)
+    if wanted is not None:
+        out += _by_topic(denied, refused)
+    return {"throttle_time_ms": 0, "error_code": Errors.NONE, "topics": out}
 
 
 async def handle_offset_delete(ctx, request):
     c = _coordinator(ctx)
     tps = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    if not authorize(ctx, DELETE, GROUP, request.group_id):
+        return {"error_code": Errors.GROUP_AUTHORIZATION_FAILED, "throttle_time_ms": 0,
+                "topics": []}
     if c is None:
         return {"error_code": Errors.COORDINATOR_NOT_AVAILABLE, "throttle_time_ms": 0,
                 "topics": []}
-    err, per = await c.delete_offsets(request.group_id, tps)
+    readable = {t: authorize(ctx, READ, TOPIC, t) for t, _ in tps}
+    err, per = await c.delete_offsets(request.group_id, [tp for tp in tps if readable[tp[0]]])
+    if err is Errors.NONE:
+        per = {**per, **{tp: Errors.TOPIC_AUTHORIZATION_FAILED
+                         for tp in tps if not readable[tp[0]]}}
     return {"error_code": err, "throttle_time_ms": 0,
             "topics": _by_topic(per, lambda p, e: {"partition_index": p, "error_code": e})}
 
@@ -257,6 +322,8 @@ async def handle_list_groups(ctx, request):
         return {"throttle_time_ms": 0, "error_code": Errors.COORDINATOR_NOT_AVAILABLE,
                 "groups": []}
     err, groups = c.list_groups()
+    if not authorize_cluster(ctx, DESCRIBE, log_denied=False):
+        groups = [g for g in groups if authorize(ctx, DESCRIBE, GROUP, g[0], log_denied=False)]
     return {"throttle_time_ms": 0, "error_code": err,
             "groups": [{"group_id": g, "protocol_type": t, "group_state": s}
                        for g, t, s in groups]}
@@ -265,7 +332,13 @@ async def handle_list_groups(ctx, request):
 async def handle_describe_groups(ctx, request):
     c = _coordinator(ctx)
     out = []
+    asked = ctx.api_version >= 3 and request.include_authorized_operations
     for group_id in request.groups:
+        if not authorize(ctx, DESCRIBE, GROUP, group_id):
+            out.append({"error_code": Errors.GROUP_AUTHORIZATION_FAILED, "group_id": group_id,
+                        "group_state": "", "protocol_type": "", "protocol_data": "",
+                        "members": []})
+            continue
         if c is None:
             out.append({"error_code": Errors.COORDINATOR_NOT_AVAILABLE, "group_id": group_id,
                         "group_state": "", "protocol_type": "", "protocol_data": "",
@@ -279,7 +352,8 @@ async def handle_describe_groups(ctx, request):
                          "client_host": host, "member_metadata": md,
                          "member_assignment": asg}
                         for m, i, cid, host, md, asg in s.members],
-            "authorized_operations": -(1 << 31),
+            "authorized_operations": (authorized_operations(ctx, GROUP, group_id) if asked
+                                      else OPERATIONS_NOT_ASKED),
         })
     return {"throttle_time_ms": 0, "groups": out}
 
@@ -287,10 +361,14 @@ async def handle_describe_groups(ctx, request):
 async def handle_delete_groups(ctx, request):
     c = _coordinator(ctx)
     names = list(request.groups_names)
+    refused = {g: Errors.GROUP_AUTHORIZATION_FAILED for g in names
+               if not authorize(ctx, DELETE, GROUP, g)}
+    names = [g for g in names if g not in refused]
     if c is None:
         result = dict.fromkeys(names, Errors.COORDINATOR_NOT_AVAILABLE)
     else:
-        result = await c.delete_groups(names)
+        result = await c.delete_groups(names) if names else {}
+    result = {**refused, **result}
     return {"throttle_time_ms": 0,
             "results": [{"group_id": g, "error_code": e} for g, e in result.items()]}
 
