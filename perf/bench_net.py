@@ -41,10 +41,11 @@ MODES = {
 
 # ---- server process -------------------------------------------------------------------
 
-def serve(conn, mode, path, zero_copy):
+def serve(conn, mode, path, zero_copy, keystore=None):
     import uvloop
     from fastlog._codec import FileRegion
     from fastlog._net import SocketServer
+    from fastlog.security import server_context
 
     async def main():
         f = open(path, "rb") if path else None
@@ -59,7 +60,11 @@ def serve(conn, mode, path, zero_copy):
             state["pos"] = (pos + REGION) % FILE_SIZE
             return [HEADER, FileRegion(f, pos, REGION)]
 
-        server = SocketServer(handler, port=0, zero_copy=zero_copy, **MODES[mode])
+        ctx = None   # keystore: a PEM file (key + certificate) for a TLS listener
+        if keystore:
+            ctx = server_context({"ssl.keystore.type": "PEM", "ssl.keystore.location": keystore})
+        server = SocketServer(handler, port=0, zero_copy=zero_copy, ssl_context=ctx,
+                              **MODES[mode])
         await server.start()
         conn.send(server.port)
         loop = asyncio.get_running_loop()
@@ -75,9 +80,9 @@ def serve(conn, mode, path, zero_copy):
         uvloop.run(main())
 
 
-def start_server(mode, path=None, zero_copy=True):
+def start_server(mode, path=None, zero_copy=True, keystore=None):
     parent, child = mp.Pipe()
-    proc = mp.Process(target=serve, args=(child, mode, path, zero_copy), daemon=True)
+    proc = mp.Process(target=serve, args=(child, mode, path, zero_copy, keystore), daemon=True)
     proc.start()
     port = parent.recv()
     return proc, parent, port
@@ -134,12 +139,15 @@ def small_client(port, nconns, inflight, seconds):
     return done / elapsed
 
 
-def large_client(port, total_bytes, inflight=4):
-    """GB/s of fetch-like responses (64 B header + 1 MiB region each)."""
+def large_client(port, total_bytes, inflight=4, tls=None):
+    """GB/s of fetch-like responses (64 B header + 1 MiB region each); ``tls``: an
+    ssl.SSLContext to connect with (to localhost)."""
     resp = 4 + len(HEADER) + REGION
     want = max(1, total_bytes // REGION)
     req = struct.pack(">i", 4) + b"Fxxx"
     s = socket.create_connection(("127.0.0.1", port))
+    if tls is not None:
+        s = tls.wrap_socket(s, server_hostname="localhost")
     buf = bytearray(1 << 20)
     view = memoryview(buf)
     sent = min(inflight, want)
