@@ -138,10 +138,12 @@ cdef size_t FILE_CHUNK = 1 << 20
 # TLS: plaintext encrypted per step of a response (a file region is pread this much at a
 # time); the next step is encrypted only once the ciphertext of this one is in the socket.
 cdef Py_ssize_t TLS_CHUNK = 256 * 1024
-# TLS: ciphertext received per recv, done only while less than one record's worth waits
-# in the incoming BIO undecrypted (so a muted connection holds at most ~80 KiB of it).
+# TLS: ciphertext received per recv, done only while less than the largest record TLS
+# allows (2^14 + 2048 + header) waits in the incoming BIO undecrypted: a muted connection
+# holds at most ~82 KiB of it, and more than that always holds a whole record, so the
+# decryption that stopped for want of bytes can never be the one waiting for this recv.
 cdef Py_ssize_t TLS_RECV = 64 * 1024
-cdef Py_ssize_t TLS_RECORD = 16384 + 325
+cdef Py_ssize_t TLS_RECORD = 16384 + 2048 + 5
 
 
 class CloseConnection(Exception):
@@ -572,16 +574,21 @@ cdef class Connection:
         except ssl.SSLWantReadError:
             if self.tls_out.pending:
                 self._tls_send_out()
-            if self.tls_in.eof and not self.closed:
-                server.tls_log.log(
-                    logging.INFO, "connection %s %s: closing: peer closed the connection "
-                    "during the TLS handshake", self.id, self.peer)
-                self._close("closed during the TLS handshake", True)
+            return False
+        except (ssl.SSLEOFError, ssl.SSLZeroReturnError):
+            # e.g. a port probe: a connection that closes before any handshake
+            server.tls_log.log(
+                logging.INFO, "connection %s %s: closing: peer closed the connection "
+                "during the TLS handshake", self.id, self.peer)
+            self._close("closed during the TLS handshake", True)
             return False
         except (ssl.SSLError, OSError) as exc:
+            why = getattr(exc, "reason", None) or str(exc)
+            if getattr(exc, "verify_message", None):   # the peer's certificate was refused
+                why = f"{why} ({exc.verify_message})"
             server.tls_log.log(
                 logging.WARNING, "connection %s %s: closing: TLS handshake failed: %s",
-                self.id, self.peer, getattr(exc, "reason", None) or exc)
+                self.id, self.peer, why)
             self._tls_send_alert()
             self._close("TLS handshake failed", True)
             return False
@@ -1422,6 +1429,10 @@ cdef class SocketServer:
         self.expire_log = RateLimitedLog(log, log_interval)
         self.accept_log = RateLimitedLog(log, log_interval)
         self.tls_log = RateLimitedLog(log, log_interval)
+        if ssl_context is not None:
+            # As Kafka (SslTransportLayer refuses it): no TLS 1.2 renegotiation, which a
+            # client could otherwise ask for again and again at the broker's CPU cost.
+            ssl_context.options |= ssl.OP_NO_RENEGOTIATION
         self.ssl_context = ssl_context
         self.handshake_timeout = ssl_handshake_timeout_ms / 1000.0
 

@@ -9,6 +9,7 @@ tests' CA (tests/security/conftest.py). Both processor modes; every wait is boun
 """
 
 import asyncio
+import datetime
 import hashlib
 import logging
 import os
@@ -41,9 +42,11 @@ def broker_cfg(certs, **extra):
 
 
 def client_cfg(certs, with_cert=False):
+    """with_cert: True for the client certificate, or the path of another keystore."""
     cfg = {"ssl.truststore.type": "PEM", "ssl.truststore.location": str(certs.dir / "ca.pem")}
     if with_cert:
-        cfg.update({"ssl.keystore.type": "PEM", "ssl.keystore.location": certs.client_keystore})
+        store = certs.client_keystore if with_cert is True else with_cert
+        cfg.update({"ssl.keystore.type": "PEM", "ssl.keystore.location": store})
     return cfg
 
 
@@ -52,9 +55,10 @@ async def start_tls(certs, handler, client_auth="none", **kw):
     return await start(handler, ssl_context=ctx, **kw)
 
 
-async def connect_tls(server, certs, with_cert=False):
+async def connect_tls(server, certs, with_cert=False, now=None):
+    """now: the time the client's own certificate is checked against (see client_context)."""
     return await asyncio.open_connection(
-        "127.0.0.1", server.port, ssl=client_context(client_cfg(certs, with_cert)),
+        "127.0.0.1", server.port, ssl=client_context(client_cfg(certs, with_cert), now),
         server_hostname="localhost")
 
 
@@ -159,20 +163,31 @@ def test_mutual_tls_principal_visible_to_the_handler(certs, mode):
     run(main())
 
 
+async def refused(server, certs, with_cert, now) -> bool:
+    try:
+        # TLS 1.3: the client finishes its side first and learns of the refusal (an
+        # alert, or the closed connection) when it reads.
+        r, w = await connect_tls(server, certs, with_cert, now)
+        w.write(frame(b"Eno"))
+        await asyncio.wait_for(read_frame(r), 5)
+    except (ssl.SSLError, ConnectionError, asyncio.IncompleteReadError):
+        return True
+    return False
+
+
 @pytest.mark.parametrize("mode", MODES)
-def test_client_without_certificate_refused_when_client_auth_required(certs, mode, caplog):
+@pytest.mark.parametrize("client", ["no certificate", "expired certificate"])
+def test_client_refused_when_client_auth_required(certs, mode, client, caplog):
+    """Without a certificate, or with one the truststore does not accept: the connection
+    is closed with one line naming the reason; a client with a good one is served."""
+    store = client == "expired certificate" and certs.write(
+        "expired.keystore.pem", certs.text("expired.key"), certs.text("expired.pem"))
+
     async def main():
         server = await start_tls(certs, Echo(), client_auth="required", **mode)
-        refused = False
-        try:
-            # TLS 1.3: the client finishes its side first and learns of the refusal
-            # (an alert, or the closed connection) when it reads.
-            r, w = await connect_tls(server, certs)
-            w.write(frame(b"Eno"))
-            await asyncio.wait_for(read_frame(r), 5)
-        except (ssl.SSLError, ConnectionError, asyncio.IncompleteReadError):
-            refused = True
-        assert refused
+        # the expired certificate's own validity window, for the client to load it
+        then = datetime.datetime(2020, 1, 15, tzinfo=datetime.UTC) if store else None
+        assert await refused(server, certs, store, then)
         r, w = await connect_tls(server, certs, with_cert=True)
         w.write(frame(b"Eyes"))
         assert await read_frame(r) == b"yes"
@@ -181,7 +196,8 @@ def test_client_without_certificate_refused_when_client_auth_required(certs, mod
     with caplog.at_level(logging.INFO, logger="fastlog.net"):
         run(main())
     lines = [r.getMessage() for r in caplog.records if "TLS handshake failed" in r.getMessage()]
-    assert len(lines) == 1 and "CERTIFICATE" in lines[0].upper()
+    assert len(lines) == 1
+    assert ("EXPIRED" if store else "CERTIFICATE") in lines[0].upper()
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -196,6 +212,26 @@ def test_plaintext_client_on_tls_port_is_closed_and_others_served(certs, mode, c
     with caplog.at_level(logging.INFO, logger="fastlog.net"):
         run(main())
     assert sum("TLS handshake failed" in r.getMessage() for r in caplog.records) == 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_connection_closed_before_its_handshake_is_an_info_line(certs, mode, caplog):
+    """A port probe (connect, close) is not a TLS failure worth a warning."""
+    async def main():
+        server = await start_tls(certs, Echo(), **mode)
+        _, w = await asyncio.open_connection("127.0.0.1", server.port)
+        w.close()
+        for _ in range(200):
+            if server.connection_count == 0:
+                break
+            await asyncio.sleep(0.01)
+        await tls_serves(server, certs)
+        await server.stop()
+    with caplog.at_level(logging.INFO, logger="fastlog.net"):
+        run(main())
+    lines = [r for r in caplog.records if "during the TLS handshake" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].levelno == logging.INFO
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 @pytest.mark.parametrize("mode", MODES)
