@@ -100,6 +100,7 @@ cdef class Connection:
     cdef int _flush(self) except -1
     cdef void _close(self, str why, bint quiet=*)
     cdef void _let_go_of_buffer(self)
+    cdef void _note_arrival(self)
     cdef void _on_peer_eof(self)
     cdef void _tls_readable(self)
     cdef int _tls_handshake(self) except -1

@@ -467,9 +467,7 @@ cdef class Connection:
                 n = recv(self.fd, p, <size_t>free_space, 0)
             if n > 0:
                 self.rend += n
-                self.last_active = _now()
-                if self.frame_start == 0:
-                    self.frame_start = self.last_active
+                self._note_arrival()
                 if not self.writing:
                     self._process()
             elif n == 0:
@@ -481,6 +479,13 @@ cdef class Connection:
         except BaseException as exc:
             log.exception("connection %s %s: read path failed", self.id, self.peer)
             self._close(f"read path failed: {exc!r}")
+
+    cdef void _note_arrival(self):
+        """Request bytes arrived: the connection is active, and a request began unless
+        one was already arriving (the receive deadline, see _expire_check)."""
+        self.last_active = _now()
+        if self.frame_start == 0:
+            self.frame_start = self.last_active
 
     cdef void _on_peer_eof(self):
         if self.ahead or self.writing:
@@ -502,7 +507,7 @@ cdef class Connection:
         reads it (same framing, pool reservations and muting)."""
         cdef ssize_t n = 0
         cdef Py_ssize_t free_space
-        cdef Py_ssize_t got = 0
+        cdef bint unprocessed = False   # plaintext added since _process last ran
         cdef bint peer_eof = False
         cdef char *p
         cdef Processor proc = self.proc
@@ -522,9 +527,18 @@ cdef class Connection:
             if self.handshaking and not self._tls_handshake():
                 return
             # Plaintext into rbuf for as long as it has room (the TLS object may hold more
-            # than the socket announces: _start_reading comes back for it).
+            # than the socket announces: _start_reading comes back for it). A full buffer
+            # first has its complete frames handed out, as the plaintext path does after
+            # each recv, so it is compacted or grown only for an incomplete one.
             while True:
                 free_space = len(self.rbuf) - self.rend
+                if free_space == 0 and unprocessed and not self.writing:
+                    unprocessed = False
+                    self._note_arrival()
+                    self._process()
+                    if self.closed:
+                        return
+                    free_space = len(self.rbuf) - self.rend
                 if free_space == 0:
                     if self.ahead or self.writing or not self._make_room():
                         self._stop_reading()   # muted; resumed by _start_reading / _wake
@@ -544,13 +558,11 @@ cdef class Connection:
                 if n <= 0:
                     break
                 self.rend += n
-                got += n
+                unprocessed = True
             if self.tls_out.pending and not self.writing:
                 self._tls_send_out()   # e.g. a key update the peer asked for
-            if got:
-                self.last_active = _now()
-                if self.frame_start == 0:
-                    self.frame_start = self.last_active
+            if unprocessed:
+                self._note_arrival()
                 if not self.writing:
                     self._process()
             if peer_eof and not self.closed:
