@@ -16,6 +16,7 @@ Usage: .venv/bin/python perf/bench_net.py [--reps 3] [--small-seconds 2] [--larg
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -207,6 +208,20 @@ def loopback_pump(total):
     return got / elapsed / 1e9, cpu / (got / 2**30)
 
 
+@contextlib.contextmanager
+def page_cached_file():
+    """A temporary FILE_SIZE file of random bytes, read once so it is page-cached."""
+    with tempfile.NamedTemporaryFile(dir=os.environ.get("TMPDIR")) as f:
+        block = os.urandom(1 << 20)
+        for _ in range(FILE_SIZE // len(block)):
+            f.write(block)
+        f.flush()
+        with open(f.name, "rb") as warm:
+            while warm.read(1 << 24):
+                pass
+        yield f
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
@@ -235,14 +250,7 @@ def main():
               f"   server CPU {us:5.1f} us/request")
 
     total = args.large_mib * 1024 * 1024
-    with tempfile.NamedTemporaryFile(dir=os.environ.get("TMPDIR")) as f:
-        block = os.urandom(1 << 20)
-        for _ in range(FILE_SIZE // len(block)):
-            f.write(block)
-        f.flush()
-        with open(f.name, "rb") as warm:          # page-cache it
-            while warm.read(1 << 24):
-                pass
+    with page_cached_file() as f:
         print(f"\n(2) large responses: {args.large_mib} MiB as 1 MiB FileRegions "
               "of a page-cached 256 MiB file, 4 in flight")
         pumps = [loopback_pump(total) for _ in range(args.reps)]

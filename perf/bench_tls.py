@@ -33,10 +33,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_net import (  # noqa: E402  (perf/bench_net.py: server process, large client)
-    FILE_SIZE,
     SMALL_REQ,
     SMALL_RESP,
     large_client,
+    page_cached_file,
     server_cpu,
     start_server,
     stop_server,
@@ -161,16 +161,18 @@ def small_rate(port, seconds, tls=None, inflight=10):
 
 
 def measure(mode, fn, path=None, keystore=None, reps=1):
-    """Best of `reps` of fn(port) against a fresh server; with the server's CPU seconds
-    and requests served over all reps."""
+    """Best of `reps` of fn(port) against a fresh server; with the server's and this
+    client's CPU seconds and the requests served, over all reps."""
     proc, pipe, port = start_server(mode, path, keystore=keystore)
     try:
         cpu0, n0 = server_cpu(pipe)
+        mine = time.process_time()
         best = max(fn(port) for _ in range(reps))
+        mine = time.process_time() - mine
         cpu1, n1 = server_cpu(pipe)
     finally:
         stop_server(proc, pipe)
-    return best, cpu1 - cpu0, n1 - n0
+    return best, cpu1 - cpu0, n1 - n0, mine
 
 
 def main():
@@ -201,13 +203,13 @@ def main():
                   f"connection; probe p50/p99/max ms idle {i50:.2f}/{i99:.2f}/{imax:.2f}, "
                   f"during handshakes {b50:.2f}/{b99:.2f}/{bmax:.2f}")
             summary[f"connection_{kind}_server_ms"] = round(h["server_cpu_ms"], 3)
-            summary[f"handshake_{kind}_probe_max_ms"] = round(bmax, 2)
+            summary[f"connection_{kind}_probe_max_ms"] = round(bmax, 2)
 
         print("\n(2) small requests, 1 connection x 10 in flight")
         for mode in modes:
             row = {}
             for name, ks, ctx in (("plain", None, None), ("tls", store, tls)):
-                rate, cpu, n = measure(mode, lambda p, c=ctx: small_rate(p, args.small_seconds, c),
+                rate, cpu, n, _ = measure(mode, lambda p, c=ctx: small_rate(p, args.small_seconds, c),
                                        keystore=ks, reps=args.reps)
                 row[name] = (rate, cpu / max(1, n) * 1e6)
             print(f"  {mode:9s} plaintext {row['plain'][0]:8,.0f}/s {row['plain'][1]:5.1f} us/req;"
@@ -216,24 +218,19 @@ def main():
             summary[f"small_{mode}_cpu_ratio"] = round(row["tls"][1] / row["plain"][1], 2)
 
         total = args.large_mib * 1024 * 1024
-        with tempfile.NamedTemporaryFile(dir=os.environ.get("TMPDIR")) as f:
-            block = os.urandom(1 << 20)
-            for _ in range(FILE_SIZE // len(block)):
-                f.write(block)
-            f.flush()
-            with open(f.name, "rb") as warm:
-                while warm.read(1 << 24):
-                    pass
+        with page_cached_file() as f:
             print(f"\n(3) large responses: {args.large_mib} MiB per rep as 1 MiB FileRegions, "
                   "4 in flight")
             for mode in modes:
                 row = {}
                 for name, ks, ctx in (("sendfile", None, None), ("tls", store, tls)):
-                    gbs, cpu, _ = measure(mode, lambda p, c=ctx: large_client(p, total, tls=c),
-                                          path=f.name, keystore=ks, reps=args.reps)
-                    row[name] = (gbs, cpu / (args.reps * total / 2**30))
+                    gbs, cpu, _, client = measure(
+                        mode, lambda p, c=ctx: large_client(p, total, tls=c), path=f.name,
+                        keystore=ks, reps=args.reps)
+                    gib = args.reps * total / 2**30
+                    row[name] = (gbs, cpu / gib)
                     print(f"  {mode:9s} {name:9s} {gbs:5.2f} GB/s, server CPU "
-                          f"{row[name][1]:5.3f} s/GiB")
+                          f"{row[name][1]:5.3f} s/GiB, client CPU {client / gib:5.3f} s/GiB")
                 speed = row["tls"][0] / row["sendfile"][0]
                 cost = row["tls"][1] / row["sendfile"][1]
                 print(f"  {mode:9s} TLS / plaintext: {speed:4.2f}x the throughput, "

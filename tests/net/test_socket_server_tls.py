@@ -28,10 +28,12 @@ from tests.net.test_socket_server import (
     Echo,
     closed_by_server,
     frame,
+    mixed_parts,
     read_frame,
     run,
     start,
 )
+from tests.net.test_socket_server_limits import frames_bigger_than_the_pool_all_finish
 
 
 def broker_cfg(certs, **extra):
@@ -67,6 +69,13 @@ async def tls_serves(server, certs):
     w.write(frame(b"Eok"))
     assert await read_frame(r) == b"ok"
     w.close()
+
+
+def logged(main, caplog, text):
+    """Run main() with fastlog.net's INFO lines captured: the log records containing text."""
+    with caplog.at_level(logging.INFO, logger="fastlog.net"):
+        run(main())
+    return [r for r in caplog.records if text in r.getMessage()]
 
 
 def client_hello(certs) -> bytes:
@@ -121,14 +130,10 @@ def test_file_region_parts_arrive_byte_exact_and_in_order(certs, mode):
         with tempfile.NamedTemporaryFile() as f:
             f.write(content)
             f.flush()
-            echo.regions["mix"] = [b"head", FileRegion(f, 5, 2 * 1024 * 1024 + 3),
-                                   bytearray(b"-mid-"), FileRegion(f, 0, 0),
-                                   FileRegion(f, 100, 1000), memoryview(b"tail")]
+            echo.regions["mix"], expect = mixed_parts(f, content)
             echo.regions["short"] = [FileRegion(f, 7, 10)]
             r, w = await connect_tls(server, certs)
             w.write(frame(b"S50:before") + frame(b"Fmix") + frame(b"Fshort") + frame(b"Eafter"))
-            expect = (b"head" + content[5:5 + 2 * 1024 * 1024 + 3] + b"-mid-"
-                      + content[100:1100] + b"tail")
             assert await read_frame(r) == b"before"
             assert await read_frame(r) == expect
             assert await read_frame(r) == content[7:17]
@@ -193,11 +198,9 @@ def test_client_refused_when_client_auth_required(certs, mode, client, caplog):
         assert await read_frame(r) == b"yes"
         w.close()
         await server.stop()
-    with caplog.at_level(logging.INFO, logger="fastlog.net"):
-        run(main())
-    lines = [r.getMessage() for r in caplog.records if "TLS handshake failed" in r.getMessage()]
+    lines = logged(main, caplog, "TLS handshake failed")
     assert len(lines) == 1
-    assert ("EXPIRED" if store else "CERTIFICATE") in lines[0].upper()
+    assert ("EXPIRED" if store else "CERTIFICATE") in lines[0].getMessage().upper()
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -209,9 +212,7 @@ def test_plaintext_client_on_tls_port_is_closed_and_others_served(certs, mode, c
         assert await closed_by_server(r, limit=1024)
         await tls_serves(server, certs)
         await server.stop()
-    with caplog.at_level(logging.INFO, logger="fastlog.net"):
-        run(main())
-    assert sum("TLS handshake failed" in r.getMessage() for r in caplog.records) == 1
+    assert len(logged(main, caplog, "TLS handshake failed")) == 1
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -227,9 +228,7 @@ def test_connection_closed_before_its_handshake_is_an_info_line(certs, mode, cap
             await asyncio.sleep(0.01)
         await tls_serves(server, certs)
         await server.stop()
-    with caplog.at_level(logging.INFO, logger="fastlog.net"):
-        run(main())
-    lines = [r for r in caplog.records if "during the TLS handshake" in r.getMessage()]
+    lines = logged(main, caplog, "during the TLS handshake")
     assert len(lines) == 1 and lines[0].levelno == logging.INFO
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
@@ -250,11 +249,8 @@ def test_unfinished_handshakes_closed_by_the_deadline(certs, mode, caplog):
         assert await closed_by_server(r2, limit=0)
         await tls_serves(server, certs)
         await server.stop()
-    with caplog.at_level(logging.INFO, logger="fastlog.net"):
-        run(main())
     # two closed by the deadline, logged on one rate-limited line
-    lines = [r.getMessage() for r in caplog.records if "not finished within" in r.getMessage()]
-    assert len(lines) == 1
+    assert len(logged(main, caplog, "not finished within")) == 1
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -282,9 +278,7 @@ def test_garbage_after_the_handshake_closes_only_that_connection(certs, mode, ca
         assert await asyncio.to_thread(client, server.port)
         await tls_serves(server, certs)
         await server.stop()
-    with caplog.at_level(logging.INFO, logger="fastlog.net"):
-        run(main())
-    assert sum("TLS record error" in r.getMessage() for r in caplog.records) == 1
+    assert len(logged(main, caplog, "TLS record error")) == 1
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -294,19 +288,8 @@ def test_memory_pool_still_bounds_tls_frames(certs, mode):
     async def main():
         server = await start_tls(certs, Echo(), queued_max_request_bytes=1 << 20,
                                  max_request_size=1 << 20, **mode)
-        conns = [await connect_tls(server, certs) for _ in range(5)]
-        bodies = [bytes([65 + i]) * (600_000 + i) for i in range(5)]
-        for (_, w), body in zip(conns, bodies, strict=True):
-            w.write(frame(b"E" + body))
-        for (r, _), body in zip(conns, bodies, strict=True):
-            assert await read_frame(r) == body
-        for _, w in conns:
-            w.close()
-        for _ in range(100):
-            if server.memory_pool.available == 1 << 20:
-                break
-            await asyncio.sleep(0.02)
-        assert server.memory_pool.available == 1 << 20
+        await frames_bigger_than_the_pool_all_finish(
+            server, lambda server: connect_tls(server, certs))
         await server.stop()
     run(main())
 
