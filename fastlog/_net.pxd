@@ -76,6 +76,18 @@ cdef class Connection:
     cdef list wparts
     cdef Py_ssize_t widx
     cdef long long woff
+    # TLS (None when the listener is plaintext): the ssl.SSLObject and its two MemoryBIOs
+    # (ciphertext received / to send); wpending[wpoff:] is ciphertext taken from tls_out
+    # and not yet accepted by the socket (one encrypted chunk at most, see _flush_tls)
+    cdef object tls
+    cdef object tls_in, tls_out
+    cdef bytes wpending
+    cdef Py_ssize_t wpoff
+    cdef bint handshaking, tls_kick_pending
+    cdef double handshake_deadline
+    # the peer's certificate, kept when the handshake finished (read by handlers on the
+    # API loop without touching the SSLObject, which its processor thread drives)
+    cdef object peer_cert_der, peer_cert_dict
 
     cdef void _start_reading(self)
     cdef void _stop_reading(self)
@@ -88,6 +100,13 @@ cdef class Connection:
     cdef int _flush(self) except -1
     cdef void _close(self, str why, bint quiet=*)
     cdef void _let_go_of_buffer(self)
+    cdef void _note_arrival(self)
+    cdef void _on_peer_eof(self)
+    cdef void _tls_readable(self)
+    cdef int _tls_handshake(self) except -1
+    cdef int _tls_send(self) except -1
+    cdef int _flush_tls(self) except -1
+    cdef void _tls_close_notify(self)
 
 
 cdef class Processor:
@@ -101,6 +120,10 @@ cdef class Processor:
     cdef object expire_handle
     cdef unsigned char *scratch
     cdef Py_ssize_t scratch_size
+    # TLS listeners: ciphertext is received into tls_rbuf; file regions are pread into
+    # tls_scratch and encrypted from there (both used by this processor's thread only)
+    cdef bytearray tls_rbuf
+    cdef bytearray tls_scratch
 
     cdef int max_ahead
     cdef list to_api      # (conn, frame) for the API loop   } batched cross-thread
@@ -141,6 +164,10 @@ cdef class SocketServer:
     cdef readonly RateLimitedLog frame_log
     cdef readonly RateLimitedLog expire_log
     cdef readonly RateLimitedLog accept_log
+    cdef readonly RateLimitedLog tls_log
+    # TLS listener: the context every accepted connection is wrapped with (None: plaintext)
+    cdef readonly object ssl_context
+    cdef readonly double handshake_timeout
     cdef readonly bint threaded
     cdef readonly bint eager
     cdef readonly bint zero_copy

@@ -16,6 +16,7 @@ Usage: .venv/bin/python perf/bench_net.py [--reps 3] [--small-seconds 2] [--larg
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -41,9 +42,10 @@ MODES = {
 
 # ---- server process -------------------------------------------------------------------
 
-def serve(conn, mode, path, zero_copy):
+def serve(conn, mode, path, zero_copy, keystore=None):
     import uvloop
     from fastlog._net import SocketServer
+    from fastlog.security import server_context
 
     from fastlog._codec import FileRegion
 
@@ -60,7 +62,11 @@ def serve(conn, mode, path, zero_copy):
             state["pos"] = (pos + REGION) % FILE_SIZE
             return [HEADER, FileRegion(f, pos, REGION)]
 
-        server = SocketServer(handler, port=0, zero_copy=zero_copy, **MODES[mode])
+        ctx = None   # keystore: a PEM file (key + certificate) for a TLS listener
+        if keystore:
+            ctx = server_context({"ssl.keystore.type": "PEM", "ssl.keystore.location": keystore})
+        server = SocketServer(handler, port=0, zero_copy=zero_copy, ssl_context=ctx,
+                              **MODES[mode])
         await server.start()
         conn.send(server.port)
         loop = asyncio.get_running_loop()
@@ -76,9 +82,9 @@ def serve(conn, mode, path, zero_copy):
         uvloop.run(main())
 
 
-def start_server(mode, path=None, zero_copy=True):
+def start_server(mode, path=None, zero_copy=True, keystore=None):
     parent, child = mp.Pipe()
-    proc = mp.Process(target=serve, args=(child, mode, path, zero_copy), daemon=True)
+    proc = mp.Process(target=serve, args=(child, mode, path, zero_copy, keystore), daemon=True)
     proc.start()
     port = parent.recv()
     return proc, parent, port
@@ -135,12 +141,15 @@ def small_client(port, nconns, inflight, seconds):
     return done / elapsed
 
 
-def large_client(port, total_bytes, inflight=4):
-    """GB/s of fetch-like responses (64 B header + 1 MiB region each)."""
+def large_client(port, total_bytes, inflight=4, tls=None):
+    """GB/s of fetch-like responses (64 B header + 1 MiB region each); ``tls``: an
+    ssl.SSLContext to connect with (to localhost)."""
     resp = 4 + len(HEADER) + REGION
     want = max(1, total_bytes // REGION)
     req = struct.pack(">i", 4) + b"Fxxx"
     s = socket.create_connection(("127.0.0.1", port))
+    if tls is not None:
+        s = tls.wrap_socket(s, server_hostname="localhost")
     buf = bytearray(1 << 20)
     view = memoryview(buf)
     sent = min(inflight, want)
@@ -200,6 +209,20 @@ def loopback_pump(total):
     return got / elapsed / 1e9, cpu / (got / 2**30)
 
 
+@contextlib.contextmanager
+def page_cached_file():
+    """A temporary FILE_SIZE file of random bytes, read once so it is page-cached."""
+    with tempfile.NamedTemporaryFile(dir=os.environ.get("TMPDIR")) as f:
+        block = os.urandom(1 << 20)
+        for _ in range(FILE_SIZE // len(block)):
+            f.write(block)
+        f.flush()
+        with open(f.name, "rb") as warm:
+            while warm.read(1 << 24):
+                pass
+        yield f
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
@@ -228,14 +251,7 @@ def main():
               f"   server CPU {us:5.1f} us/request")
 
     total = args.large_mib * 1024 * 1024
-    with tempfile.NamedTemporaryFile(dir=os.environ.get("TMPDIR")) as f:
-        block = os.urandom(1 << 20)
-        for _ in range(FILE_SIZE // len(block)):
-            f.write(block)
-        f.flush()
-        with open(f.name, "rb") as warm:          # page-cache it
-            while warm.read(1 << 24):
-                pass
+    with page_cached_file() as f:
         print(f"\n(2) large responses: {args.large_mib} MiB as 1 MiB FileRegions "
               "of a page-cached 256 MiB file, 4 in flight")
         pumps = [loopback_pump(total) for _ in range(args.reps)]

@@ -111,6 +111,16 @@ async def closed_by_server(reader, limit=1 << 30) -> bool:
     return False
 
 
+def mixed_parts(f, content):
+    """Response parts of every kind (bytes, bytearray, memoryview, file regions of f,
+    which holds content, one of them empty) and the bytes they make."""
+    parts = [b"head", FileRegion(f, 5, 2 * 1024 * 1024 + 3), bytearray(b"-mid-"),
+             FileRegion(f, 0, 0), FileRegion(f, 100, 1000), memoryview(b"tail")]
+    expect = (b"head" + content[5:5 + 2 * 1024 * 1024 + 3] + b"-mid-" + content[100:1100]
+              + b"tail")
+    return parts, expect
+
+
 async def still_serves(server):
     r, w = await connect(server)
     w.write(frame(b"Eok"))
@@ -416,13 +426,9 @@ def test_file_region_parts_arrive_byte_exact(mode, zero_copy):
         with tempfile.NamedTemporaryFile() as f:
             f.write(content)
             f.flush()
-            echo.regions["mix"] = [b"head", FileRegion(f, 5, 2 * 1024 * 1024 + 3),
-                                   bytearray(b"-mid-"), FileRegion(f, 0, 0),
-                                   FileRegion(f, 100, 1000), memoryview(b"tail")]
+            echo.regions["mix"], expect = mixed_parts(f, content)
             r, w = await connect(server)
             w.write(frame(b"Fmix") + frame(b"Eafter"))
-            expect = (b"head" + content[5:5 + 2 * 1024 * 1024 + 3] + b"-mid-"
-                      + content[100:1100] + b"tail")
             assert await read_frame(r) == expect
             assert await read_frame(r) == b"after"
         await server.stop()

@@ -44,6 +44,24 @@ async def parking_server(**kw):
     return echo, await start(echo, **kw)
 
 
+async def frames_bigger_than_the_pool_all_finish(server, connect):
+    """5 connections (made by ``connect(server)``) each send a frame of 600 kB to a
+    server whose pool holds 1 MiB: all are answered and the pool is whole again."""
+    conns = [await connect(server) for _ in range(5)]
+    bodies = [bytes([65 + i]) * (600_000 + i) for i in range(5)]
+    for (_, w), body in zip(conns, bodies, strict=True):
+        w.write(frame(b"E" + body))
+    for (r, _), body in zip(conns, bodies, strict=True):
+        assert await read_frame(r) == body
+    for _, w in conns:
+        w.close()
+    for _ in range(100):
+        if server.memory_pool.available == 1 << 20:
+            break
+        await asyncio.sleep(0.02)
+    assert server.memory_pool.available == 1 << 20
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_frames_bigger_than_the_pool_all_finish(mode):
     """Several connections each send a frame; the pool holds less than two of them at
@@ -51,19 +69,7 @@ def test_frames_bigger_than_the_pool_all_finish(mode):
     async def main():
         server = await start(Echo(), queued_max_request_bytes=1 << 20,
                              max_request_size=1 << 20, **mode)
-        conns = [await connect(server) for _ in range(5)]
-        bodies = [bytes([65 + i]) * (600_000 + i) for i in range(5)]
-        for (_, w), body in zip(conns, bodies, strict=True):
-            w.write(frame(b"E" + body))
-        for (r, _), body in zip(conns, bodies, strict=True):
-            assert await read_frame(r) == body
-        for _, w in conns:
-            w.close()
-        for _ in range(100):
-            if server.memory_pool.available == 1 << 20:
-                break
-            await asyncio.sleep(0.02)
-        assert server.memory_pool.available == 1 << 20
+        await frames_bigger_than_the_pool_all_finish(server, connect)
         await server.stop()
     run(main())
 
