@@ -608,6 +608,9 @@ cdef class Connection:
                     peer_eof = True   # close_notify, or the socket closed without it
                     break
                 if n <= 0:
+                    # SSLObject.read answers 0 bytes, not SSLZeroReturnError, for the
+                    # peer's close_notify (a client closing cleanly waits for ours)
+                    peer_eof = True
                     break
                 self.rend += n
                 unprocessed = True

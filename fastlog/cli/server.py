@@ -90,6 +90,7 @@ def apply_process_settings(config: KafkaConfig) -> None:
 
 async def _serve(config: KafkaConfig) -> int:
     from fastlog.server.broker import BrokerServer, BrokerStartupError
+    from fastlog.security import SecurityConfigError
     from fastlog.server.log.config import LogConfigError
 
     loop = asyncio.get_running_loop()
@@ -118,6 +119,11 @@ async def _serve(config: KafkaConfig) -> int:
         # KafkaConfig has checked the broker's log defaults; this is a topic's own
         # stored config, refused when its log opens.
         print(f"fastlog-server: cannot start: {e}", file=sys.stderr)
+        await broker.shutdown()
+        return EXIT_CONFIG
+    except SecurityConfigError as e:
+        # a listener's keystore, truststore or TLS setting (read before anything else)
+        print(f"fastlog-server: {e}", file=sys.stderr)
         await broker.shutdown()
         return EXIT_CONFIG
     except OSError as e:

@@ -63,8 +63,10 @@ class BrokerConnection:
 
     async def connect(self) -> BrokerConnection:
         try:
+            tls = self.security.ssl_context if self.security is not None else None
             self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port, limit=1 << 20),
+                asyncio.open_connection(self.host, self.port, limit=1 << 20, ssl=tls,
+                                        server_hostname=self.host if tls else None),
                 self.connect_timeout)
         except (TimeoutError, OSError) as exc:
             raise errors.BrokerUnavailable(

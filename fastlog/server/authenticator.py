@@ -40,14 +40,16 @@ from fastlog.protocol import ApiKey, Errors
 from fastlog.security import (
     ANONYMOUS,
     PlainServer,
+    PrincipalMapper,
     ScramCredential,
     ScramServer,
     SecurityConfigError,
+    peer_principal,
     plain_users,
 )
 from fastlog.security.errors import AuthenticationFailed
 from fastlog.security.sasl import PLAIN
-from fastlog.server.config import SASL_PROTOCOLS, KafkaConfig
+from fastlog.server.config import SASL_PROTOCOLS, TLS_PROTOCOLS, KafkaConfig
 
 log = logging.getLogger("fastlog.server.authenticator")
 
@@ -78,6 +80,11 @@ class ListenerSecurity:
         self.mechanisms = tuple(cfg["sasl.enabled.mechanisms"]) if self.sasl else ()
         entry = cfg.get("plain.sasl.jaas.config")
         self.plain_users = plain_users(entry) if entry is not None else {}
+        # SSL listeners: the client certificate's subject, mapped by these rules, is the
+        # principal (SASL_SSL: the SASL user is)
+        self.tls = self.protocol in TLS_PROTOCOLS
+        self.principal_mapper = (PrincipalMapper(cfg["ssl.principal.mapping.rules"])
+                                 if self.tls else None)
         self.metadata = metadata
         self.timeout = timeout_ms / 1000.0
         self.failure_log = failure_log
@@ -117,7 +124,17 @@ def open_connection(conn, security: ListenerSecurity, loop) -> None:
     listener, an authenticator and its deadline."""
     state = conn.state
     if not security.sasl:
-        state["principal"] = ANONYMOUS
+        # SSL: User:<mapped subject DN> of the client certificate (ANONYMOUS without one);
+        # a DN that no mapping rule takes fails the connection, as in Kafka
+        if not security.tls:
+            state["principal"] = ANONYMOUS
+            return
+        try:
+            state["principal"] = peer_principal(conn, security.principal_mapper)
+        except AuthenticationFailed as e:
+            security.failure_log.log(logging.WARNING, "closing a TLS connection from %s: %s",
+                                     conn.peer, e)
+            raise CloseConnection("no principal for the client certificate") from None
         return
     state["principal"] = None
     state["authenticator"] = SaslServerAuthenticator(conn, security, loop)

@@ -39,7 +39,7 @@ from fastlog._net import SocketServer
 from fastlog.metadata import EmbeddedMetadataStore, MetadataError, PartitionState, TopicState
 from fastlog.protocol import Errors, KafkaApiError
 from fastlog.protocol.topics import topic_name_problem
-from fastlog.security import SecurityConfigError
+from fastlog.security import SecurityConfigError, server_context, tls_warnings
 from fastlog.security.acl import AclStoreError
 from fastlog.server.apis import KafkaApis
 from fastlog.server.authenticator import build_listener_security
@@ -246,18 +246,21 @@ class BrokerServer:
                  ", ".join(f"{h}:{p}" for _, h, p in self.bound), ", ".join(self.log_dirs))
 
     def _tls_contexts(self) -> dict:
-        """The ssl.SSLContext of each SSL and SASL_SSL listener, by name.
-
-        TLS WIRING (the one place): once SocketServer takes ``ssl_context=``, build each
-        context here with fastlog.security.server_context(self.config.listener_config(name))
-        (a SecurityConfigError becomes a BrokerStartupError; log tls_warnings) and drop the
-        refusal; startup passes each listener's context to its SocketServer."""
+        """The ssl.SSLContext of each SSL and SASL_SSL listener, by name, from its resolved
+        ssl.* keys (listener.name.<listener>.ssl.* first); a bad keystore, truststore or
+        setting is one sentence (SecurityConfigError: the command exits 2)."""
+        contexts = {}
         for name, _, _ in self.config.listeners:
-            protocol = self.config.listener_security_protocol(name)
-            if protocol in TLS_PROTOCOLS:
-                raise BrokerStartupError(f"listener {name} uses {protocol}, but TLS listeners "
-                                         "are not available yet")
-        return {}
+            if self.config.listener_security_protocol(name) not in TLS_PROTOCOLS:
+                continue
+            cfg = self.config.listener_config(name)
+            try:
+                contexts[name] = server_context(cfg)
+            except SecurityConfigError as e:
+                raise SecurityConfigError(f"listener {name}: {e}") from None
+            for warning in tls_warnings(cfg):
+                log.warning("listener %s: %s", name, warning)
+        return contexts
 
     # ------------------------------------------------------------------ cluster mode
     async def _join_cluster(self, stored_id: int | None) -> None:

@@ -355,6 +355,9 @@ _KEYS: list[ConfigKey] = [
                 "TLS setting of SSL and SASL_SSL listeners (Kafka's meaning).",
                 sensitive=k.endswith((".password", ".key")))
       for k in TLS_CONFIG_KEYS),
+    ConfigKey("ssl.principal.mapping.rules", "string", "DEFAULT",
+              "How the subject DN of a client certificate becomes the principal's name "
+              "(Kafka's RULE:pattern/replacement/[LU] list, or DEFAULT: the whole DN)."),
     # storage
     ConfigKey("log.dir", "string", "./data", "Data directory when log.dirs is unset.",
               lambda v: None if v else "must name a directory"),
@@ -458,7 +461,7 @@ _KEYS: list[ConfigKey] = [
 
 CONFIG_KEYS: dict[str, ConfigKey] = {k.name: k for k in _KEYS}
 # Keys that listener.name.<listener>.<key> may set (what the listener's security reads).
-LISTENER_KEYS = ("sasl.enabled.mechanisms", *TLS_CONFIG_KEYS)
+LISTENER_KEYS = ("sasl.enabled.mechanisms", "ssl.principal.mapping.rules", *TLS_CONFIG_KEYS)
 _JAAS_KEYS = tuple(f"{m.lower()}.sasl.jaas.config" for m in MECHANISMS)
 PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 

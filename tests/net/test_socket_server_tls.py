@@ -379,3 +379,19 @@ def test_close_sends_close_notify(certs, mode):
         assert data == frame(b"one") and tail == b""
         await server.stop()
     run(main())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_client_close_notify_is_answered(certs, mode):
+    """A client closing cleanly (asyncio's SSL transport: close_notify, then it waits for
+    the server's) is answered at once, not left to its shutdown timeout."""
+    async def main():
+        server = await start_tls(certs, Echo(), **mode)
+        r, w = await connect_tls(server, certs)
+        w.write(frame(b"Eok"))
+        assert await read_frame(r) == b"ok"
+        w.close()
+        await asyncio.wait_for(w.wait_closed(), 5)
+        await tls_serves(server, certs)
+        await server.stop()
+    run(main())
