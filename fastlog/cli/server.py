@@ -89,8 +89,8 @@ def apply_process_settings(config: KafkaConfig) -> None:
 
 
 async def _serve(config: KafkaConfig) -> int:
-    from fastlog.server.broker import BrokerServer, BrokerStartupError
     from fastlog.security import SecurityConfigError
+    from fastlog.server.broker import BrokerServer, BrokerStartupError
     from fastlog.server.log.config import LogConfigError
 
     loop = asyncio.get_running_loop()
