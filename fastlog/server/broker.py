@@ -970,6 +970,7 @@ class _ReplicaRoles:
         if delete:
             b._log_configs.pop(topic, None)
             b._timestamp_limits.pop(topic, None)
+            b.topic_stats.remove_topic(topic)
 
     def session_changed(self, expired: bool) -> None:
         log.warning("ZooKeeper session %s", "expired: refusing writes until a new one"

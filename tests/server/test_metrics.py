@@ -12,6 +12,7 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -288,3 +289,16 @@ def test_http_listener_in_use_stops_the_start(tmp_path):
         proc = subprocess.run(b.command(), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port} (http.listener)" in proc.stderr
+
+
+PROMTOOL = shutil.which("promtool")
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed (Debian's "
+                    "prometheus package; scripts/install-system-deps.sh)")
+def test_example_scrape_config_and_alert_rules_are_valid():
+    config = Path(__file__).resolve().parents[2] / "examples" / "prometheus" / "prometheus.yml"
+    proc = subprocess.run([PROMTOOL, "check", "config", str(config)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "8 rules found" in proc.stdout
