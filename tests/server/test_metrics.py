@@ -38,6 +38,16 @@ def mbroker(tmp_path_factory):
         assert b.stop() == 0, b.log_tail()
 
 
+def topic_with_records(broker, topic: str, count: int) -> None:
+    """A one-partition topic holding `count` records (one batch)."""
+    create_topic(broker, topic)
+    w = Wire(broker)
+    try:
+        assert produce(w, topic, bytes(batch([b"r"] * count))).error_code == Errors.NONE
+    finally:
+        w.close()
+
+
 def test_produce_and_fetch_counters_match_the_requests(mbroker):
     create_topic(mbroker, "counted")
     batches = [batch([b"v%d" % i for i in range(n)]) for n in (10, 20, 30)]
@@ -122,12 +132,7 @@ def test_request_counts_and_times_per_api(mbroker):
 
 
 def test_committed_offsets_and_lag(mbroker):
-    create_topic(mbroker, "lagging")
-    w = Wire(mbroker)
-    try:
-        assert produce(w, "lagging", bytes(batch([b"r"] * 40))).error_code == Errors.NONE
-    finally:
-        w.close()
+    topic_with_records(mbroker, "lagging", 40)
     c = Consumer({"bootstrap.servers": mbroker.bootstrap, "group.id": "lag-group",
                   "enable.auto.commit": False})
     try:
@@ -225,12 +230,7 @@ PROMETHEUS = shutil.which("prometheus")
 @pytest.mark.skipif(PROMETHEUS is None, reason="the prometheus binary is not installed "
                     "(Debian's prometheus package; scripts/install-system-deps.sh)")
 def test_a_prometheus_server_scrapes_the_broker(mbroker, tmp_path):
-    create_topic(mbroker, "scraped")
-    w = Wire(mbroker)
-    try:
-        assert produce(w, "scraped", bytes(batch([b"p"] * 12))).error_code == Errors.NONE
-    finally:
-        w.close()
+    topic_with_records(mbroker, "scraped", 12)
     port = _free_port()
     config = tmp_path / "prometheus.yml"
     config.write_text(
