@@ -302,3 +302,33 @@ def test_example_scrape_config_and_alert_rules_are_valid():
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "8 rules found" in proc.stdout
+
+
+class _RequestLoggingBroker(BrokerProcess):
+    def command(self) -> list[str]:
+        return [*super().command(), "--request-log"]
+
+
+def test_request_log_has_one_line_per_request(tmp_path):
+    with _RequestLoggingBroker(tmp_path / "data") as b:
+        w = Wire(b)
+        try:
+            for _ in range(3):
+                assert w.call(ApiKey.API_VERSIONS, 2, {}).error_code == 0
+        finally:
+            w.close()
+        wait_until(lambda: b.log_tail(200).count("api=ApiVersions version=2") >= 3, 10,
+                   what="three request log lines")
+        line = next(x for x in b.log_tail(200).splitlines() if "api=ApiVersions version=2" in x)
+    assert "kafka.request.logger" in line
+    assert "client_id='wire-test'" in line and "principal=User:ANONYMOUS" in line
+    assert "listener=PLAINTEXT" in line and "total_time_ms=" in line
+
+
+def test_no_request_log_by_default(mbroker):
+    w = Wire(mbroker)
+    try:
+        assert w.call(ApiKey.API_VERSIONS, 2, {}).error_code == 0
+    finally:
+        w.close()
+    assert "kafka.request.logger" not in mbroker.log_tail(400)
