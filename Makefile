@@ -1,8 +1,10 @@
 # fastlog developer commands. The README's Quick start is `make run` and `make test`.
-#   make run [PORT=9092] [DATA=./data] [ARGS="--override key=value ..."]
+#   make run [PORT=9092] [HTTP_PORT=9644] [DATA=./data] [ARGS="--override key=value ..."]
 PYTHON ?= python3
 VENV ?= .venv
 PORT ?= 9092
+# the HTTP endpoint of `make run`: /metrics, /health/live, /health/ready
+HTTP_PORT ?= 9644
 DATA ?= ./data
 ARGS ?=
 PY := $(VENV)/bin/python
@@ -42,7 +44,7 @@ build: $(RUN_STAMP)
 # The broker in the foreground on 127.0.0.1:$(PORT) with its data in $(DATA); Ctrl-C stops it.
 run: build
 	@echo "starting the broker on 127.0.0.1:$(PORT), data in $(DATA) (make run PORT=... DATA=... ARGS=... to change)"
-	@$(PY) -m fastlog.cli.server --override listeners=PLAINTEXT://127.0.0.1:$(PORT) --override log.dirs=$(DATA) $(ARGS)
+	@$(PY) -m fastlog.cli.server --override listeners=PLAINTEXT://127.0.0.1:$(PORT) --override http.listener=127.0.0.1:$(HTTP_PORT) --override log.dirs=$(DATA) $(ARGS)
 
 # Debian packages some tests drive for real (kcat, ZooKeeper); installed only when missing.
 system-deps:

@@ -48,6 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="INFO",
                    choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                    help="broker log verbosity on stderr (default INFO)")
+    p.add_argument("--request-log", action="store_true",
+                   help="log one line per request (API, version, client id, principal, "
+                        "sizes, time) on the kafka.request.logger logger, as Kafka's "
+                        "request logger at DEBUG; off by default, whatever --log-level says")
     return p
 
 
@@ -63,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         level=getattr(logging, args.log_level),
         format="[%(asctime)s] %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr)
+    logging.getLogger("kafka.request.logger").setLevel(
+        logging.DEBUG if args.request_log else logging.INFO)
     apply_process_settings(config)
     inert = config.inert_keys()
     if inert:

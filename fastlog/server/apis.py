@@ -641,19 +641,20 @@ class KafkaApis:
         ZooKeeper session lives. A large batch is checked on the verification pool (see
         ReplicaManager.check_produce), so the loop serves others meanwhile. The result
         may still wait for ReplicaManager.completion."""
+        stats = self.broker.topic_stats  # Kafka's BrokerTopicMetrics, per partition
         if self.broker.cluster is not None:
             _, err = self._led_partition(topic, partition, write=True)
             if err != Errors.NONE:
-                return PartitionResult(err)
+                return stats.produce_done(topic, records, PartitionResult(err))
         rm = self.broker.replica_manager
         checked = await rm.check_produce(topic, partition, records, api_version)
         if self.broker.cluster is not None and checked is not None:
             # (the checks may have run on the verification pool: leadership can have moved)
             _, err = self._led_partition(topic, partition, write=True)
             if err != Errors.NONE:
-                return PartitionResult(err)
-        return rm.append_to_partition(topic, partition, records, acks, api_version,
-                                      in_place=True, checked=checked)
+                return stats.produce_done(topic, records, PartitionResult(err))
+        return stats.produce_done(topic, records, rm.append_to_partition(
+            topic, partition, records, acks, api_version, in_place=True, checked=checked))
 
     async def _produce_one(self, api_version, correlation_id, client_id, acks, timeout_ms,
                            topic, partition, records):
@@ -715,6 +716,7 @@ class KafkaApis:
                 responses, total, errored = self._read_fetch(request, v, max_bytes, from_follower,
                                                              read_committed, refused)
                 break
+        self.broker.topic_stats.fetch_done(responses, from_follower)
         return {"throttle_time_ms": 0, "error_code": Errors.NONE, "session_id": 0,
                 "responses": responses}
 

@@ -47,6 +47,7 @@ from fastlog.server.authz import build_authorizer
 from fastlog.server.config import (
     TLS_PROTOCOLS,
     KafkaConfig,
+    http_listener,
     parse_connection_overrides,
     parse_properties,
 )
@@ -55,6 +56,8 @@ from fastlog.server.log import KafkaStorageError, LogConfig, LogManager
 from fastlog.server.log.config import TOPIC_CONFIG_KEYS as STORAGE_TOPIC_KEYS
 from fastlog.server.producer_state import ProducerIdManager
 from fastlog.server.replica_manager import Partition, ReplicaManager
+from fastlog.server.request_metrics import RequestMetrics
+from fastlog.server.topic_stats import BrokerTopicStats
 
 log = logging.getLogger("fastlog.server.broker")
 
@@ -162,11 +165,18 @@ class BrokerServer:
         self._internal_topic_lock = asyncio.Lock()
         self._event_loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
+        # Counters the hot paths bump (fastlog/server/topic_stats.py, request_metrics.py);
+        # with http.listener set, the HTTP endpoint (fastlog/server/http.py) serves them.
+        self.topic_stats = BrokerTopicStats()
+        self.request_metrics = RequestMetrics()
+        self.http_server = None
 
     # ------------------------------------------------------------------ startup
     async def startup(self) -> None:
         tls_contexts = self._tls_contexts()
         check_can_listen(self.config.listeners)
+        if self.config["http.listener"]:
+            self._start_http(*http_listener(self.config["http.listener"]))
         raise_open_file_limit()
         stored_id = self._prepare_dirs()
         if self.config["zookeeper.connect"]:
@@ -215,7 +225,8 @@ class BrokerServer:
         for name, host, port in self.config.listeners:
             tls = {"ssl_context": tls_contexts[name]} if name in tls_contexts else {}
             server = SocketServer(
-                _tagged_handler(self.apis.handle, name), host=host, port=port, **tls,
+                _tagged_handler(self.request_metrics.instrument(self.apis.handle), name),
+                host=host, port=port, **tls,
                 num_network_threads=self.config["num.network.threads"],
                 max_request_size=self.config["socket.request.max.bytes"],
                 max_connections=self.config["max.connections"],
@@ -244,6 +255,19 @@ class BrokerServer:
         self._started = True
         log.info("broker %d started: %s, data in %s", self.node_id,
                  ", ".join(f"{h}:{p}" for _, h, p in self.bound), ", ".join(self.log_dirs))
+
+    def _start_http(self, host: str, port: int) -> None:
+        """The HTTP endpoint, on its own thread: up before the logs load, so that
+        /health/ready can say the broker is starting."""
+        from fastlog.server.http import HttpServer
+        from fastlog.server.metrics import BrokerMetrics
+        server = HttpServer(self, BrokerMetrics(self), host, port)
+        try:
+            server.start()
+        except OSError as e:
+            raise BrokerStartupError(
+                f"cannot listen on {host}:{port} (http.listener): {e.strerror or e}") from None
+        self.http_server = server
 
     def _tls_contexts(self) -> dict:
         """The ssl.SSLContext of each SSL and SASL_SSL listener, by name, from its resolved
@@ -667,6 +691,8 @@ class BrokerServer:
                 await _off_loop(self.cluster.close, ZK_CLOSE_TIMEOUT_S)
             except Exception as e:  # noqa: BLE001 - keep shutting down
                 log.warning("closing the ZooKeeper session failed: %r", e)
+        if self.http_server is not None:
+            self.http_server.stop()
         say("broker %d shut down cleanly", self.node_id)
 
     async def _stop_servers(self) -> None:
@@ -832,6 +858,7 @@ class BrokerServer:
         await self._metadata_write(self.metadata.delete_topic, name)
         self._log_configs.pop(name, None)
         self._timestamp_limits.pop(name, None)
+        self.topic_stats.remove_topic(name)
         if self.cluster is None:
             # (cluster mode: the controller deletes it; every replica's LeadershipTracker
             # then stops and deletes its logs)
@@ -946,6 +973,7 @@ class _ReplicaRoles:
         if delete:
             b._log_configs.pop(topic, None)
             b._timestamp_limits.pop(topic, None)
+            b.topic_stats.remove_topic(topic)
 
     def session_changed(self, expired: bool) -> None:
         log.warning("ZooKeeper session %s", "expired: refusing writes until a new one"

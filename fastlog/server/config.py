@@ -142,6 +142,19 @@ def _check_listeners(v: list[str]) -> str | None:
     return None
 
 
+def _check_http_listener(v: str) -> str | None:
+    host, sep, port = v.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        return "must be HOST:PORT"
+    return None
+
+
+def http_listener(v: str) -> tuple[str, int]:
+    """(host, port) of an http.listener value (checked by _check_http_listener)."""
+    host, _, port = v.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
 def check_zk_connect(v: str) -> str | None:
     """Why a ZooKeeper connect string ("host:port,host:port/chroot") is malformed, completing
     "<name> ...", or None when ZooKeeper would accept it. Shared by zookeeper.connect and the
@@ -397,6 +410,10 @@ _KEYS: list[ConfigKey] = [
     ConfigKey("log.cleaner.dedupe.buffer.size", "long", 134217728, "Memory of the cleaner's offset map.", _at_least(1024)),
     # fastlog's own: a background thread re-checks the CRC-32C of every batch in sealed
     # segments (fastlog/server/log/verifier.py); a corrupt range is never served.
+    # fastlog's own: the HTTP endpoint (fastlog/server/http.py): /metrics, /health/*
+    ConfigKey("http.listener", "string", None,
+              "HOST:PORT of the HTTP endpoint (/metrics, /health/live, /health/ready); unset: none.",
+              _check_http_listener),
     ConfigKey("fastlog.log.verification.interval.ms", "long", 3600000,
               "Pause between passes of the background CRC check of sealed segments; 0 or -1 turns it off.",
               _at_least(-1)),

@@ -483,6 +483,7 @@ class ReplicaManager:
                                   b.max_timestamp)
                 ps.update_map_end_offset(info.last_offset + 1)
                 appended = scan.valid_end
+                self.broker.topic_stats.all_topics.replication_bytes_in += appended
         before = p.high_watermark
         p.update_follower_high_watermark(leader_hw)
         if p.high_watermark != before:

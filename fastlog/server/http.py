@@ -1,0 +1,125 @@
+# fastlog/server/http.py — HttpServer: the broker's HTTP endpoint (http.listener=HOST:PORT).
+#
+# Owns: one aiohttp application on its own thread ("fastlog-http") with its own asyncio
+# loop, so that neither a scrape's collection (milliseconds to a few hundred with tens of
+# thousands of series) nor a slow or malformed HTTP client ever runs on the broker's
+# request loop. Paths, GET only:
+#   /metrics        the broker's registry (fastlog/server/metrics.py) in Prometheus' text
+#                   format, or OpenMetrics when the Accept header asks for it;
+#   /health/live    200 while the process serves HTTP at all;
+#   /health/ready   200 "ready" once every hosted partition is open (and, in cluster mode,
+#                   the broker is registered), else 503 with the reason on one line.
+# Anything else is aiohttp's 404 (405 for another method on a known path); a malformed
+# request gets aiohttp's 400 and a closed connection. Header lines and fields are bounded
+# by aiohttp (8190 bytes), so a client cannot make the server buffer more than that per
+# line; a client trickling bytes holds one coroutine of this thread and nothing else.
+# Called from: BrokerServer.startup / shutdown on the broker's loop (start, stop), which
+# wait for this thread with a bound.
+"""The broker's HTTP endpoint: /metrics, /health/live, /health/ready."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+
+from aiohttp import web
+
+from fastlog.server.metrics import readiness
+
+log = logging.getLogger("fastlog.server.http")
+
+START_TIMEOUT_S = 10.0
+STOP_TIMEOUT_S = 5.0
+# Keep-alive connections idle longer than this are closed.
+KEEPALIVE_TIMEOUT_S = 30.0
+
+
+class HttpServer:
+    """See the module comment."""
+
+    def __init__(self, broker, metrics, host: str, port: int):
+        self.broker = broker
+        self.metrics = metrics
+        self.host = host
+        self.port = port
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Bind and serve on the thread; returns once bound. OSError when the address
+        cannot be bound."""
+        self._thread = threading.Thread(target=self._run, name="fastlog-http", daemon=True)
+        self._thread.start()
+        if not self._started.wait(START_TIMEOUT_S):
+            raise OSError(f"the HTTP server did not start within {START_TIMEOUT_S:g} s")
+        if self._error is not None:
+            raise self._error
+
+    def stop(self) -> None:
+        loop = self._loop
+        if loop is None or self._thread is None:
+            return
+        try:
+            loop.call_soon_threadsafe(self._stopping.set)
+        except RuntimeError:  # the loop has ended already
+            pass
+        self._thread.join(STOP_TIMEOUT_S)
+        if self._thread.is_alive():
+            log.warning("the HTTP server thread did not stop within %g s", STOP_TIMEOUT_S)
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._serve())
+        except BaseException as e:  # noqa: BLE001 - handed to start()
+            if not self._started.is_set():
+                self._error = e
+        finally:
+            self._started.set()
+            loop.close()
+
+    async def _serve(self) -> None:
+        self._stopping = asyncio.Event()
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics, allow_head=False)
+        app.router.add_get("/health/live", self._live, allow_head=False)
+        app.router.add_get("/health/ready", self._ready, allow_head=False)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                               keepalive_timeout=KEEPALIVE_TIMEOUT_S)
+        await runner.setup()
+        self._runner = runner
+        try:
+            site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
+            await site.start()
+            sockets = getattr(site._server, "sockets", None) or []
+            if sockets:
+                self.port = sockets[0].getsockname()[1]
+            log.info("HTTP endpoint on http://%s:%d (/metrics, /health/live, /health/ready)",
+                     self.host, self.port)
+            self._started.set()
+            await self._stopping.wait()
+        finally:
+            await runner.cleanup()
+
+    # ------------------------------------------------------------------ handlers
+    async def _metrics(self, request: web.Request) -> web.Response:
+        body, content_type = self.metrics.render(request.headers.get("Accept"))
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
+    async def _live(self, request: web.Request) -> web.Response:
+        return web.Response(text="live\n")
+
+    async def _ready(self, request: web.Request) -> web.Response:
+        try:
+            reason = readiness(self.broker)
+        except Exception as e:  # noqa: BLE001 - a state read mid-change: not ready now
+            reason = f"readiness unknown: {e!r}"
+        if reason is None:
+            return web.Response(text="ready\n")
+        return web.Response(status=503, text=reason + "\n")

@@ -1,0 +1,441 @@
+# fastlog/server/metrics.py — BrokerMetrics: the broker's Prometheus registry, and
+# `readiness`, the answer of /health/ready.
+#
+# Owns: one prometheus_client CollectorRegistry per broker with the library's process,
+# platform and GC collectors and BrokerCollector, which reads broker state at scrape
+# time and names every series as the Prometheus JMX exporter's common Kafka rules
+# (Strimzi's) would name Kafka's MBean (kafka_server_brokertopicmetrics_messagesin_total,
+# kafka_log_log_size{topic,partition}, ...), consumer lag as kafka-exporter does
+# (kafka_consumergroup_lag), and what only fastlog counts as fastlog_*. docs/metrics.md
+# is the table of every series; keep it in step with this file.
+# Nothing here runs on the request path: the hot paths bump plain integers
+# (topic_stats.BrokerTopicStats, request_metrics.RequestMetrics, ReplicaManager.metrics,
+# the log verifier's stats), and this module turns them into samples when scraped.
+# Called from: `BrokerMetrics(broker)` on the broker's asyncio loop at startup (it notes
+# that thread for the idle figures); `collect` / `render` / `readiness` on the HTTP
+# server's thread (fastlog/server/http.py). Broker state is read without locks: the
+# metadata store's snapshots are immutable, and every dict or list the loop mutates is
+# copied first with list(...)/dict(...) (one step under the interpreter lock), so a
+# scrape sees each container as of one moment, never half-changed.
+"""Prometheus metrics of the broker, collected at scrape time."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+from prometheus_client import (
+    CollectorRegistry,
+    GCCollector,
+    PlatformCollector,
+    ProcessCollector,
+)
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+)
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.samples import Sample
+
+from fastlog.server.request_metrics import TIME_BUCKETS_MS, request_name
+from fastlog.server.topic_stats import BROKER_COUNTERS, TOPIC_COUNTERS
+
+# Kafka's BrokerState values (kafka.server:type=KafkaServer,name=BrokerState).
+BROKER_STATE_STARTING = 1
+BROKER_STATE_RUNNING = 3
+BROKER_STATE_SHUTTING_DOWN = 7
+# Kafka's GroupState names, as its GroupMetadataManager gauges spell them.
+_GROUP_STATE_GAUGES = (
+    ("PreparingRebalance", "numgroupspreparingrebalance"),
+    ("CompletingRebalance", "numgroupscompletingrebalance"),
+    ("Stable", "numgroupsstable"),
+    ("Dead", "numgroupsdead"),
+    ("Empty", "numgroupsempty"),
+)
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def thread_cpu_seconds(native_id: int) -> float | None:
+    """CPU time (user + system) of one thread of this process, from /proc; None when
+    the thread is gone or /proc cannot say."""
+    try:
+        with open(f"/proc/self/task/{native_id}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+class IdleMeter:
+    """The share of wall time a set of threads spent off the CPU since the previous
+    reading (the first reading: since the meter was made), averaged over the threads:
+    the nearest honest equivalent of Kafka's idle percentages for an event loop, which
+    waits in epoll when it has nothing to do."""
+
+    def __init__(self):
+        self._last: dict[int, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def read(self, native_ids: list[int]) -> float | None:
+        now = time.monotonic()
+        shares = []
+        with self._lock:
+            for tid in native_ids:
+                cpu = thread_cpu_seconds(tid)
+                if cpu is None:
+                    continue
+                last = self._last.get(tid)
+                self._last[tid] = (now, cpu)
+                if last is None or now - last[0] < 1e-3:
+                    continue
+                busy = (cpu - last[1]) / (now - last[0])
+                shares.append(min(1.0, max(0.0, 1.0 - busy)))
+        return sum(shares) / len(shares) if shares else None
+
+
+def readiness(broker) -> str | None:
+    """None when the broker is ready to serve (every partition it hosts is open and, in
+    cluster mode, it is registered), else the reason in one line."""
+    if broker.stopping:
+        return "the broker is shutting down"
+    if broker.log_manager is None:
+        return "the broker is starting: loading its logs"
+    if not broker._started:
+        return "the broker is starting"
+    if broker.cluster is not None:
+        if not broker._registered:
+            return "the broker is not registered in ZooKeeper"
+        if broker.session_expired:
+            return "the broker's ZooKeeper session has expired"
+    rm = broker.replica_manager
+    open_parts = dict(rm.partitions)
+    md = broker.metadata
+    node = broker.node_id
+    missing = offline = 0
+    for name in md.topic_names():
+        state = md.topic(name)
+        if state is None:
+            continue
+        for index, ps in list(state.partitions.items()):
+            hosted = ps.leader == node if broker.cluster is None else node in ps.replicas
+            if not hosted:
+                continue
+            p = open_parts.get((name, index))
+            if p is None:
+                missing += 1
+            elif p.offline:
+                offline += 1
+    if missing:
+        return f"{missing} hosted partition(s) not open yet"
+    if offline:
+        return f"{offline} hosted partition(s) in a failed log dir"
+    return None
+
+
+class BrokerCollector:
+    """A prometheus_client collector of the broker's figures (see the module comment)."""
+
+    def __init__(self, broker, loop_thread_id: int):
+        self.broker = broker
+        self.loop_thread_id = loop_thread_id
+        self.idle = IdleMeter()
+
+    def describe(self):
+        return []  # collected at scrape time only (the registry must not call collect)
+
+    def collect(self):
+        b = self.broker
+        yield from self._topic_metrics(b.topic_stats)
+        yield from self._request_metrics(b.request_metrics)
+        yield from self._network_metrics(b)
+        yield self._gauge("kafka_server_kafkaserver_brokerstate",
+                          "Kafka's BrokerState: 1 starting, 3 running, 7 shutting down.", _broker_state(b))
+        if b.replica_manager is not None:
+            yield from self._replica_metrics(b)
+        if b.metadata is not None:
+            yield from self._controller_metrics(b)
+        if b.log_manager is not None:
+            yield from self._log_metrics(b)
+        if b.group_coordinator is not None:
+            yield from self._group_metrics(b)
+
+    # ------------------------------------------------------------------ families
+    @staticmethod
+    def _gauge(name, doc, value, labels=None, label_values=()):
+        g = GaugeMetricFamily(name, doc, labels=labels)
+        if labels:
+            g.add_metric(list(label_values), value)
+        else:
+            g.add_metric([], value)
+        return g
+
+    @staticmethod
+    def _counter(name, doc, value):
+        c = CounterMetricFamily(name, doc)
+        c.add_metric([], value)
+        return c
+
+    def _topic_metrics(self, stats):
+        topics = dict(stats.topics)
+        every = stats.all_topics
+        for attr, part, doc in TOPIC_COUNTERS:
+            name = f"kafka_server_brokertopicmetrics_{part}"
+            c = CounterMetricFamily(name, f"{doc} Per topic (topic label) and for the "
+                                          "broker (no label).", labels=["topic"])
+            c.samples.append(Sample(name + "_total", {}, getattr(every, attr), None, None))
+            for topic, s in topics.items():
+                c.add_metric([topic], getattr(s, attr))
+            yield c
+        for attr, part, doc in BROKER_COUNTERS:
+            yield self._counter(f"kafka_server_brokertopicmetrics_{part}", doc,
+                                getattr(every, attr))
+
+    def _request_metrics(self, rm):
+        table = dict(rm.by_request)
+        requests = CounterMetricFamily(
+            "kafka_network_requestmetrics_requests", "Requests received, per API and version.",
+            labels=["request", "version"])
+        per_api: dict[str, list] = {}
+        for (key, version), s in sorted(table.items()):
+            name = request_name(key)
+            count = s.count
+            requests.add_metric([name, str(version)], count)
+            acc = per_api.get(name)
+            if acc is None:
+                acc = per_api[name] = [0, 0.0, [0] * len(s.buckets)]
+            acc[0] += count
+            acc[1] += s.time_ms
+            acc_buckets = acc[2]
+            for i, n in enumerate(list(s.buckets)):
+                acc_buckets[i] += n
+        yield requests
+        hist = HistogramMetricFamily(
+            "kafka_network_requestmetrics_totaltimems",
+            "Request time in ms, from the frame's hand-off to the handler until the response "
+            "is queued for writing.", labels=["request"])
+        for name, (_, total_ms, counts) in sorted(per_api.items()):
+            cumulative, buckets = 0, []
+            for bound, n in zip(TIME_BUCKETS_MS, counts[:-1], strict=True):
+                cumulative += n
+                buckets.append((_float_label(bound), cumulative))
+            cumulative += counts[-1]
+            buckets.append(("+Inf", cumulative))
+            hist.add_metric([name], buckets, total_ms)
+        yield hist
+
+    def _network_metrics(self, b):
+        servers = list(b.socket_servers)
+        conns = GaugeMetricFamily("kafka_server_socketservermetrics_connection_count",
+                                  "Open client connections, per listener.", labels=["listener"])
+        for (listener, _, _), server in zip(list(b.bound), servers, strict=False):
+            conns.add_metric([listener], server.connection_count)
+        yield conns
+        loop_idle = self.idle.read([self.loop_thread_id])
+        if loop_idle is not None:
+            yield self._gauge(
+                "kafka_server_kafkarequesthandlerpool_requesthandleravgidlepercent",
+                "Share (0-1) of wall time the request loop's thread was off the CPU since the "
+                "previous scrape.", loop_idle)
+        network_ids = [t.native_id for t in threading.enumerate()
+                       if t.name.startswith("fastlog-network-") and t.native_id is not None]
+        net_idle = self.idle.read(network_ids) if network_ids else loop_idle
+        if net_idle is not None:
+            yield self._gauge(
+                "kafka_network_socketserver_networkprocessoravgidlepercent",
+                "Share (0-1) of wall time the network threads were off the CPU since the "
+                "previous scrape (the request loop's thread when it does the socket work "
+                "itself, num.network.threads=1).", net_idle)
+
+    def _replica_metrics(self, b):
+        rm = b.replica_manager
+        parts = list(rm.partitions.values())
+        leaders = under = under_min = offline = 0
+        for p in parts:
+            if p.offline:
+                offline += 1
+                continue
+            if not p.is_leader:
+                continue
+            leaders += 1
+            isr = len(p.isr)
+            if isr < len(p.replicas):
+                under += 1
+            try:
+                min_isr = b.log_config(p.topic).min_insync_replicas
+            except Exception:  # noqa: BLE001 - a topic deleted meanwhile
+                min_isr = 1
+            if isr < min_isr:
+                under_min += 1
+        prefix = "kafka_server_replicamanager_"
+        yield self._gauge(prefix + "partitioncount", "Partitions hosted here.", len(parts))
+        yield self._gauge(prefix + "leadercount", "Partitions this broker leads.", leaders)
+        yield self._gauge(prefix + "underreplicatedpartitions",
+                          "Led partitions whose ISR is smaller than their replica set.", under)
+        yield self._gauge(prefix + "underminisrpartitioncount",
+                          "Led partitions whose ISR is smaller than min.insync.replicas.",
+                          under_min)
+        yield self._gauge(prefix + "offlinereplicacount",
+                          "Hosted replicas in a failed log dir.", offline)
+        m = dict(rm.metrics)
+        yield self._counter(prefix + "isrshrinks", "ISR shrinks written by this broker.",
+                            m.get("isr_shrinks", 0))
+        yield self._counter(prefix + "isrexpands", "ISR expands written by this broker.",
+                            m.get("isr_expands", 0))
+        yield self._counter(prefix + "failedisrupdates",
+                            "ISR changes ZooKeeper refused (a stale leader epoch or version).",
+                            m.get("isr_update_failures", 0))
+        yield self._counter("fastlog_replica_fenced_leaderships",
+                            "Times this broker found its leadership fenced.",
+                            m.get("fenced_leaderships", 0))
+        yield self._counter("fastlog_replica_follower_truncations",
+                            "Follower log truncations (to the leader's epoch end offset).",
+                            m.get("follower_truncations", 0))
+        yield self._counter("fastlog_replica_unclean_truncated_records",
+                            "Records a follower removed below its high watermark (committed "
+                            "data lost: only an unclean election or a lost disk does this).",
+                            m.get("unclean_truncated_records", 0))
+
+    def _controller_metrics(self, b):
+        active = b.cluster is None or b.is_controller()
+        topics = partitions = offline = 0
+        if active:
+            md = b.metadata
+            live = ({b.node_id} if b.cluster is None else set(dict(md.brokers())))
+            for name in md.topic_names():
+                state = md.topic(name)
+                if state is None:
+                    continue
+                topics += 1
+                for ps in list(state.partitions.values()):
+                    partitions += 1
+                    if ps.leader < 0 or ps.leader not in live:
+                        offline += 1
+        prefix = "kafka_controller_kafkacontroller_"
+        yield self._gauge(prefix + "activecontrollercount",
+                          "1 on the active controller, else 0 (one node: always 1).",
+                          1 if active else 0)
+        yield self._gauge(prefix + "offlinepartitionscount",
+                          "Partitions without a live leader (active controller only).", offline)
+        yield self._gauge(prefix + "globaltopiccount", "Topics (active controller only).",
+                          topics)
+        yield self._gauge(prefix + "globalpartitioncount",
+                          "Partitions (active controller only).", partitions)
+
+    def _log_metrics(self, b):
+        lm = b.log_manager
+        labels = ["topic", "partition"]
+        size = GaugeMetricFamily("kafka_log_log_size", "Bytes of the partition's segments.",
+                                 labels=labels)
+        end = GaugeMetricFamily("kafka_log_log_logendoffset", "The log end offset.",
+                                labels=labels)
+        start = GaugeMetricFamily("kafka_log_log_logstartoffset", "The log start offset.",
+                                  labels=labels)
+        segs = GaugeMetricFamily("kafka_log_log_numlogsegments", "Segments of the log.",
+                                 labels=labels)
+        for lg in lm.all_logs():
+            segments = lg.segments  # an immutable snapshot
+            lv = [lg.topic, str(lg.partition)]
+            size.add_metric(lv, sum(s.size for s in segments))
+            end.add_metric(lv, lg.log_end_offset)
+            start.add_metric(lv, lg.log_start_offset)
+            segs.add_metric(lv, len(segments))
+        yield size
+        yield end
+        yield start
+        yield segs
+        offline_dirs = set(lm.dir_failure_channel.offline)
+        yield self._gauge("kafka_log_logmanager_offlinelogdirectorycount",
+                          "Log dirs that failed.", len(offline_dirs))
+        dirs = GaugeMetricFamily("fastlog_log_dir_offline", "1 for a failed log dir, else 0.",
+                                 labels=["log_dir"])
+        for d in lm.log_dirs:
+            dirs.add_metric([d], 1 if d in offline_dirs else 0)
+        yield dirs
+        v = dict(lm.verification_stats)
+        for key, doc in (("passes", "Passes of the background CRC check over sealed segments."),
+                         ("segments", "Sealed segments the background check verified."),
+                         ("bytes", "Bytes the background check read."),
+                         ("corrupt_batches", "Corrupt batches the background check found "
+                                             "(never served)."),
+                         ("cpu_seconds", "CPU seconds the background check used.")):
+            yield self._counter(f"fastlog_log_verification_{key}", doc, v.get(key, 0))
+
+    def _group_metrics(self, b):
+        gc = b.group_coordinator
+        groups = list(gc.groups.values())
+        parts = dict(b.replica_manager.partitions) if b.replica_manager is not None else {}
+        by_state = dict.fromkeys((s for s, _ in _GROUP_STATE_GAUGES), 0)
+        offsets_count = 0
+        labels = ["consumergroup", "topic", "partition"]
+        current = GaugeMetricFamily("kafka_consumergroup_current_offset",
+                                    "The group's committed offset.", labels=labels)
+        lag = GaugeMetricFamily("kafka_consumergroup_lag",
+                                "High watermark minus the committed offset (partitions "
+                                "hosted on this broker).", labels=labels)
+        lag_sum = GaugeMetricFamily("kafka_consumergroup_lag_sum",
+                                    "The group's lag summed over a topic's partitions.",
+                                    labels=["consumergroup", "topic"])
+        members = GaugeMetricFamily("kafka_consumergroup_members", "Members of the group.",
+                                    labels=["consumergroup"])
+        for g in groups:
+            state = g.state.value
+            if state in by_state:
+                by_state[state] += 1
+            gid = g.group_id
+            members.add_metric([gid], len(g.members))
+            sums: dict[str, int] = {}
+            for (topic, index), om in sorted(dict(g.offsets).items()):
+                offsets_count += 1
+                lv = [gid, topic, str(index)]
+                current.add_metric(lv, om.offset)
+                p = parts.get((topic, index))
+                if p is None or p.offline:
+                    continue
+                behind = max(0, p.log.high_watermark - om.offset)
+                lag.add_metric(lv, behind)
+                sums[topic] = sums.get(topic, 0) + behind
+            for topic, total in sums.items():
+                lag_sum.add_metric([gid, topic], total)
+        prefix = "kafka_coordinator_group_groupmetadatamanager_"
+        yield self._gauge(prefix + "numgroups", "Groups this broker coordinates.",
+                          len(groups))
+        for state, part in _GROUP_STATE_GAUGES:
+            yield self._gauge(prefix + part, f"Groups in state {state}.", by_state[state])
+        yield self._gauge(prefix + "numoffsets", "Committed offsets held.", offsets_count)
+        yield members
+        yield current
+        yield lag
+        yield lag_sum
+
+
+def _broker_state(b) -> int:
+    if b.stopping:
+        return BROKER_STATE_SHUTTING_DOWN
+    return BROKER_STATE_RUNNING if b._started else BROKER_STATE_STARTING
+
+
+def _float_label(bound: float) -> str:
+    return repr(float(bound))
+
+
+class BrokerMetrics:
+    """The broker's registry (see the module comment). Make it on the broker's loop."""
+
+    def __init__(self, broker):
+        self.registry = CollectorRegistry(auto_describe=False)
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+        self.collector = BrokerCollector(broker, threading.get_native_id())
+        self.registry.register(self.collector)
+        self._lock = threading.Lock()
+
+    def render(self, accept: str | None) -> tuple[bytes, str]:
+        """The exposition (Prometheus text, or OpenMetrics when `accept` asks for it) and
+        its content type. One scrape at a time."""
+        encoder, content_type = choose_encoder(accept or "")
+        with self._lock:
+            return encoder(self.registry), content_type

@@ -1,0 +1,85 @@
+"""CPU of one /metrics collection (fastlog.server.metrics.BrokerMetrics.render) over a
+synthetic broker state of --partitions partitions: one topic, every partition led here
+with a one-segment log, and one group with a committed offset in each (so the lag
+series are as many as the partitions). The state is plain objects shaped like the
+broker's parts (what the collector reads of them, nothing else), so partition counts
+beyond what this machine's open-file limit lets a real broker host can be measured;
+perf/metrics_scrape.py measures a real broker. Prints one row per rep and a JSON line.
+
+    .venv/bin/python perf/bench_metrics.py [--partitions 10000] [--reps 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace as NS
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from fastlog.metadata import PartitionState, TopicState  # noqa: E402
+from fastlog.server.group.group import GroupState  # noqa: E402
+from fastlog.server.metrics import BrokerMetrics  # noqa: E402
+from fastlog.server.request_metrics import RequestMetrics  # noqa: E402
+from fastlog.server.topic_stats import BrokerTopicStats  # noqa: E402
+
+NL = b"\n"
+
+
+def synthetic_broker(n: int):
+    topic = "many"
+    parts, logs, offsets = {}, [], {}
+    for i in range(n):
+        log = NS(topic=topic, partition=i, segments=(NS(size=1 << 20),),
+                 log_end_offset=1000 + i, log_start_offset=0, high_watermark=1000 + i)
+        logs.append(log)
+        parts[(topic, i)] = NS(topic=topic, partition=i, log=log, offline=False,
+                               is_leader=True, isr=[0], replicas=[0])
+        offsets[(topic, i)] = NS(offset=500)
+    state = TopicState(topic, "A" * 22, {i: PartitionState(replicas=[0], leader=0, isr=[0])
+                                         for i in range(n)}, {})
+    stats = BrokerTopicStats()
+    stats.topic_stats(topic).messages_in = 1000 * n
+    requests = RequestMetrics()
+    for key in ((0, 7), (1, 11), (3, 9), (18, 3)):
+        requests.stats(key).count = 1000
+    return NS(
+        topic_stats=stats, request_metrics=requests, socket_servers=[], bound=[],
+        stopping=False, _started=True, node_id=0, cluster=None, is_controller=lambda: True,
+        replica_manager=NS(partitions=parts, metrics={"isr_shrinks": 0, "isr_expands": 0}),
+        log_config=lambda t: NS(min_insync_replicas=1),
+        metadata=NS(topic_names=lambda: [topic], topic=lambda name: state, brokers=dict),
+        log_manager=NS(all_logs=lambda: list(logs), log_dirs=["/data"],
+                       dir_failure_channel=NS(offline=set()),
+                       verification_stats={"passes": 0}),
+        group_coordinator=NS(groups={"g": NS(group_id="g", state=GroupState.STABLE,
+                                             members={}, offsets=offsets)}),
+    )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--partitions", type=int, default=10_000)
+    ap.add_argument("--reps", type=int, default=5)
+    args = ap.parse_args()
+    metrics = BrokerMetrics(synthetic_broker(args.partitions))
+    rows = []
+    for rep in range(args.reps):
+        c0, t0 = time.process_time(), time.perf_counter()
+        body, _ = metrics.render(None)
+        cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+        rows.append((cpu, wall))
+        print(f"rep {rep}: {cpu * 1000:.0f} ms CPU, {wall * 1000:.0f} ms wall, "
+              f"{len(body) / 1e6:.2f} MB, {body.count(NL)} lines", flush=True)
+    print(json.dumps({"partitions": args.partitions,
+                      "collect_cpu_ms_median": round(statistics.median(r[0] for r in rows) * 1000, 1),
+                      "collect_wall_ms_median": round(statistics.median(r[1] for r in rows) * 1000, 1)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

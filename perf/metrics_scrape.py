@@ -1,0 +1,147 @@
+"""What a /metrics scrape costs a broker hosting many partitions, and whether it delays
+the request loop.
+
+Starts one fastlog-server (http.listener on a free port; it lifts its soft open-file
+limit to the hard one, and each partition keeps three files open, so the hard limit
+bounds --partitions: 20,000 files allow about 6,000), creates one topic with --partitions partitions, produces one record to each,
+commits an offset for each in one group (so the lag series are as many as the
+partitions), then:
+  - scrapes /metrics --scrapes times; per scrape, the wall time of the GET, the broker's
+    CPU (utime+stime from /proc/PID/stat around it) and the body's size;
+  - meanwhile a probe sends ApiVersions round trips on one connection, back to back; their
+    latencies during the scrapes are compared with the same probe's without scrapes.
+Prints one row per scrape and a JSON line of medians.
+
+    .venv/bin/python perf/metrics_scrape.py [--partitions 10000] [--scrapes 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from fastlog.protocol import ApiKey, Errors  # noqa: E402
+from fastlog.testing import BrokerProcess, _free_port  # noqa: E402
+from tests.server.wire import Wire, batch  # noqa: E402
+
+NL = b"\n"
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        stat = f.read()
+    fields = stat[stat.rfind(b")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / 100.0
+
+
+def probe(w: Wire, stop: threading.Event, out: list[float]) -> None:
+    while not stop.is_set():
+        t0 = time.perf_counter()
+        assert w.call(ApiKey.API_VERSIONS, 2, {}).error_code == 0
+        out.append((time.perf_counter() - t0) * 1000)
+        time.sleep(0.002)
+
+
+def probe_window(w: Wire, seconds: float) -> list[float]:
+    stop, lat = threading.Event(), []
+    t = threading.Thread(target=probe, args=(w, stop, lat))
+    t.start()
+    time.sleep(seconds)
+    stop.set()
+    t.join(10)
+    return lat
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--partitions", type=int, default=10_000)
+    ap.add_argument("--scrapes", type=int, default=5)
+    args = ap.parse_args()
+    n = args.partitions
+    http_port = _free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        b = BrokerProcess(Path(tmp) / "data", {
+            "http.listener": f"127.0.0.1:{http_port}", "log.segment.bytes": str(1 << 20),
+            "log.index.size.max.bytes": "4096", "group.initial.rebalance.delay.ms": "0",
+            "offsets.topic.num.partitions": "1"}, startup_timeout=60)
+        b.start()
+        try:
+            w = Wire(b)
+            w.sock.settimeout(600)  # creating thousands of partitions on a busy machine
+            # opened first: with thousands of partitions the broker keeps its open files
+            # for them and pauses accepting new connections (fastlog._net's file reserve)
+            probe_wire = Wire(b)
+            t0 = time.monotonic()
+            resp = w.call(ApiKey.CREATE_TOPICS, 4, {"topics": [{
+                "name": "many", "num_partitions": n, "replication_factor": 1,
+                "assignments": [], "configs": []}], "timeout_ms": 600_000,
+                "validate_only": False})
+            assert resp.topics[0].error_code == Errors.NONE, resp
+            print(f"created {n} partitions in {time.monotonic() - t0:.1f} s", flush=True)
+            one = bytes(batch([b"x"]))
+            for start in range(0, n, 500):
+                w.call(ApiKey.PRODUCE, 7, {
+                    "transactional_id": None, "acks": 1, "timeout_ms": 30000,
+                    "topic_data": [{"name": "many", "partition_data": [
+                        {"index": i, "records": one} for i in range(start, min(n, start + 500))]}]})
+            coord = w.call(ApiKey.FIND_COORDINATOR, 1, {"key": "lagging", "key_type": 0})
+            assert coord.error_code == 0, coord
+            for start in range(0, n, 1000):
+                r = w.call(ApiKey.OFFSET_COMMIT, 2, {
+                    "group_id": "lagging", "generation_id_or_member_epoch": -1,
+                    "member_id": "", "retention_time_ms": -1, "topics": [{
+                        "name": "many", "partitions": [
+                            {"partition_index": i, "committed_offset": 0,
+                             "committed_metadata": ""}
+                            for i in range(start, min(n, start + 1000))]}]})
+                assert all(p.error_code == 0 for p in r.topics[0].partitions)
+            w.close()
+            quiet = probe_window(probe_wire, 3.0)
+            stop, busy = threading.Event(), []
+            t = threading.Thread(target=probe, args=(probe_wire, stop, busy))
+            t.start()
+            rows = []
+            url = f"http://127.0.0.1:{http_port}/metrics"
+            for i in range(args.scrapes):
+                c0, t0 = cpu_seconds(b.proc.pid), time.perf_counter()
+                with urllib.request.urlopen(url, timeout=120) as r:
+                    body = r.read()
+                wall, cpu = time.perf_counter() - t0, cpu_seconds(b.proc.pid) - c0
+                rows.append((wall, cpu, len(body)))
+                print(f"scrape {i}: {wall * 1000:.0f} ms wall, {cpu * 1000:.0f} ms broker CPU, "
+                      f"{len(body) / 1e6:.1f} MB, {body.count(NL)} lines", flush=True)
+                time.sleep(0.5)
+            stop.set()
+            t.join(10)
+            probe_wire.close()
+        finally:
+            b.stop(timeout=120)
+
+    def q(xs, f):
+        xs = sorted(xs)
+        return xs[min(len(xs) - 1, int(f * len(xs)))] if xs else float("nan")
+
+    print(json.dumps({
+        "partitions": n,
+        "scrape_wall_ms_median": round(statistics.median(r[0] for r in rows) * 1000, 1),
+        "scrape_broker_cpu_ms_median": round(statistics.median(r[1] for r in rows) * 1000, 1),
+        "body_mb": round(rows[-1][2] / 1e6, 2),
+        "probe_ms_quiet_p50_p99_max": [round(q(quiet, .5), 2), round(q(quiet, .99), 2),
+                                       round(max(quiet), 2)],
+        "probe_ms_scraping_p50_p99_max": [round(q(busy, .5), 2), round(q(busy, .99), 2),
+                                          round(max(busy), 2)],
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

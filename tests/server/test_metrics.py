@@ -1,0 +1,334 @@
+"""The broker's HTTP endpoint (fastlog/server/http.py) and metrics
+(fastlog/server/metrics.py, topic_stats.py, request_metrics.py) against a real broker:
+counters checked exactly against the requests a test sent, committed lag, the health
+paths, bad paths and bad HTTP clients, and a real Prometheus server scraping the broker."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from fastlog.protocol import ApiKey, Errors
+from fastlog.testing import BrokerProcess, _free_port, wait_until
+from tests.server.scrape import get, http_overrides, scrape, value
+from tests.server.wire import Wire, batch, create_topic, fetch_body, healthy, produce
+
+BTM = "kafka_server_brokertopicmetrics_"
+
+
+@pytest.fixture(scope="module")
+def mbroker(tmp_path_factory):
+    """One broker with the HTTP endpoint (its port as .http_port)."""
+    props, port = http_overrides()
+    b = BrokerProcess(tmp_path_factory.mktemp("metrics") / "data",
+                      {**props, "group.initial.rebalance.delay.ms": "0"})
+    b.start()
+    b.http_port = port
+    yield b
+    if b.alive():
+        assert b.stop() == 0, b.log_tail()
+
+
+def topic_with_records(broker, topic: str, count: int) -> None:
+    """A one-partition topic holding `count` records (one batch)."""
+    create_topic(broker, topic)
+    w = Wire(broker)
+    try:
+        assert produce(w, topic, bytes(batch([b"r"] * count))).error_code == Errors.NONE
+    finally:
+        w.close()
+
+
+def test_produce_and_fetch_counters_match_the_requests(mbroker):
+    create_topic(mbroker, "counted")
+    batches = [batch([b"v%d" % i for i in range(n)]) for n in (10, 20, 30)]
+    w = Wire(mbroker)
+    try:
+        for b in batches:
+            assert produce(w, "counted", bytes(b)).error_code == Errors.NONE
+        resp = w.call(ApiKey.FETCH, 11, fetch_body("counted", 0, max_wait_ms=0))
+    finally:
+        w.close()
+    sent = sum(len(b) for b in batches)
+    got = resp.responses[0].partitions[0].records
+    assert len(got) == sent
+    m = scrape(mbroker.http_port)
+    assert value(m, BTM + "messagesin_total", topic="counted") == 60
+    assert value(m, BTM + "bytesin_total", topic="counted") == sent
+    assert value(m, BTM + "totalproducerequests_total", topic="counted") == 3
+    assert value(m, BTM + "failedproducerequests_total", topic="counted") == 0
+    assert value(m, BTM + "bytesout_total", topic="counted") == sent
+    assert value(m, BTM + "totalfetchrequests_total", topic="counted") == 1
+    assert value(m, BTM + "failedfetchrequests_total", topic="counted") == 0
+    # the broker-wide series (no label) include them
+    assert value(m, BTM + "messagesin_total") >= 60
+    assert value(m, BTM + "bytesin_total") >= sent
+    # the bytes on disk are the bytes produced
+    assert value(m, "kafka_log_log_size", topic="counted", partition=0) == sent
+    assert value(m, "kafka_log_log_logendoffset", topic="counted", partition=0) == 60
+    assert value(m, "kafka_log_log_logstartoffset", topic="counted", partition=0) == 0
+    assert value(m, "kafka_log_log_numlogsegments", topic="counted", partition=0) == 1
+
+
+def test_too_large_records_count_as_rejected_bytes(mbroker):
+    create_topic(mbroker, "small", configs={"max.message.bytes": "1024"})
+    big = batch([b"x" * 3000])
+    w = Wire(mbroker)
+    try:
+        assert produce(w, "small", bytes(big)).error_code == Errors.MESSAGE_TOO_LARGE
+    finally:
+        w.close()
+    m = scrape(mbroker.http_port)
+    assert value(m, BTM + "bytesrejected_total", topic="small") == len(big)
+    assert value(m, BTM + "messagesin_total", topic="small") == 0
+    assert value(m, BTM + "totalproducerequests_total", topic="small") == 1
+    # Kafka does not count a record set too large as a failed produce
+    assert value(m, BTM + "failedproducerequests_total", topic="small") == 0
+
+
+def test_unknown_topics_count_for_the_broker_only(mbroker):
+    before = scrape(mbroker.http_port)
+    w = Wire(mbroker)
+    try:
+        for i in range(5):
+            r = produce(w, "counted", bytes(batch([b"a"])), partition=7 + i)
+            assert r.error_code == Errors.UNKNOWN_TOPIC_OR_PARTITION
+    finally:
+        w.close()
+    m = scrape(mbroker.http_port)
+    name = BTM + "totalproducerequests_total"
+    assert value(m, name) - value(before, name) == 5
+    assert value(m, name, topic="counted") == value(before, name, topic="counted")
+
+
+def test_request_counts_and_times_per_api(mbroker):
+    w = Wire(mbroker)
+    try:
+        before = scrape(mbroker.http_port)
+        for _ in range(7):
+            assert w.call(ApiKey.API_VERSIONS, 2, {}).error_code == 0
+    finally:
+        w.close()
+    m = scrape(mbroker.http_port)
+    req = "kafka_network_requestmetrics_requests_total"
+    assert (value(m, req, request="ApiVersions", version=2)
+            - (value(before, req, request="ApiVersions", version=2) or 0)) == 7
+    # the histogram counts every request of the API, whatever its version
+    produce_total = sum(v for (name, labels), v in m.items()
+                        if name == req and ("request", "Produce") in labels)
+    hist = "kafka_network_requestmetrics_totaltimems"
+    assert value(m, hist + "_count", request="Produce") == produce_total >= 3
+    assert value(m, hist + "_bucket", request="Produce", le="+Inf") == produce_total
+    assert value(m, hist + "_sum", request="Produce") > 0
+
+
+def test_committed_offsets_and_lag(mbroker):
+    topic_with_records(mbroker, "lagging", 40)
+    c = Consumer({"bootstrap.servers": mbroker.bootstrap, "group.id": "lag-group",
+                  "enable.auto.commit": False})
+    try:
+        c.commit(offsets=[TopicPartition("lagging", 0, 15)], asynchronous=False)
+    finally:
+        c.close()
+    m = scrape(mbroker.http_port)
+    labels = {"consumergroup": "lag-group", "topic": "lagging", "partition": 0}
+    assert value(m, "kafka_consumergroup_current_offset", **labels) == 15
+    assert value(m, "kafka_consumergroup_lag", **labels) == 25
+    assert value(m, "kafka_consumergroup_lag_sum", consumergroup="lag-group",
+                 topic="lagging") == 25
+    assert value(m, "kafka_coordinator_group_groupmetadatamanager_numoffsets") >= 1
+
+
+def test_broker_figures_on_one_node(mbroker):
+    m = scrape(mbroker.http_port)
+    assert value(m, "kafka_controller_kafkacontroller_activecontrollercount") == 1
+    assert value(m, "kafka_controller_kafkacontroller_offlinepartitionscount") == 0
+    assert value(m, "kafka_controller_kafkacontroller_globaltopiccount") >= 1
+    rm = "kafka_server_replicamanager_"
+    assert value(m, rm + "partitioncount") == value(m, rm + "leadercount") >= 1
+    assert value(m, rm + "underreplicatedpartitions") == 0
+    assert value(m, rm + "underminisrpartitioncount") == 0
+    assert value(m, rm + "isrshrinks_total") == 0
+    assert value(m, "kafka_server_socketservermetrics_connection_count",
+                 listener="PLAINTEXT") >= 0
+    for name in ("kafka_server_kafkarequesthandlerpool_requesthandleravgidlepercent",
+                 "kafka_network_socketserver_networkprocessoravgidlepercent"):
+        assert 0.0 <= value(m, name) <= 1.0
+    assert value(m, "kafka_server_kafkaserver_brokerstate") == 3
+    assert value(m, "kafka_log_logmanager_offlinelogdirectorycount") == 0
+    assert value(m, "fastlog_log_verification_corrupt_batches_total") == 0
+    # the library's process and GC collectors
+    assert value(m, "process_resident_memory_bytes") > 0
+    assert value(m, "process_open_fds") > 0
+    assert any(name == "python_gc_collections_total" for name, _ in m)
+
+
+def test_health_paths_and_bad_requests(mbroker):
+    port = mbroker.http_port
+    assert get(port, "/health/live")[0] == 200
+    assert get(port, "/health/ready")[:1] == (200,)
+    assert get(port, "/nope")[0] == 404
+    assert get(port, "/metrics/extra")[0] == 404
+    assert get(port, "/metrics", method="POST")[0] == 405
+    status, ctype, body = get(port, "/metrics")
+    assert status == 200 and ctype.startswith("text/plain; version=0.0.4")
+    status, ctype, body = get(port, "/metrics", headers={
+        "Accept": "application/openmetrics-text; version=1.0.0; charset=utf-8"})
+    assert status == 200 and ctype.startswith("application/openmetrics-text")
+    assert body.endswith("# EOF\n")
+    # malformed HTTP: answered 400 (or the connection closed), and everything still serves
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"\x00\x01 not http at all\r\n\r\n")
+        reply = s.recv(100)
+        assert reply == b"" or reply[:12] in (b"HTTP/1.0 400", b"HTTP/1.1 400")
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"GET /" + b"a" * 100_000 + b" HTTP/1.1\r\n\r\n")
+        reply = s.recv(100)
+        assert reply == b"" or reply[:10] in (b"HTTP/1.0 4", b"HTTP/1.1 4")
+    assert get(port, "/health/live")[0] == 200
+    assert healthy(mbroker)
+
+
+def test_trickling_http_clients_do_not_block_kafka_clients(mbroker):
+    """Liveness: while HTTP clients send a request one byte at a time, Kafka requests and
+    other HTTP requests are answered well within a few seconds each."""
+    port = mbroker.http_port
+    slow = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(20)]
+    request = b"GET /metrics HTTP/1.1\r\nHost: x\r\n"
+    try:
+        w = Wire(mbroker)
+        try:
+            for i in range(len(request)):
+                for s in slow:
+                    s.sendall(request[i:i + 1])
+                t0 = time.monotonic()
+                assert produce(w, "counted", bytes(batch([b"t"]))).error_code == Errors.NONE
+                assert w.call(ApiKey.API_VERSIONS, 2, {}).error_code == 0
+                if i % 8 == 0:
+                    assert get(port, "/health/live")[0] == 200
+                assert time.monotonic() - t0 < 5.0, "the broker stalled"
+                time.sleep(0.02)
+        finally:
+            w.close()
+    finally:
+        for s in slow:
+            s.close()
+
+
+PROMETHEUS = shutil.which("prometheus")
+
+
+@pytest.mark.skipif(PROMETHEUS is None, reason="the prometheus binary is not installed "
+                    "(Debian's prometheus package; scripts/install-system-deps.sh)")
+def test_a_prometheus_server_scrapes_the_broker(mbroker, tmp_path):
+    topic_with_records(mbroker, "scraped", 12)
+    port = _free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+        "scrape_configs:\n  - job_name: fastlog\n    static_configs:\n"
+        f"      - targets: ['127.0.0.1:{mbroker.http_port}']\n")
+    log = open(tmp_path / "prometheus.log", "wb")
+    proc = subprocess.Popen(
+        [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
+         f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
+
+    def query(expr):
+        url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                return json.load(r)["data"]["result"]
+        except OSError:
+            return None
+
+    try:
+        def scraped():
+            got = query(f'{BTM}messagesin_total{{topic="scraped"}}')
+            return bool(got) and got[0]["value"][1] == "12"
+        wait_until(scraped, 30, interval=0.5, what="Prometheus holding the broker's series")
+        up = query('up{job="fastlog"}')
+        assert up and up[0]["value"][1] == "1"
+        got = query('kafka_log_log_logendoffset{topic="scraped",partition="0"}')
+        assert got and got[0]["value"][1] == "12"
+        got = query("kafka_controller_kafkacontroller_activecontrollercount")
+        assert got and got[0]["value"][1] == "1"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        log.close()
+
+
+def test_no_http_listener_by_default(broker_factory):
+    port = _free_port()
+    b = broker_factory()
+    assert healthy(b)
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+def test_http_listener_in_use_stops_the_start(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        b = BrokerProcess(tmp_path / "data", {"http.listener": f"127.0.0.1:{port}"},
+                          startup_timeout=10)
+        proc = subprocess.run(b.command(), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port} (http.listener)" in proc.stderr
+
+
+PROMTOOL = shutil.which("promtool")
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed (Debian's "
+                    "prometheus package; scripts/install-system-deps.sh)")
+def test_example_scrape_config_and_alert_rules_are_valid():
+    config = Path(__file__).resolve().parents[2] / "examples" / "prometheus" / "prometheus.yml"
+    proc = subprocess.run([PROMTOOL, "check", "config", str(config)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "8 rules found" in proc.stdout
+
+
+class _RequestLoggingBroker(BrokerProcess):
+    def command(self) -> list[str]:
+        return [*super().command(), "--request-log"]
+
+
+def test_request_log_has_one_line_per_request(tmp_path):
+    with _RequestLoggingBroker(tmp_path / "data") as b:
+        w = Wire(b)
+        try:
+            for _ in range(3):
+                assert w.call(ApiKey.API_VERSIONS, 2, {}).error_code == 0
+        finally:
+            w.close()
+        wait_until(lambda: b.log_tail(200).count("api=ApiVersions version=2") >= 3, 10,
+                   what="three request log lines")
+        line = next(x for x in b.log_tail(200).splitlines() if "api=ApiVersions version=2" in x)
+    assert "kafka.request.logger" in line
+    assert "client_id='wire-test'" in line and "principal=User:ANONYMOUS" in line
+    assert "listener=PLAINTEXT" in line and "total_time_ms=" in line
+
+
+def test_no_request_log_by_default(mbroker):
+    w = Wire(mbroker)
+    try:
+        assert w.call(ApiKey.API_VERSIONS, 2, {}).error_code == 0
+    finally:
+        w.close()
+    assert "kafka.request.logger" not in mbroker.log_tail(400)
