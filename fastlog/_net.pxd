@@ -10,13 +10,6 @@ cdef class Processor
 cdef class SocketServer
 
 
-cdef class RateLimitedLog:
-    cdef object logger
-    cdef readonly double interval
-    cdef double last
-    cdef readonly long long suppressed
-
-
 cdef class _Waiters:
     cdef object lock
     cdef object queue
@@ -160,11 +153,11 @@ cdef class SocketServer:
     cdef long files_reserve
     cdef double files_counted_at
     cdef bint accept_paused
-    cdef readonly RateLimitedLog refusal_log
-    cdef readonly RateLimitedLog frame_log
-    cdef readonly RateLimitedLog expire_log
-    cdef readonly RateLimitedLog accept_log
-    cdef readonly RateLimitedLog tls_log
+    cdef readonly object refusal_log
+    cdef readonly object frame_log
+    cdef readonly object expire_log
+    cdef readonly object accept_log
+    cdef readonly object tls_log
     # TLS listener: the context every accepted connection is wrapped with (None: plaintext)
     cdef readonly object ssl_context
     cdef readonly double handshake_timeout

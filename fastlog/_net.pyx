@@ -41,7 +41,7 @@
 #     began to arrive [fastlog.request.receive.timeout.ms], so a client trickling bytes
 #     is closed although it is never idle.
 # Repeated warnings (bad frames, refusals, paused accepts, expired requests) go through
-# RateLimitedLog: one line per interval, with the count of those not logged.
+# fastlog.logs.RateLimitedLog: one line per interval, with the count of those not logged.
 #
 # TLS (SocketServer(ssl_context=...)): Python's ssl with two MemoryBIOs per connection
 # (SSLContext.wrap_bio), driven by the processor's own non-blocking recv and send; no
@@ -133,6 +133,8 @@ import ssl
 import threading
 from collections import deque
 
+from fastlog.logs import RateLimitedLog
+
 try:
     import uvloop as _uvloop
 except ImportError:  # pragma: no cover - uvloop is a runtime dependency
@@ -201,35 +203,6 @@ cdef int _region_at(object part, long long done, long long *length, off_t *pos) 
     length[0] = part.length
     pos[0] = <off_t>(part.position + done)
     return part.file.fileno()
-
-
-cdef class RateLimitedLog:
-    """At most one line per ``interval`` seconds for one kind of event, each line saying
-    how many of the same kind were not logged since the previous one.
-
-    ``log(level, msg, *args)`` returns True when it logged. Called from any thread: the
-    counters are C values updated under the GIL, so at worst a line is doubled.
-    """
-
-    def __init__(self, logger, double interval=10.0):
-        self.logger = logger
-        self.interval = interval
-        self.last = -1e18
-
-    def log(self, int level, str msg, *args):
-        cdef double now = _now()
-        cdef long long n
-        if now - self.last < self.interval:
-            self.suppressed += 1
-            return False
-        n = self.suppressed
-        self.suppressed = 0
-        self.last = now
-        if n:
-            msg += " (%d more like this in the last %.0f s, not logged)"
-            args = args + (n, self.interval)
-        self.logger.log(level, msg, *args)
-        return True
 
 
 cdef class _Waiters:

@@ -35,7 +35,8 @@ from __future__ import annotations
 import logging
 import secrets
 
-from fastlog._net import CloseConnection, RateLimitedLog
+from fastlog._net import CloseConnection
+from fastlog.logs import RateLimitedLog
 from fastlog.protocol import ApiKey, Errors
 from fastlog.security import (
     ANONYMOUS,

@@ -7,7 +7,7 @@
 # principal of the connection (conn.state["principal"], set by the authenticator) and its
 # IP address. No authorizer configured: every check passes (Kafka's default). A denial is
 # logged (principal, operation, resource, client address), at most once per
-# REPORT_INTERVAL_S for one (principal, operation, resource type).
+# fastlog.logs.REPORT_INTERVAL_S for one (principal, operation, resource type).
 # The decisions are fastlog/security/authorizer.py's cached ones: a check is a dict hit.
 # Called from: the broker's event loop (handlers of fastlog/server/apis.py and
 # fastlog/server/group/apis.py). The blocking ACL changes (CreateAcls, DeleteAcls) go
@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from fastlog.logs import report_limited
 from fastlog.protocol import Errors
 from fastlog.security import ANONYMOUS
 from fastlog.security.acl import (
@@ -35,7 +36,6 @@ from fastlog.security.acl import (
     ResourceType,
 )
 from fastlog.security.authorizer import AclAuthorizer
-from fastlog.server.log.errors import report_limited
 
 log = logging.getLogger("fastlog.server.authz")
 

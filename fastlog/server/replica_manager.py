@@ -33,6 +33,7 @@ import os
 import time
 
 from fastlog import _codec
+from fastlog.logs import report_limited
 from fastlog.protocol.errors import Errors
 from fastlog.server.log import KafkaStorageError, OffsetOutOfRangeError, RecordBatchTooLargeError
 from fastlog.server.log.checkpoint import (
@@ -40,7 +41,6 @@ from fastlog.server.log.checkpoint import (
     CorruptCheckpointError,
     OffsetCheckpointFile,
 )
-from fastlog.server.log.errors import report_limited
 from fastlog.server.partition import NO_LEADER, Partition
 from fastlog.server.producer_state import (
     NO_PRODUCER_ID,

@@ -12,8 +12,8 @@ import asyncio
 import logging
 
 import pytest
-from fastlog._net import RateLimitedLog
 
+from fastlog.logs import RateLimitedLog
 from tests.net.test_socket_server import (
     MODES,
     Echo,

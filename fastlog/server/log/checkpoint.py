@@ -18,8 +18,7 @@ import os
 from collections.abc import Iterable, Mapping
 
 from fastlog.fileio import atomic_write
-
-from .errors import report_limited
+from fastlog.logs import report_limited
 
 _logger = logging.getLogger(__name__)
 

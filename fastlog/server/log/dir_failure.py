@@ -21,7 +21,7 @@ import errno
 import logging
 import threading
 
-from .errors import report_limited
+from fastlog.logs import report_limited
 
 logger = logging.getLogger(__name__)
 

@@ -49,6 +49,7 @@ import uuid
 from concurrent.futures import Future
 
 from fastlog.fileio import fsync_dir
+from fastlog.logs import report_limited
 
 from .checkpoint import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -61,7 +62,7 @@ from .checkpoint import (
 from .cleaner import DEFAULT_DEDUPE_BUFFER_SIZE, LogCleaner
 from .config import LogConfig
 from .dir_failure import LogDirFailureChannel, is_dir_failure
-from .errors import KafkaStorageError, report_limited
+from .errors import KafkaStorageError
 from .log import Log, parse_topic_partition
 from .scheduler import IoWorker
 from .verifier import DEFAULT_VERIFICATION_BYTES_PER_SEC, LogVerifier

@@ -18,7 +18,7 @@ import threading
 import time
 from concurrent.futures import Future
 
-from .errors import report_limited
+from fastlog.logs import report_limited
 
 log = logging.getLogger(__name__)
 

@@ -29,8 +29,7 @@ import threading
 import time
 
 from fastlog._codec import TruncatedError, scan_batches
-
-from .errors import report_limited
+from fastlog.logs import report_limited
 
 logger = logging.getLogger(__name__)
 
