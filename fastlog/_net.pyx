@@ -125,6 +125,7 @@ from posix.uio cimport iovec, writev
 from fastlog._codec cimport FileRegion, fl_be32, fl_put_be32
 
 import asyncio
+import errno as errno_mod
 import logging
 import os
 import resource
@@ -181,6 +182,11 @@ cdef Py_ssize_t TLS_CHUNK = 256 * 1024
 # decryption that stopped for want of bytes can never be the one waiting for this recv.
 cdef Py_ssize_t TLS_RECV = 64 * 1024
 cdef Py_ssize_t TLS_RECORD = 16384 + 2048 + 5
+
+
+# A peer that went away (closed or reset while we wrote or read): an everyday event, so
+# the close is logged at DEBUG like an orderly one.
+PEER_GONE = frozenset((errno_mod.EPIPE, errno_mod.ECONNRESET))
 
 
 class CloseConnection(Exception):
@@ -500,7 +506,7 @@ cdef class Connection:
             else:
                 if errno == EAGAIN or errno == EINTR:
                     return
-                self._close(f"read failed: {os.strerror(errno)}")
+                self._close(f"read failed: {os.strerror(errno)}", errno in PEER_GONE)
         except BaseException as exc:
             log.exception("connection %s %s: read path failed", self.id, self.peer)
             self._close(f"read path failed: {exc!r}")
@@ -547,7 +553,7 @@ cdef class Connection:
                 elif n == 0:
                     self.tls_in.write_eof()   # decrypting what is left then raises EOF
                 elif errno != EAGAIN and errno != EINTR:
-                    self._close(f"read failed: {os.strerror(errno)}")
+                    self._close(f"read failed: {os.strerror(errno)}", errno in PEER_GONE)
                     return
             if self.handshaking and not self._tls_handshake():
                 return
@@ -648,7 +654,7 @@ cdef class Connection:
             if self._tls_send():
                 return
         except OSError as exc:
-            self._close(f"write failed: {exc.strerror or exc}")
+            self._close(f"write failed: {exc.strerror or exc}", exc.errno in PEER_GONE)
             return
         self.writing = True
         self.proc.loop.add_writer(self.fd, self._on_writable)
@@ -989,7 +995,7 @@ cdef class Connection:
         try:
             done = self._flush() if self.tls is None else self._flush_tls()
         except OSError as exc:
-            self._close(f"write failed: {exc.strerror or exc}")
+            self._close(f"write failed: {exc.strerror or exc}", exc.errno in PEER_GONE)
             return
         except ValueError as exc:   # a file region that the file no longer covers
             log.warning("connection %s %s: closing: %s", self.id, self.peer, exc)
