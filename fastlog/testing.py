@@ -8,7 +8,9 @@
 # bounded. ZooKeeperServer: Debian's `zookeeper` package (3.8) started as one JVM on a
 # kernel-chosen free 127.0.0.1 port with its data in a given directory (killed with this
 # process), and make_chroot(), a fresh namespace the way `zookeeper.connect=host:port/chroot`
-# gives one. Used by perf/ scripts and, through tests/broker_fixture.py and
+# gives one. Wire: one raw connection speaking Kafka framing (a request encoded with
+# fastlog.protocol, its response decoded), for probes that must see the bytes. Used by
+# perf/ scripts and, through tests/broker_fixture.py and
 # tests/zk_fixture.py (pytest fixtures), by the test suite; call it from one thread.
 # Needs nothing but the installed package (and kazoo, a dependency, for make_chroot).
 """Start a real fastlog broker (and ZooKeeper, for cluster mode) from a script::
@@ -37,12 +39,15 @@ import select
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
 import typing
 import uuid
 from pathlib import Path
+
+from fastlog import protocol
 
 _LISTENING = re.compile(r"listening on PLAINTEXT://([^:\s]+):(\d+)")
 _ENDPOINT = re.compile(r"([A-Z0-9_]+)://([^:\s,]+):(\d+)")
@@ -407,3 +412,60 @@ def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02, what: s
         if time.monotonic() >= deadline:
             raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(interval)
+
+
+WIRE_TIMEOUT = 10.0
+
+
+class Wire:
+    """One raw connection speaking Kafka framing with fastlog.protocol's encoders."""
+
+    def __init__(self, broker):
+        self.sock = socket.create_connection((broker.host, broker.port), timeout=WIRE_TIMEOUT)
+        self.cid = 0
+
+    def close(self):
+        self.sock.close()
+
+    def send_raw(self, data: bytes):
+        self.sock.sendall(data)
+
+    def send(self, api_key, version, body):
+        self.cid += 1
+        frame = protocol.encode_request(api_key, version, self.cid, "wire-test", body,
+                                        framed=True)
+        self.sock.sendall(frame)
+        return self.cid
+
+    def recv_frame(self) -> bytes | None:
+        """One response frame, or None when the broker closed the connection."""
+        head = self._recv_exactly(4)
+        if head is None:
+            return None
+        (size,) = struct.unpack(">i", head)
+        return self._recv_exactly(size)
+
+    def _recv_exactly(self, n):
+        buf = b""
+        while len(buf) < n:
+            try:
+                chunk = self.sock.recv(n - len(buf))
+            except ConnectionResetError:
+                return None
+            if not chunk:
+                return None
+            buf += chunk
+        return buf
+
+    def call(self, api_key, version, body):
+        cid = self.send(api_key, version, body)
+        frame = self.recv_frame()
+        if frame is None:
+            raise AssertionError("broker closed the connection")
+        got_cid, resp = protocol.decode_response(api_key, version, frame)
+        if got_cid != cid:
+            raise AssertionError(f"response to request {got_cid}, expected {cid}")
+        return resp
+
+    def closed_by_broker(self) -> bool:
+        return self.recv_frame() is None

@@ -45,9 +45,9 @@ MODES = {
 def serve(conn, mode, path, zero_copy, keystore=None):
     import uvloop
     from fastlog._net import SocketServer
-    from fastlog.security import server_context
 
     from fastlog._codec import FileRegion
+    from fastlog.security import server_context
 
     async def main():
         f = open(path, "rb") if path else None

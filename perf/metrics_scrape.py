@@ -29,9 +29,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from fastlog import _codec  # noqa: E402
 from fastlog.protocol import ApiKey, Errors  # noqa: E402
-from fastlog.testing import BrokerProcess, _free_port  # noqa: E402
-from tests.server.wire import Wire, batch  # noqa: E402
+from fastlog.testing import BrokerProcess, Wire, _free_port  # noqa: E402
 
 NL = b"\n"
 
@@ -87,7 +87,7 @@ def main() -> int:
                 "validate_only": False})
             assert resp.topics[0].error_code == Errors.NONE, resp
             print(f"created {n} partitions in {time.monotonic() - t0:.1f} s", flush=True)
-            one = bytes(batch([b"x"]))
+            one = bytes(_codec.build_batch([(int(time.time() * 1000), None, b"x")]))
             for start in range(0, n, 500):
                 w.call(ApiKey.PRODUCE, 7, {
                     "transactional_id": None, "acks": 1, "timeout_ms": 30000,

@@ -1,67 +1,12 @@
-"""Raw Kafka-protocol helpers for the broker tests: one framed connection (Wire), batch
-building, and the few requests many tests send (create topic, produce, fetch body,
-InitProducerId, a health check)."""
+"""Raw Kafka-protocol helpers for the broker tests: one framed connection (Wire, from
+fastlog.testing), batch building, and the few requests many tests send (create topic,
+produce, fetch body, InitProducerId, a health check)."""
 
-import socket
-import struct
 import time
 
-from fastlog import _codec, protocol
+from fastlog import _codec
 from fastlog.protocol import ApiKey, Errors
-
-TIMEOUT = 10.0
-
-
-class Wire:
-    """One raw connection speaking Kafka framing with fastlog.protocol's encoders."""
-
-    def __init__(self, broker):
-        self.sock = socket.create_connection((broker.host, broker.port), timeout=TIMEOUT)
-        self.cid = 0
-
-    def close(self):
-        self.sock.close()
-
-    def send_raw(self, data: bytes):
-        self.sock.sendall(data)
-
-    def send(self, api_key, version, body):
-        self.cid += 1
-        frame = protocol.encode_request(api_key, version, self.cid, "wire-test", body,
-                                        framed=True)
-        self.sock.sendall(frame)
-        return self.cid
-
-    def recv_frame(self) -> bytes | None:
-        """One response frame, or None when the broker closed the connection."""
-        head = self._recv_exactly(4)
-        if head is None:
-            return None
-        (size,) = struct.unpack(">i", head)
-        return self._recv_exactly(size)
-
-    def _recv_exactly(self, n):
-        buf = b""
-        while len(buf) < n:
-            try:
-                chunk = self.sock.recv(n - len(buf))
-            except ConnectionResetError:
-                return None
-            if not chunk:
-                return None
-            buf += chunk
-        return buf
-
-    def call(self, api_key, version, body):
-        cid = self.send(api_key, version, body)
-        frame = self.recv_frame()
-        assert frame is not None, "broker closed the connection"
-        got_cid, resp = protocol.decode_response(api_key, version, frame)
-        assert got_cid == cid
-        return resp
-
-    def closed_by_broker(self) -> bool:
-        return self.recv_frame() is None
+from fastlog.testing import Wire  # noqa: F401 - the tests' raw connection, re-exported
 
 
 def create_topic(broker, name, partitions=1, configs=None):
