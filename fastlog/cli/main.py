@@ -138,22 +138,21 @@ def add_bootstrap_option(parser) -> None:
                         help="broker to connect to (default: %(default)s)")
 
 
-def add_client_config_options(parser) -> None:
+def add_client_config_options(parser, x_help: str = "one client setting, as kcat's -X; "
+                                                   "repeatable") -> None:
     """--command-config FILE and -X KEY=VALUE: the client's security settings, Kafka's
     client keys (security.protocol, sasl.mechanism, sasl.username, sasl.password,
-    sasl.jaas.config); read with client_security(args)."""
+    sasl.jaas.config); read with client_security(args) (or client_config(args))."""
     parser.add_argument("--command-config", metavar="FILE",
                         help="client settings in a properties file (security.protocol, "
                              "sasl.mechanism, sasl.username, sasl.password)")
     parser.add_argument("-X", dest="client_config", action="append", default=[],
-                        metavar="KEY=VALUE", help="one client setting, as kcat's -X; repeatable")
+                        metavar="KEY=VALUE", help=x_help)
 
 
-def client_security(args):
-    """The fastlog.client.security.ClientSecurity of --command-config and -X (the -X
-    settings win); CliError with one sentence for a setting the client cannot honour."""
-    from fastlog.client.errors import FastlogError
-    from fastlog.client.security import ClientSecurity
+def client_config(args) -> dict[str, str]:
+    """The settings of --command-config and -X (the -X settings win), unchecked;
+    CliError with one sentence for a file that cannot be read or a malformed -X."""
     from fastlog.server.config import ConfigError, KafkaConfig
 
     props: dict[str, str] = {}
@@ -165,8 +164,17 @@ def client_security(args):
     for item in args.client_config:
         key, value = parse_key_value(item, "-X")
         props[key] = value
+    return props
+
+
+def client_security(args):
+    """The fastlog.client.security.ClientSecurity of --command-config and -X (the -X
+    settings win); CliError with one sentence for a setting the client cannot honour."""
+    from fastlog.client.errors import FastlogError
+    from fastlog.client.security import ClientSecurity
+
     try:
-        return ClientSecurity.from_config(props)
+        return ClientSecurity.from_config(client_config(args))
     except FastlogError as e:
         raise CliError(str(e)) from None
 

@@ -2,7 +2,11 @@
 #
 # Owns: the options of the load tests and their checks (one sentence on a bad value),
 # then hands the parsed options to fastlog/perf/{produce,consume,e2e}.py and prints the
-# summary (text, or one JSON line with --json; --plot FILE.png adds a chart). Runs on the
+# summary (text, or one JSON line with --json; --plot FILE.png adds a chart). -X and
+# --command-config take the client's settings: Kafka's security keys (security.protocol,
+# sasl.*, ssl.*) become a ClientSecurity for our client (librdkafka's own keys for
+# --client confluent, given to every client of the run), the rest are the Producer's or
+# Consumer's keyword settings (librdkafka names with --client confluent). Runs on the
 # main thread of the `fastlog` process.
 """`fastlog perf`: load tests against any Kafka-compatible broker."""
 
@@ -11,7 +15,17 @@ from __future__ import annotations
 import math
 import os
 
-from fastlog.cli.main import CliError, add_bootstrap_option, parse_key_value, topic_name
+from fastlog.client.errors import FastlogError
+from fastlog.client.security import KEYS as SECURITY_KEYS
+from fastlog.client.security import ClientSecurity
+
+from fastlog.cli.main import (
+    CliError,
+    add_bootstrap_option,
+    add_client_config_options,
+    client_config,
+    topic_name,
+)
 
 # Each connection is a socket on the broker too: past this, a run measures the broker's
 # file-handle limit rather than its throughput.
@@ -23,6 +37,8 @@ examples:
   fastlog perf produce --client confluent --rate 20000 --linger-ms 0 --json
   fastlog perf consume --topic perf --num-records 1000000 --client confluent
   fastlog perf e2e --topic perf-e2e --rate 5000 --duration 10 --plot e2e.png
+  fastlog perf produce -X security.protocol=SASL_PLAINTEXT -X sasl.mechanism=PLAIN \
+      -X sasl.username=alice -X sasl.password=secret
 """
 
 
@@ -56,10 +72,10 @@ def _common_options(p, name: str) -> None:
                    help="stop after this long even if N is not reached (default: %(default)s)")
     p.add_argument("--record-size", type=int, default=100, metavar="BYTES",
                    help="value size (default: %(default)s)")
-    p.add_argument("-X", dest="extra", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra setting of the producer (produce, e2e) or the consumer "
-                        "(consume): librdkafka names with --client confluent, fastlog "
-                        "Producer/Consumer keyword names otherwise; repeatable")
+    add_client_config_options(
+        p, "a security setting (security.protocol, sasl.*, ssl.*) or a setting of the "
+           "producer (produce, e2e) or the consumer (consume): librdkafka names with "
+           "--client confluent, fastlog Producer/Consumer keyword names otherwise; repeatable")
     p.add_argument("--json", action="store_true", help="print one JSON line, nothing else")
     p.add_argument("--plot", metavar="FILE.png",
                    help="write a throughput/latency chart (needs the 'perf' extra)")
@@ -133,10 +149,19 @@ def _check(args) -> None:
         raise CliError("--idle-ms must be >= 0")
     if args.plot:
         _check_plot(args.plot)
-    extra = dict(parse_key_value(x, "-X") for x in args.extra)
+    settings = client_config(args)
+    secure = {k: v for k, v in settings.items() if k in SECURITY_KEYS}
+    extra = {k: v for k, v in settings.items() if k not in SECURITY_KEYS}
+    try:
+        security = ClientSecurity.from_config(secure)
+    except FastlogError as e:
+        raise CliError(str(e)) from None
     if args.client == "confluent":
+        args.probe_security = security
+        args.security = _librdkafka_security(secure, security)
         args.extra_config = extra  # librdkafka checks its own names when the client starts
     else:
+        args.security = args.probe_security = security
         args.extra_config = _fastlog_settings(args.perf_command, extra)
     if getattr(args, "compression", None) == "none":
         args.compression = None if args.client == "fastlog" else "none"
@@ -154,8 +179,17 @@ def _check_plot(path: str) -> None:
                        f"matplotlib writes: {', '.join(sorted(report.plot_formats()))})")
 
 
+def _librdkafka_security(secure: dict[str, str], security) -> dict[str, str]:
+    """The security keys for librdkafka: the same keys, but the Java client's
+    sasl.jaas.config (which librdkafka lacks) as sasl.username and sasl.password."""
+    out = dict(secure)
+    if out.pop("sasl.jaas.config", None) is not None:
+        out["sasl.username"], out["sasl.password"] = security.username, security.password
+    return out
+
+
 # Keyword parameters of Producer/Consumer that take objects, not settings.
-_NOT_SETTINGS = {"cluster", "group", "on_delivery_error"}
+_NOT_SETTINGS = {"cluster", "group", "on_delivery_error", "security"}
 _KINDS = {"bool": "true or false", "int": "a whole number", "float": "a finite number",
           "str": "text"}
 
@@ -204,15 +238,16 @@ def _typed(key: str, text: str, kinds: set[str]):
     raise CliError(f"-X {key}={text}: expected {expected}")
 
 
-def _check_reachable(bootstrap: str) -> None:
+def _check_reachable(bootstrap: str, security) -> None:
     """Fail in one sentence when no bootstrap server answers. librdkafka would retry for
     its whole timeout and log every attempt; our own client asks once (a Metadata
-    request, which any Kafka broker answers) and says why it could not connect."""
+    request, which any Kafka broker answers) and says why it could not connect or
+    authenticate."""
     from fastlog.client import Admin
     from fastlog.client.sync import run_async
 
     async def probe():
-        async with Admin(bootstrap):
+        async with Admin(bootstrap, security=security):
             pass
 
     run_async(probe())
@@ -223,7 +258,7 @@ def run(args) -> int:
         raise CliError("name a test: produce, consume or e2e (see 'fastlog perf --help')")
     _check(args)
     if args.client == "confluent":
-        _check_reachable(args.bootstrap_server)
+        _check_reachable(args.bootstrap_server, args.probe_security)
     from fastlog.perf import report
 
     if args.perf_command == "produce":

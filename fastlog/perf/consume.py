@@ -30,7 +30,8 @@ def _run_confluent(opts):
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
     conf = {"bootstrap.servers": opts.bootstrap_server, "group.id": "fastlog-perf",
-            "enable.auto.commit": False, **CONFLUENT_CONSUMER_DEFAULTS, **opts.extra_config}
+            "enable.auto.commit": False, **CONFLUENT_CONSUMER_DEFAULTS, **opts.security,
+            **opts.extra_config}
     c = confluent_client(Consumer, conf)
     clock = time.perf_counter
     progress = Progress("consume", opts.num_records, not opts.json)
@@ -80,7 +81,7 @@ async def _run_fastlog(opts):
     got = nbytes = 0
     kwargs = dict(fetch_max_bytes=52428800, max_partition_fetch_bytes=8 << 20)
     kwargs.update(opts.extra_config)
-    async with Consumer(opts.bootstrap_server, **kwargs) as c:
+    async with Consumer(opts.bootstrap_server, security=opts.security, **kwargs) as c:
         await c.assign_topic(opts.topic)
         await c.seek_to_beginning()
         start = clock()

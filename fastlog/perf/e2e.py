@@ -28,7 +28,8 @@ def run(opts):
     if opts.record_size < 8:
         raise FastlogError("e2e needs --record-size of at least 8 bytes (the send time)")
     wl = Workload(opts.record_size, opts.key_distribution, opts.key_count)
-    ensure_topic(opts.client, opts.bootstrap_server, opts.topic, opts.partitions)
+    ensure_topic(opts.client, opts.bootstrap_server, opts.topic, opts.partitions,
+                 security=opts.security)
     if opts.client == "confluent":
         return _run_confluent(opts, wl)
     from fastlog.client.sync import run_async
@@ -71,7 +72,7 @@ def _run_confluent(opts, wl: Workload):
     p = confluent_client(Producer, confluent_producer_config(opts))  # -X is checked here
     c = confluent_client(Consumer, {
         "bootstrap.servers": opts.bootstrap_server, "group.id": "fastlog-perf-e2e",
-        "enable.auto.commit": False, **CONFLUENT_CONSUMER_DEFAULTS})
+        "enable.auto.commit": False, **CONFLUENT_CONSUMER_DEFAULTS, **opts.security})
     md = c.list_topics(opts.topic, timeout=30)
     parts = md.topics[opts.topic].partitions
     c.assign([TopicPartition(opts.topic, p, OFFSET_BEGINNING) for p in parts])
@@ -126,8 +127,9 @@ async def _run_fastlog(opts, wl: Workload):
     kwargs.update(opts.extra_config)
     start = time.perf_counter()
     deadline = start + opts.duration
-    async with Consumer(opts.bootstrap_server, fetch_max_wait_ms=100) as c, \
-            Producer(opts.bootstrap_server, **kwargs) as p:
+    async with Consumer(opts.bootstrap_server, fetch_max_wait_ms=100,
+                        security=opts.security) as c, \
+            Producer(opts.bootstrap_server, security=opts.security, **kwargs) as p:
         await c.assign_topic(opts.topic)
         await c.seek_to_beginning()
 

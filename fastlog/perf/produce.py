@@ -30,7 +30,8 @@ def sample_every(opts) -> int:
 
 def run(opts) -> tuple[dict, LatencyHistogram, Progress]:
     wl = Workload(opts.record_size, opts.key_distribution, opts.key_count)
-    ensure_topic(opts.client, opts.bootstrap_server, opts.topic, opts.partitions)
+    ensure_topic(opts.client, opts.bootstrap_server, opts.topic, opts.partitions,
+                 security=opts.security)
     if opts.client == "confluent":
         return _run_confluent(opts, wl)
     from fastlog.client.sync import run_async
@@ -46,7 +47,7 @@ def confluent_producer_config(opts) -> dict:
     conf = {"bootstrap.servers": opts.bootstrap_server, "acks": str(opts.acks),
             "linger.ms": opts.linger_ms, "compression.type": opts.compression or "none",
             "queue.buffering.max.messages": 1_000_000,
-            "statistics.interval.ms": STATS_INTERVAL_MS}
+            "statistics.interval.ms": STATS_INTERVAL_MS, **opts.security}
     if opts.batch_size:
         conf["batch.size"] = opts.batch_size
     conf.update(opts.extra_config)
@@ -155,7 +156,7 @@ async def _run_fastlog(opts, wl: Workload):
     if opts.batch_size:
         kwargs["batch_size"] = opts.batch_size
     kwargs.update(opts.extra_config)
-    producers = [Producer(opts.bootstrap_server, **kwargs) for _ in range(opts.connections)]
+    producers = [Producer(opts.bootstrap_server, security=opts.security, **kwargs) for _ in range(opts.connections)]
     for p in producers:
         await p.start()
     limiter = RateLimiter(opts.rate)

@@ -80,19 +80,20 @@ def confluent_client(cls, conf: dict):
 
 
 def ensure_topic(client: str, bootstrap: str, topic: str, partitions: int,
-                 timeout: float = 30.0) -> int:
-    """Create topic with `partitions` partitions unless it exists; return its partition count."""
+                 timeout: float = 30.0, security=None) -> int:
+    """Create topic with `partitions` partitions unless it exists; return its partition count.
+    security: a ClientSecurity for our client, librdkafka's security keys for confluent."""
     if client == "confluent":
-        return _ensure_topic_confluent(bootstrap, topic, partitions, timeout)
+        return _ensure_topic_confluent(bootstrap, topic, partitions, timeout, security or {})
     from fastlog.client.sync import run_async
-    return run_async(_ensure_topic_fastlog(bootstrap, topic, partitions))
+    return run_async(_ensure_topic_fastlog(bootstrap, topic, partitions, security))
 
 
-async def _ensure_topic_fastlog(bootstrap: str, topic: str, partitions: int) -> int:
+async def _ensure_topic_fastlog(bootstrap: str, topic: str, partitions: int, security) -> int:
     from fastlog.client import Admin
     from fastlog.client.errors import KafkaError
 
-    async with Admin(bootstrap) as admin:
+    async with Admin(bootstrap, security=security) as admin:
         if topic not in await admin.list_topics():
             try:
                 await admin.create_topic(topic, partitions, 1)
@@ -103,11 +104,12 @@ async def _ensure_topic_fastlog(bootstrap: str, topic: str, partitions: int) -> 
         return len(info.partitions)
 
 
-def _ensure_topic_confluent(bootstrap: str, topic: str, partitions: int, timeout: float) -> int:
+def _ensure_topic_confluent(bootstrap: str, topic: str, partitions: int, timeout: float,
+                            security: dict) -> int:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = confluent_client(AdminClient, {"bootstrap.servers": bootstrap})
+    admin = confluent_client(AdminClient, {"bootstrap.servers": bootstrap, **security})
     md = admin.list_topics(timeout=timeout)
     if topic not in md.topics or md.topics[topic].error is not None:
         fut = admin.create_topics([NewTopic(topic, partitions, 1)],
