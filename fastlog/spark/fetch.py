@@ -54,14 +54,14 @@ class RangeFetcher:
     consumes the Arrow batches already yielded.
     """
 
-    def __init__(self, bootstrap: str, tp: TopicPartition, timeout_ms: int):
+    def __init__(self, bootstrap: str, tp: TopicPartition, timeout_ms: int, security=None):
         from fastlog.client.sync import _LoopThread
 
         self.tp = tp
         self.timeout = timeout_ms / 1000.0
         self._runner = _LoopThread("fastlog-spark-fetch")
         self.cluster = Cluster(bootstrap, client_id="fastlog-spark-executor",
-                               request_timeout_ms=min(timeout_ms, 30000))
+                               request_timeout_ms=min(timeout_ms, 30000), security=security)
         self._conn = None
 
     def reset_connection(self) -> None:
@@ -113,13 +113,14 @@ class RangeFetcher:
 
 def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int, *,
                include_headers: bool, fail_on_data_loss: bool, timeout_ms: int,
-               arrow_schema):
-    """Yield pyarrow.RecordBatches (schema arrow_schema) of topic-partition over [start, end)."""
+               arrow_schema, security=None):
+    """Yield pyarrow.RecordBatches (schema arrow_schema) of topic-partition over [start, end);
+    security: ClientSecurity's keys (ReadOptions.security)."""
     from fastlog.spark._arrow import ColumnBuilder
 
     tp = TopicPartition(topic, partition)
     builder = ColumnBuilder(include_headers)
-    fetcher = RangeFetcher(bootstrap, tp, timeout_ms)
+    fetcher = RangeFetcher(bootstrap, tp, timeout_ms, security)
     offset = start
     attempt = 0
     stalled_since = None

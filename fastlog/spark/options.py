@@ -4,6 +4,12 @@
 # lower-cased, values strings) into ReadOptions / WriteOptions. Every unknown,
 # unsupported or contradictory option fails with one sentence naming the option, raised
 # from DataSource.schema() (so at load()) or when the writer is created (at start()/save()).
+# Security: the kafka.-prefixed client keys Spark's Kafka source passes through
+# (kafka.security.protocol, kafka.sasl.*, kafka.ssl.*) become the keys of
+# fastlog.client.security.ClientSecurity, checked here (one sentence for what the client
+# cannot do) and kept as plain strings in the options, so every client made from them
+# (driver and executors) authenticates alike; the Java client's truststore/keystore are
+# taken as PEM files, JKS and PKCS12 are refused.
 # Pure functions; the resulting dataclasses are picklable and travel to executors.
 
 from __future__ import annotations
@@ -11,6 +17,9 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from fastlog.client.errors import FastlogError
+from fastlog.client.security import KEYS as CLIENT_SECURITY_KEYS
+from fastlog.client.security import ClientSecurity
 from fastlog.spark import offsets as offsets_mod
 
 
@@ -40,6 +49,12 @@ _REFUSED_KAFKA = {"kafka.auto.offset.reset": "set startingOffsets instead",
                   "kafka.value.serializer": "values are always written as binary",
                   "kafka.enable.auto.commit": "offsets live in Spark's checkpoint",
                   "kafka.interceptor.classes": "interceptors are not supported"}
+# The Java client's PEM trust and key stores, as ClientSecurity's keys.
+_STORES = {"kafka.ssl.truststore.location": "ssl.ca.location",
+           "kafka.ssl.keystore.location": "ssl.certificate.location"}
+_STORE_TYPES = ("kafka.ssl.truststore.type", "kafka.ssl.keystore.type")
+_SECURITY_PREFIXES = ("kafka.security.", "kafka.sasl.", "kafka.ssl.")
+_SECURITY_OPTIONS = [f"kafka.{k}" for k in CLIENT_SECURITY_KEYS] + [*_STORES, *_STORE_TYPES]
 CANONICAL = {name.lower(): name for name in _READ + _WRITE + _SPARK_OWN + _UNSUPPORTED}
 COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
 
@@ -93,12 +108,59 @@ def _check_known(opts, allowed: list[str], what: str) -> None:
     for key in sorted(opts):
         if key in _REFUSED_KAFKA:
             raise OptionError(f"option {key} is not supported: {_REFUSED_KAFKA[key]}")
+        if key.startswith(_SECURITY_PREFIXES):
+            continue  # checked by _security
         if key.startswith("kafka."):
             continue  # client settings: accepted (and ignored unless listed above)
         if key in unsupported:
             raise OptionError(f"option {_name(key)} is not supported by the fastlog {what}")
         if key not in allowed_lower:
             raise OptionError(f"unknown option '{key}' for the fastlog {what}")
+
+
+def _security(opts) -> tuple[tuple[str, str], ...]:
+    """The kafka.security.* / kafka.sasl.* / kafka.ssl.* options as ClientSecurity's keys
+    (checked by ClientSecurity itself); OptionError with one sentence for one we cannot do."""
+    config: dict[str, str] = {}
+    for key in sorted(opts):
+        if not key.startswith(_SECURITY_PREFIXES) or key in _STORE_TYPES:
+            continue
+        if key in _STORES:
+            _check_pem_store(opts, key)
+            config[_STORES[key]] = opts[key]
+            if key == "kafka.ssl.keystore.location":  # a PEM keystore: key and chain in one
+                config["ssl.key.location"] = opts[key]
+        elif key[len("kafka."):] in CLIENT_SECURITY_KEYS:
+            config[key[len("kafka."):]] = opts[key]
+        else:
+            raise OptionError(f"option {key} is not supported by fastlog's client (it takes "
+                              f"{', '.join(_SECURITY_OPTIONS)})")
+    for key in _STORE_TYPES:
+        if key in opts and key.replace(".type", ".location") not in opts:
+            raise OptionError(f"option {key} needs {key.replace('.type', '.location')}")
+    try:
+        ClientSecurity.from_config(config)
+    except FastlogError as e:
+        raise OptionError(f"{e} (the kafka.-prefixed security options)") from None
+    return tuple(sorted(config.items()))
+
+
+def _check_pem_store(opts, key: str) -> None:
+    """A truststore or keystore must be a PEM file (the type PEM, or unset and the file
+    PEM): Java's JKS and PKCS12 stores are refused with one sentence."""
+    kind_key = key.replace(".location", ".type")
+    kind = opts.get(kind_key, "").strip().upper()
+    if kind and kind != "PEM":
+        raise OptionError(f"option {kind_key} {kind} is not supported: fastlog's client reads "
+                          f"PEM files (export the store to PEM with keytool and openssl)")
+    try:
+        with open(opts[key], "rb") as f:
+            head = f.read(4096)
+    except OSError as e:
+        raise OptionError(f"option {key}: cannot read {opts[key]} ({e.strerror})") from None
+    if b"-----BEGIN " not in head:
+        raise OptionError(f"option {key} {opts[key]} is not a PEM file (JKS and PKCS12 stores "
+                          f"are not supported: export the store to PEM)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +179,8 @@ class ReadOptions:
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
     poll_timeout_ms: int = 120000
+    # ClientSecurity's keys (the password among them, so never in the repr)
+    security: tuple[tuple[str, str], ...] = dataclasses.field(default=(), repr=False)
 
     def matches(self, topic: str) -> bool:
         """Whether a subscribePattern subscription includes topic."""
@@ -185,6 +249,7 @@ def parse_read_options(options, streaming: bool) -> ReadOptions:
         min_partitions=_int(opts, "minPartitions"),
         max_records_per_partition=_int(opts, "maxRecordsPerPartition"),
         poll_timeout_ms=_int(opts, "kafkaConsumer.pollTimeoutMs") or 120000,
+        security=_security(opts),
     )
 
 
@@ -222,6 +287,7 @@ class WriteOptions:
     acks: str = "1"
     linger_ms: float = 5.0
     batch_bytes: int = 1 << 20
+    security: tuple[tuple[str, str], ...] = dataclasses.field(default=(), repr=False)
 
 
 def parse_write_options(options) -> WriteOptions:
@@ -250,4 +316,4 @@ def parse_write_options(options) -> WriteOptions:
                           "numbers") from None
     return WriteOptions(bootstrap=bootstrap, topic=topic.strip() if topic else None,
                         compression=compression, acks=acks, linger_ms=linger,
-                        batch_bytes=max(1024, batch))
+                        batch_bytes=max(1024, batch), security=_security(opts))

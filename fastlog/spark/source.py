@@ -97,7 +97,8 @@ class _Metadata:
     def __init__(self, opts: ReadOptions):
         from fastlog.client import SyncAdmin
         self.opts = opts
-        self.admin = SyncAdmin(opts.bootstrap, client_id="fastlog-spark-driver")
+        self.admin = SyncAdmin(opts.bootstrap, client_id="fastlog-spark-driver",
+                               security=dict(opts.security))
 
     def close(self) -> None:
         self.admin.close()
@@ -255,7 +256,8 @@ class _ReaderBase:
             self.opts.bootstrap, partition.topic, partition.partition, partition.start,
             partition.end, include_headers=self.opts.include_headers,
             fail_on_data_loss=self.opts.fail_on_data_loss,
-            timeout_ms=self.opts.poll_timeout_ms, arrow_schema=arrow_schema)
+            timeout_ms=self.opts.poll_timeout_ms, arrow_schema=arrow_schema,
+            security=dict(self.opts.security))
 
     def stop(self) -> None:
         if self._meta is not None:
@@ -393,6 +395,7 @@ class _WriterBase:
 
         o = self.opts
         producer = Producer(o.bootstrap, client_id="fastlog-spark-sink",
+                            security=dict(o.security),
                             compression=o.compression, acks=o.acks, linger_ms=o.linger_ms)
         await producer.start()
         counts: dict[str, int] = {}

@@ -101,3 +101,60 @@ def test_rate_limit_never_exceeds_the_limit_and_always_progresses():
         taken = sum(end[tp] - begins[tp] for tp in end)
         assert taken == min(limit, 1000 + 1 + 3 + 50)
         assert all(begins[tp] <= end[tp] <= latest[tp] for tp in end)
+
+
+SASL = {"kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "SCRAM-SHA-256",
+        "kafka.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule "
+                                  'required username="sam" password="s3cret";'}
+
+
+def test_security_options_become_client_security_keys_on_read_and_write():
+    read = parse_read_options({**BOOT, "subscribe": "a", **SASL}, True)
+    write = parse_write_options({**BOOT, **SASL})
+    want = tuple(sorted((k[len("kafka."):], v) for k, v in SASL.items()))
+    assert read.security == write.security == want
+    assert "s3cret" not in repr(read) and "s3cret" not in repr(write)
+
+
+def test_pem_truststore_and_keystore_map_to_ca_and_certificate(tmp_path):
+    import subprocess
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj",
+                    "/CN=test", "-days", "1", "-keyout", str(tmp_path / "k.pem"),
+                    "-out", str(tmp_path / "c.pem")], check=True, capture_output=True,
+                   timeout=60)
+    both = tmp_path / "keystore.pem"
+    both.write_bytes((tmp_path / "k.pem").read_bytes() + (tmp_path / "c.pem").read_bytes())
+    opts = parse_write_options({**BOOT, "kafka.security.protocol": "SSL",
+                                "kafka.ssl.truststore.type": "PEM",
+                                "kafka.ssl.truststore.location": str(tmp_path / "c.pem"),
+                                "kafka.ssl.keystore.location": str(both)})
+    assert dict(opts.security) == {"security.protocol": "SSL",
+                                   "ssl.ca.location": str(tmp_path / "c.pem"),
+                                   "ssl.certificate.location": str(both),
+                                   "ssl.key.location": str(both)}
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"kafka.ssl.truststore.type": "JKS", "kafka.ssl.truststore.location": "/x.jks"},
+     "kafka.ssl.truststore.type JKS is not supported"),
+    ({"kafka.ssl.truststore.location": "STORE"}, "is not a PEM file"),
+    ({"kafka.ssl.truststore.location": "/nonexistent/ca.pem"}, "cannot read"),
+    ({"kafka.ssl.keystore.type": "PEM"}, "needs kafka.ssl.keystore.location"),
+    ({"kafka.sasl.kerberos.service.name": "kafka"},
+     "option kafka.sasl.kerberos.service.name is not supported"),
+    ({"kafka.security.protocol": "SASL_PLAINTEXT"}, "sasl.mechanism GSSAPI is not supported"),
+    ({"kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "PLAIN"},
+     "needs sasl.username and sasl.password"),
+    ({"kafka.security.protocol": "TLS"}, "security.protocol must be one of"),
+])
+def test_security_options_fastlog_cannot_honour_fail_with_one_sentence(extra, message,
+                                                                       tmp_path):
+    store = tmp_path / "store.jks"
+    store.write_bytes(b"\xfe\xed\xfe\xed" + bytes(60))
+    extra = {k: str(store) if v == "STORE" else v for k, v in extra.items()}
+    for parse in (lambda o: parse_read_options({**o, "subscribe": "a"}, False),
+                  parse_write_options):
+        with pytest.raises(OptionError) as err:
+            parse({**BOOT, **extra})
+        text = str(err.value)
+        assert message in text and "\n" not in text
