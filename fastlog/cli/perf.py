@@ -15,10 +15,6 @@ from __future__ import annotations
 import math
 import os
 
-from fastlog.client.errors import FastlogError
-from fastlog.client.security import KEYS as SECURITY_KEYS
-from fastlog.client.security import ClientSecurity
-
 from fastlog.cli.main import (
     CliError,
     add_bootstrap_option,
@@ -26,6 +22,9 @@ from fastlog.cli.main import (
     client_config,
     topic_name,
 )
+from fastlog.client.errors import FastlogError
+from fastlog.client.security import KEYS as SECURITY_KEYS
+from fastlog.client.security import ClientSecurity
 
 # Each connection is a socket on the broker too: past this, a run measures the broker's
 # file-handle limit rather than its throughput.

@@ -6,9 +6,8 @@ import secrets
 
 import pytest
 
-from fastlog.testing import BrokerProcess
 from tests.perf.test_perf_harness import assert_one_sentence, check_summary, perf, perf_json
-from tests.security.test_sasl_broker import add_scram_user, sasl_address, sasl_overrides
+from tests.security.test_sasl_broker import running_sasl_broker, sasl_address
 
 PLAIN_PW = secrets.token_urlsafe(16)
 SCRAM_USER, SCRAM_PW = "sam", secrets.token_urlsafe(16)
@@ -16,12 +15,9 @@ SCRAM_USER, SCRAM_PW = "sam", secrets.token_urlsafe(16)
 
 @pytest.fixture(scope="module")
 def sasl_broker(tmp_path_factory):
-    b = BrokerProcess(tmp_path_factory.mktemp("perf-sasl") / "data", sasl_overrides(PLAIN_PW))
-    b.start()
-    add_scram_user(b.bootstrap, "SCRAM-SHA-256", SCRAM_USER, SCRAM_PW)
-    yield b
-    if b.alive():
-        assert b.stop() == 0, b.log_tail()
+    with running_sasl_broker(tmp_path_factory.mktemp("perf-sasl") / "data", PLAIN_PW,
+                             {("SCRAM-SHA-256", SCRAM_USER): SCRAM_PW}) as b:
+        yield b
 
 
 def _plain(password):

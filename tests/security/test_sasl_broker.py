@@ -7,6 +7,7 @@ credentials surviving a restart, and no password in the broker's log."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import shutil
 import socket
@@ -62,6 +63,19 @@ def add_scram_user(bootstrap: str, mechanism: str, user: str, password: str,
                                           password.encode())
     for future in admin.alter_user_scram_credentials([upsert]).values():
         future.result(TIMEOUT)
+
+
+@contextlib.contextmanager
+def running_sasl_broker(data_dir, plain_password: str, scram_users: dict, **extra):
+    """A started broker on sasl_overrides with SCRAM users {(mechanism, user): password};
+    stopped cleanly at the end (for other folders' module fixtures)."""
+    b = BrokerProcess(data_dir, sasl_overrides(plain_password, **extra))
+    b.start()
+    for (mechanism, user), password in scram_users.items():
+        add_scram_user(b.bootstrap, mechanism, user, password)
+    yield b
+    if b.alive():
+        assert b.stop() == 0, b.log_tail()
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,7 @@ import secrets
 
 import pytest
 
-from fastlog.testing import BrokerProcess
-from tests.security.test_sasl_broker import add_scram_user, sasl_address, sasl_overrides
+from tests.security.test_sasl_broker import running_sasl_broker, sasl_address
 from tests.spark.conftest import create_topic, start_query
 
 USER, PASSWORD = "spark", secrets.token_urlsafe(16)
@@ -19,13 +18,10 @@ SASL = {"kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "SC
 
 @pytest.fixture(scope="module")
 def sasl_broker(tmp_path_factory):
-    b = BrokerProcess(tmp_path_factory.mktemp("spark-sasl") / "data",
-                      sasl_overrides(secrets.token_urlsafe(16)))
-    b.start()
-    add_scram_user(b.bootstrap, "SCRAM-SHA-256", USER, PASSWORD)
-    yield b
-    if b.alive():
-        assert b.stop() == 0, b.log_tail()
+    with running_sasl_broker(tmp_path_factory.mktemp("spark-sasl") / "data",
+                             secrets.token_urlsafe(16),
+                             {("SCRAM-SHA-256", USER): PASSWORD}) as b:
+        yield b
 
 
 def test_batch_write_and_streaming_read_authenticate(spark, sasl_broker, tmp_path):
