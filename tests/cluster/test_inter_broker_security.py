@@ -120,3 +120,44 @@ def test_sasl_inter_broker_listener_without_credentials_is_one_sentence_and_exit
     assert needle in r.stderr
     assert r.stderr.strip().count("\n") == 0 and "Traceback" not in r.stderr
     assert password not in r.stderr
+
+
+def test_with_an_authorizer_the_brokers_super_user_principal_replicates(fresh_cluster):
+    """The brokers log in to each other as User:broker, a super user: its replica fetches
+    (ClusterAction) are allowed with no ACL granting them, so acks=all succeeds."""
+    from tests.cluster.test_acl_cluster import _metadata_error
+    from tests.server.test_authz import (
+        USERS,
+        acl,
+        admin_client,
+        authz_overrides,
+        client_conf,
+        create_acls,
+    )
+
+    password = secrets.token_urlsafe(16)
+    users = " ".join(f'user_{u}="{p}"' for u, p in USERS.items())
+    c = fresh_cluster(ids=(1, 2), **authz_overrides(**{
+        "inter.broker.listener.name": "SASL_PLAINTEXT",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+            f'{PLAIN_MODULE} required username="broker" password="{password}" '
+            f'user_broker="{password}" {users};',
+        "super.users": "User:admin;User:broker",
+    }))
+    topic = "acl-secured"
+    admin = admin_client(c.brokers[1])
+    admin.create_topics([NewTopic(topic, 1, 2)])[topic].result(15)
+    c.wait_leaders(topic, 1)
+    create_acls(c.brokers[1], [acl("TOPIC", topic, "User:alice", "WRITE")])
+
+    def alice_may_write_everywhere():
+        return all(_metadata_error(b, "alice", topic) == 0 for b in c.brokers.values())
+    wait_until(alice_may_write_everywhere, 10, what="alice's ACL on both brokers")
+    producer = Producer({**client_conf(c.brokers[2], "alice"), "acks": "all",
+                         "message.timeout.ms": 20000})
+    errors = []
+    for i in range(5):
+        producer.produce(topic, b"v%d" % i, on_delivery=lambda err, _: errors.append(err))
+    assert producer.flush(30) == 0
+    assert errors == [None] * 5
+    assert sorted(c.state(topic, 0)["isr"]) == [1, 2]
