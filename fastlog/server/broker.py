@@ -52,6 +52,7 @@ from fastlog.server.config import (
     parse_properties,
 )
 from fastlog.server.group import GroupCoordinator
+from fastlog.server.inter_broker import inter_broker_security
 from fastlog.server.log import KafkaStorageError, LogConfig, LogManager
 from fastlog.server.log.config import TOPIC_CONFIG_KEYS as STORAGE_TOPIC_KEYS
 from fastlog.server.producer_state import ProducerIdManager
@@ -170,10 +171,16 @@ class BrokerServer:
         self.topic_stats = BrokerTopicStats()
         self.request_metrics = RequestMetrics()
         self.http_server = None
+        # fastlog.client ClientSecurity of the connections to other brokers (cluster mode).
+        self.inter_broker_security = None
 
     # ------------------------------------------------------------------ startup
     async def startup(self) -> None:
         tls_contexts = self._tls_contexts()
+        if self.config["zookeeper.connect"]:
+            # How this broker connects to the others (replica fetchers): checked before
+            # anything starts, so a missing credential is one sentence at startup.
+            self.inter_broker_security = inter_broker_security(self.config)
         check_can_listen(self.config.listeners)
         if self.config["http.listener"]:
             self._start_http(*http_listener(self.config["http.listener"]))

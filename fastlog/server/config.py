@@ -222,6 +222,16 @@ def _check_mechanisms(v: list[str]) -> str | None:
     return None
 
 
+def _check_inter_broker_protocol(v: str | None) -> str | None:
+    if v is not None and v.strip().upper() not in SECURITY_PROTOCOLS:
+        return "must be one of " + ", ".join(SECURITY_PROTOCOLS)
+    return None
+
+
+def _check_inter_broker_mechanism(v: str) -> str | None:
+    return _check_mechanisms([v.strip()])
+
+
 def _parse_protocol_map(v: str | None) -> dict[str, str]:
     """listener.security.protocol.map ("NAME:PROTOCOL,...") as {NAME: PROTOCOL}."""
     if v is None:
@@ -300,7 +310,12 @@ _KEYS: list[ConfigKey] = [
               "Security protocol of each listener name: PLAINTEXT, SSL, SASL_PLAINTEXT or "
               "SASL_SSL.", _check_protocol_map),
     ConfigKey("inter.broker.listener.name", "string", None,
-              "Listener followers use to reach leaders; PLAINTEXT when unset."),
+              "Listener brokers use to reach each other (followers fetching from leaders); "
+              "security.inter.broker.protocol when unset."),
+    ConfigKey("security.inter.broker.protocol", "string", None,
+              "Security protocol brokers use to reach each other, as the name of a listener "
+              "(Kafka's default PLAINTEXT); set this or inter.broker.listener.name, not both.",
+              _check_inter_broker_protocol),
     # Default 1 (Kafka: 3): one processor runs inline on the API loop, which costs the least
     # CPU per request with the GIL (perf/README.md: ~11 vs ~40 us per small produce).
     ConfigKey("num.network.threads", "int", 1, "Processor loops that read and write sockets.", _at_least(1)),
@@ -351,6 +366,12 @@ _KEYS: list[ConfigKey] = [
     # Kafka has no such bound (a client may stay unauthenticated until it is idle): a
     # connection of a SASL listener that has not authenticated this long after its first
     # request is closed.
+    # Kafka's default is GSSAPI, which fastlog does not serve: PLAIN is the default here.
+    ConfigKey("sasl.mechanism.inter.broker.protocol", "string", "PLAIN",
+              "SASL mechanism a broker authenticates with to other brokers when the "
+              "inter-broker listener uses SASL; the credentials are the username and "
+              "password of that listener's JAAS line for the mechanism.",
+              _check_inter_broker_mechanism),
     ConfigKey("fastlog.sasl.authentication.timeout.ms", "long", 10000,
               "A SASL connection not authenticated this long after its first request is "
               "closed.", _at_least(1)),
@@ -737,15 +758,23 @@ class KafkaConfig:
                 raise ConfigError(f"advertised.listeners names {name}, which listeners "
                                   "does not bind")
         inter = self.values["inter.broker.listener.name"]
-        if inter is not None and inter.strip().upper() not in names:
-            raise ConfigError(f"inter.broker.listener.name {inter!r} must be one of the "
-                              f"listeners ({', '.join(names)})")
-        inter_proto = pmap[self.inter_broker_listener_name]
-        if self.values["zookeeper.connect"] and inter_proto != "PLAINTEXT":
-            raise ConfigError(
-                f"the inter-broker listener {self.inter_broker_listener_name} uses "
-                f"{inter_proto}, but fastlog's brokers replicate only over a PLAINTEXT "
-                "listener (set inter.broker.listener.name)")
+        by_protocol = self.values["security.inter.broker.protocol"]
+        if inter is not None and by_protocol is not None:
+            # Kafka's rule: one names the listener, so both would say it twice.
+            raise ConfigError("set only one of inter.broker.listener.name and "
+                              "security.inter.broker.protocol")
+        for key, value in (("inter.broker.listener.name", inter),
+                           ("security.inter.broker.protocol", by_protocol)):
+            if value is not None and value.strip().upper() not in names:
+                raise ConfigError(f"{key} {value!r} must be one of the listeners "
+                                  f"({', '.join(names)})")
+        inter_name = self.inter_broker_listener_name
+        if pmap[inter_name] in SASL_PROTOCOLS and self.values["zookeeper.connect"]:
+            mechanism = self.values["sasl.mechanism.inter.broker.protocol"].strip()
+            if mechanism not in self.listener_config(inter_name)["sasl.enabled.mechanisms"]:
+                raise ConfigError(
+                    f"sasl.mechanism.inter.broker.protocol {mechanism} must be among the "
+                    f"sasl.enabled.mechanisms of the inter-broker listener {inter_name}")
 
     def _validate_sasl_listener(self, name: str) -> None:
         cfg = self.listener_config(name)
@@ -767,11 +796,13 @@ class KafkaConfig:
 
     @property
     def inter_broker_listener_name(self) -> str:
-        """The listener followers fetch through: inter.broker.listener.name, else
-        PLAINTEXT when a listener has that name, else the first listener."""
-        inter = self.values["inter.broker.listener.name"]
-        if inter is not None and inter.strip():
-            return inter.strip().upper()
+        """The listener brokers reach each other through: inter.broker.listener.name,
+        else the listener named by security.inter.broker.protocol, else PLAINTEXT when a
+        listener has that name, else the first listener."""
+        for key in ("inter.broker.listener.name", "security.inter.broker.protocol"):
+            inter = self.values[key]
+            if inter is not None and inter.strip():
+                return inter.strip().upper()
         names = [name for name, _, _ in self.listeners]
         return "PLAINTEXT" if "PLAINTEXT" in names else names[0]
 

@@ -4,7 +4,8 @@
 # Owns: the fetcher tasks of this broker. Each follower partition is given to one fetcher,
 # chosen by (leader id, a stable hash of the partition modulo num.replica.fetchers), so a
 # leader is asked for all of its partitions in a few batched requests. A fetcher keeps one
-# connection (fastlog.client BrokerConnection) to its leader and loops:
+# connection (fastlog.client BrokerConnection, secured as the inter-broker listener is:
+# fastlog/server/inter_broker.py) to its leader and loops:
 #   1. partitions that just got a new leader or epoch truncate first: OffsetForLeaderEpoch
 #      (v3, as replica) with our latest epoch; the answer (epoch, end offset) gives the
 #      point where both logs agree (KIP-101, and KIP-279's repeated asking when the leader
@@ -193,7 +194,8 @@ class ReplicaFetcher:
         conn = BrokerConnection(
             ep[0], ep[1], client_id=f"fastlog-replica-fetcher-{self.rm.node_id}",
             node_id=self.leader_id,
-            request_timeout_ms=int(self.rm._cfg("replica.socket.timeout.ms", 30000)))
+            request_timeout_ms=int(self.rm._cfg("replica.socket.timeout.ms", 30000)),
+            security=getattr(self.rm.broker, "inter_broker_security", None))
         await conn.connect()
         self.conn = conn
         if self._last_error:

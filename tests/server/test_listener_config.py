@@ -76,13 +76,30 @@ def test_listener_config_resolves_the_listener_form_first():
      "uses SASL but sasl.enabled.mechanisms is empty"),
     ({"listeners": "SASL_PLAINTEXT://127.0.0.1:1", "sasl.enabled.mechanisms": "SCRAM-SHA-256",
       "zookeeper.connect": "127.0.0.1:2181"},
-     "replicate only over a PLAINTEXT listener"),
+     "sasl.mechanism.inter.broker.protocol PLAIN must be among the sasl.enabled.mechanisms "
+     "of the inter-broker listener SASL_PLAINTEXT"),
+    ({"sasl.mechanism.inter.broker.protocol": "GSSAPI"}, "names GSSAPI, which fastlog does not serve"),
+    ({"security.inter.broker.protocol": "KERBEROS"},
+     "must be one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL"),
+    ({"security.inter.broker.protocol": "SSL"},
+     "security.inter.broker.protocol 'SSL' must be one of the listeners (PLAINTEXT)"),
+    ({"security.inter.broker.protocol": "PLAINTEXT", "inter.broker.listener.name": "PLAINTEXT"},
+     "set only one of inter.broker.listener.name and security.inter.broker.protocol"),
 ])
 def test_refusals_are_one_sentence(props, needle):
     with pytest.raises(ConfigError) as e:
         KafkaConfig(props)
     assert needle in str(e.value)
     assert "\n" not in str(e.value)
+
+
+def test_security_inter_broker_protocol_names_the_inter_broker_listener():
+    c = KafkaConfig({"listeners": "PLAINTEXT://127.0.0.1:1,SASL_PLAINTEXT://127.0.0.1:2",
+                     "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+                     "security.inter.broker.protocol": "sasl_plaintext",
+                     "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+                     "zookeeper.connect": "127.0.0.1:2181"})
+    assert c.inter_broker_listener_name == "SASL_PLAINTEXT"
 
 
 def test_a_refused_jaas_line_never_shows_its_password():
