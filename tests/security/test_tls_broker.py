@@ -1,6 +1,7 @@
 """TLS on a real broker's listeners, with real clients: SSL and SASL_SSL listeners built
 from Kafka's ssl.* keys (listener.name.<listener>. prefixes included), produce and consume
-with confluent-kafka, kafka-python and kcat over SSL, SCRAM over SASL_SSL, mutual TLS whose
+with confluent-kafka, kafka-python, aiokafka and kcat over SSL, PLAIN and both SCRAMs over
+SASL_SSL, our own tools over both, mutual TLS whose
 certificate subject is the principal the authorizer sees, a plaintext client on the TLS
 port closed while others are served, and bad keystores refused at startup in one sentence
 (exit 2). Certificates come from tests/security/conftest.py (made by each run)."""
@@ -31,6 +32,7 @@ KCAT = shutil.which("kcat")
 TIMEOUT = 30
 CLIENT_PRINCIPAL = "User:CN=client1,OU=Eng,O=Acme,C=US"
 SCRAM_USER, SCRAM_PASSWORD = "tina", secrets.token_urlsafe(16)
+PLAIN_USER, PLAIN_PASSWORD = "paula", secrets.token_urlsafe(16)
 
 
 def tls_overrides(certs, **extra) -> dict[str, str]:
@@ -39,7 +41,10 @@ def tls_overrides(certs, **extra) -> dict[str, str]:
         "ssl.keystore.type": "PEM", "ssl.keystore.location": certs.keystore,
         "ssl.truststore.type": "PEM", "ssl.truststore.location": str(certs.dir / "ca.pem"),
         "listener.name.ssl.ssl.client.auth": "requested",
-        "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config":
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f'user_{PLAIN_USER}="{PLAIN_PASSWORD}";',
         # mutual TLS principals may drop nothing here; DEFAULT keeps the whole DN
         "ssl.principal.mapping.rules": "DEFAULT",
         # anyone may do what no ACL speaks of; the test's ACLs guard one topic
@@ -54,7 +59,8 @@ def tls_overrides(certs, **extra) -> dict[str, str]:
 def tls_broker(certs, tmp_path_factory):
     b = BrokerProcess(tmp_path_factory.mktemp("tls") / "data", tls_overrides(certs))
     b.start()
-    add_scram_user(b.bootstrap, "SCRAM-SHA-512", SCRAM_USER, SCRAM_PASSWORD)
+    for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+        add_scram_user(b.bootstrap, mechanism, SCRAM_USER, SCRAM_PASSWORD)
     yield b
     if b.alive():
         assert b.stop() == 0, b.log_tail()
@@ -99,11 +105,43 @@ def test_confluent_kafka_over_ssl(tls_broker, certs):
         [b"v%d" % i for i in range(20)]
 
 
-def test_scram_over_sasl_ssl(tls_broker, certs):
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_sasl_ssl(tls_broker, certs, mechanism):
+    user, password = ((PLAIN_USER, PLAIN_PASSWORD) if mechanism == "PLAIN"
+                      else (SCRAM_USER, SCRAM_PASSWORD))
     conf = ssl_conf(tls_broker, certs, listener="SASL_SSL", **{
-        "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": SCRAM_USER,
-        "sasl.password": SCRAM_PASSWORD})
-    assert len(produce_and_consume(conf, "tls-scram")) == 20
+        "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password})
+    assert len(produce_and_consume(conf, f"tls-{mechanism.lower()}")) == 20
+
+
+def test_aiokafka_over_ssl(tls_broker, certs):
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.helpers import create_ssl_context
+
+    async def main():
+        ctx = create_ssl_context(cafile=str(certs.dir / "ca.pem"))
+        common = {"bootstrap_servers": f"127.0.0.1:{tls_broker.ports['SSL']}",
+                  "security_protocol": "SSL", "ssl_context": ctx}
+        producer = AIOKafkaProducer(**common)
+        await producer.start()
+        try:
+            for i in range(5):
+                await producer.send_and_wait("tls-aio", b"a%d" % i)
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer("tls-aio", auto_offset_reset="earliest", **common)
+        await consumer.start()
+        try:
+            got = []
+            while len(got) < 5:
+                batch = await asyncio.wait_for(consumer.getmany(timeout_ms=1000), TIMEOUT)
+                got += [m.value for msgs in batch.values() for m in msgs]
+            return got
+        finally:
+            await consumer.stop()
+    assert asyncio.run(main()) == [b"a%d" % i for i in range(5)]
 
 
 def test_kafka_python_over_ssl(tls_broker, certs):
