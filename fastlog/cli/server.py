@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -139,6 +140,11 @@ async def _serve(config: KafkaConfig) -> int:
         await broker.shutdown()
         return EXIT_STARTUP
     broker.on_halt = stop.set
+    # What startup built (partitions, logs, indexes, the group cache) lives as long as the
+    # broker: out of the cyclic collector's reach, a full collection (which holds the
+    # interpreter lock, stalling the request loop) walks only what came later.
+    gc.collect()
+    gc.freeze()
     listeners = ", ".join(f"{proto}://{host}:{port}" for proto, host, port in broker.bound)
     ready = (f"fastlog-server: listening on {listeners} (node {broker.node_id}, cluster "
              f"{broker.metadata.cluster_id}), data in {', '.join(broker.log_dirs)}")
