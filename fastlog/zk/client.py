@@ -658,9 +658,8 @@ class KafkaZkClient:
             paths.encode_log_dir_event(broker_id), sequence=True, makepath=True)
 
     def get_log_dir_event_notifications(self, watch=None) -> list[str]:
-        return sorted(c for c in self._children_or_empty(paths.LOG_DIR_EVENT_NOTIFICATION,
-                                                         watch)
-                      if c.startswith(paths.LOG_DIR_EVENT_PREFIX))
+        return self._notifications(paths.LOG_DIR_EVENT_NOTIFICATION,
+                                   paths.LOG_DIR_EVENT_PREFIX, watch)
 
     def read_log_dir_event(self, name: str) -> tuple[int, int] | None:
         """(broker id, event) of one notification; None if it is gone."""
@@ -670,12 +669,7 @@ class KafkaZkClient:
 
     def delete_log_dir_event_notifications(self, epoch: ControllerEpoch,
                                            names: Iterable[str]) -> None:
-        for name in names:
-            try:
-                self._fenced(epoch, lambda tx, n=name: tx.delete(
-                    f"{paths.LOG_DIR_EVENT_NOTIFICATION}/{n}"))
-            except _TxFailed:
-                pass
+        self._delete_notifications(epoch, paths.LOG_DIR_EVENT_NOTIFICATION, names)
 
     def set_offline_replicas(self, broker_id: int, partitions: Iterable[TopicPartition]
                              ) -> None:
@@ -694,8 +688,8 @@ class KafkaZkClient:
         return set(paths.decode_partition_list(path, got[0])) if got else set()
 
     def get_isr_change_notifications(self, watch=None) -> list[str]:
-        return sorted(c for c in self._children_or_empty(paths.ISR_CHANGE_NOTIFICATION, watch)
-                      if c.startswith(paths.ISR_CHANGE_PREFIX))
+        return self._notifications(paths.ISR_CHANGE_NOTIFICATION, paths.ISR_CHANGE_PREFIX,
+                                   watch)
 
     def read_isr_change_notification(self, name: str) -> list[TopicPartition]:
         path = f"{paths.ISR_CHANGE_NOTIFICATION}/{name}"
@@ -704,10 +698,20 @@ class KafkaZkClient:
 
     def delete_isr_change_notifications(self, epoch: ControllerEpoch, names: Iterable[str]
                                         ) -> None:
+        self._delete_notifications(epoch, paths.ISR_CHANGE_NOTIFICATION, names)
+
+    def _notifications(self, parent: str, prefix: str, watch=None) -> list[str]:
+        """The sequential notice znodes under `parent`, oldest first."""
+        return sorted(c for c in self._children_or_empty(parent, watch)
+                      if c.startswith(prefix))
+
+    def _delete_notifications(self, epoch: ControllerEpoch, parent: str,
+                              names: Iterable[str]) -> None:
+        """Delete handled notices, fenced by the controller epoch (one already gone, or a
+        deposed controller's delete, is skipped)."""
         for name in names:
             try:
-                self._fenced(epoch, lambda tx, n=name: tx.delete(
-                    f"{paths.ISR_CHANGE_NOTIFICATION}/{n}"))
+                self._fenced(epoch, lambda tx, n=name: tx.delete(f"{parent}/{n}"))
             except _TxFailed:
                 pass
 
