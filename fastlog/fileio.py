@@ -4,8 +4,10 @@
 # atomic_write replaces a file so that a crash leaves either the old or the new content:
 # write `<file>.tmp`, fsync it, rename it over the file, fsync the directory. Any thread;
 # it blocks on the disk, so the request loop calls it only for small files or off the loop.
+# read_capped reads a file the user named (a properties file, a plan, a keystore) without
+# ever reading more than its cap: a wrong path (/dev/zero, a log) is refused, not read.
 # Imports nothing from fastlog: it sits below every other module.
-"""Atomic file replacement and directory fsync."""
+"""Atomic file replacement, directory fsync, and size-capped reads."""
 
 from __future__ import annotations
 
@@ -37,3 +39,17 @@ def atomic_write(path: str, data: bytes, sync: bool = True, mode: int = 0o644) -
     os.replace(tmp, path)
     if sync:
         fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+class FileTooLargeError(ValueError):
+    """read_capped: the file holds more than the cap."""
+
+
+def read_capped(path: str, limit: int) -> bytes:
+    """The bytes of `path`, at most `limit` of them; FileTooLargeError when there are
+    more, OSError when it cannot be read."""
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise FileTooLargeError(path)
+    return data

@@ -17,6 +17,7 @@ import logging
 import sys
 
 from fastlog.cli.main import CliError
+from fastlog.fileio import FileTooLargeError, read_capped
 from fastlog.server.config import check_zk_connect
 
 # A plan lists partitions and replica ids: even a large cluster's is a few MiB. The cap
@@ -46,13 +47,12 @@ def _read_plan(path: str):
     from fastlog.zk import paths
 
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_PLAN_BYTES + 1)
+        data = read_capped(path, MAX_PLAN_BYTES)
     except OSError as e:
         raise CliError(f"cannot read {path}: {e.strerror or e}") from None
-    if len(data) > MAX_PLAN_BYTES:
+    except FileTooLargeError:
         raise CliError(f"{path} is larger than {MAX_PLAN_BYTES >> 20} MiB, "
-                       "too large for a reassignment plan")
+                       "too large for a reassignment plan") from None
     # Parsed here first so that an error names the position, never the file's bytes.
     try:
         json.loads(data.decode("utf-8"))

@@ -30,6 +30,8 @@ import ssl
 import tempfile
 from collections.abc import Iterator, Mapping
 
+from fastlog.fileio import FileTooLargeError, read_capped
+
 from .der import DerError, certificate_fields
 from .errors import SecurityConfigError
 from .principal import ANONYMOUS, PrincipalMapper, subject_dn
@@ -105,15 +107,14 @@ def _split(value: str) -> list[str]:
 def _read_store(cfg: Mapping[str, object], key: str) -> bytes:
     path = _get(cfg, key)
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_STORE_BYTES + 1)
+        return read_capped(path, MAX_STORE_BYTES)
     except FileNotFoundError:
         raise SecurityConfigError(f"{key} names {path}, which does not exist") from None
     except OSError as e:
         raise SecurityConfigError(f"{key} names {path}, which cannot be read ({e.strerror})") from None
-    if len(data) > MAX_STORE_BYTES:
-        raise SecurityConfigError(f"{key} names {path}, which is larger than {MAX_STORE_BYTES} bytes")
-    return data
+    except FileTooLargeError:
+        raise SecurityConfigError(
+            f"{key} names {path}, which is larger than {MAX_STORE_BYTES} bytes") from None
 
 
 def _pem_blocks(text: str, kind: str) -> list[str]:

@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from fastlog.fileio import FileTooLargeError, read_capped
 from fastlog.security import MECHANISMS, TLS_CONFIG_KEYS, SecurityConfigError, parse_login_module
 from fastlog.security.authorizer import parse_super_users
 
@@ -610,13 +611,12 @@ class KafkaConfig:
         with one sentence when it cannot be read."""
         props: dict[str, str] = {}
         try:
-            with open(path, "rb") as f:
-                data = f.read(MAX_PROPERTIES_BYTES + 1)
+            data = read_capped(path, MAX_PROPERTIES_BYTES)
         except OSError as e:
             raise ConfigError(f"cannot read {path}: {e.strerror or e}") from None
-        if len(data) > MAX_PROPERTIES_BYTES:
+        except FileTooLargeError:
             raise ConfigError(f"{path} is larger than {MAX_PROPERTIES_BYTES >> 20} MiB, "
-                              "too large for a properties file")
+                              "too large for a properties file") from None
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
