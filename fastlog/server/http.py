@@ -106,9 +106,11 @@ class HttpServer:
             await self._stopping.wait()
         finally:
             await runner.cleanup()
+            await self.metrics.remote_high_watermarks.close()
 
     # ------------------------------------------------------------------ handlers
     async def _metrics(self, request: web.Request) -> web.Response:
+        await self.metrics.remote_high_watermarks.refresh()
         body, content_type = self.metrics.render(request.headers.get("Accept"))
         return web.Response(body=body, headers={"Content-Type": content_type})
 

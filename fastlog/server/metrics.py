@@ -39,6 +39,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.samples import Sample
 
+from fastlog.server.lag import RemoteHighWatermarks
 from fastlog.server.request_metrics import TIME_BUCKETS_MS, request_name
 from fastlog.server.topic_stats import BROKER_COUNTERS, TOPIC_COUNTERS
 
@@ -138,10 +139,12 @@ def readiness(broker) -> str | None:
 class BrokerCollector:
     """A prometheus_client collector of the broker's figures (see the module comment)."""
 
-    def __init__(self, broker, loop_thread_id: int):
+    def __init__(self, broker, loop_thread_id: int, remote_high_watermarks=None):
         self.broker = broker
         self.loop_thread_id = loop_thread_id
         self.idle = IdleMeter()
+        # high watermarks of partitions led elsewhere (cluster mode), for consumer lag
+        self.remote_high_watermarks = remote_high_watermarks
 
     def describe(self):
         return []  # collected at scrape time only (the registry must not call collect)
@@ -367,14 +370,16 @@ class BrokerCollector:
         gc = b.group_coordinator
         groups = list(gc.groups.values())
         parts = dict(b.replica_manager.partitions) if b.replica_manager is not None else {}
+        remote = self.remote_high_watermarks
         by_state = dict.fromkeys((s for s, _ in _GROUP_STATE_GAUGES), 0)
         offsets_count = 0
         labels = ["consumergroup", "topic", "partition"]
         current = GaugeMetricFamily("kafka_consumergroup_current_offset",
                                     "The group's committed offset.", labels=labels)
         lag = GaugeMetricFamily("kafka_consumergroup_lag",
-                                "High watermark minus the committed offset (partitions "
-                                "hosted on this broker).", labels=labels)
+                                "High watermark minus the committed offset (in a "
+                                "cluster, from the leader of a partition this broker does "
+                                "not host).", labels=labels)
         lag_sum = GaugeMetricFamily("kafka_consumergroup_lag_sum",
                                     "The group's lag summed over a topic's partitions.",
                                     labels=["consumergroup", "topic"])
@@ -392,9 +397,15 @@ class BrokerCollector:
                 lv = [gid, topic, str(index)]
                 current.add_metric(lv, om.offset)
                 p = parts.get((topic, index))
-                if p is None or p.offline:
+                if p is not None:
+                    hw = None if p.offline else p.log.high_watermark
+                elif remote is not None:
+                    hw = remote.get(topic, index)
+                else:
+                    hw = None
+                if hw is None:
                     continue
-                behind = max(0, p.log.high_watermark - om.offset)
+                behind = max(0, hw - om.offset)
                 lag.add_metric(lv, behind)
                 sums[topic] = sums.get(topic, 0) + behind
             for topic, total in sums.items():
@@ -429,7 +440,9 @@ class BrokerMetrics:
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         GCCollector(registry=self.registry)
-        self.collector = BrokerCollector(broker, threading.get_native_id())
+        self.remote_high_watermarks = RemoteHighWatermarks(broker)
+        self.collector = BrokerCollector(broker, threading.get_native_id(),
+                                         self.remote_high_watermarks)
         self.registry.register(self.collector)
         self._lock = threading.Lock()
 

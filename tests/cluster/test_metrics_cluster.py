@@ -75,3 +75,55 @@ def test_controller_count_and_under_replicated_partitions(zk_server, tmp_path):
         raise
     finally:
         c.close()
+
+
+def test_consumer_lag_covers_partitions_led_by_other_brokers(zk_server, tmp_path):
+    """The group's coordinator exports lag for every partition the group committed, also
+    for those it hosts no replica of (their high watermark asked of their leader)."""
+    from confluent_kafka import Consumer, TopicPartition
+    c = ClusterHarness(tmp_path, make_chroot(zk_server.hosts))
+    ports = {}
+    for i, b in c.brokers.items():
+        props, ports[i] = http_overrides()
+        b.overrides.update(props)
+    try:
+        c.start()
+        admin = AdminClient({"bootstrap.servers": c.bootstrap})
+        # one replica per partition, spread over the three brokers
+        admin.create_topics([NewTopic("spread", 3, 1)], operation_timeout=10)["spread"].result(15)
+        c.wait_leaders("spread", 3)
+        p = Producer({"bootstrap.servers": c.bootstrap, "acks": "all"})
+        for i in range(60):
+            p.produce("spread", value=b"v%d" % i, partition=i % 3)  # 20 per partition
+        assert p.flush(20) == 0
+        consumer = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "spread-group",
+                             "enable.auto.commit": False})
+        try:
+            consumer.commit(offsets=[TopicPartition("spread", i, 5 * (i + 1)) for i in range(3)],
+                            asynchronous=False)
+        finally:
+            consumer.close()
+        desc = admin.describe_consumer_groups(["spread-group"])["spread-group"].result(15)
+        coordinator = desc.coordinator.id
+        leaders = c.wait_leaders("spread", 3)
+        assert set(leaders.values()) != {coordinator}  # some live only on other brokers
+
+        def lags():
+            m = scrape(ports[coordinator])
+            return [value(m, "kafka_consumergroup_lag", consumergroup="spread-group",
+                          topic="spread", partition=i) for i in range(3)]
+
+        seen = []
+        try:
+            wait_until(lambda: seen.append(lags()) or seen[-1] == [15, 10, 5], 20,
+                       what="lag of all three partitions")
+        except TimeoutError:
+            raise AssertionError(f"lag of the three partitions: last seen {seen[-1]}") from None
+        assert value(scrape(ports[coordinator]), "kafka_consumergroup_lag_sum",
+                     consumergroup="spread-group", topic="spread") == 30
+    except AssertionError:
+        for i, b in c.brokers.items():
+            print(f"broker {i} log tail:\n{b.log_tail(60)}")
+        raise
+    finally:
+        c.close()
