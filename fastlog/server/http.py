@@ -13,6 +13,8 @@
 # request gets aiohttp's 400 and a closed connection. Header lines and fields are bounded
 # by aiohttp (8190 bytes), so a client cannot make the server buffer more than that per
 # line; a client trickling bytes holds one coroutine of this thread and nothing else.
+# At most MAX_CONNECTIONS HTTP connections are open at once (the process's file handles
+# are the Kafka listeners' too): one more is closed as soon as it is accepted.
 # Called from: BrokerServer.startup / shutdown on the broker's loop (start, stop), which
 # wait for this thread with a bound.
 """The broker's HTTP endpoint: /metrics, /health/live, /health/ready."""
@@ -25,6 +27,7 @@ import threading
 
 from aiohttp import web
 
+from fastlog.logs import RateLimitedLog
 from fastlog.server.metrics import readiness
 
 log = logging.getLogger("fastlog.server.http")
@@ -33,6 +36,38 @@ START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 5.0
 # Keep-alive connections idle longer than this are closed.
 KEEPALIVE_TIMEOUT_S = 30.0
+# Open HTTP connections at most (scrapers, probes and a browser need a handful).
+MAX_CONNECTIONS = 64
+
+
+class _Refused(asyncio.Protocol):
+    """A connection over MAX_CONNECTIONS: closed at once, nothing read."""
+
+    def connection_made(self, transport):
+        transport.abort()
+
+
+class _LimitedSite(web.TCPSite):
+    """aiohttp's TCP site whose protocol factory refuses connections over a limit."""
+
+    def __init__(self, runner, host, port, limit: int):
+        super().__init__(runner, host, port, reuse_address=True)
+        self._limit = limit
+        self._refusals = RateLimitedLog(log)
+
+    def _protocol(self):
+        server = self._runner.server
+        if len(server.connections) >= self._limit:
+            self._refusals.log(logging.WARNING, "an HTTP connection over %d open ones refused",
+                               self._limit)
+            return _Refused()
+        return server()
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)
+        self._server = await asyncio.get_running_loop().create_server(
+            self._protocol, self._host, self._port, backlog=self._backlog,
+            reuse_address=self._reuse_address)
 
 
 class HttpServer:
@@ -95,7 +130,7 @@ class HttpServer:
         await runner.setup()
         self._runner = runner
         try:
-            site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
+            site = _LimitedSite(runner, self.host, self.port, MAX_CONNECTIONS)
             await site.start()
             sockets = getattr(site._server, "sockets", None) or []
             if sockets:

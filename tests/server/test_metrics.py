@@ -332,3 +332,43 @@ def test_no_request_log_by_default(mbroker):
     finally:
         w.close()
     assert "kafka.request.logger" not in mbroker.log_tail(400)
+
+
+def test_http_connections_over_the_limit_are_closed_and_others_served(mbroker):
+    """The HTTP endpoint holds at most MAX_CONNECTIONS connections (its file handles are
+    the broker's): one more is closed at once, and once some close a new one is served."""
+    from fastlog.server.http import MAX_CONNECTIONS
+    port = mbroker.http_port
+    held = []
+    try:
+        for _ in range(MAX_CONNECTIONS):
+            held.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+            held[-1].sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+        for s in held:  # each is open and answered (keep-alive)
+            assert s.recv(100).startswith(b"HTTP/1.1 200")
+        extra = socket.create_connection(("127.0.0.1", port), timeout=5)
+        try:
+            extra.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+            reply = extra.recv(100)
+        except OSError:  # reset by the server
+            reply = b""
+        finally:
+            extra.close()
+        assert reply == b"", "a connection over the limit was served"
+        assert healthy(mbroker)  # Kafka clients are served meanwhile
+    finally:
+        for s in held[:8]:
+            s.close()
+        held = held[8:]
+
+    def live() -> bool:
+        try:
+            return get(port, "/health/live")[0] == 200
+        except OSError:  # refused while the server has not yet seen the closes
+            return False
+
+    try:
+        wait_until(live, 10, what="an HTTP request answered once connections closed")
+    finally:
+        for s in held:
+            s.close()
