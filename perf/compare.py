@@ -72,6 +72,12 @@ PAGE = 1 << 20
 class Broker:
     """A broker under test: its address and (when known) its process for CPU/RSS."""
 
+    metrics_url: str | None = None  # the broker's /metrics (fastlog's http.listener)
+
+    def metrics_args(self) -> list[str]:
+        """`fastlog perf` options that add the broker's own figures to a run's summary."""
+        return ["--broker-metrics", self.metrics_url] if self.metrics_url else []
+
     def __init__(self, name: str, bootstrap: str, pid: int | None = None, proc=None,
                  cleanup=None):
         self.name, self.bootstrap, self.pid, self.proc = name, bootstrap, pid, proc
@@ -136,7 +142,9 @@ def start_fastlog(workdir: Path, name: str = "fastlog", extra: tuple = (),
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     if tree is not None:
         env["PYTHONPATH"] = str(tree)
+    http_port = free_port()
     cmd += ["--override", "listeners=PLAINTEXT://127.0.0.1:0",
+            "--override", f"http.listener=127.0.0.1:{http_port}",
             "--override", f"log.dirs={data}", "--override", "num.partitions=1",
             "--log-level", "WARNING"]
     for kv in extra:
@@ -157,7 +165,9 @@ def start_fastlog(workdir: Path, name: str = "fastlog", extra: tuple = (),
     port = int(line.split(b"PLAINTEXT://", 1)[1].split(b" ", 1)[0].rsplit(b":", 1)[1])
     proc.stdout.close()
     _wait_connectable("127.0.0.1", port, proc)
-    return Broker(name, f"127.0.0.1:{port}", proc.pid, proc)
+    broker = Broker(name, f"127.0.0.1:{port}", proc.pid, proc)
+    broker.metrics_url = f"http://127.0.0.1:{http_port}/metrics"
+    return broker
 
 
 def tansu_binary() -> Path | None:
@@ -428,6 +438,12 @@ def row(broker, workload, rep, summary, cpu, rss, **extra) -> dict:
         r["records_per_request"] = round(rec / requests, 1)
         if cpu is not None:
             r["cpu_us_per_request"] = round(cpu / requests * 1e6, 1)
+    # the broker's own figures (its /metrics), beside /proc's: records it counted in, and
+    # the CPU its process reported for the run
+    own = summary.get("broker")
+    if own:
+        r["metrics_cpu_s"] = own.get("cpu_s")
+        r["metrics_records_in"] = own.get("messages_in")
     r.update(extra)
     return r
 
@@ -454,13 +470,14 @@ def run_matrix(brokers: list[Broker], opts, emit) -> list[dict]:
                 topic = f"cmp-{run_id}-{name.split()[1].replace('=', '')}-{rep}"
                 s, cpu, rss = measure(b, lambda b=b, topic=topic, extra=extra: fastlog_perf(
                     ["produce", "--bootstrap-server", b.bootstrap, "--topic", topic,
-                     "--num-records", n, "--linger-ms", 5, *common, *extra], tmo))
+                     "--num-records", n, "--linger-ms", 5, *common, *extra,
+                     *b.metrics_args()], tmo))
                 add(row(b, name, rep, s, cpu, rss))
         for b in brokers:
             topic = f"cmp-{run_id}-acks1-{rep}"
             s, cpu, rss = measure(b, lambda b=b, topic=topic: fastlog_perf(
                 ["consume", "--bootstrap-server", b.bootstrap, "--topic", topic,
-                 "--num-records", n, "--client", "confluent"], tmo))
+                 "--num-records", n, "--client", "confluent", *b.metrics_args()], tmo))
             add(row(b, "consume", rep, s, cpu, rss))
         for b in brokers:
             topic = f"cmp-{run_id}-lat-{rep}"

@@ -6,7 +6,9 @@
 # --command-config take the client's settings: Kafka's security keys (security.protocol,
 # sasl.*, ssl.*) become a ClientSecurity for our client (librdkafka's own keys for
 # --client confluent, given to every client of the run), the rest are the Producer's or
-# Consumer's keyword settings (librdkafka names with --client confluent). Runs on the
+# Consumer's keyword settings (librdkafka names with --client confluent).
+# --broker-metrics URL adds the broker's own figures for the run, read from its /metrics
+# before and after (fastlog/perf/broker_metrics.py). Runs on the
 # main thread of the `fastlog` process.
 """`fastlog perf`: load tests against any Kafka-compatible broker."""
 
@@ -78,6 +80,10 @@ def _common_options(p, name: str) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON line, nothing else")
     p.add_argument("--plot", metavar="FILE.png",
                    help="write a throughput/latency chart (needs the 'perf' extra)")
+    p.add_argument("--broker-metrics", metavar="URL",
+                   help="the broker's Prometheus endpoint (fastlog's http.listener, e.g. "
+                        "http://127.0.0.1:9644/metrics): report the broker's own CPU, records "
+                        "and bytes for the run, read before and after it")
     if name == "consume":
         p.add_argument("--idle-ms", type=int, default=3000,
                        help="stop when nothing arrived for this long (default: %(default)s)")
@@ -258,8 +264,10 @@ def run(args) -> int:
     _check(args)
     if args.client == "confluent":
         _check_reachable(args.bootstrap_server, args.probe_security)
-    from fastlog.perf import report
+    from fastlog.perf import broker_metrics, report
 
+    url = getattr(args, "broker_metrics", None)
+    before = broker_metrics.scrape(broker_metrics.check_url(url)) if url else None
     if args.perf_command == "produce":
         from fastlog.perf import produce as test
     elif args.perf_command == "consume":
@@ -267,5 +275,8 @@ def run(args) -> int:
     else:
         from fastlog.perf import e2e as test
     summary, hist, progress = test.run(args)
+    if before is not None:
+        summary["broker"] = broker_metrics.difference(
+            before, broker_metrics.scrape(url), summary["records"])
     report.emit(summary, args, hist, progress)
     return 0 if summary["records"] > 0 and not summary.get("errors") else 1

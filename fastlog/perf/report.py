@@ -82,6 +82,22 @@ def render_text(s: dict) -> str:
     if s.get("produce_requests"):
         lines.append(f"  produce requests: {s['produce_requests']:,} "
                      f"({s['records_per_request']:,.1f} records each)")
+    broker = s.get("broker")
+    if broker:
+        figures = []
+        if "cpu_s" in broker:
+            figures.append(f"CPU {broker['cpu_s']:.2f} s")
+        if "cpu_us_per_record" in broker:
+            figures.append(f"{broker['cpu_us_per_record']:.2f} us CPU/record")
+        if "messages_in" in broker:
+            figures.append(f"records in {broker['messages_in']:,.0f}")
+        for key, label in (("bytes_in", "in"), ("bytes_out", "out")):
+            if key in broker:
+                figures.append(f"{broker[key] / 1e6:,.1f} MB {label}")
+        if broker.get("requests"):
+            figures.append("requests " + ", ".join(
+                f"{name} {n:,}" for name, n in sorted(broker["requests"].items())))
+        lines.append("  broker (its /metrics): " + ", ".join(figures))
     lat = s.get("latency")
     if lat and lat["count"]:
         lines.append(

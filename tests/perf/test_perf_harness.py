@@ -227,3 +227,40 @@ def test_confluent_unreachable_broker_is_one_sentence(test):
     assert r.stderr.strip().splitlines() == [
         "fastlog perf: cannot connect to broker 127.0.0.1:1: connection refused"]
     assert r.stdout == ""
+
+
+def test_broker_metrics_report_the_broker_figures_of_the_run(broker_factory):
+    """--broker-metrics: the broker's own counters for the run, read from its /metrics
+    before and after: exactly the records and record bytes this run sent."""
+    from tests.server.scrape import http_overrides
+
+    props, port = http_overrides()
+    b = broker_factory(props)
+    url = f"http://127.0.0.1:{port}/metrics"
+    s = perf_json("produce", "--bootstrap-server", b.bootstrap, "--topic", "perf-bm",
+                  "--client", "confluent", "--num-records", 1500, "--record-size", 40,
+                  "--broker-metrics", url)
+    check_summary(s, "produce", 1500, 40)
+    broker = s["broker"]
+    assert broker["messages_in"] == 1500
+    assert broker["bytes_in"] >= 1500 * 40  # record bytes: values plus record framing
+    assert broker["requests"]["Produce"] >= 1
+    assert broker["cpu_s"] > 0
+    assert broker["cpu_us_per_record"] == round(broker["cpu_s"] * 1e6 / 1500, 3)
+    text = perf("produce", "--bootstrap-server", b.bootstrap, "--topic", "perf-bm",
+                "--num-records", 100, "--broker-metrics", url)
+    assert text.returncode == 0, text.stderr
+    assert "broker (its /metrics): CPU" in text.stdout
+    assert "records in 100" in text.stdout
+
+
+@pytest.mark.parametrize("url, sentence", [
+    ("127.0.0.1:1/metrics", "must be an http:// or https:// URL"),
+    ("http://127.0.0.1:1/metrics", "cannot read the broker's metrics at"),
+])
+def test_broker_metrics_bad_url_is_one_sentence(broker, url, sentence):
+    r = perf("produce", "--bootstrap-server", broker.bootstrap, "--num-records", 10,
+             "--broker-metrics", url)
+    assert r.returncode != 0
+    assert sentence in r.stderr
+    assert "Traceback" not in r.stderr
