@@ -2,8 +2,9 @@
 #
 # Owns: MetadataStore, what the broker needs from cluster metadata whoever stores it —
 # topic reads, topic creation/deletion, added partitions, config overrides, producer-id
-# blocks, the cluster id, the controller id, and users' configs (the SCRAM credentials,
-# Kafka's /config/users/<user> map). Implemented by EmbeddedMetadataStore
+# blocks, the cluster id, the controller id, users' configs (the SCRAM credentials,
+# Kafka's /config/users/<user> map) and dynamic broker configs (/config/brokers/<id> and
+# /config/brokers/<default>, KIP-226). Implemented by EmbeddedMetadataStore
 # (single node, fastlog/metadata/embedded.py) and ZkMetadataStore (cluster mode, Kafka's
 # znodes, fastlog/zk/metadata_store.py).
 # Called from: the broker's asyncio API loop only (reads are plain attribute reads of an
@@ -17,6 +18,8 @@ import abc
 from fastlog.metadata.model import TopicState
 
 PRODUCER_ID_BLOCK_SIZE = 1000
+# Kafka's ConfigEntityName.Default: the broker entity of the cluster-wide dynamic configs.
+DEFAULT_BROKER_ENTITY = "<default>"
 
 
 class MetadataStore(abc.ABC):
@@ -61,6 +64,16 @@ class MetadataStore(abc.ABC):
     async def set_user_config(self, name: str, config: dict[str, str]) -> None:
         """Replace a user's config map (an empty one removes the user), durably and, in a
         cluster, for every broker."""
+
+    @abc.abstractmethod
+    def broker_config(self, entity: str) -> dict[str, str]:
+        """The dynamic configs of broker `entity` (its id as text, or "<default>" for the
+        cluster-wide default); empty when none is set."""
+
+    @abc.abstractmethod
+    async def set_broker_config(self, entity: str, config: dict[str, str]) -> None:
+        """Replace the dynamic configs of broker `entity` durably and, in a cluster, tell
+        every broker."""
 
     @abc.abstractmethod
     async def allocate_producer_ids(self, block_size: int = PRODUCER_ID_BLOCK_SIZE) -> tuple[int, int]:

@@ -53,6 +53,7 @@ import time
 
 from fastlog import protocol
 from fastlog._net import CloseConnection
+from fastlog.metadata import DEFAULT_BROKER_ENTITY
 from fastlog.protocol import ApiKey, Errors, KafkaApiError
 from fastlog.protocol._produce import encode_produce_response, parse_produce_request
 from fastlog.protocol.api_keys import SCRAM_MECHANISM_TYPES
@@ -89,18 +90,21 @@ from fastlog.server.config import (
     format_config_value,
     parse_topic_config,
 )
+from fastlog.server.dynamic_config import (
+    DYNAMIC_KEYS,
+    SOURCE_DEFAULT,
+    SOURCE_DYNAMIC_DEFAULT_BROKER,
+    SOURCE_DYNAMIC_TOPIC,
+)
 from fastlog.server.group import GROUP_HANDLERS
 from fastlog.server.replica_manager import PartitionResult
 
 log = logging.getLogger("fastlog.server.apis")
 
-# DescribeConfigs resource types and config sources (Kafka's numbers).
+# DescribeConfigs resource types (Kafka's numbers).
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 RESOURCE_BROKER_LOGGER = 8
-SOURCE_DYNAMIC_TOPIC = 1
-SOURCE_STATIC_BROKER = 4
-SOURCE_DEFAULT = 5
 # IncrementalAlterConfigs operations.
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
@@ -1066,42 +1070,44 @@ class KafkaApis:
         return out
 
     def _broker_synonyms(self, topic_key: str) -> list[dict]:
-        cfg = self.broker.config
-        syn = []
-        names = TOPIC_CONFIG_SYNONYMS.get(topic_key, [])
-        for bkey in names:
-            if bkey in cfg.explicit:
-                syn.append({"name": bkey, "value": format_config_value(cfg[bkey]),
-                            "source": SOURCE_STATIC_BROKER})
-        for bkey in names:
-            if CONFIG_KEYS[bkey].default is not None:
-                syn.append({"name": bkey, "value": format_config_value(CONFIG_KEYS[bkey].default),
-                            "source": SOURCE_DEFAULT})
-                break
-        return syn
+        """The broker layers that set a topic key's default: dynamic per-broker, dynamic
+        default, static, Kafka's default."""
+        return [{"name": k, "value": v, "source": source} for k, v, source in
+                self.broker.dynamic_config.synonyms(TOPIC_CONFIG_SYNONYMS.get(topic_key, []))]
+
+    def _broker_entity(self, name: str) -> str:
+        """The dynamic-config entity a BROKER resource names: "" is the cluster default;
+        otherwise only this broker's own id (Kafka's answer for another id)."""
+        if name == "":
+            return DEFAULT_BROKER_ENTITY
+        if name != str(self.broker.node_id):
+            raise _ApiError(Errors.INVALID_REQUEST,
+                            f"Unexpected broker id, expected {self.broker.node_id} or empty "
+                            f"string, but received {name}")
+        return name
 
     def _describe_broker(self, name, keys, synonyms, documentation):
         broker = self.broker
-        if name not in ("", str(broker.node_id)):
-            raise _ApiError(Errors.INVALID_REQUEST, f"broker {name} is not this broker ({broker.node_id})")
-        cfg = broker.config
+        dynamic = broker.dynamic_config
+        if self._broker_entity(name) == DEFAULT_BROKER_ENTITY:
+            # As Kafka: the cluster-wide default resource lists the dynamic defaults only.
+            listed = {k: [(k, v, SOURCE_DYNAMIC_DEFAULT_BROKER)]
+                      for k, v in dynamic.default.items()}
+        else:
+            listed = {k: dynamic.broker_key_synonyms(k) for k in CONFIG_KEYS}
         out = []
-        for key, spec in sorted(CONFIG_KEYS.items()):
+        for key, syn in sorted(listed.items()):
             if keys is not None and key not in keys:
                 continue
-            explicit = key in cfg.explicit
-            source = SOURCE_STATIC_BROKER if explicit else SOURCE_DEFAULT
-            value = format_config_value(cfg[key])
-            syn = []
-            if synonyms:
-                if explicit:
-                    syn.append({"name": key, "value": value, "source": SOURCE_STATIC_BROKER})
-                if spec.default is not None:
-                    syn.append({"name": key, "value": format_config_value(spec.default),
-                                "source": SOURCE_DEFAULT})
+            spec = CONFIG_KEYS[key]
+            value = (syn[0][1] if name == "" else format_config_value(broker.config[key]))
             out.append({
-                "name": key, "value": None if spec.sensitive else value, "read_only": True,
-                "config_source": source, "is_sensitive": spec.sensitive, "synonyms": syn,
+                "name": key, "value": None if spec.sensitive else value,
+                "read_only": key not in DYNAMIC_KEYS,
+                "config_source": syn[0][2] if syn else SOURCE_DEFAULT,
+                "is_sensitive": spec.sensitive,
+                "synonyms": [{"name": k, "value": v, "source": source}
+                             for k, v, source in syn] if synonyms else [],
                 "config_type": CONFIG_TYPE_CODES[spec.type],
                 "documentation": (spec.doc or None) if documentation else None,
             })
@@ -1110,21 +1116,25 @@ class KafkaApis:
     # ------------------------------------------------------------------ AlterConfigs
     async def handle_alter_configs(self, ctx, request):
         # Non-incremental: the given set replaces every override of the resource.
-        return await self._alter_configs(ctx, request,
-                                         lambda res: {c.name: c.value for c in res.configs})
+        return await self._alter_configs(ctx, request, incremental=False)
 
     async def handle_incremental_alter_configs(self, ctx, request):
-        return await self._alter_configs(ctx, request, self._incremental_configs)
+        return await self._alter_configs(ctx, request, incremental=True)
 
-    async def _alter_configs(self, ctx, request, new_configs):
+    async def _alter_configs(self, ctx, request, incremental: bool):
         responses = []
         for res in request.resources:
             error, message = Errors.NONE, None
             try:
                 _check_config_access(ctx, res, ALTER_CONFIGS)
-                self._check_alterable(res)
-                await self._apply_topic_configs(res.resource_name, new_configs(res),
-                                                request.validate_only)
+                if res.resource_type == RESOURCE_BROKER:
+                    await self._alter_broker_configs(res, incremental, request.validate_only)
+                else:
+                    self._check_alterable(res)
+                    new = (self._incremental_configs(res) if incremental else
+                           {c.name: c.value for c in res.configs})
+                    await self._apply_topic_configs(res.resource_name, new,
+                                                    request.validate_only)
             except _ApiError as e:
                 error, message = e.code, e.message
             responses.append({"error_code": error, "error_message": message,
@@ -1132,25 +1142,42 @@ class KafkaApis:
                               "resource_name": res.resource_name})
         return {"throttle_time_ms": 0, "responses": responses}
 
-    def _incremental_configs(self, res) -> dict:
-        """The topic's overrides after SET / DELETE / APPEND / SUBTRACT operations."""
-        new = dict(self.broker.metadata.topic(res.resource_name).configs)
-        defaults = self.broker.config.topic_defaults()
+    async def _alter_broker_configs(self, res, incremental: bool, validate_only: bool):
+        """A broker's dynamic configs (KIP-226): resource name "" is the cluster-wide
+        default, else this broker's id."""
+        entity = self._broker_entity(res.resource_name)
+        if incremental:
+            new = self._incremental_configs(
+                res, self.broker.metadata.broker_config(entity), self.broker.config.values,
+                {k: spec.type for k, spec in CONFIG_KEYS.items()}, Errors.INVALID_REQUEST)
+        else:
+            new = {c.name: c.value for c in res.configs if c.value is not None}
+        await self.broker.alter_broker_configs(entity, new, validate_only)
+
+    def _incremental_configs(self, res, current=None, defaults=None, types=None,
+                             unknown=Errors.INVALID_CONFIG) -> dict:
+        """The resource's configs after SET / DELETE / APPEND / SUBTRACT operations: a
+        topic's overrides by default, else `current` over `defaults` of keys `types`."""
+        if current is None:
+            current = self.broker.metadata.topic(res.resource_name).configs
+            defaults = self.broker.config.topic_defaults()
+            types = TOPIC_CONFIG_TYPES
+        new = dict(current)
         for c in res.configs:
             op = c.config_operation
-            if c.name not in TOPIC_CONFIG_TYPES:
-                raise _ApiError(Errors.INVALID_CONFIG, f"unknown topic config {c.name!r}")
+            if c.name not in types:
+                raise _ApiError(unknown, f"unknown config {c.name!r}")
             if op == OP_SET:
                 new[c.name] = c.value
             elif op == OP_DELETE:
                 new.pop(c.name, None)
             elif op in (OP_APPEND, OP_SUBTRACT):
-                if TOPIC_CONFIG_TYPES[c.name] != "list":
+                if types[c.name] != "list":
                     raise _ApiError(Errors.INVALID_CONFIG,
                                     f"{c.name} is not a list, so it cannot be appended to")
                 cur = new.get(c.name)
                 items = ([x.strip() for x in cur.split(",") if x.strip()] if cur is not None
-                         else list(defaults[c.name]))
+                         else list(defaults[c.name] or ()))
                 given = [x.strip() for x in (c.value or "").split(",") if x.strip()]
                 if op == OP_APPEND:
                     items += [x for x in given if x not in items]
@@ -1162,9 +1189,6 @@ class KafkaApis:
         return new
 
     def _check_alterable(self, res) -> None:
-        if res.resource_type == RESOURCE_BROKER:
-            raise _ApiError(Errors.INVALID_REQUEST,
-                            "broker configs are static here; edit server.properties and restart")
         if res.resource_type != RESOURCE_TOPIC:
             raise _ApiError(Errors.INVALID_REQUEST,
                             f"resource type {res.resource_type} is not supported")

@@ -36,7 +36,13 @@ import threading
 import time
 
 from fastlog._net import SocketServer
-from fastlog.metadata import EmbeddedMetadataStore, MetadataError, PartitionState, TopicState
+from fastlog.metadata import (
+    DEFAULT_BROKER_ENTITY,
+    EmbeddedMetadataStore,
+    MetadataError,
+    PartitionState,
+    TopicState,
+)
 from fastlog.protocol import Errors, KafkaApiError
 from fastlog.protocol.topics import topic_name_problem
 from fastlog.security import SecurityConfigError, server_context, tls_warnings
@@ -50,6 +56,11 @@ from fastlog.server.config import (
     http_listener,
     parse_connection_overrides,
     parse_properties,
+)
+from fastlog.server.dynamic_config import (
+    CONNECTION_KEYS,
+    DynamicBrokerConfig,
+    DynamicConfigError,
 )
 from fastlog.server.group import GroupCoordinator
 from fastlog.server.inter_broker import inter_broker_security
@@ -132,6 +143,8 @@ def check_can_listen(listeners) -> None:
 class BrokerServer:
     def __init__(self, config: KafkaConfig):
         self.config = config
+        # The dynamic layers over `config` (KIP-226); they replace config.values live.
+        self.dynamic_config = DynamicBrokerConfig(config)
         self.node_id = config.node_id
         self.log_dirs = [os.path.abspath(d) for d in config.log_dirs]
         self.metadata = None
@@ -194,6 +207,7 @@ class BrokerServer:
             except MetadataError as e:
                 raise BrokerStartupError(str(e)) from None
             await self.metadata.start()
+        self._take_dynamic_configs()
         for name in self.metadata.topic_names():
             self._log_configs[name] = self._safe_log_config(name, self.metadata.topic(name).configs)
         try:
@@ -351,6 +365,7 @@ class BrokerServer:
         self._registered = True
         self._event_loop = loop
         self.metadata.add_listener(self._on_metadata_event)
+        self.apply_dynamic_configs()  # any change made while this broker was starting
         self.leadership = LeadershipTracker(self.metadata, self.node_id, _ReplicaRoles(self), loop)
         self.leadership.start()
 
@@ -371,9 +386,11 @@ class BrokerServer:
     def _on_metadata_event(self, kind: str, name) -> None:
         # kazoo's thread: hand topic config changes to the loop (roles go through the
         # LeadershipTracker).
-        if kind == "config" and not self.stopping:
+        if kind in ("config", "broker-config") and not self.stopping:
+            handle = (self._topic_config_changed if kind == "config" else
+                      lambda _: self.apply_dynamic_configs())
             try:
-                self._event_loop.call_soon_threadsafe(self._topic_config_changed, name)
+                self._event_loop.call_soon_threadsafe(handle, name)
             except RuntimeError:  # loop closed while stopping
                 pass
 
@@ -890,6 +907,56 @@ class BrokerServer:
         self._timestamp_limits.pop(name, None)
         self.replica_manager.update_config(name, cfg)
         log.info("topic %s configs are now %s", name, configs or "the broker defaults")
+
+    # ------------------------------------------------------------------ dynamic broker configs
+    def _take_dynamic_configs(self) -> set[str]:
+        """Take the stored dynamic layers (this broker's and the cluster default) into
+        the configuration; returns the keys whose value changed."""
+        changed = self.dynamic_config.update(
+            self.metadata.broker_config(DEFAULT_BROKER_ENTITY),
+            self.metadata.broker_config(str(self.node_id)))
+        if changed:
+            # Names only: a value may be a secret.
+            log.info("dynamic broker configs changed: %s", ", ".join(sorted(changed)))
+        return changed
+
+    def apply_dynamic_configs(self) -> None:
+        """Take the stored dynamic layers and apply what changed live: topic logs follow
+        the log.* defaults they inherit, listeners the connection limits."""
+        if self.replica_manager is None or self.stopping:
+            return
+        changed = self._take_dynamic_configs()
+        if changed - CONNECTION_KEYS:
+            self.log_manager.default_config = LogConfig.from_broker(self.config)
+            self._timestamp_limits.clear()
+            for name in self.metadata.topic_names():
+                state = self.metadata.topic(name)
+                if state is None:
+                    continue
+                cfg = self._safe_log_config(name, state.configs)
+                if cfg != self._log_configs.get(name):
+                    self._log_configs[name] = cfg
+                    self.replica_manager.update_config(name, cfg)
+        if changed & CONNECTION_KEYS:
+            v = self.config.values
+            for server in self.socket_servers:
+                server.set_connection_limits(
+                    v["max.connections"], v["max.connections.per.ip"],
+                    parse_connection_overrides(v["max.connections.per.ip.overrides"]))
+
+    async def alter_broker_configs(self, entity: str, configs: dict[str, str],
+                                   validate_only: bool = False) -> None:
+        """Replace the dynamic configs of `entity` (this broker's id, or "<default>"):
+        KafkaApiError(INVALID_REQUEST) with Kafka's sentence when a key is not dynamic or
+        the result is invalid; else stored (every broker told, in a cluster) and applied."""
+        try:
+            self.dynamic_config.validate(configs, entity != DEFAULT_BROKER_ENTITY)
+        except DynamicConfigError as e:
+            raise KafkaApiError(Errors.INVALID_REQUEST, str(e)) from None
+        if validate_only:
+            return
+        await self._metadata_write(self.metadata.set_broker_config, entity, configs)
+        self.apply_dynamic_configs()
 
     async def create_partitions(self, name: str, total: int,
                                 assignments: list[list[int]] | None = None,

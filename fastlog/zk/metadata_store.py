@@ -2,7 +2,8 @@
 # MetadataStore) over Kafka's znodes, for cluster mode (zookeeper.connect set). It keeps an
 # in-memory cache of the cluster — live brokers, the controller id, every topic's
 # assignment, recorded leader/ISR/leader epoch and config overrides, users' configs (SCRAM
-# credentials, /config/users/<user>) — fed by ZooKeeper
+# credentials, /config/users/<user>), the dynamic configs of this broker and of the
+# cluster default (/config/brokers/<id>, /config/brokers/<default>) — fed by ZooKeeper
 # watches, so every broker learns leadership changes within one notification (≈10 ms), not
 # only the controller. Mutations go to ZooKeeper the way Kafka's admin path writes them
 # (/brokers/topics, /config/topics + /config/changes, /admin/delete_topics,
@@ -26,6 +27,7 @@ from kazoo.exceptions import ConnectionLoss, OperationTimeoutError, SessionExpir
 from kazoo.retry import RetryFailedError
 
 from fastlog.metadata import (
+    DEFAULT_BROKER_ENTITY,
     PRODUCER_ID_BLOCK_SIZE,
     MetadataStore,
     PartitionState,
@@ -52,6 +54,7 @@ class ZkMetadataStore(MetadataStore):
         self._lock = threading.Lock()
         self._topics: dict[str, TopicState] = {}
         self._users: dict[str, dict[str, str]] = {}
+        self._broker_configs: dict[str, dict[str, str]] = {}
         self._brokers: dict[int, BrokerInfo] = {}
         self._watched_topics: set[str] = set()
         self._watched_partitions: set[tuple[str, int]] = set()
@@ -75,6 +78,8 @@ class ZkMetadataStore(MetadataStore):
         self._last_config_change = existing[-1] if existing else ""
         for user in zk.get_entity_names("users"):
             self._refresh_user(user)
+        for entity in (DEFAULT_BROKER_ENTITY, str(self.node_id)):
+            self._refresh_broker_config(entity)
         zk.on_session_lost(self._on_session_lost)
         zk.on_new_session(self._on_new_session)
         kz = zk.kazoo
@@ -89,7 +94,8 @@ class ZkMetadataStore(MetadataStore):
     def add_listener(self, fn: Callable[[str, object], None]) -> None:
         """fn(kind, name): kind is "brokers", "controller", "topic" (name: topic; also on
         deletion), "partition" (name: (topic, partition)), "config" (name: topic), "user"
-        (name: user whose config changed) or
+        (name: user whose config changed), "broker-config" (name: "<default>" or this
+        broker's id, whose dynamic configs changed) or
         "session" (name: "expired" — leadership recorded here may be stale, stop taking
         writes — or "renewed": registered again, the cache refreshes itself)."""
         self._listeners.append(fn)
@@ -298,6 +304,9 @@ class ZkMetadataStore(MetadataStore):
                 self._guard(self._refresh_config, entity[1])
             elif entity[0] == "users":
                 self._guard(self._refresh_user, entity[1])
+            elif entity[0] == "brokers" and entity[1] in (DEFAULT_BROKER_ENTITY,
+                                                          str(self.node_id)):
+                self._guard(self._refresh_broker_config, entity[1])
 
     def _refresh_user(self, user: str) -> None:
         try:
@@ -313,6 +322,18 @@ class ZkMetadataStore(MetadataStore):
                 users.pop(user, None)
             self._users = users
         self._notify("user", user)
+
+    def _refresh_broker_config(self, entity: str) -> None:
+        try:
+            config = self.zk.get_entity_config("brokers", entity)
+        except paths.ZkDataError:
+            log.warning("ignoring malformed dynamic config of broker %s", entity, exc_info=True)
+            config = {}
+        with self._lock:
+            configs = dict(self._broker_configs)
+            configs[entity] = config
+            self._broker_configs = configs
+        self._notify("broker-config", entity)
 
     def _refresh_config(self, topic: str) -> None:
         configs = self.zk.get_entity_config("topics", topic)
@@ -384,6 +405,17 @@ class ZkMetadataStore(MetadataStore):
         AdminZkClient does: every broker refreshes the user from the notification."""
         await self._run(self.zk.change_entity_config, "users", name, dict(config))
         await self._run(self._refresh_user, name)
+
+    def broker_config(self, entity):
+        return dict(self._broker_configs.get(entity, {}))
+
+    async def set_broker_config(self, entity, config):
+        """Write /config/brokers/<entity> and announce it under /config/changes, as Kafka's
+        AdminZkClient.changeBrokerConfig does: the broker it names (every broker, for
+        <default>) applies it from the notification."""
+        await self._run(self.zk.change_entity_config, "brokers", entity, dict(config))
+        if entity in (DEFAULT_BROKER_ENTITY, str(self.node_id)):
+            await self._run(self._refresh_broker_config, entity)
 
     async def allocate_producer_ids(self, block_size=PRODUCER_ID_BLOCK_SIZE):
         return await self._run(self.zk.allocate_producer_id_block, self.node_id, block_size)
