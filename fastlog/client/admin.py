@@ -49,6 +49,8 @@ class ConfigEntry:
     source: str
     read_only: bool = False
     sensitive: bool = False
+    # (source, name, value) of each layer that sets it, with include_synonyms.
+    synonyms: tuple = ()
 
     @property
     def is_default(self) -> bool:
@@ -231,12 +233,15 @@ class Admin:
     # -- configs ----------------------------------------------------------------------
 
     async def describe_configs(self, topic: str, keys: list[str] | None = None,
-                               resource_type: int = RESOURCE_TOPIC) -> list[ConfigEntry]:
+                               resource_type: int = RESOURCE_TOPIC,
+                               include_synonyms: bool = False) -> list[ConfigEntry]:
+        """The configs of a topic, or with resource_type RESOURCE_BROKER of a broker (its
+        id) or of the cluster-wide broker default ("")."""
         conn = await self._node_for_configs(resource_type, topic)
         resp = await conn.request(ApiKey.DESCRIBE_CONFIGS, {
             "resources": [{"resource_type": resource_type, "resource_name": topic,
                            "configuration_keys": keys}],
-            "include_synonyms": False, "include_documentation": False})
+            "include_synonyms": include_synonyms, "include_documentation": False})
         out = []
         for r in resp.results:
             if r.error_code == errors.UNKNOWN_TOPIC_OR_PARTITION:
@@ -245,7 +250,10 @@ class Admin:
                              getattr(r, "error_message", None))
             for c in r.configs:
                 source = CONFIG_SOURCES.get(getattr(c, "config_source", -1), "UNKNOWN")
-                out.append(ConfigEntry(c.name, c.value, source, c.read_only, c.is_sensitive))
+                synonyms = tuple((CONFIG_SOURCES.get(s.source, "UNKNOWN"), s.name, s.value)
+                                 for s in getattr(c, "synonyms", None) or ())
+                out.append(ConfigEntry(c.name, c.value, source, c.read_only, c.is_sensitive,
+                                       synonyms))
         return out
 
     async def _node_for_configs(self, resource_type: int, name: str):
@@ -254,34 +262,41 @@ class Admin:
         return await self.cluster.bootstrap_connection()
 
     async def alter_configs(self, topic: str, set_configs: dict | None = None,
-                            delete: list[str] | None = None) -> None:
-        """Set some keys and remove others (back to the default) on one topic."""
+                            delete: list[str] | None = None,
+                            resource_type: int = RESOURCE_TOPIC) -> None:
+        """Set some keys and remove others (back to the default) on one topic, or with
+        resource_type RESOURCE_BROKER the dynamic configs of one broker (its id) or the
+        cluster-wide broker default ("")."""
         set_configs = dict(set_configs or {})
         delete = list(delete or [])
-        conn = await self._node_for_configs(RESOURCE_TOPIC, topic)
+        kind = "topic" if resource_type == RESOURCE_TOPIC else "broker"
+        conn = await self._node_for_configs(resource_type, topic)
         if conn.supports(ApiKey.INCREMENTAL_ALTER_CONFIGS):
             ops = [{"name": k, "config_operation": OP_SET, "value": str(v)}
                    for k, v in set_configs.items()]
             ops += [{"name": k, "config_operation": OP_DELETE, "value": None} for k in delete]
             resp = await conn.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, {
-                "resources": [{"resource_type": RESOURCE_TOPIC, "resource_name": topic,
+                "resources": [{"resource_type": resource_type, "resource_name": topic,
                                "configs": ops}], "validate_only": False})
         else:
-            # AlterConfigs replaces the whole set: start from the topic's own overrides.
-            current = {c.name: c.value for c in await self.describe_configs(topic)
-                       if c.source == "DYNAMIC_TOPIC_CONFIG"}
+            # AlterConfigs replaces the whole set: start from the resource's own values.
+            own = {RESOURCE_TOPIC: "DYNAMIC_TOPIC_CONFIG"}.get(
+                resource_type, "DYNAMIC_BROKER_CONFIG" if topic else
+                "DYNAMIC_DEFAULT_BROKER_CONFIG")
+            current = {c.name: c.value for c in await self.describe_configs(
+                topic, resource_type=resource_type) if c.source == own}
             current.update({k: str(v) for k, v in set_configs.items()})
             for k in delete:
                 current.pop(k, None)
             resp = await conn.request(ApiKey.ALTER_CONFIGS, {
-                "resources": [{"resource_type": RESOURCE_TOPIC, "resource_name": topic,
+                "resources": [{"resource_type": resource_type, "resource_name": topic,
                                "configs": [{"name": k, "value": v}
                                            for k, v in current.items()]}],
                 "validate_only": False})
         for r in resp.responses:
             if r.error_code == errors.UNKNOWN_TOPIC_OR_PARTITION:
                 raise errors.UnknownTopic(topic)
-            errors.raise_for(r.error_code, f"cannot alter configs of topic '{topic}'",
+            errors.raise_for(r.error_code, f"cannot alter configs of {kind} '{topic}'",
                              getattr(r, "error_message", None))
 
     # -- offsets and records ----------------------------------------------------------
