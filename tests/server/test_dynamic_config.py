@@ -3,6 +3,7 @@ of existing topics without a restart, the per-broker value wins over the cluster
 read-only keys are refused with Kafka's sentence, DescribeConfigs reports each value's
 source and synonyms to the admin clients, and the values survive a restart."""
 
+import socket
 import time
 
 import pytest
@@ -156,3 +157,50 @@ def test_admin_clients_alter_and_describe_broker_configs(broker):
             "DYNAMIC_DEFAULT_BROKER_CONFIG", "DEFAULT_CONFIG"]
     finally:
         kp.close()
+
+
+def _answered(broker, source):
+    s = socket.create_connection((broker.host, broker.port), timeout=5,
+                                 source_address=(source, 0))
+    w = Wire.__new__(Wire)
+    w.sock, w.cid = s, 0
+    try:
+        w.send(ApiKey.API_VERSIONS, 2, {})
+        return s, w.recv_frame() is not None
+    except OSError:
+        return s, False
+
+
+def test_connection_limits_change_live(broker_factory):
+    broker = broker_factory()  # its own: no other test's clients hold connections
+    w = Wire(broker)
+    try:
+        assert _alter(w, "0", [("max.connections.per.ip", 0, "2"),
+                               ("max.connections.per.ip.overrides", 0, "127.0.0.2:3")]
+                      ).error_code == 0
+    finally:
+        w.close()
+    kept = []
+    try:
+        for source, allowed in (("127.0.0.1", 2), ("127.0.0.2", 3)):
+            results = []
+            for _ in range(allowed + 1):
+                s, ok = _answered(broker, source)
+                kept.append(s)
+                results.append(ok)
+            assert results == [True] * allowed + [False], (source, results)
+    finally:
+        for s in kept:
+            s.close()
+    # Deleted, the limits are the static ones again (Kafka's default: unbounded).
+    wait_until(lambda: _answered(broker, "127.0.0.1")[1], timeout=5, what="a connection")
+    w = Wire(broker)
+    try:
+        assert _alter(w, "0", [("max.connections.per.ip", 1, None),
+                               ("max.connections.per.ip.overrides", 1, None)]).error_code == 0
+        more = [_answered(broker, "127.0.0.1") for _ in range(4)]
+        assert all(ok for _, ok in more)
+        for s, _ in more:
+            s.close()
+    finally:
+        w.close()
