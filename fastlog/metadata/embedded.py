@@ -21,7 +21,11 @@ import os
 
 from fastlog.fileio import atomic_write
 from fastlog.metadata.model import MetadataError, PartitionState, TopicState, new_kafka_uuid
-from fastlog.metadata.store import PRODUCER_ID_BLOCK_SIZE, MetadataStore
+from fastlog.metadata.store import (
+    PRODUCER_ID_BLOCK_SIZE,
+    MetadataStore,
+    reassignment_problem,
+)
 
 METADATA_FILE = "fastlog-metadata.json"
 FORMAT_VERSION = 1
@@ -187,6 +191,27 @@ class EmbeddedMetadataStore(MetadataStore):
             else:
                 entities[name] = old
             raise
+
+    async def alter_partition_reassignments(self, changes):
+        # One broker: a partition can only stay where it is, and nothing is ever moving.
+        out = {}
+        for (topic, p), target in changes.items():
+            t = self._topics.get(topic)
+            if t is None or p not in t.partitions:
+                out[(topic, p)] = ("UNKNOWN_TOPIC_OR_PARTITION",
+                                   f"The partition {topic}-{p} does not exist.")
+            elif target is None:
+                out[(topic, p)] = ("NO_REASSIGNMENT_IN_PROGRESS",
+                                   f"No reassignment of {topic}-{p} is in progress.")
+            else:
+                problem = reassignment_problem(target, t.partitions[p].replicas,
+                                               {self.node_id})
+                out[(topic, p)] = None if problem is None else ("INVALID_REPLICA_ASSIGNMENT",
+                                                                problem)
+        return out
+
+    async def list_partition_reassignments(self, partitions=None):
+        return {}
 
     async def allocate_producer_ids(self, block_size=PRODUCER_ID_BLOCK_SIZE):
         first = self._next_producer_id

@@ -244,6 +244,8 @@ class KafkaApis:
             ApiKey.DESCRIBE_ACLS: self.handle_describe_acls,
             ApiKey.CREATE_ACLS: self.handle_create_acls,
             ApiKey.DELETE_ACLS: self.handle_delete_acls,
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS: self.handle_alter_partition_reassignments,
+            ApiKey.LIST_PARTITION_REASSIGNMENTS: self.handle_list_partition_reassignments,
         }
         # ---- group coordinator hook (issue 5): its handlers use the same contract.
         self.handlers.update(GROUP_HANDLERS)
@@ -1200,6 +1202,50 @@ class KafkaApis:
         configs = self._parse_topic_configs(new)
         if not validate_only:
             await self.broker.set_topic_configs(topic, configs)
+
+    # ------------------------------------------------------------------ reassignments
+    def _reassignment_refusal(self, ctx, operation: int) -> dict | None:
+        """The top-level answer of a refused reassignment request (KIP-455): the active
+        controller serves them, and they need Alter (Describe to list) on the cluster."""
+        if not authorize_cluster(ctx, operation):
+            return {"throttle_time_ms": 0, "error_code": Errors.CLUSTER_AUTHORIZATION_FAILED,
+                    "error_message": "Cluster authorization failed."}
+        if self._not_controller():
+            return {"throttle_time_ms": 0, "error_code": Errors.NOT_CONTROLLER,
+                    "error_message": "This is not the correct controller for this cluster."}
+        return None
+
+    async def handle_alter_partition_reassignments(self, ctx, request):
+        refused = self._reassignment_refusal(ctx, ALTER)
+        if refused is not None:
+            return {**refused, "responses": []}
+        changes = {(t.name, p.partition_index): None if p.replicas is None else list(p.replicas)
+                   for t in request.topics for p in t.partitions}
+        results = await self.broker.metadata.alter_partition_reassignments(changes)
+        by_topic: dict[str, list] = {}
+        for (topic, p), result in results.items():
+            code, message = (Errors.NONE, None) if result is None else (Errors[result[0]],
+                                                                       result[1])
+            by_topic.setdefault(topic, []).append(
+                {"partition_index": p, "error_code": code, "error_message": message})
+        return {"throttle_time_ms": 0, "error_code": Errors.NONE, "error_message": None,
+                "responses": [{"name": t, "partitions": parts}
+                              for t, parts in by_topic.items()]}
+
+    async def handle_list_partition_reassignments(self, ctx, request):
+        refused = self._reassignment_refusal(ctx, DESCRIBE)
+        if refused is not None:
+            return {**refused, "topics": []}
+        wanted = None if request.topics is None else [
+            (t.name, p) for t in request.topics for p in t.partition_indexes]
+        ongoing = await self.broker.metadata.list_partition_reassignments(wanted)
+        by_topic: dict[str, list] = {}
+        for (topic, p), (replicas, adding, removing) in sorted(ongoing.items()):
+            by_topic.setdefault(topic, []).append(
+                {"partition_index": p, "replicas": replicas, "adding_replicas": adding,
+                 "removing_replicas": removing})
+        return {"throttle_time_ms": 0, "error_code": Errors.NONE, "error_message": None,
+                "topics": [{"name": t, "partitions": parts} for t, parts in by_topic.items()]}
 
     # ------------------------------------------------------------------ InitProducerId
     async def handle_init_producer_id(self, ctx, request):

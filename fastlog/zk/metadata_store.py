@@ -7,7 +7,8 @@
 # watches, so every broker learns leadership changes within one notification (≈10 ms), not
 # only the controller. Mutations go to ZooKeeper the way Kafka's admin path writes them
 # (/brokers/topics, /config/topics + /config/changes, /admin/delete_topics,
-# /latest_producer_id_block); the active controller (fastlog/zk/controller.py) acts on them.
+# /latest_producer_id_block, /admin/reassign_partitions for the Admin API's partition
+# reassignments); the active controller (fastlog/zk/controller.py) acts on them.
 #
 # Threading: watch callbacks run on kazoo's callback thread and replace cache entries
 # copy-on-write under a lock; reads (topic, topic_names, brokers, controller_id) are plain
@@ -23,7 +24,14 @@ import threading
 import time
 from collections.abc import Callable
 
-from kazoo.exceptions import ConnectionLoss, OperationTimeoutError, SessionExpiredError
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
 from kazoo.retry import RetryFailedError
 
 from fastlog.metadata import (
@@ -34,6 +42,7 @@ from fastlog.metadata import (
     TopicState,
     new_kafka_uuid,
 )
+from fastlog.metadata.store import reassignment_problem
 from fastlog.protocol.topics import INTERNAL_TOPICS
 from fastlog.zk import paths
 from fastlog.zk.assignment import assign_replicas
@@ -416,6 +425,101 @@ class ZkMetadataStore(MetadataStore):
         await self._run(self.zk.change_entity_config, "brokers", entity, dict(config))
         if entity in (DEFAULT_BROKER_ENTITY, str(self.node_id)):
             await self._run(self._refresh_broker_config, entity)
+
+    async def alter_partition_reassignments(self, changes):
+        """Add the moves to /admin/reassign_partitions, where the controller carries them
+        out step by step (fastlog.zk.controller); a cancellation (None) moves the partition
+        back to the replicas it had before its move began."""
+        return await self._run(self._alter_reassignments, dict(changes))
+
+    def _alter_reassignments(self, changes):
+        assignments = self.zk.get_topic_assignments({t for t, _ in changes})
+        live = set(self._brokers or self.zk.get_all_brokers())
+        out, moves = {}, {}
+        for (topic, p), target in changes.items():
+            a = assignments.get(topic)
+            if a is None or p not in a.partitions:
+                out[(topic, p)] = ("UNKNOWN_TOPIC_OR_PARTITION",
+                                   f"The partition {topic}-{p} does not exist.")
+                continue
+            current = a.partitions[p]
+            adding = a.adding_replicas.get(p, [])
+            if target is None:
+                if not adding and not a.removing_replicas.get(p):
+                    moves[(topic, p)] = None  # cancelled if only planned so far
+                    continue
+                moves[(topic, p)] = [r for r in current if r not in adding]
+                out[(topic, p)] = None
+                continue
+            problem = reassignment_problem(target, current, live)
+            out[(topic, p)] = None if problem is None else ("INVALID_REPLICA_ASSIGNMENT",
+                                                            problem)
+            if problem is None:
+                moves[(topic, p)] = list(target)
+        for _ in range(20):  # the controller rewrites the plan as partitions finish
+            try:
+                data, stat = self.zk.kazoo.get(paths.REASSIGN_PARTITIONS)
+                plan, version = paths.decode_reassignment(paths.REASSIGN_PARTITIONS, data), \
+                    stat.version
+            except NoNodeError:
+                plan, version = {}, None
+            new = dict(plan)
+            for tp, target in moves.items():
+                if target is not None:
+                    new[tp] = target
+                elif tp in plan:
+                    # Planned but not begun: dropping it from the plan cancels it.
+                    del new[tp]
+                    out[tp] = None
+                else:
+                    out[tp] = ("NO_REASSIGNMENT_IN_PROGRESS",
+                               f"No reassignment of {tp[0]}-{tp[1]} is in progress.")
+            try:
+                if new == plan:
+                    pass
+                elif version is None:
+                    self.zk.kazoo.create(paths.REASSIGN_PARTITIONS,
+                                         paths.encode_reassignment(new), makepath=True)
+                elif new:
+                    self.zk.kazoo.set(paths.REASSIGN_PARTITIONS,
+                                      paths.encode_reassignment(new), version)
+                else:
+                    self.zk.kazoo.delete(paths.REASSIGN_PARTITIONS, version)
+                return out
+            except (NodeExistsError, BadVersionError, NoNodeError):
+                continue  # changed meanwhile: read it again
+        raise RetryFailedError("the reassignment plan kept changing")
+
+    async def list_partition_reassignments(self, partitions=None):
+        """Partitions being moved: those whose assignment records replicas being added or
+        removed, and those in the plan the controller has not begun yet."""
+        return await self._run(self._list_reassignments, partitions)
+
+    def _list_reassignments(self, partitions):
+        wanted = None if partitions is None else set(partitions)
+        topics = (sorted({t for t, _ in wanted}) if wanted is not None
+                  else self.zk.get_all_topics())
+        assignments = self.zk.get_topic_assignments(topics)
+        try:
+            data, _ = self.zk.kazoo.get(paths.REASSIGN_PARTITIONS)
+            plan = paths.decode_reassignment(paths.REASSIGN_PARTITIONS, data)
+        except (NoNodeError, paths.ZkDataError):
+            plan = {}
+        out = {}
+        for topic, a in assignments.items():
+            for p, replicas in a.partitions.items():
+                if wanted is not None and (topic, p) not in wanted:
+                    continue
+                adding = list(a.adding_replicas.get(p, []))
+                removing = list(a.removing_replicas.get(p, []))
+                target = plan.get((topic, p))
+                if not adding and not removing and target is not None and target != replicas:
+                    adding = [r for r in target if r not in replicas]
+                    removing = [r for r in replicas if r not in target]
+                    replicas = replicas + adding
+                if adding or removing:
+                    out[(topic, p)] = (list(replicas), adding, removing)
+        return out
 
     async def allocate_producer_ids(self, block_size=PRODUCER_ID_BLOCK_SIZE):
         return await self._run(self.zk.allocate_producer_id_block, self.node_id, block_size)

@@ -1,0 +1,86 @@
+"""AlterPartitionReassignments and ListPartitionReassignments (KIP-455) in a three-broker
+ZooKeeper cluster, through kafka-python's admin client: a partition moves to other
+brokers (the new replica catches up, the controller elects among the targets and records
+the new assignment); a move that cannot finish (its new broker died) is listed with the
+replicas being added and, cancelled, goes back to the replicas it had; a second
+cancellation finds no reassignment in progress; a broker that is not the controller
+answers NOT_CONTROLLER."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import TopicPartition
+from kafka.admin import KafkaAdminClient
+from kafka.errors import NoReassignmentInProgressError
+
+from fastlog.protocol import ApiKey, Errors
+from fastlog.testing import wait_until
+from tests.server.wire import Wire
+
+
+def _create(c, name, replicas):
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    admin.create_topics([NewTopic(name, 1, replica_assignment=[replicas])],
+                        operation_timeout=10)[name].result(15)
+    c.wait_leaders(name, 1)
+
+
+def _assignment(c, name):
+    return c.json(f"/brokers/topics/{name}")
+
+
+def test_move_cancel_and_list_through_the_admin_api(fresh_cluster):
+    c = fresh_cluster()
+    controller = c.controller()
+    others = [b for b in sorted(c.brokers) if b != controller]
+    spare = others[0]                       # the broker that is added (and later dies)
+    a, b = [x for x in sorted(c.brokers) if x != spare]
+    admin = KafkaAdminClient(bootstrap_servers=c.bootstrap, request_timeout_ms=15000)
+    try:
+        # A move that completes.
+        _create(c, "api-mv", [a, b])
+        p = Producer({"bootstrap.servers": c.bootstrap, "acks": "all"})
+        for i in range(50):
+            p.produce("api-mv", value=b"v%d" % i)
+        assert p.flush(20) == 0
+        tp = TopicPartition("api-mv", 0)
+        assert admin.alter_partition_reassignments({tp: [b, spare]}) == {tp: None}
+        wait_until(lambda: _assignment(c, "api-mv")["partitions"]["0"] == [b, spare]
+                   and not admin.list_partition_reassignments(), 30,
+                   what="the move finished")
+        assert sorted(c.state("api-mv", 0)["isr"]) == sorted([b, spare])
+        assert _assignment(c, "api-mv")["adding_replicas"] == {}
+
+        # A move that cannot finish: its new broker dies (its session lives on for a
+        # moment, so the controller still counts it live).
+        _create(c, "api-stuck", [a, b])
+        stuck = TopicPartition("api-stuck", 0)
+        c.kill(spare)
+        assert admin.alter_partition_reassignments({stuck: [a, b, spare]}) == {stuck: None}
+        ongoing = wait_until(lambda: admin.list_partition_reassignments(), 10,
+                             what="the move listed")
+        assert ongoing == {stuck: {"replicas": [a, b, spare], "adding_replicas": [spare],
+                                   "removing_replicas": []}}
+        assert admin.list_partition_reassignments([tp]) == {}
+        assert admin.alter_partition_reassignments({stuck: None}) == {stuck: None}
+        wait_until(lambda: _assignment(c, "api-stuck")["partitions"]["0"] == [a, b]
+                   and not admin.list_partition_reassignments(), 30,
+                   what="the cancelled move back where it was")
+        assert _assignment(c, "api-stuck").get("adding_replicas") in ({}, None)
+        assert admin.alter_partition_reassignments({stuck: None}) == {
+            stuck: NoReassignmentInProgressError}
+    finally:
+        admin.close()
+
+    # Another broker than the controller refuses, so clients go to the controller.
+    w = Wire(c.brokers[next(x for x in (a, b) if x != c.controller())])
+    try:
+        r = w.call(ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, {"timeout_ms": 5000, "topics": None})
+        assert r.error_code == Errors.NOT_CONTROLLER
+    finally:
+        w.close()
+
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
