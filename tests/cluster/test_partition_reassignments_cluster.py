@@ -50,7 +50,10 @@ def test_move_cancel_and_list_through_the_admin_api(fresh_cluster):
         wait_until(lambda: _assignment(c, "api-mv")["partitions"]["0"] == [b, spare]
                    and not admin.list_partition_reassignments(), 30,
                    what="the move finished")
-        assert sorted(c.state("api-mv", 0)["isr"]) == sorted([b, spare])
+        # The replica moved away may still be in the ISR a moment after the assignment
+        # changed (the leader drops it when it learns of the new replica list).
+        wait_until(lambda: sorted(c.state("api-mv", 0)["isr"]) == sorted([b, spare]), 30,
+                   what="the ISR of the target replicas")
         assert _assignment(c, "api-mv")["adding_replicas"] == {}
 
         # A move that cannot finish: its new broker dies (its session lives on for a
