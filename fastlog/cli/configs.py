@@ -153,20 +153,28 @@ def run(args) -> int:
     if args.entity_default or args.all:
         raise CliError("--entity-default and --all go with --entity-type brokers")
     security = client_security(args)
-    adds, deletes = [], []
-    if args.action == "alter":
-        if not args.entity_name:
-            raise CliError("--alter needs --entity-name")
-        if not args.add_config and not args.delete_config:
-            raise CliError("--alter needs --add-config or --delete-config")
-        adds = parse_add_config(args.add_config) if args.add_config else []
-        deletes = parse_delete_config(args.delete_config) if args.delete_config else []
-        both = {m for m, _, _ in adds} & set(deletes)
-        if both:
-            raise CliError(f"{sorted(both)[0]} is both added and deleted")
-    elif args.add_config or args.delete_config:
-        raise CliError("--add-config and --delete-config go with --alter")
+    if args.action == "alter" and not args.entity_name:
+        raise CliError("--alter needs --entity-name")
+    adds, deletes = _changes(args, parse_add_config, parse_delete_config,
+                             lambda adds: [m for m, _, _ in adds], [])
     return run_async(_run(args, security, adds, deletes))
+
+
+def _changes(args, parse_adds, parse_deletes, added_keys, nothing):
+    """(what --add-config adds, the keys --delete-config deletes) of --alter, each
+    checked; (nothing, []) for --describe."""
+    if args.action != "alter":
+        if args.add_config or args.delete_config:
+            raise CliError("--add-config and --delete-config go with --alter")
+        return nothing, []
+    if not args.add_config and not args.delete_config:
+        raise CliError("--alter needs --add-config or --delete-config")
+    adds = parse_adds(args.add_config) if args.add_config else nothing
+    deletes = parse_deletes(args.delete_config) if args.delete_config else []
+    both = set(added_keys(adds)) & set(deletes)
+    if both:
+        raise CliError(f"{sorted(both)[0]} is both added and deleted")
+    return adds, deletes
 
 
 async def _run(args, security, adds, deletes) -> int:
@@ -195,19 +203,10 @@ def _run_brokers(args) -> int:
     if args.entity_name is not None and not args.entity_name.isdigit():
         raise CliError(f"--entity-name for brokers is a broker id, not {args.entity_name!r}")
     security = client_security(args)
-    adds, deletes = {}, []
-    if args.action == "alter":
-        if args.entity_name is None and not args.entity_default:
-            raise CliError("--alter needs --entity-name or --entity-default")
-        if not args.add_config and not args.delete_config:
-            raise CliError("--alter needs --add-config or --delete-config")
-        adds = parse_broker_configs(args.add_config) if args.add_config else {}
-        deletes = parse_delete_config(args.delete_config, users=False) if args.delete_config else []
-        both = set(adds) & set(deletes)
-        if both:
-            raise CliError(f"{sorted(both)[0]} is both added and deleted")
-    elif args.add_config or args.delete_config:
-        raise CliError("--add-config and --delete-config go with --alter")
+    if args.action == "alter" and args.entity_name is None and not args.entity_default:
+        raise CliError("--alter needs --entity-name or --entity-default")
+    adds, deletes = _changes(args, parse_broker_configs,
+                             lambda text: parse_delete_config(text, users=False), list, {})
     if args.all and args.action != "describe":
         raise CliError("--all goes with --describe")
     return run_async(_run_brokers_async(args, security, adds, deletes))

@@ -318,31 +318,27 @@ class ZkMetadataStore(MetadataStore):
                 self._guard(self._refresh_broker_config, entity[1])
 
     def _refresh_user(self, user: str) -> None:
-        try:
-            config = self.zk.get_entity_config("users", user)
-        except paths.ZkDataError:
-            log.warning("ignoring malformed config of user %r", user, exc_info=True)
-            config = {}
-        with self._lock:
-            users = dict(self._users)
-            if config:
-                users[user] = config
-            else:
-                users.pop(user, None)
-            self._users = users
-        self._notify("user", user)
+        self._refresh_entity("users", user, "_users", "user")
 
     def _refresh_broker_config(self, entity: str) -> None:
+        self._refresh_entity("brokers", entity, "_broker_configs", "broker-config")
+
+    def _refresh_entity(self, entity_type: str, name: str, cache: str, kind: str) -> None:
+        """Read /config/<entity_type>/<name> into the cache attribute `cache` (replaced,
+        never mutated) and tell the listeners `kind`."""
         try:
-            config = self.zk.get_entity_config("brokers", entity)
+            config = self.zk.get_entity_config(entity_type, name)
         except paths.ZkDataError:
-            log.warning("ignoring malformed dynamic config of broker %s", entity, exc_info=True)
+            log.warning("ignoring malformed config of %s %r", entity_type, name, exc_info=True)
             config = {}
         with self._lock:
-            configs = dict(self._broker_configs)
-            configs[entity] = config
-            self._broker_configs = configs
-        self._notify("broker-config", entity)
+            entities = dict(getattr(self, cache))
+            if config:
+                entities[name] = config
+            else:
+                entities.pop(name, None)
+            setattr(self, cache, entities)
+        self._notify(kind, name)
 
     def _refresh_config(self, topic: str) -> None:
         configs = self.zk.get_entity_config("topics", topic)

@@ -12,6 +12,7 @@ from confluent_kafka.error import KafkaException
 
 from fastlog.protocol import ApiKey, Errors
 from fastlog.testing import wait_until
+from tests.server.test_broker_topics import earliest
 from tests.server.wire import Wire, batch, create_topic, produce
 
 DYNAMIC_BROKER, DYNAMIC_DEFAULT, STATIC, DEFAULT, TOPIC = 2, 3, 4, 5, 1
@@ -32,12 +33,6 @@ def _describe(w, name, keys, resource_type=4):
     res = r.results[0]
     assert res.error_code == 0, res.error_message
     return {c.name: c for c in res.configs}
-
-
-def earliest(w, topic):
-    r = w.call(ApiKey.LIST_OFFSETS, 1, {"replica_id": -1, "topics": [
-        {"name": topic, "partitions": [{"partition_index": 0, "timestamp": -2}]}]})
-    return r.topics[0].partitions[0].offset
 
 
 def test_default_retention_change_reaches_an_existing_topic(broker_factory):
