@@ -58,6 +58,7 @@ from fastlog.server.config import (
     parse_properties,
 )
 from fastlog.server.dynamic_config import (
+    CLEANER_KEYS,
     CONNECTION_KEYS,
     DynamicBrokerConfig,
     DynamicConfigError,
@@ -162,6 +163,7 @@ class BrokerServer:
         self.advertised_port = 0
         self.bound: list[tuple[str, str, int]] = []
         self._tasks: list[asyncio.Task] = []
+        self._pause_restarts: dict[str, asyncio.Event] = {}  # periodic task -> its restart
         self._log_configs: dict[str, LogConfig] = {}
         self._timestamp_limits: dict[str, tuple[int, int]] = {}  # per topic, from its configs
         self._started = False
@@ -589,7 +591,8 @@ class BrokerServer:
         flush_ms = min(cfg["log.flush.scheduler.interval.ms"], 1000)
         self._every("log-flusher", flush_ms, lambda: self.log_manager.flush_dirty_logs())
         if cfg["log.cleaner.enable"]:
-            self._every("log-cleaner", cfg["log.cleaner.backoff.ms"],
+            # Read at each pause: log.cleaner.backoff.ms may change live.
+            self._every("log-cleaner", lambda: cfg["log.cleaner.backoff.ms"],
                         lambda: self.log_manager.clean_logs())
         self._every("producer-id-expiration", PRODUCER_EXPIRATION_CHECK_MS,
                     self._expire_producers)
@@ -608,13 +611,23 @@ class BrokerServer:
         self.log_manager.checkpoint_recovery_points()
         self.replica_manager.checkpoint_producer_state()
 
-    def _every(self, name: str, interval_ms: int, fn) -> None:
-        if interval_ms <= 0:
+    def _every(self, name: str, interval_ms, fn) -> None:
+        """Run fn every interval_ms: an int, or a function read before each pause; then
+        _pause_restarts[name].set() starts the pause again with its new value (a dynamic
+        config change)."""
+        interval = interval_ms if callable(interval_ms) else lambda: interval_ms
+        if interval() <= 0:
             return
+        restart = self._pause_restarts[name] = asyncio.Event()
 
         async def run():
             while True:
-                await asyncio.sleep(interval_ms / 1000.0)
+                restart.clear()
+                try:
+                    await asyncio.wait_for(restart.wait(), interval() / 1000.0)
+                    continue  # the interval changed: pause again, for the new one
+                except TimeoutError:
+                    pass
                 try:
                     res = fn()
                     if asyncio.iscoroutine(res):
@@ -926,7 +939,12 @@ class BrokerServer:
         if self.replica_manager is None or self.stopping:
             return
         changed = self._take_dynamic_configs()
-        if changed - CONNECTION_KEYS:
+        if changed & CLEANER_KEYS and self.log_manager.cleaner is not None:
+            self.log_manager.cleaner.dedupe_buffer_size = \
+                self.config["log.cleaner.dedupe.buffer.size"]
+            if "log.cleaner.backoff.ms" in changed and "log-cleaner" in self._pause_restarts:
+                self._pause_restarts["log-cleaner"].set()
+        if changed - CONNECTION_KEYS - CLEANER_KEYS:
             self.log_manager.default_config = LogConfig.from_broker(self.config)
             self._timestamp_limits.clear()
             for name in self.metadata.topic_names():

@@ -2,7 +2,8 @@
 # broker runs (Kafka's KIP-226).
 #
 # Owns: which broker keys may change live (DYNAMIC_KEYS: the log.* defaults topics inherit,
-# as Kafka's DynamicLogConfig takes them, and the connection limits), the layering of their
+# as Kafka's DynamicLogConfig takes them, the log cleaner's pause and memory, and the
+# connection limits), the layering of their
 # values — topic override > dynamic per-broker (`/config/brokers/<id>`) > dynamic cluster
 # default (`/config/brokers/<default>`) > static (server.properties, --override) > Kafka's
 # default — and the synonym lists DescribeConfigs reports in that order.
@@ -44,7 +45,9 @@ _LOG_KEYS = frozenset(names[0] for names in TOPIC_CONFIG_SYNONYMS.values()
 # As Kafka's DynamicConnectionQuota (the socket servers take them live).
 CONNECTION_KEYS = frozenset({"max.connections", "max.connections.per.ip",
                              "max.connections.per.ip.overrides"})
-DYNAMIC_KEYS = _LOG_KEYS | CONNECTION_KEYS
+# Of Kafka's LogCleaner reconfigurables, those fastlog has (read at each cleaner pass).
+CLEANER_KEYS = frozenset({"log.cleaner.backoff.ms", "log.cleaner.dedupe.buffer.size"})
+DYNAMIC_KEYS = _LOG_KEYS | CONNECTION_KEYS | CLEANER_KEYS
 
 # Kafka's DynamicBrokerConfig.brokerConfigSynonyms: keys that set one value in several
 # units, most precise first.

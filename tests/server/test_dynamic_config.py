@@ -10,6 +10,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from confluent_kafka.error import KafkaException
 
+from fastlog import _codec
 from fastlog.protocol import ApiKey, Errors
 from fastlog.testing import wait_until
 from tests.server.test_broker_topics import earliest
@@ -197,5 +198,29 @@ def test_connection_limits_change_live(broker_factory):
         assert all(ok for _, ok in more)
         for s, _ in more:
             s.close()
+    finally:
+        w.close()
+
+
+def _log_bytes(broker, topic):
+    return sum(f.stat().st_size for f in (broker.data_dir / f"{topic}-0").glob("*.log"))
+
+
+def test_cleaner_backoff_change_starts_a_pass(broker_factory):
+    # A cleaner that would next look in ten minutes looks at once when its pause is cut.
+    b = broker_factory({"log.cleaner.backoff.ms": "600000"})
+    create_topic(b, "dyn-compact", configs={"cleanup.policy": "compact",
+                                            "segment.bytes": "1024",
+                                            "min.cleanable.dirty.ratio": "0.01"})
+    w = Wire(b)
+    try:
+        now = int(time.time() * 1000)
+        for i in range(60):
+            records = _codec.build_batch([(now, b"k%d" % (i % 2), b"v%03d" % i + b"." * 80)])
+            assert produce(w, "dyn-compact", records).error_code == 0
+        before = _log_bytes(b, "dyn-compact")
+        assert _alter(w, "0", [("log.cleaner.backoff.ms", 0, "200")]).error_code == 0
+        wait_until(lambda: _log_bytes(b, "dyn-compact") < before / 2, timeout=20,
+                   what="a compaction pass after the pause was cut")
     finally:
         w.close()
