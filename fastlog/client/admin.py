@@ -212,6 +212,46 @@ class Admin:
             errors.raise_for(r.error_code, f"cannot change partitions of topic '{name}'",
                              getattr(r, "error_message", None))
 
+    async def alter_partition_reassignments(
+            self, moves: dict[TopicPartition, list[int] | None]
+    ) -> dict[TopicPartition, errors.KafkaError | None]:
+        """Move each partition to its replicas, or cancel its move (None), through the
+        controller (AlterPartitionReassignments, KIP-455); what the controller said per
+        partition: None when accepted, else the KafkaError."""
+        topics: dict[str, list] = {}
+        for tp, replicas in moves.items():
+            topics.setdefault(tp.topic, []).append(
+                {"partition_index": tp.partition,
+                 "replicas": None if replicas is None else list(replicas)})
+        resp = await self._controller_request(ApiKey.ALTER_PARTITION_REASSIGNMENTS, {
+            "timeout_ms": self.request_timeout_ms,
+            "topics": [{"name": t, "partitions": parts} for t, parts in topics.items()]},
+            lambda r: [r.error_code])
+        errors.raise_for(resp.error_code, "cannot reassign partitions", resp.error_message)
+        return {TopicPartition(t.name, p.partition_index):
+                errors.KafkaError(p.error_code, f"{t.name}-{p.partition_index}",
+                                  p.error_message) if p.error_code else None
+                for t in resp.responses for p in t.partitions}
+
+    async def list_partition_reassignments(
+            self, partitions: list[TopicPartition] | None = None
+    ) -> dict[TopicPartition, tuple[list[int], list[int], list[int]]]:
+        """(replicas, adding, removing) of each partition being moved (of `partitions`
+        only, when given), from the controller (ListPartitionReassignments)."""
+        wanted = None
+        if partitions is not None:
+            by_topic: dict[str, list[int]] = {}
+            for tp in partitions:
+                by_topic.setdefault(tp.topic, []).append(tp.partition)
+            wanted = [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()]
+        resp = await self._controller_request(ApiKey.LIST_PARTITION_REASSIGNMENTS, {
+            "timeout_ms": self.request_timeout_ms, "topics": wanted}, lambda r: [r.error_code])
+        errors.raise_for(resp.error_code, "cannot list partition reassignments",
+                         resp.error_message)
+        return {TopicPartition(t.name, p.partition_index):
+                (list(p.replicas), list(p.adding_replicas), list(p.removing_replicas))
+                for t in resp.topics for p in t.partitions}
+
     async def list_topics(self, include_internal: bool = False) -> list[str]:
         await self.cluster.refresh_metadata(None)
         return sorted(n for n, t in self.cluster.topics.items()

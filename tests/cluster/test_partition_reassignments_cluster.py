@@ -8,6 +8,8 @@ answers NOT_CONTROLLER."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -87,3 +89,49 @@ def test_move_cancel_and_list_through_the_admin_api(fresh_cluster):
 
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def test_reassign_partitions_tool_through_the_brokers(fresh_cluster, tmp_path):
+    from tests.client_fixture import run_fastlog
+
+    c = fresh_cluster()
+    controller = c.controller()
+    spare = next(b for b in sorted(c.brokers) if b != controller)
+    a, b = [x for x in sorted(c.brokers) if x != spare]
+    _create(c, "cli-mv", [a, b])
+    _create(c, "cli-stuck", [a, b])
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": "cli-mv", "partition": 0, "replicas": [b, spare]}]}))
+    args = ("reassign-partitions", "--bootstrap-server", c.bootstrap,
+            "--reassignment-json-file", str(plan))
+    r = run_fastlog(*args, "--execute")
+    assert r.returncode == 0, r.stderr
+    assert json.dumps({"version": 1, "partitions": [
+        {"topic": "cli-mv", "partition": 0, "replicas": [a, b]}]}) in r.stdout
+    assert "Successfully started partition reassignments for cli-mv-0" in r.stdout
+    wait_until(lambda: run_fastlog(*args, "--verify").returncode == 0, 30,
+               what="the tool saying the move is complete")
+    assert "Reassignment of partition cli-mv-0 is completed." in \
+        run_fastlog(*args, "--verify").stdout
+
+    stuck = tmp_path / "stuck.json"
+    stuck.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": "cli-stuck", "partition": 0, "replicas": [a, b, spare]}]}))
+    args = ("reassign-partitions", "--bootstrap-server", c.bootstrap,
+            "--reassignment-json-file", str(stuck))
+    c.kill(spare)
+    assert run_fastlog(*args, "--execute").returncode == 0
+    r = run_fastlog(*args, "--verify")
+    assert r.returncode == 1
+    assert "Reassignment of partition cli-stuck-0 is still in progress." in r.stdout
+    r = run_fastlog(*args, "--cancel")
+    assert r.returncode == 0, r.stderr
+    assert "Successfully cancelled partition reassignments for: cli-stuck-0" in r.stdout
+    wait_until(lambda: _assignment(c, "cli-stuck")["partitions"]["0"] == [a, b], 30,
+               what="the cancelled move back where it was")
+    r = run_fastlog(*args, "--cancel")
+    assert r.returncode == 1 and "NO_REASSIGNMENT_IN_PROGRESS" in r.stderr
+    r = run_fastlog(*args, "--verify")
+    assert "There is no active reassignment of partition cli-stuck-0, but replica set " \
+           f"is {[a, b]} rather than {[a, b, spare]}." in r.stdout
