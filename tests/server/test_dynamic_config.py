@@ -116,6 +116,13 @@ def test_admin_clients_alter_and_describe_broker_configs(broker):
     assert configs["log.retention.ms"].source == DYNAMIC_BROKER
     assert not configs["log.retention.ms"].is_read_only
     assert configs["log.dirs"].is_read_only
+    # A topic without its own retention inherits this broker's, and says so.
+    create_topic(broker, "dyn-inherits")
+    topic = ConfigResource("topic", "dyn-inherits")
+    retention = a.describe_configs([topic])[topic].result(10)["retention.ms"]
+    assert (retention.value, retention.source) == ("3600000", DYNAMIC_BROKER)
+    assert [(s.name, s.value, s.source) for s in retention.synonyms.values()] == [
+        ("log.retention.ms", "3600000", DYNAMIC_BROKER), ("log.retention.hours", "168", DEFAULT)]
     bad = ConfigResource("broker", "0", incremental_configs=[
         ConfigEntry("listeners", "PLAINTEXT://127.0.0.1:1",
                     incremental_operation=AlterConfigOpType.SET)])
