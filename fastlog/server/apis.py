@@ -84,6 +84,7 @@ from fastlog.server.authz import (
 from fastlog.server.config import (
     CONFIG_KEYS,
     CONFIG_TYPE_CODES,
+    TLS_PROTOCOLS,
     TOPIC_CONFIG_SYNONYMS,
     TOPIC_CONFIG_TYPES,
     ConfigError,
@@ -91,10 +92,10 @@ from fastlog.server.config import (
     parse_topic_config,
 )
 from fastlog.server.dynamic_config import (
-    DYNAMIC_KEYS,
     SOURCE_DEFAULT,
     SOURCE_DYNAMIC_DEFAULT_BROKER,
     SOURCE_DYNAMIC_TOPIC,
+    is_dynamic,
 )
 from fastlog.server.group import GROUP_HANDLERS
 from fastlog.server.replica_manager import PartitionResult
@@ -1096,16 +1097,21 @@ class KafkaApis:
             listed = {k: [(k, v, SOURCE_DYNAMIC_DEFAULT_BROKER)]
                       for k, v in dynamic.default.items()}
         else:
-            listed = {k: dynamic.broker_key_synonyms(k) for k in CONFIG_KEYS}
+            listed = {k: dynamic.broker_key_synonyms(k)
+                      for k in (*CONFIG_KEYS, *self._keystore_keys())}
         out = []
         for key, syn in sorted(listed.items()):
             if keys is not None and key not in keys:
                 continue
-            spec = CONFIG_KEYS[key]
-            value = (syn[0][1] if name == "" else format_config_value(broker.config[key]))
+            # A listener's keystore key is described as the key it prefixes.
+            spec = CONFIG_KEYS.get(key) or CONFIG_KEYS["ssl.keystore.location"]
+            if name == "" or key not in CONFIG_KEYS:
+                value = syn[0][1] if syn else None
+            else:
+                value = format_config_value(broker.config[key])
             out.append({
                 "name": key, "value": None if spec.sensitive else value,
-                "read_only": key not in DYNAMIC_KEYS,
+                "read_only": not is_dynamic(key),
                 "config_source": syn[0][2] if syn else SOURCE_DEFAULT,
                 "is_sensitive": spec.sensitive,
                 "synonyms": [{"name": k, "value": v, "source": source}
@@ -1144,14 +1150,23 @@ class KafkaApis:
                               "resource_name": res.resource_name})
         return {"throttle_time_ms": 0, "responses": responses}
 
+    def _keystore_keys(self) -> list[str]:
+        """listener.name.<listener>.ssl.keystore.location of each TLS listener."""
+        cfg = self.broker.config
+        return [f"listener.name.{name.lower()}.ssl.keystore.location"
+                for name, _, _ in cfg.listeners
+                if cfg.listener_security_protocol(name) in TLS_PROTOCOLS]
+
     async def _alter_broker_configs(self, res, incremental: bool, validate_only: bool):
         """A broker's dynamic configs (KIP-226): resource name "" is the cluster-wide
         default, else this broker's id."""
         entity = self._broker_entity(res.resource_name)
         if incremental:
+            types = {k: spec.type for k, spec in CONFIG_KEYS.items()}
+            types.update((k, "string") for k in self._keystore_keys())
             new = self._incremental_configs(
                 res, self.broker.metadata.broker_config(entity), self.broker.config.values,
-                {k: spec.type for k, spec in CONFIG_KEYS.items()}, Errors.INVALID_REQUEST)
+                types, Errors.INVALID_REQUEST)
         else:
             new = {c.name: c.value for c in res.configs if c.value is not None}
         await self.broker.alter_broker_configs(entity, new, validate_only)

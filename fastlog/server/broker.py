@@ -45,7 +45,7 @@ from fastlog.metadata import (
 )
 from fastlog.protocol import Errors, KafkaApiError
 from fastlog.protocol.topics import topic_name_problem
-from fastlog.security import SecurityConfigError, server_context, tls_warnings
+from fastlog.security import SecurityConfigError, reload_keystore, server_context, tls_warnings
 from fastlog.security.acl import AclStoreError
 from fastlog.server.apis import KafkaApis
 from fastlog.server.authenticator import build_listener_security
@@ -62,6 +62,7 @@ from fastlog.server.dynamic_config import (
     CONNECTION_KEYS,
     DynamicBrokerConfig,
     DynamicConfigError,
+    keystore_listener,
 )
 from fastlog.server.group import GroupCoordinator
 from fastlog.server.inter_broker import inter_broker_security
@@ -163,6 +164,7 @@ class BrokerServer:
         self.advertised_port = 0
         self.bound: list[tuple[str, str, int]] = []
         self._tasks: list[asyncio.Task] = []
+        self._tls_contexts_by_listener: dict = {}  # listener -> its live ssl.SSLContext
         self._pause_restarts: dict[str, asyncio.Event] = {}  # periodic task -> its restart
         self._log_configs: dict[str, LogConfig] = {}
         self._timestamp_limits: dict[str, tuple[int, int]] = {}  # per topic, from its configs
@@ -191,7 +193,7 @@ class BrokerServer:
 
     # ------------------------------------------------------------------ startup
     async def startup(self) -> None:
-        tls_contexts = self._tls_contexts()
+        tls_contexts = self._tls_contexts_by_listener = self._tls_contexts()
         if self.config["zookeeper.connect"]:
             # How this broker connects to the others (replica fetchers): checked before
             # anything starts, so a missing credential is one sentence at startup.
@@ -209,7 +211,7 @@ class BrokerServer:
             except MetadataError as e:
                 raise BrokerStartupError(str(e)) from None
             await self.metadata.start()
-        self._take_dynamic_configs()
+        self._reload_keystores(self._take_dynamic_configs())
         for name in self.metadata.topic_names():
             self._log_configs[name] = self._safe_log_config(name, self.metadata.topic(name).configs)
         try:
@@ -933,18 +935,37 @@ class BrokerServer:
             log.info("dynamic broker configs changed: %s", ", ".join(sorted(changed)))
         return changed
 
-    def apply_dynamic_configs(self) -> None:
+    def _reload_keystores(self, changed) -> None:
+        """Read again the keystore of each TLS listener named in `changed` (keys or
+        listener names) into its live context; a keystore that cannot be loaded leaves
+        the listener with the one it has."""
+        listeners = {keystore_listener(k) or k for k in changed}
+        for name, ctx in self._tls_contexts_by_listener.items():
+            if name not in listeners:
+                continue
+            cfg = self.config.listener_config(name)
+            try:
+                reload_keystore(ctx, cfg)
+            except SecurityConfigError as e:
+                log.warning("listener %s keeps its keystore: %s", name, e)
+                continue
+            log.info("listener %s: keystore reloaded from %s", name,
+                     cfg.get("ssl.keystore.location"))
+
+    def apply_dynamic_configs(self, reload_keystores=()) -> None:
         """Take the stored dynamic layers and apply what changed live: topic logs follow
-        the log.* defaults they inherit, listeners the connection limits."""
+        the log.* defaults they inherit, listeners the connection limits and their
+        keystores (those of `reload_keystores` too, a file replaced at the same path)."""
         if self.replica_manager is None or self.stopping:
             return
         changed = self._take_dynamic_configs()
+        self._reload_keystores(changed | set(reload_keystores))
         if changed & CLEANER_KEYS and self.log_manager.cleaner is not None:
             self.log_manager.cleaner.dedupe_buffer_size = \
                 self.config["log.cleaner.dedupe.buffer.size"]
             if "log.cleaner.backoff.ms" in changed and "log-cleaner" in self._pause_restarts:
                 self._pause_restarts["log-cleaner"].set()
-        if changed - CONNECTION_KEYS - CLEANER_KEYS:
+        if {k for k in changed if keystore_listener(k) is None} - CONNECTION_KEYS - CLEANER_KEYS:
             self.log_manager.default_config = LogConfig.from_broker(self.config)
             self._timestamp_limits.clear()
             for name in self.metadata.topic_names():
@@ -974,7 +995,8 @@ class BrokerServer:
         if validate_only:
             return
         await self._metadata_write(self.metadata.set_broker_config, entity, configs)
-        self.apply_dynamic_configs()
+        # Kafka reads a keystore again when its location is set, even to the same path.
+        self.apply_dynamic_configs({k for k in configs if keystore_listener(k)})
 
     async def create_partitions(self, name: str, total: int,
                                 assignments: list[list[int]] | None = None,

@@ -3,7 +3,8 @@
 #
 # Owns: which broker keys may change live (DYNAMIC_KEYS: the log.* defaults topics inherit,
 # as Kafka's DynamicLogConfig takes them, the log cleaner's pause and memory, and the
-# connection limits), the layering of their
+# connection limits; per broker only, a TLS listener's keystore file
+# listener.name.<listener>.ssl.keystore.location), the layering of their
 # values — topic override > dynamic per-broker (`/config/brokers/<id>`) > dynamic cluster
 # default (`/config/brokers/<default>`) > static (server.properties, --override) > Kafka's
 # default — and the synonym lists DescribeConfigs reports in that order.
@@ -19,11 +20,15 @@
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
 from typing import Any
 
+from fastlog.security import SecurityConfigError, server_context
 from fastlog.server.config import (
     CONFIG_KEYS,
+    LISTENER_PREFIX,
+    TLS_PROTOCOLS,
     TOPIC_CONFIG_SYNONYMS,
     ConfigError,
     KafkaConfig,
@@ -48,6 +53,21 @@ CONNECTION_KEYS = frozenset({"max.connections", "max.connections.per.ip",
 # Of Kafka's LogCleaner reconfigurables, those fastlog has (read at each cleaner pass).
 CLEANER_KEYS = frozenset({"log.cleaner.backoff.ms", "log.cleaner.dedupe.buffer.size"})
 DYNAMIC_KEYS = _LOG_KEYS | CONNECTION_KEYS | CLEANER_KEYS
+# Kafka's per-broker listener keystore update: the file is read again into the listener's
+# TLS context. Its passwords are not dynamic here (Kafka stores them encrypted with
+# password.encoder.secret, which fastlog does not have): the keystore keeps the password
+# server.properties gives.
+_KEYSTORE_KEY = re.compile(re.escape(LISTENER_PREFIX) + r"([a-z0-9_]+)\.ssl\.keystore\.location$")
+
+
+def keystore_listener(key: str) -> str | None:
+    """The listener (upper case) whose keystore file a key names, or None."""
+    m = _KEYSTORE_KEY.match(key)
+    return m.group(1).upper() if m else None
+
+
+def is_dynamic(key: str) -> bool:
+    return key in DYNAMIC_KEYS or keystore_listener(key) is not None
 
 # Kafka's DynamicBrokerConfig.brokerConfigSynonyms: keys that set one value in several
 # units, most precise first.
@@ -73,51 +93,77 @@ class DynamicBrokerConfig:
     def __init__(self, config: KafkaConfig):
         self.config = config
         self.static_values: dict[str, Any] = dict(config.values)
+        self.static_listeners = _copy_listeners(config.listener_overrides)
         self.default: dict[str, str] = {}
         self.per_broker: dict[str, str] = {}
 
     # ------------------------------------------------------------------ checks
-    @staticmethod
-    def check_keys(props: Mapping[str, str | None]) -> None:
-        """DynamicConfigError unless every key may change live (Kafka's words)."""
-        unknown = sorted(k for k in props if k not in CONFIG_KEYS)
+    def check_keys(self, props: Mapping[str, str | None], per_broker: bool) -> None:
+        """DynamicConfigError unless every key may change live, at this level (Kafka's
+        words)."""
+        listeners = {name for name, _, _ in self.config.listeners}
+        unknown = sorted(k for k in props if k not in CONFIG_KEYS and (
+            keystore_listener(k) is None or keystore_listener(k) not in listeners))
         if unknown:
             raise DynamicConfigError(f"Unknown broker configs: {', '.join(unknown)}")
-        fixed = sorted(k for k in props if k not in DYNAMIC_KEYS)
+        fixed = sorted(k for k in props if not is_dynamic(k))
         if fixed:
             raise DynamicConfigError(
                 f"Cannot update these configs dynamically: {', '.join(fixed)}")
+        keystores = sorted(k for k in props if keystore_listener(k))
+        if keystores and not per_broker:
+            raise DynamicConfigError(
+                "Cannot update these configs at default cluster level, broker id must be "
+                f"specified: {', '.join(keystores)}")
+        plain = sorted(k for k in keystores if self.config.listener_security_protocol(
+            keystore_listener(k)) not in TLS_PROTOCOLS)
+        if plain:
+            raise DynamicConfigError(f"These listeners do not use TLS: {', '.join(plain)}")
 
     def validate(self, props: Mapping[str, str], per_broker: bool) -> None:
         """Refuse `props` as the new default (per_broker False) or per-broker layer when a
-        key is not dynamic or the resulting configuration is invalid."""
-        self.check_keys(props)
+        key is not dynamic or the resulting configuration is invalid (a new keystore is
+        loaded to be sure it can be)."""
+        self.check_keys(props, per_broker)
         empty = sorted(k for k, v in props.items() if v is None)
         if empty:
             raise DynamicConfigError(f"These configs need a value: {', '.join(empty)}")
         default, broker = (self.default, props) if per_broker else (props, self.per_broker)
         candidate = copy.copy(self.config)
         try:
-            candidate.values = self._effective(default, broker, strict=True)
+            candidate.values, candidate.listener_overrides = self._effective(
+                default, broker, strict=True)
             candidate._validate()
         except ConfigError as e:
             raise DynamicConfigError(str(e)) from None
+        for key in sorted(props):
+            listener = keystore_listener(key)
+            if listener is not None:
+                try:
+                    server_context(candidate.listener_config(listener))
+                except SecurityConfigError as e:
+                    raise DynamicConfigError(f"{key}: {e}") from None
 
     # ------------------------------------------------------------------ changes
     def update(self, default: Mapping[str, str], per_broker: Mapping[str, str]) -> set[str]:
         """Take new dynamic layers (as stored; a value this broker cannot use is skipped,
         as Kafka skips it) and return the keys whose effective value changed."""
-        values = self._effective(default, per_broker, strict=False)
+        values, listeners = self._effective(default, per_broker, strict=False)
         self.default = {k: v for k, v in default.items() if k in DYNAMIC_KEYS}
-        self.per_broker = {k: v for k, v in per_broker.items() if k in DYNAMIC_KEYS}
-        old = self.config.values
+        self.per_broker = {k: v for k, v in per_broker.items() if is_dynamic(k)}
+        old, old_listeners = self.config.values, self.config.listener_overrides
         changed = {k for k, v in values.items() if old.get(k) != v}
-        self.config.values = values
+        for name in set(listeners) | set(old_listeners):
+            location = listeners.get(name, {}).get("ssl.keystore.location")
+            if location != old_listeners.get(name, {}).get("ssl.keystore.location"):
+                changed.add(f"{LISTENER_PREFIX}{name.lower()}.ssl.keystore.location")
+        self.config.values, self.config.listener_overrides = values, listeners
         return changed
 
     def _effective(self, default: Mapping[str, str], per_broker: Mapping[str, str],
-                   strict: bool) -> dict[str, Any]:
+                   strict: bool) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
         values = dict(self.static_values)
+        listeners = _copy_listeners(self.static_listeners)
         for layer in (default, per_broker):
             for key, raw in layer.items():
                 if key not in DYNAMIC_KEYS:
@@ -127,16 +173,20 @@ class DynamicBrokerConfig:
                 except ConfigError:
                     if strict:
                         raise
+        for key, raw in per_broker.items():
+            listener = keystore_listener(key)
+            if listener is not None and raw:
+                listeners.setdefault(listener, {})["ssl.keystore.location"] = raw
         if not strict:
             # A stored set that is valid key by key but not together (written by another
             # version) falls back to the static values rather than stopping the broker.
             candidate = copy.copy(self.config)
-            candidate.values = values
+            candidate.values, candidate.listener_overrides = values, listeners
             try:
                 candidate._validate()
             except ConfigError:
-                return dict(self.static_values)
-        return values
+                return dict(self.static_values), _copy_listeners(self.static_listeners)
+        return values, listeners
 
     # ------------------------------------------------------------------ describe
     def synonyms(self, names: list[str]) -> list[tuple[str, str | None, int]]:
@@ -151,7 +201,7 @@ class DynamicBrokerConfig:
         out.extend((k, self._shown(k, format_config_value(self.static_values[k])),
                     SOURCE_STATIC_BROKER) for k in names if k in explicit)
         for k in names:
-            if CONFIG_KEYS[k].default is not None:
+            if k in CONFIG_KEYS and CONFIG_KEYS[k].default is not None:
                 out.append((k, self._shown(k, format_config_value(CONFIG_KEYS[k].default)),
                             SOURCE_DEFAULT))
                 break
@@ -159,7 +209,16 @@ class DynamicBrokerConfig:
 
     def broker_key_synonyms(self, key: str) -> list[tuple[str, str | None, int]]:
         """Kafka's synonyms of one broker key: those of its group from the first entry of
-        the key itself on (describing log.retention.hours leaves out log.retention.ms)."""
+        the key itself on (describing log.retention.hours leaves out log.retention.ms);
+        a listener's keystore has the listener-less key as its synonym."""
+        listener = keystore_listener(key)
+        if listener is not None:
+            out = self.synonyms([key, "ssl.keystore.location"])
+            static = self.static_listeners.get(listener, {}).get("ssl.keystore.location")
+            if static is not None:
+                out.insert(1 if key in self.per_broker else 0,
+                           (key, static, SOURCE_STATIC_BROKER))
+            return out
         out = self.synonyms(broker_synonyms(key))
         while out and out[0][0] != key:
             out.pop(0)
@@ -167,4 +226,9 @@ class DynamicBrokerConfig:
 
     @staticmethod
     def _shown(key: str, value: str | None) -> str | None:
-        return None if CONFIG_KEYS[key].sensitive else value
+        spec = CONFIG_KEYS.get(key)
+        return None if spec is not None and spec.sensitive else value
+
+
+def _copy_listeners(overrides: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {name: dict(keys) for name, keys in overrides.items()}
