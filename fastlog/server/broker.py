@@ -20,6 +20,9 @@
 # cluster.id).
 # With authorizer.class.name set, the ACL authorizer (fastlog/server/authz.py) loads its
 # ACLs before the listeners open and follows the store's changes until shutdown.
+# Dynamic broker configs (KIP-226, fastlog/server/dynamic_config.py) come from the metadata
+# store at startup and after each change (AlterConfigs here, or a notice from another
+# broker); apply_dynamic_configs hands them to the logs, the listeners and the cleaner.
 # Called from: the asyncio API loop that runs the broker (fastlog.cli.server), only; the
 # blocking ZooKeeper steps run in the loop's default executor.
 """Broker lifecycle and topic operations."""
