@@ -1236,7 +1236,12 @@ class KafkaApis:
             return {**refused, "responses": []}
         changes = {(t.name, p.partition_index): None if p.replicas is None else list(p.replicas)
                    for t in request.topics for p in t.partitions}
-        results = await self.broker.metadata.alter_partition_reassignments(changes)
+        try:
+            results = await self.broker.metadata.alter_partition_reassignments(changes)
+        except Exception as e:  # noqa: BLE001 - ZooKeeper unreachable: an answer, not a close
+            log.exception("partition reassignment failed")
+            return {"throttle_time_ms": 0, "error_code": Errors.UNKNOWN_SERVER_ERROR,
+                    "error_message": str(e), "responses": []}
         by_topic: dict[str, list] = {}
         for (topic, p), result in results.items():
             code, message = (Errors.NONE, None) if result is None else (Errors[result[0]],
@@ -1253,7 +1258,12 @@ class KafkaApis:
             return {**refused, "topics": []}
         wanted = None if request.topics is None else [
             (t.name, p) for t in request.topics for p in t.partition_indexes]
-        ongoing = await self.broker.metadata.list_partition_reassignments(wanted)
+        try:
+            ongoing = await self.broker.metadata.list_partition_reassignments(wanted)
+        except Exception as e:  # noqa: BLE001 - ZooKeeper unreachable: an answer, not a close
+            log.exception("listing partition reassignments failed")
+            return {"throttle_time_ms": 0, "error_code": Errors.UNKNOWN_SERVER_ERROR,
+                    "error_message": str(e), "topics": []}
         by_topic: dict[str, list] = {}
         for (topic, p), (replicas, adding, removing) in sorted(ongoing.items()):
             by_topic.setdefault(topic, []).append(
