@@ -1516,6 +1516,16 @@ cdef class SocketServer:
         self.loop.remove_reader(self.lsock.fileno())
         self.loop.call_later(0.1, self._resume_accept)
 
+    def set_connection_limits(self, max_connections, max_connections_per_ip,
+                              max_connections_per_ip_overrides):
+        """New connection limits (Kafka's dynamic max.connections, max.connections.per.ip
+        and its overrides), on the API loop: sockets accepted from now on are checked
+        against them; connections already open stay, as in Kafka."""
+        overrides = _resolve_hosts(max_connections_per_ip_overrides or {})
+        self.max_connections = max_connections
+        self.max_connections_per_ip = max_connections_per_ip
+        self.max_connections_per_ip_overrides = overrides
+
     cdef void _count_files(self, double now):
         """Refresh the open-file figures: the limit, the files open besides connections
         (counted in /proc/self/fd) and the reserve. files_limit -1: not known (no check)."""

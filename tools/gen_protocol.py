@@ -49,6 +49,8 @@ SERVED = {
     "DescribeAcls": (1, 3),
     "CreateAcls": (1, 3),
     "DeleteAcls": (1, 3),
+    "AlterPartitionReassignments": (0, 0),
+    "ListPartitionReassignments": (0, 0),
 }
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

@@ -49,6 +49,8 @@ class ConfigEntry:
     source: str
     read_only: bool = False
     sensitive: bool = False
+    # (source, name, value) of each layer that sets it, with include_synonyms.
+    synonyms: tuple = ()
 
     @property
     def is_default(self) -> bool:
@@ -210,6 +212,46 @@ class Admin:
             errors.raise_for(r.error_code, f"cannot change partitions of topic '{name}'",
                              getattr(r, "error_message", None))
 
+    async def alter_partition_reassignments(
+            self, moves: dict[TopicPartition, list[int] | None]
+    ) -> dict[TopicPartition, errors.KafkaError | None]:
+        """Move each partition to its replicas, or cancel its move (None), through the
+        controller (AlterPartitionReassignments, KIP-455); what the controller said per
+        partition: None when accepted, else the KafkaError."""
+        topics: dict[str, list] = {}
+        for tp, replicas in moves.items():
+            topics.setdefault(tp.topic, []).append(
+                {"partition_index": tp.partition,
+                 "replicas": None if replicas is None else list(replicas)})
+        resp = await self._controller_request(ApiKey.ALTER_PARTITION_REASSIGNMENTS, {
+            "timeout_ms": self.request_timeout_ms,
+            "topics": [{"name": t, "partitions": parts} for t, parts in topics.items()]},
+            lambda r: [r.error_code])
+        errors.raise_for(resp.error_code, "cannot reassign partitions", resp.error_message)
+        return {TopicPartition(t.name, p.partition_index):
+                errors.KafkaError(p.error_code, f"{t.name}-{p.partition_index}",
+                                  p.error_message) if p.error_code else None
+                for t in resp.responses for p in t.partitions}
+
+    async def list_partition_reassignments(
+            self, partitions: list[TopicPartition] | None = None
+    ) -> dict[TopicPartition, tuple[list[int], list[int], list[int]]]:
+        """(replicas, adding, removing) of each partition being moved (of `partitions`
+        only, when given), from the controller (ListPartitionReassignments)."""
+        wanted = None
+        if partitions is not None:
+            by_topic: dict[str, list[int]] = {}
+            for tp in partitions:
+                by_topic.setdefault(tp.topic, []).append(tp.partition)
+            wanted = [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()]
+        resp = await self._controller_request(ApiKey.LIST_PARTITION_REASSIGNMENTS, {
+            "timeout_ms": self.request_timeout_ms, "topics": wanted}, lambda r: [r.error_code])
+        errors.raise_for(resp.error_code, "cannot list partition reassignments",
+                         resp.error_message)
+        return {TopicPartition(t.name, p.partition_index):
+                (list(p.replicas), list(p.adding_replicas), list(p.removing_replicas))
+                for t in resp.topics for p in t.partitions}
+
     async def list_topics(self, include_internal: bool = False) -> list[str]:
         await self.cluster.refresh_metadata(None)
         return sorted(n for n, t in self.cluster.topics.items()
@@ -231,12 +273,15 @@ class Admin:
     # -- configs ----------------------------------------------------------------------
 
     async def describe_configs(self, topic: str, keys: list[str] | None = None,
-                               resource_type: int = RESOURCE_TOPIC) -> list[ConfigEntry]:
+                               resource_type: int = RESOURCE_TOPIC,
+                               include_synonyms: bool = False) -> list[ConfigEntry]:
+        """The configs of a topic, or with resource_type RESOURCE_BROKER of a broker (its
+        id) or of the cluster-wide broker default ("")."""
         conn = await self._node_for_configs(resource_type, topic)
         resp = await conn.request(ApiKey.DESCRIBE_CONFIGS, {
             "resources": [{"resource_type": resource_type, "resource_name": topic,
                            "configuration_keys": keys}],
-            "include_synonyms": False, "include_documentation": False})
+            "include_synonyms": include_synonyms, "include_documentation": False})
         out = []
         for r in resp.results:
             if r.error_code == errors.UNKNOWN_TOPIC_OR_PARTITION:
@@ -245,7 +290,10 @@ class Admin:
                              getattr(r, "error_message", None))
             for c in r.configs:
                 source = CONFIG_SOURCES.get(getattr(c, "config_source", -1), "UNKNOWN")
-                out.append(ConfigEntry(c.name, c.value, source, c.read_only, c.is_sensitive))
+                synonyms = tuple((CONFIG_SOURCES.get(s.source, "UNKNOWN"), s.name, s.value)
+                                 for s in getattr(c, "synonyms", None) or ())
+                out.append(ConfigEntry(c.name, c.value, source, c.read_only, c.is_sensitive,
+                                       synonyms))
         return out
 
     async def _node_for_configs(self, resource_type: int, name: str):
@@ -254,34 +302,41 @@ class Admin:
         return await self.cluster.bootstrap_connection()
 
     async def alter_configs(self, topic: str, set_configs: dict | None = None,
-                            delete: list[str] | None = None) -> None:
-        """Set some keys and remove others (back to the default) on one topic."""
+                            delete: list[str] | None = None,
+                            resource_type: int = RESOURCE_TOPIC) -> None:
+        """Set some keys and remove others (back to the default) on one topic, or with
+        resource_type RESOURCE_BROKER the dynamic configs of one broker (its id) or the
+        cluster-wide broker default ("")."""
         set_configs = dict(set_configs or {})
         delete = list(delete or [])
-        conn = await self._node_for_configs(RESOURCE_TOPIC, topic)
+        kind = "topic" if resource_type == RESOURCE_TOPIC else "broker"
+        conn = await self._node_for_configs(resource_type, topic)
         if conn.supports(ApiKey.INCREMENTAL_ALTER_CONFIGS):
             ops = [{"name": k, "config_operation": OP_SET, "value": str(v)}
                    for k, v in set_configs.items()]
             ops += [{"name": k, "config_operation": OP_DELETE, "value": None} for k in delete]
             resp = await conn.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, {
-                "resources": [{"resource_type": RESOURCE_TOPIC, "resource_name": topic,
+                "resources": [{"resource_type": resource_type, "resource_name": topic,
                                "configs": ops}], "validate_only": False})
         else:
-            # AlterConfigs replaces the whole set: start from the topic's own overrides.
-            current = {c.name: c.value for c in await self.describe_configs(topic)
-                       if c.source == "DYNAMIC_TOPIC_CONFIG"}
+            # AlterConfigs replaces the whole set: start from the resource's own values.
+            own = {RESOURCE_TOPIC: "DYNAMIC_TOPIC_CONFIG"}.get(
+                resource_type, "DYNAMIC_BROKER_CONFIG" if topic else
+                "DYNAMIC_DEFAULT_BROKER_CONFIG")
+            current = {c.name: c.value for c in await self.describe_configs(
+                topic, resource_type=resource_type) if c.source == own}
             current.update({k: str(v) for k, v in set_configs.items()})
             for k in delete:
                 current.pop(k, None)
             resp = await conn.request(ApiKey.ALTER_CONFIGS, {
-                "resources": [{"resource_type": RESOURCE_TOPIC, "resource_name": topic,
+                "resources": [{"resource_type": resource_type, "resource_name": topic,
                                "configs": [{"name": k, "value": v}
                                            for k, v in current.items()]}],
                 "validate_only": False})
         for r in resp.responses:
             if r.error_code == errors.UNKNOWN_TOPIC_OR_PARTITION:
                 raise errors.UnknownTopic(topic)
-            errors.raise_for(r.error_code, f"cannot alter configs of topic '{topic}'",
+            errors.raise_for(r.error_code, f"cannot alter configs of {kind} '{topic}'",
                              getattr(r, "error_message", None))
 
     # -- offsets and records ----------------------------------------------------------

@@ -3,8 +3,8 @@
 # The connection intersects these ranges with what the broker advertises in ApiVersions
 # and with what fastlog.protocol can encode, and uses the highest common version. The
 # ranges stop below each API's first flexible version (nothing we need lives there; the
-# SCRAM credential APIs are flexible from v0; the ACL APIs start at v1, the first with
-# pattern types) and
+# SCRAM credential and partition reassignment APIs are flexible from v0; the ACL APIs
+# start at v1, the first with pattern types) and
 # start where the fields we rely on exist (Produce 3 = record batches v2, Metadata 1 =
 # controller id, Fetch 4 = isolation level and last stable offset). Pure data, any thread.
 
@@ -43,6 +43,8 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_ACLS: (1, 1),
     ApiKey.CREATE_ACLS: (1, 1),
     ApiKey.DELETE_ACLS: (1, 1),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
 }
 
 

@@ -12,9 +12,10 @@ This package sits below both the broker (fastlog/server/) and cluster coordinati
 
 from fastlog.metadata.embedded import METADATA_FILE, EmbeddedMetadataStore
 from fastlog.metadata.model import MetadataError, PartitionState, TopicState, new_kafka_uuid
-from fastlog.metadata.store import PRODUCER_ID_BLOCK_SIZE, MetadataStore
+from fastlog.metadata.store import DEFAULT_BROKER_ENTITY, PRODUCER_ID_BLOCK_SIZE, MetadataStore
 
 __all__ = [
+    "DEFAULT_BROKER_ENTITY",
     "METADATA_FILE",
     "PRODUCER_ID_BLOCK_SIZE",
     "EmbeddedMetadataStore",

@@ -5,8 +5,10 @@
 # (write tmp, fsync, rename, fsync dir) so a crash leaves either the old or the new version.
 # Format: {"version": 1, "cluster_id", "next_producer_id_block", "topics": {name:
 # {"topic_id", "internal", "configs", "partitions": {p: {"replicas", "leader",
-# "leader_epoch", "isr"}}}}, "users": {name: {key: value}}} ("users" holds what Kafka keeps
-# in /config/users/<user>: SCRAM credentials, never a password; absent in older files).
+# "leader_epoch", "isr"}}}}, "users": {name: {key: value}}, "brokers": {entity: {key:
+# value}}} ("users" holds what Kafka keeps in /config/users/<user>: SCRAM credentials, never
+# a password; "brokers" the dynamic broker configs of /config/brokers/<id> and <default>;
+# both absent in older files).
 # Called from: the broker's asyncio API loop only (see fastlog/metadata/store.py).
 """The embedded single-node metadata store."""
 
@@ -19,7 +21,11 @@ import os
 
 from fastlog.fileio import atomic_write
 from fastlog.metadata.model import MetadataError, PartitionState, TopicState, new_kafka_uuid
-from fastlog.metadata.store import PRODUCER_ID_BLOCK_SIZE, MetadataStore
+from fastlog.metadata.store import (
+    PRODUCER_ID_BLOCK_SIZE,
+    MetadataStore,
+    reassignment_problem,
+)
 
 METADATA_FILE = "fastlog-metadata.json"
 FORMAT_VERSION = 1
@@ -34,6 +40,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self.controller_id = node_id
         self._topics: dict[str, TopicState] = {}
         self._users: dict[str, dict[str, str]] = {}
+        self._brokers: dict[str, dict[str, str]] = {}
         self._next_producer_id = 0
         self.cluster_id = ""
         self._load()
@@ -65,6 +72,8 @@ class EmbeddedMetadataStore(MetadataStore):
                                                 bool(t.get("internal", False)))
             self._users = {str(name): {str(k): str(v) for k, v in config.items()}
                            for name, config in doc.get("users", {}).items()}
+            self._brokers = {str(entity): {str(k): str(v) for k, v in config.items()}
+                             for entity, config in doc.get("brokers", {}).items()}
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise MetadataError(f"metadata file {self.path} is malformed ({e!r})") from None
 
@@ -87,6 +96,7 @@ class EmbeddedMetadataStore(MetadataStore):
                 for name, t in sorted(self._topics.items())
             },
             "users": self._users,
+            "brokers": self._brokers,
         }
 
     def _write(self) -> None:
@@ -158,19 +168,50 @@ class EmbeddedMetadataStore(MetadataStore):
         return sorted(self._users)
 
     async def set_user_config(self, name, config):
-        old = self._users.get(name)
+        self._replace_entity(self._users, name, config)
+
+    def broker_config(self, entity):
+        return dict(self._brokers.get(entity, {}))
+
+    async def set_broker_config(self, entity, config):
+        self._replace_entity(self._brokers, entity, config)
+
+    def _replace_entity(self, entities: dict, name: str, config: dict[str, str]) -> None:
+        # An empty config removes the entity; the old one is back if the write fails.
+        old = entities.get(name)
         if config:
-            self._users[name] = dict(config)
+            entities[name] = dict(config)
         else:
-            self._users.pop(name, None)
+            entities.pop(name, None)
         try:
             self._write()
         except BaseException:
             if old is None:
-                self._users.pop(name, None)
+                entities.pop(name, None)
             else:
-                self._users[name] = old
+                entities[name] = old
             raise
+
+    async def alter_partition_reassignments(self, changes):
+        # One broker: a partition can only stay where it is, and nothing is ever moving.
+        out = {}
+        for (topic, p), target in changes.items():
+            t = self._topics.get(topic)
+            if t is None or p not in t.partitions:
+                out[(topic, p)] = ("UNKNOWN_TOPIC_OR_PARTITION",
+                                   f"The partition {topic}-{p} does not exist.")
+            elif target is None:
+                out[(topic, p)] = ("NO_REASSIGNMENT_IN_PROGRESS",
+                                   f"No reassignment of {topic}-{p} is in progress.")
+            else:
+                problem = reassignment_problem(target, t.partitions[p].replicas,
+                                               {self.node_id})
+                out[(topic, p)] = None if problem is None else ("INVALID_REPLICA_ASSIGNMENT",
+                                                                problem)
+        return out
+
+    async def list_partition_reassignments(self, partitions=None):
+        return {}
 
     async def allocate_producer_ids(self, block_size=PRODUCER_ID_BLOCK_SIZE):
         first = self._next_producer_id

@@ -2,8 +2,10 @@
 #
 # Owns: MetadataStore, what the broker needs from cluster metadata whoever stores it —
 # topic reads, topic creation/deletion, added partitions, config overrides, producer-id
-# blocks, the cluster id, the controller id, and users' configs (the SCRAM credentials,
-# Kafka's /config/users/<user> map). Implemented by EmbeddedMetadataStore
+# blocks, the cluster id, the controller id, users' configs (the SCRAM credentials,
+# Kafka's /config/users/<user> map) and dynamic broker configs (/config/brokers/<id> and
+# /config/brokers/<default>, KIP-226) and partition reassignments (KIP-455's Admin API
+# over what the controller moves). Implemented by EmbeddedMetadataStore
 # (single node, fastlog/metadata/embedded.py) and ZkMetadataStore (cluster mode, Kafka's
 # znodes, fastlog/zk/metadata_store.py).
 # Called from: the broker's asyncio API loop only (reads are plain attribute reads of an
@@ -17,6 +19,30 @@ import abc
 from fastlog.metadata.model import TopicState
 
 PRODUCER_ID_BLOCK_SIZE = 1000
+
+TopicPartition = tuple[str, int]
+# What a reassignment request gets per partition: None (accepted) or (Kafka's error name,
+# message), e.g. ("NO_REASSIGNMENT_IN_PROGRESS", "...").
+ReassignmentResult = tuple[str, str] | None
+
+
+def reassignment_problem(target: list[int], current: list[int], live) -> str | None:
+    """Why a partition cannot move to replicas `target` (Kafka's controller checks:
+    not empty, no duplicates, no negative ids, every added replica on a live broker),
+    or None."""
+    if not target:
+        return "Empty replica list specified in partition reassignment."
+    if len(set(target)) != len(target):
+        return f"Duplicate replica ids in partition reassignment replica list: {target}"
+    if any(r < 0 for r in target):
+        return f"Invalid broker id in replica list: {target}"
+    adding = [r for r in target if r not in current]
+    if any(r not in live for r in adding):
+        return (f"Replica assignment has brokers that are not alive. Replica list: {adding}, "
+                f"live broker list: {sorted(live)}")
+    return None
+# Kafka's ConfigEntityName.Default: the broker entity of the cluster-wide dynamic configs.
+DEFAULT_BROKER_ENTITY = "<default>"
 
 
 class MetadataStore(abc.ABC):
@@ -61,6 +87,30 @@ class MetadataStore(abc.ABC):
     async def set_user_config(self, name: str, config: dict[str, str]) -> None:
         """Replace a user's config map (an empty one removes the user), durably and, in a
         cluster, for every broker."""
+
+    @abc.abstractmethod
+    def broker_config(self, entity: str) -> dict[str, str]:
+        """The dynamic configs of broker `entity` (its id as text, or "<default>" for the
+        cluster-wide default); empty when none is set."""
+
+    @abc.abstractmethod
+    async def set_broker_config(self, entity: str, config: dict[str, str]) -> None:
+        """Replace the dynamic configs of broker `entity` durably and, in a cluster, tell
+        every broker."""
+
+    @abc.abstractmethod
+    async def alter_partition_reassignments(
+            self, changes: dict[TopicPartition, list[int] | None]
+    ) -> dict[TopicPartition, ReassignmentResult]:
+        """Start moving each partition to its target replicas, or cancel its move (None:
+        back to the replicas it had), as Kafka's AlterPartitionReassignments does."""
+
+    @abc.abstractmethod
+    async def list_partition_reassignments(
+            self, partitions: list[TopicPartition] | None = None
+    ) -> dict[TopicPartition, tuple[list[int], list[int], list[int]]]:
+        """(replicas, adding, removing) of each partition being moved (of `partitions`
+        only, when given)."""
 
     @abc.abstractmethod
     async def allocate_producer_ids(self, block_size: int = PRODUCER_ID_BLOCK_SIZE) -> tuple[int, int]:

@@ -738,6 +738,54 @@ DELETE_ACLS_RESPONSE = Message(31, 'response', 'DeleteAcls', valid=(1, 3), flexi
     )),
 ))
 
+ALTER_PARTITION_REASSIGNMENTS_REQUEST = Message(45, 'request', 'AlterPartitionReassignments', valid=(0, 0), flexible=0, fields=(
+    F('timeout_ms', 'int32', '0+', default=60000),
+    F('topics', '[]ReassignableTopic', '0+', fields=(
+        F('name', 'string', '0+'),
+        F('partitions', '[]ReassignablePartition', '0+', fields=(
+            F('partition_index', 'int32', '0+'),
+            F('replicas', '[]int32', '0+', nullable='0+', default=None),
+        )),
+    )),
+))
+
+ALTER_PARTITION_REASSIGNMENTS_RESPONSE = Message(45, 'response', 'AlterPartitionReassignments', valid=(0, 0), flexible=0, fields=(
+    F('throttle_time_ms', 'int32', '0+'),
+    F('error_code', 'int16', '0+'),
+    F('error_message', 'string', '0+', nullable='0+'),
+    F('responses', '[]ReassignableTopicResponse', '0+', fields=(
+        F('name', 'string', '0+'),
+        F('partitions', '[]ReassignablePartitionResponse', '0+', fields=(
+            F('partition_index', 'int32', '0+'),
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+'),
+        )),
+    )),
+))
+
+LIST_PARTITION_REASSIGNMENTS_REQUEST = Message(46, 'request', 'ListPartitionReassignments', valid=(0, 0), flexible=0, fields=(
+    F('timeout_ms', 'int32', '0+', default=60000),
+    F('topics', '[]ListPartitionReassignmentsTopics', '0+', nullable='0+', default=None, fields=(
+        F('name', 'string', '0+'),
+        F('partition_indexes', '[]int32', '0+'),
+    )),
+))
+
+LIST_PARTITION_REASSIGNMENTS_RESPONSE = Message(46, 'response', 'ListPartitionReassignments', valid=(0, 0), flexible=0, fields=(
+    F('throttle_time_ms', 'int32', '0+'),
+    F('error_code', 'int16', '0+'),
+    F('error_message', 'string', '0+', nullable='0+'),
+    F('topics', '[]OngoingTopicReassignment', '0+', fields=(
+        F('name', 'string', '0+'),
+        F('partitions', '[]OngoingPartitionReassignment', '0+', fields=(
+            F('partition_index', 'int32', '0+'),
+            F('replicas', '[]int32', '0+'),
+            F('adding_replicas', '[]int32', '0+'),
+            F('removing_replicas', '[]int32', '0+'),
+        )),
+    )),
+))
+
 # fmt: on
 
 ALL = (
@@ -805,4 +853,8 @@ ALL = (
     CREATE_ACLS_RESPONSE,
     DELETE_ACLS_REQUEST,
     DELETE_ACLS_RESPONSE,
+    ALTER_PARTITION_REASSIGNMENTS_REQUEST,
+    ALTER_PARTITION_REASSIGNMENTS_RESPONSE,
+    LIST_PARTITION_REASSIGNMENTS_REQUEST,
+    LIST_PARTITION_REASSIGNMENTS_RESPONSE,
 )

@@ -23,12 +23,20 @@ from .plain import PlainServer, plain_users
 from .principal import ANONYMOUS, PrincipalMapper, format_dn, subject_dn
 from .sasl import MECHANISMS, parse_enabled_mechanisms
 from .scram import ScramClient, ScramCredential, ScramServer, credentials_from_user_config
-from .tls import TLS_CONFIG_KEYS, client_context, peer_principal, server_context, tls_warnings
+from .tls import (
+    TLS_CONFIG_KEYS,
+    client_context,
+    peer_principal,
+    reload_keystore,
+    server_context,
+    tls_warnings,
+)
 
 __all__ = [
     "ANONYMOUS", "MECHANISMS", "TLS_CONFIG_KEYS", "AuthenticationFailed", "JaasEntry",
     "PlainServer", "PrincipalMapper", "ScramClient", "ScramCredential", "ScramServer",
     "SecurityConfigError", "client_context", "credentials_from_user_config", "format_dn",
     "parse_enabled_mechanisms", "parse_jaas_config", "parse_login_module",
-    "peer_principal", "plain_users", "server_context", "subject_dn", "tls_warnings",
+    "peer_principal", "plain_users", "reload_keystore", "server_context", "subject_dn",
+    "tls_warnings",
 ]

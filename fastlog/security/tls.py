@@ -361,6 +361,14 @@ def _now(now: datetime.datetime | None) -> datetime.datetime:
     return now or datetime.datetime.now(datetime.UTC)
 
 
+def reload_keystore(ctx: ssl.SSLContext, cfg: Mapping[str, object],
+                    now: datetime.datetime | None = None) -> None:
+    """Load a listener's key and certificate chain again into its live context (its
+    keystore changed while the broker runs): new handshakes use them, connections already
+    open keep theirs. SecurityConfigError as at startup."""
+    _load_keystore(ctx, cfg, required=True, now=_now(now))
+
+
 def server_context(cfg: Mapping[str, object], now: datetime.datetime | None = None) -> ssl.SSLContext:
     """The context of a TLS listener. ``now`` (UTC) is for tests of the validity check."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

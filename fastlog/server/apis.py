@@ -53,6 +53,7 @@ import time
 
 from fastlog import protocol
 from fastlog._net import CloseConnection
+from fastlog.metadata import DEFAULT_BROKER_ENTITY
 from fastlog.protocol import ApiKey, Errors, KafkaApiError
 from fastlog.protocol._produce import encode_produce_response, parse_produce_request
 from fastlog.protocol.api_keys import SCRAM_MECHANISM_TYPES
@@ -83,24 +84,28 @@ from fastlog.server.authz import (
 from fastlog.server.config import (
     CONFIG_KEYS,
     CONFIG_TYPE_CODES,
+    TLS_PROTOCOLS,
     TOPIC_CONFIG_SYNONYMS,
     TOPIC_CONFIG_TYPES,
     ConfigError,
     format_config_value,
     parse_topic_config,
 )
+from fastlog.server.dynamic_config import (
+    SOURCE_DEFAULT,
+    SOURCE_DYNAMIC_DEFAULT_BROKER,
+    SOURCE_DYNAMIC_TOPIC,
+    is_dynamic,
+)
 from fastlog.server.group import GROUP_HANDLERS
 from fastlog.server.replica_manager import PartitionResult
 
 log = logging.getLogger("fastlog.server.apis")
 
-# DescribeConfigs resource types and config sources (Kafka's numbers).
+# DescribeConfigs resource types (Kafka's numbers).
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 RESOURCE_BROKER_LOGGER = 8
-SOURCE_DYNAMIC_TOPIC = 1
-SOURCE_STATIC_BROKER = 4
-SOURCE_DEFAULT = 5
 # IncrementalAlterConfigs operations.
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
@@ -240,6 +245,8 @@ class KafkaApis:
             ApiKey.DESCRIBE_ACLS: self.handle_describe_acls,
             ApiKey.CREATE_ACLS: self.handle_create_acls,
             ApiKey.DELETE_ACLS: self.handle_delete_acls,
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS: self.handle_alter_partition_reassignments,
+            ApiKey.LIST_PARTITION_REASSIGNMENTS: self.handle_list_partition_reassignments,
         }
         # ---- group coordinator hook (issue 5): its handlers use the same contract.
         self.handlers.update(GROUP_HANDLERS)
@@ -1066,42 +1073,49 @@ class KafkaApis:
         return out
 
     def _broker_synonyms(self, topic_key: str) -> list[dict]:
-        cfg = self.broker.config
-        syn = []
-        names = TOPIC_CONFIG_SYNONYMS.get(topic_key, [])
-        for bkey in names:
-            if bkey in cfg.explicit:
-                syn.append({"name": bkey, "value": format_config_value(cfg[bkey]),
-                            "source": SOURCE_STATIC_BROKER})
-        for bkey in names:
-            if CONFIG_KEYS[bkey].default is not None:
-                syn.append({"name": bkey, "value": format_config_value(CONFIG_KEYS[bkey].default),
-                            "source": SOURCE_DEFAULT})
-                break
-        return syn
+        """The broker layers that set a topic key's default: dynamic per-broker, dynamic
+        default, static, Kafka's default."""
+        return [{"name": k, "value": v, "source": source} for k, v, source in
+                self.broker.dynamic_config.synonyms(TOPIC_CONFIG_SYNONYMS.get(topic_key, []))]
+
+    def _broker_entity(self, name: str) -> str:
+        """The dynamic-config entity a BROKER resource names: "" is the cluster default;
+        otherwise only this broker's own id (Kafka's answer for another id)."""
+        if name == "":
+            return DEFAULT_BROKER_ENTITY
+        if name != str(self.broker.node_id):
+            raise _ApiError(Errors.INVALID_REQUEST,
+                            f"Unexpected broker id, expected {self.broker.node_id} or empty "
+                            f"string, but received {name}")
+        return name
 
     def _describe_broker(self, name, keys, synonyms, documentation):
         broker = self.broker
-        if name not in ("", str(broker.node_id)):
-            raise _ApiError(Errors.INVALID_REQUEST, f"broker {name} is not this broker ({broker.node_id})")
-        cfg = broker.config
+        dynamic = broker.dynamic_config
+        if self._broker_entity(name) == DEFAULT_BROKER_ENTITY:
+            # As Kafka: the cluster-wide default resource lists the dynamic defaults only.
+            listed = {k: [(k, v, SOURCE_DYNAMIC_DEFAULT_BROKER)]
+                      for k, v in dynamic.default.items()}
+        else:
+            listed = {k: dynamic.broker_key_synonyms(k)
+                      for k in (*CONFIG_KEYS, *self._keystore_keys())}
         out = []
-        for key, spec in sorted(CONFIG_KEYS.items()):
+        for key, syn in sorted(listed.items()):
             if keys is not None and key not in keys:
                 continue
-            explicit = key in cfg.explicit
-            source = SOURCE_STATIC_BROKER if explicit else SOURCE_DEFAULT
-            value = format_config_value(cfg[key])
-            syn = []
-            if synonyms:
-                if explicit:
-                    syn.append({"name": key, "value": value, "source": SOURCE_STATIC_BROKER})
-                if spec.default is not None:
-                    syn.append({"name": key, "value": format_config_value(spec.default),
-                                "source": SOURCE_DEFAULT})
+            # A listener's keystore key is described as the key it prefixes.
+            spec = CONFIG_KEYS.get(key) or CONFIG_KEYS["ssl.keystore.location"]
+            if name == "" or key not in CONFIG_KEYS:
+                value = syn[0][1] if syn else None
+            else:
+                value = format_config_value(broker.config[key])
             out.append({
-                "name": key, "value": None if spec.sensitive else value, "read_only": True,
-                "config_source": source, "is_sensitive": spec.sensitive, "synonyms": syn,
+                "name": key, "value": None if spec.sensitive else value,
+                "read_only": not is_dynamic(key),
+                "config_source": syn[0][2] if syn else SOURCE_DEFAULT,
+                "is_sensitive": spec.sensitive,
+                "synonyms": [{"name": k, "value": v, "source": source}
+                             for k, v, source in syn] if synonyms else [],
                 "config_type": CONFIG_TYPE_CODES[spec.type],
                 "documentation": (spec.doc or None) if documentation else None,
             })
@@ -1110,21 +1124,25 @@ class KafkaApis:
     # ------------------------------------------------------------------ AlterConfigs
     async def handle_alter_configs(self, ctx, request):
         # Non-incremental: the given set replaces every override of the resource.
-        return await self._alter_configs(ctx, request,
-                                         lambda res: {c.name: c.value for c in res.configs})
+        return await self._alter_configs(ctx, request, incremental=False)
 
     async def handle_incremental_alter_configs(self, ctx, request):
-        return await self._alter_configs(ctx, request, self._incremental_configs)
+        return await self._alter_configs(ctx, request, incremental=True)
 
-    async def _alter_configs(self, ctx, request, new_configs):
+    async def _alter_configs(self, ctx, request, incremental: bool):
         responses = []
         for res in request.resources:
             error, message = Errors.NONE, None
             try:
                 _check_config_access(ctx, res, ALTER_CONFIGS)
-                self._check_alterable(res)
-                await self._apply_topic_configs(res.resource_name, new_configs(res),
-                                                request.validate_only)
+                if res.resource_type == RESOURCE_BROKER:
+                    await self._alter_broker_configs(res, incremental, request.validate_only)
+                else:
+                    self._check_alterable(res)
+                    new = (self._incremental_configs(res) if incremental else
+                           {c.name: c.value for c in res.configs})
+                    await self._apply_topic_configs(res.resource_name, new,
+                                                    request.validate_only)
             except _ApiError as e:
                 error, message = e.code, e.message
             responses.append({"error_code": error, "error_message": message,
@@ -1132,25 +1150,51 @@ class KafkaApis:
                               "resource_name": res.resource_name})
         return {"throttle_time_ms": 0, "responses": responses}
 
-    def _incremental_configs(self, res) -> dict:
-        """The topic's overrides after SET / DELETE / APPEND / SUBTRACT operations."""
-        new = dict(self.broker.metadata.topic(res.resource_name).configs)
-        defaults = self.broker.config.topic_defaults()
+    def _keystore_keys(self) -> list[str]:
+        """listener.name.<listener>.ssl.keystore.location of each TLS listener."""
+        cfg = self.broker.config
+        return [f"listener.name.{name.lower()}.ssl.keystore.location"
+                for name, _, _ in cfg.listeners
+                if cfg.listener_security_protocol(name) in TLS_PROTOCOLS]
+
+    async def _alter_broker_configs(self, res, incremental: bool, validate_only: bool):
+        """A broker's dynamic configs (KIP-226): resource name "" is the cluster-wide
+        default, else this broker's id."""
+        entity = self._broker_entity(res.resource_name)
+        if incremental:
+            types = {k: spec.type for k, spec in CONFIG_KEYS.items()}
+            types.update((k, "string") for k in self._keystore_keys())
+            new = self._incremental_configs(
+                res, self.broker.metadata.broker_config(entity), self.broker.config.values,
+                types, Errors.INVALID_REQUEST)
+        else:
+            new = {c.name: c.value for c in res.configs if c.value is not None}
+        await self.broker.alter_broker_configs(entity, new, validate_only)
+
+    def _incremental_configs(self, res, current=None, defaults=None, types=None,
+                             unknown=Errors.INVALID_CONFIG) -> dict:
+        """The resource's configs after SET / DELETE / APPEND / SUBTRACT operations: a
+        topic's overrides by default, else `current` over `defaults` of keys `types`."""
+        if current is None:
+            current = self.broker.metadata.topic(res.resource_name).configs
+            defaults = self.broker.config.topic_defaults()
+            types = TOPIC_CONFIG_TYPES
+        new = dict(current)
         for c in res.configs:
             op = c.config_operation
-            if c.name not in TOPIC_CONFIG_TYPES:
-                raise _ApiError(Errors.INVALID_CONFIG, f"unknown topic config {c.name!r}")
+            if c.name not in types:
+                raise _ApiError(unknown, f"unknown config {c.name!r}")
             if op == OP_SET:
                 new[c.name] = c.value
             elif op == OP_DELETE:
                 new.pop(c.name, None)
             elif op in (OP_APPEND, OP_SUBTRACT):
-                if TOPIC_CONFIG_TYPES[c.name] != "list":
+                if types[c.name] != "list":
                     raise _ApiError(Errors.INVALID_CONFIG,
                                     f"{c.name} is not a list, so it cannot be appended to")
                 cur = new.get(c.name)
                 items = ([x.strip() for x in cur.split(",") if x.strip()] if cur is not None
-                         else list(defaults[c.name]))
+                         else list(defaults[c.name] or ()))
                 given = [x.strip() for x in (c.value or "").split(",") if x.strip()]
                 if op == OP_APPEND:
                     items += [x for x in given if x not in items]
@@ -1162,9 +1206,6 @@ class KafkaApis:
         return new
 
     def _check_alterable(self, res) -> None:
-        if res.resource_type == RESOURCE_BROKER:
-            raise _ApiError(Errors.INVALID_REQUEST,
-                            "broker configs are static here; edit server.properties and restart")
         if res.resource_type != RESOURCE_TOPIC:
             raise _ApiError(Errors.INVALID_REQUEST,
                             f"resource type {res.resource_type} is not supported")
@@ -1176,6 +1217,60 @@ class KafkaApis:
         configs = self._parse_topic_configs(new)
         if not validate_only:
             await self.broker.set_topic_configs(topic, configs)
+
+    # ------------------------------------------------------------------ reassignments
+    def _reassignment_refusal(self, ctx, operation: int) -> dict | None:
+        """The top-level answer of a refused reassignment request (KIP-455): the active
+        controller serves them, and they need Alter (Describe to list) on the cluster."""
+        if not authorize_cluster(ctx, operation):
+            return {"throttle_time_ms": 0, "error_code": Errors.CLUSTER_AUTHORIZATION_FAILED,
+                    "error_message": "Cluster authorization failed."}
+        if self._not_controller():
+            return {"throttle_time_ms": 0, "error_code": Errors.NOT_CONTROLLER,
+                    "error_message": "This is not the correct controller for this cluster."}
+        return None
+
+    async def handle_alter_partition_reassignments(self, ctx, request):
+        refused = self._reassignment_refusal(ctx, ALTER)
+        if refused is not None:
+            return {**refused, "responses": []}
+        changes = {(t.name, p.partition_index): None if p.replicas is None else list(p.replicas)
+                   for t in request.topics for p in t.partitions}
+        try:
+            results = await self.broker.metadata.alter_partition_reassignments(changes)
+        except Exception as e:  # noqa: BLE001 - ZooKeeper unreachable: an answer, not a close
+            log.exception("partition reassignment failed")
+            return {"throttle_time_ms": 0, "error_code": Errors.UNKNOWN_SERVER_ERROR,
+                    "error_message": str(e), "responses": []}
+        by_topic: dict[str, list] = {}
+        for (topic, p), result in results.items():
+            code, message = (Errors.NONE, None) if result is None else (Errors[result[0]],
+                                                                       result[1])
+            by_topic.setdefault(topic, []).append(
+                {"partition_index": p, "error_code": code, "error_message": message})
+        return {"throttle_time_ms": 0, "error_code": Errors.NONE, "error_message": None,
+                "responses": [{"name": t, "partitions": parts}
+                              for t, parts in by_topic.items()]}
+
+    async def handle_list_partition_reassignments(self, ctx, request):
+        refused = self._reassignment_refusal(ctx, DESCRIBE)
+        if refused is not None:
+            return {**refused, "topics": []}
+        wanted = None if request.topics is None else [
+            (t.name, p) for t in request.topics for p in t.partition_indexes]
+        try:
+            ongoing = await self.broker.metadata.list_partition_reassignments(wanted)
+        except Exception as e:  # noqa: BLE001 - ZooKeeper unreachable: an answer, not a close
+            log.exception("listing partition reassignments failed")
+            return {"throttle_time_ms": 0, "error_code": Errors.UNKNOWN_SERVER_ERROR,
+                    "error_message": str(e), "topics": []}
+        by_topic: dict[str, list] = {}
+        for (topic, p), (replicas, adding, removing) in sorted(ongoing.items()):
+            by_topic.setdefault(topic, []).append(
+                {"partition_index": p, "replicas": replicas, "adding_replicas": adding,
+                 "removing_replicas": removing})
+        return {"throttle_time_ms": 0, "error_code": Errors.NONE, "error_message": None,
+                "topics": [{"name": t, "partitions": parts} for t, parts in by_topic.items()]}
 
     # ------------------------------------------------------------------ InitProducerId
     async def handle_init_producer_id(self, ctx, request):

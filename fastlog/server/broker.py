@@ -20,6 +20,9 @@
 # cluster.id).
 # With authorizer.class.name set, the ACL authorizer (fastlog/server/authz.py) loads its
 # ACLs before the listeners open and follows the store's changes until shutdown.
+# Dynamic broker configs (KIP-226, fastlog/server/dynamic_config.py) come from the metadata
+# store at startup and after each change (AlterConfigs here, or a notice from another
+# broker); apply_dynamic_configs hands them to the logs, the listeners and the cleaner.
 # Called from: the asyncio API loop that runs the broker (fastlog.cli.server), only; the
 # blocking ZooKeeper steps run in the loop's default executor.
 """Broker lifecycle and topic operations."""
@@ -36,10 +39,16 @@ import threading
 import time
 
 from fastlog._net import SocketServer
-from fastlog.metadata import EmbeddedMetadataStore, MetadataError, PartitionState, TopicState
+from fastlog.metadata import (
+    DEFAULT_BROKER_ENTITY,
+    EmbeddedMetadataStore,
+    MetadataError,
+    PartitionState,
+    TopicState,
+)
 from fastlog.protocol import Errors, KafkaApiError
 from fastlog.protocol.topics import topic_name_problem
-from fastlog.security import SecurityConfigError, server_context, tls_warnings
+from fastlog.security import SecurityConfigError, reload_keystore, server_context, tls_warnings
 from fastlog.security.acl import AclStoreError
 from fastlog.server.apis import KafkaApis
 from fastlog.server.authenticator import build_listener_security
@@ -50,6 +59,13 @@ from fastlog.server.config import (
     http_listener,
     parse_connection_overrides,
     parse_properties,
+)
+from fastlog.server.dynamic_config import (
+    CLEANER_KEYS,
+    CONNECTION_KEYS,
+    DynamicBrokerConfig,
+    DynamicConfigError,
+    keystore_listener,
 )
 from fastlog.server.group import GroupCoordinator
 from fastlog.server.inter_broker import inter_broker_security
@@ -132,6 +148,8 @@ def check_can_listen(listeners) -> None:
 class BrokerServer:
     def __init__(self, config: KafkaConfig):
         self.config = config
+        # The dynamic layers over `config` (KIP-226); they replace config.values live.
+        self.dynamic_config = DynamicBrokerConfig(config)
         self.node_id = config.node_id
         self.log_dirs = [os.path.abspath(d) for d in config.log_dirs]
         self.metadata = None
@@ -149,6 +167,8 @@ class BrokerServer:
         self.advertised_port = 0
         self.bound: list[tuple[str, str, int]] = []
         self._tasks: list[asyncio.Task] = []
+        self._tls_contexts_by_listener: dict = {}  # listener -> its live ssl.SSLContext
+        self._pause_restarts: dict[str, asyncio.Event] = {}  # periodic task -> its restart
         self._log_configs: dict[str, LogConfig] = {}
         self._timestamp_limits: dict[str, tuple[int, int]] = {}  # per topic, from its configs
         self._started = False
@@ -176,7 +196,7 @@ class BrokerServer:
 
     # ------------------------------------------------------------------ startup
     async def startup(self) -> None:
-        tls_contexts = self._tls_contexts()
+        tls_contexts = self._tls_contexts_by_listener = self._tls_contexts()
         if self.config["zookeeper.connect"]:
             # How this broker connects to the others (replica fetchers): checked before
             # anything starts, so a missing credential is one sentence at startup.
@@ -194,6 +214,7 @@ class BrokerServer:
             except MetadataError as e:
                 raise BrokerStartupError(str(e)) from None
             await self.metadata.start()
+        self._reload_keystores(self._take_dynamic_configs())
         for name in self.metadata.topic_names():
             self._log_configs[name] = self._safe_log_config(name, self.metadata.topic(name).configs)
         try:
@@ -351,6 +372,7 @@ class BrokerServer:
         self._registered = True
         self._event_loop = loop
         self.metadata.add_listener(self._on_metadata_event)
+        self.apply_dynamic_configs()  # any change made while this broker was starting
         self.leadership = LeadershipTracker(self.metadata, self.node_id, _ReplicaRoles(self), loop)
         self.leadership.start()
 
@@ -371,9 +393,11 @@ class BrokerServer:
     def _on_metadata_event(self, kind: str, name) -> None:
         # kazoo's thread: hand topic config changes to the loop (roles go through the
         # LeadershipTracker).
-        if kind == "config" and not self.stopping:
+        if kind in ("config", "broker-config") and not self.stopping:
+            handle = (self._topic_config_changed if kind == "config" else
+                      lambda _: self.apply_dynamic_configs())
             try:
-                self._event_loop.call_soon_threadsafe(self._topic_config_changed, name)
+                self._event_loop.call_soon_threadsafe(handle, name)
             except RuntimeError:  # loop closed while stopping
                 pass
 
@@ -572,7 +596,8 @@ class BrokerServer:
         flush_ms = min(cfg["log.flush.scheduler.interval.ms"], 1000)
         self._every("log-flusher", flush_ms, lambda: self.log_manager.flush_dirty_logs())
         if cfg["log.cleaner.enable"]:
-            self._every("log-cleaner", cfg["log.cleaner.backoff.ms"],
+            # Read at each pause: log.cleaner.backoff.ms may change live.
+            self._every("log-cleaner", lambda: cfg["log.cleaner.backoff.ms"],
                         lambda: self.log_manager.clean_logs())
         self._every("producer-id-expiration", PRODUCER_EXPIRATION_CHECK_MS,
                     self._expire_producers)
@@ -591,13 +616,23 @@ class BrokerServer:
         self.log_manager.checkpoint_recovery_points()
         self.replica_manager.checkpoint_producer_state()
 
-    def _every(self, name: str, interval_ms: int, fn) -> None:
-        if interval_ms <= 0:
+    def _every(self, name: str, interval_ms, fn) -> None:
+        """Run fn every interval_ms: an int, or a function read before each pause; then
+        _pause_restarts[name].set() starts the pause again with its new value (a dynamic
+        config change)."""
+        interval = interval_ms if callable(interval_ms) else lambda: interval_ms
+        if interval() <= 0:
             return
+        restart = self._pause_restarts[name] = asyncio.Event()
 
         async def run():
             while True:
-                await asyncio.sleep(interval_ms / 1000.0)
+                restart.clear()
+                try:
+                    await asyncio.wait_for(restart.wait(), interval() / 1000.0)
+                    continue  # the interval changed: pause again, for the new one
+                except TimeoutError:
+                    pass
                 try:
                     res = fn()
                     if asyncio.iscoroutine(res):
@@ -890,6 +925,81 @@ class BrokerServer:
         self._timestamp_limits.pop(name, None)
         self.replica_manager.update_config(name, cfg)
         log.info("topic %s configs are now %s", name, configs or "the broker defaults")
+
+    # ------------------------------------------------------------------ dynamic broker configs
+    def _take_dynamic_configs(self) -> set[str]:
+        """Take the stored dynamic layers (this broker's and the cluster default) into
+        the configuration; returns the keys whose value changed."""
+        changed = self.dynamic_config.update(
+            self.metadata.broker_config(DEFAULT_BROKER_ENTITY),
+            self.metadata.broker_config(str(self.node_id)))
+        if changed:
+            # Names only: a value may be a secret.
+            log.info("dynamic broker configs changed: %s", ", ".join(sorted(changed)))
+        return changed
+
+    def _reload_keystores(self, changed) -> None:
+        """Read again the keystore of each TLS listener named in `changed` (keys or
+        listener names) into its live context; a keystore that cannot be loaded leaves
+        the listener with the one it has."""
+        listeners = {keystore_listener(k) or k for k in changed}
+        for name, ctx in self._tls_contexts_by_listener.items():
+            if name not in listeners:
+                continue
+            cfg = self.config.listener_config(name)
+            try:
+                reload_keystore(ctx, cfg)
+            except SecurityConfigError as e:
+                log.warning("listener %s keeps its keystore: %s", name, e)
+                continue
+            log.info("listener %s: keystore reloaded from %s", name,
+                     cfg.get("ssl.keystore.location"))
+
+    def apply_dynamic_configs(self, reload_keystores=()) -> None:
+        """Take the stored dynamic layers and apply what changed live: topic logs follow
+        the log.* defaults they inherit, listeners the connection limits and their
+        keystores (those of `reload_keystores` too, a file replaced at the same path)."""
+        if self.replica_manager is None or self.stopping:
+            return
+        changed = self._take_dynamic_configs()
+        self._reload_keystores(changed | set(reload_keystores))
+        if changed & CLEANER_KEYS and self.log_manager.cleaner is not None:
+            self.log_manager.cleaner.dedupe_buffer_size = \
+                self.config["log.cleaner.dedupe.buffer.size"]
+            if "log.cleaner.backoff.ms" in changed and "log-cleaner" in self._pause_restarts:
+                self._pause_restarts["log-cleaner"].set()
+        if {k for k in changed if keystore_listener(k) is None} - CONNECTION_KEYS - CLEANER_KEYS:
+            self.log_manager.default_config = LogConfig.from_broker(self.config)
+            self._timestamp_limits.clear()
+            for name in self.metadata.topic_names():
+                state = self.metadata.topic(name)
+                if state is None:
+                    continue
+                cfg = self._safe_log_config(name, state.configs)
+                if cfg != self._log_configs.get(name):
+                    self._log_configs[name] = cfg
+                    self.replica_manager.update_config(name, cfg)
+        if changed & CONNECTION_KEYS:
+            v = self.config.values
+            for server in self.socket_servers:
+                server.set_connection_limits(
+                    v["max.connections"], v["max.connections.per.ip"],
+                    parse_connection_overrides(v["max.connections.per.ip.overrides"]))
+
+    async def alter_broker_configs(self, entity: str, configs: dict[str, str],
+                                   validate_only: bool = False) -> None:
+        """Replace the dynamic configs of `entity` (this broker's id, or "<default>"):
+        KafkaApiError(INVALID_REQUEST) with Kafka's sentence when a key is not dynamic or
+        the result is invalid; else stored (every broker told, in a cluster) and applied."""
+        try:
+            self.dynamic_config.validate(configs, entity != DEFAULT_BROKER_ENTITY)
+        except DynamicConfigError as e:
+            raise KafkaApiError(Errors.INVALID_REQUEST, str(e)) from None
+        if validate_only:
+            return
+        await self._metadata_write(self.metadata.set_broker_config, entity, configs)
+        # Kafka reads a keystore again when its location is set, even to the same path.
+        self.apply_dynamic_configs({k for k in configs if keystore_listener(k)})
 
     async def create_partitions(self, name: str, total: int,
                                 assignments: list[list[int]] | None = None,

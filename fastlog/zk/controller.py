@@ -545,7 +545,7 @@ class ZkController:
         if self.epoch is None:
             return
         try:
-            data, _ = self.zk.kazoo.get(paths.REASSIGN_PARTITIONS)
+            data, stat = self.zk.kazoo.get(paths.REASSIGN_PARTITIONS)
         except NoNodeError:
             return
         try:
@@ -560,11 +560,17 @@ class ZkController:
                 remaining[tp] = target
         if remaining == plan:
             return
-        if remaining:
-            self.zk.kazoo.set(paths.REASSIGN_PARTITIONS, paths.encode_reassignment(remaining))
-        else:
-            self.zk.kazoo.delete(paths.REASSIGN_PARTITIONS)
-            log.info("controller %d: partition reassignment complete", self.broker_id)
+        # Conditional on the version read: the Admin API may have added moves meanwhile
+        # (the watch brings that change here again).
+        try:
+            if remaining:
+                self.zk.kazoo.set(paths.REASSIGN_PARTITIONS,
+                                  paths.encode_reassignment(remaining), stat.version)
+            else:
+                self.zk.kazoo.delete(paths.REASSIGN_PARTITIONS, stat.version)
+                log.info("controller %d: partition reassignment complete", self.broker_id)
+        except (BadVersionError, NoNodeError):
+            pass
 
     def _reassign_step(self, tp: TopicPartition, target: list[int]) -> bool:
         """Advance one partition's move; True while it is still in progress."""
@@ -576,6 +582,8 @@ class ZkController:
             return False
         current = list(a.partitions[tp[1]])
         if current == target:
+            if a.adding_replicas.get(tp[1]) or a.removing_replicas.get(tp[1]):
+                self._set_replicas(tp, target)  # a cancelled move that had only begun
             return False
         if any(r not in current for r in target):
             self._set_replicas(tp, current + [r for r in target if r not in current],

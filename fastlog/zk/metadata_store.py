@@ -2,11 +2,13 @@
 # MetadataStore) over Kafka's znodes, for cluster mode (zookeeper.connect set). It keeps an
 # in-memory cache of the cluster — live brokers, the controller id, every topic's
 # assignment, recorded leader/ISR/leader epoch and config overrides, users' configs (SCRAM
-# credentials, /config/users/<user>) — fed by ZooKeeper
+# credentials, /config/users/<user>), the dynamic configs of this broker and of the
+# cluster default (/config/brokers/<id>, /config/brokers/<default>) — fed by ZooKeeper
 # watches, so every broker learns leadership changes within one notification (≈10 ms), not
 # only the controller. Mutations go to ZooKeeper the way Kafka's admin path writes them
 # (/brokers/topics, /config/topics + /config/changes, /admin/delete_topics,
-# /latest_producer_id_block); the active controller (fastlog/zk/controller.py) acts on them.
+# /latest_producer_id_block, /admin/reassign_partitions for the Admin API's partition
+# reassignments); the active controller (fastlog/zk/controller.py) acts on them.
 #
 # Threading: watch callbacks run on kazoo's callback thread and replace cache entries
 # copy-on-write under a lock; reads (topic, topic_names, brokers, controller_id) are plain
@@ -22,16 +24,25 @@ import threading
 import time
 from collections.abc import Callable
 
-from kazoo.exceptions import ConnectionLoss, OperationTimeoutError, SessionExpiredError
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
 from kazoo.retry import RetryFailedError
 
 from fastlog.metadata import (
+    DEFAULT_BROKER_ENTITY,
     PRODUCER_ID_BLOCK_SIZE,
     MetadataStore,
     PartitionState,
     TopicState,
     new_kafka_uuid,
 )
+from fastlog.metadata.store import reassignment_problem
 from fastlog.protocol.topics import INTERNAL_TOPICS
 from fastlog.zk import paths
 from fastlog.zk.assignment import assign_replicas
@@ -52,6 +63,7 @@ class ZkMetadataStore(MetadataStore):
         self._lock = threading.Lock()
         self._topics: dict[str, TopicState] = {}
         self._users: dict[str, dict[str, str]] = {}
+        self._broker_configs: dict[str, dict[str, str]] = {}
         self._brokers: dict[int, BrokerInfo] = {}
         self._watched_topics: set[str] = set()
         self._watched_partitions: set[tuple[str, int]] = set()
@@ -75,6 +87,8 @@ class ZkMetadataStore(MetadataStore):
         self._last_config_change = existing[-1] if existing else ""
         for user in zk.get_entity_names("users"):
             self._refresh_user(user)
+        for entity in (DEFAULT_BROKER_ENTITY, str(self.node_id)):
+            self._refresh_broker_config(entity)
         zk.on_session_lost(self._on_session_lost)
         zk.on_new_session(self._on_new_session)
         kz = zk.kazoo
@@ -89,7 +103,8 @@ class ZkMetadataStore(MetadataStore):
     def add_listener(self, fn: Callable[[str, object], None]) -> None:
         """fn(kind, name): kind is "brokers", "controller", "topic" (name: topic; also on
         deletion), "partition" (name: (topic, partition)), "config" (name: topic), "user"
-        (name: user whose config changed) or
+        (name: user whose config changed), "broker-config" (name: "<default>" or this
+        broker's id, whose dynamic configs changed) or
         "session" (name: "expired" — leadership recorded here may be stale, stop taking
         writes — or "renewed": registered again, the cache refreshes itself)."""
         self._listeners.append(fn)
@@ -298,21 +313,32 @@ class ZkMetadataStore(MetadataStore):
                 self._guard(self._refresh_config, entity[1])
             elif entity[0] == "users":
                 self._guard(self._refresh_user, entity[1])
+            elif entity[0] == "brokers" and entity[1] in (DEFAULT_BROKER_ENTITY,
+                                                          str(self.node_id)):
+                self._guard(self._refresh_broker_config, entity[1])
 
     def _refresh_user(self, user: str) -> None:
+        self._refresh_entity("users", user, "_users", "user")
+
+    def _refresh_broker_config(self, entity: str) -> None:
+        self._refresh_entity("brokers", entity, "_broker_configs", "broker-config")
+
+    def _refresh_entity(self, entity_type: str, name: str, cache: str, kind: str) -> None:
+        """Read /config/<entity_type>/<name> into the cache attribute `cache` (replaced,
+        never mutated) and tell the listeners `kind`."""
         try:
-            config = self.zk.get_entity_config("users", user)
+            config = self.zk.get_entity_config(entity_type, name)
         except paths.ZkDataError:
-            log.warning("ignoring malformed config of user %r", user, exc_info=True)
+            log.warning("ignoring malformed config of %s %r", entity_type, name, exc_info=True)
             config = {}
         with self._lock:
-            users = dict(self._users)
+            entities = dict(getattr(self, cache))
             if config:
-                users[user] = config
+                entities[name] = config
             else:
-                users.pop(user, None)
-            self._users = users
-        self._notify("user", user)
+                entities.pop(name, None)
+            setattr(self, cache, entities)
+        self._notify(kind, name)
 
     def _refresh_config(self, topic: str) -> None:
         configs = self.zk.get_entity_config("topics", topic)
@@ -384,6 +410,112 @@ class ZkMetadataStore(MetadataStore):
         AdminZkClient does: every broker refreshes the user from the notification."""
         await self._run(self.zk.change_entity_config, "users", name, dict(config))
         await self._run(self._refresh_user, name)
+
+    def broker_config(self, entity):
+        return dict(self._broker_configs.get(entity, {}))
+
+    async def set_broker_config(self, entity, config):
+        """Write /config/brokers/<entity> and announce it under /config/changes, as Kafka's
+        AdminZkClient.changeBrokerConfig does: the broker it names (every broker, for
+        <default>) applies it from the notification."""
+        await self._run(self.zk.change_entity_config, "brokers", entity, dict(config))
+        if entity in (DEFAULT_BROKER_ENTITY, str(self.node_id)):
+            await self._run(self._refresh_broker_config, entity)
+
+    async def alter_partition_reassignments(self, changes):
+        """Add the moves to /admin/reassign_partitions, where the controller carries them
+        out step by step (fastlog.zk.controller); a cancellation (None) moves the partition
+        back to the replicas it had before its move began."""
+        return await self._run(self._alter_reassignments, dict(changes))
+
+    def _alter_reassignments(self, changes):
+        assignments = self.zk.get_topic_assignments({t for t, _ in changes})
+        live = set(self._brokers or self.zk.get_all_brokers())
+        out, moves = {}, {}
+        for (topic, p), target in changes.items():
+            a = assignments.get(topic)
+            if a is None or p not in a.partitions:
+                out[(topic, p)] = ("UNKNOWN_TOPIC_OR_PARTITION",
+                                   f"The partition {topic}-{p} does not exist.")
+                continue
+            current = a.partitions[p]
+            adding = a.adding_replicas.get(p, [])
+            if target is None:
+                if not adding and not a.removing_replicas.get(p):
+                    moves[(topic, p)] = None  # cancelled if only planned so far
+                    continue
+                moves[(topic, p)] = [r for r in current if r not in adding]
+                out[(topic, p)] = None
+                continue
+            problem = reassignment_problem(target, current, live)
+            out[(topic, p)] = None if problem is None else ("INVALID_REPLICA_ASSIGNMENT",
+                                                            problem)
+            if problem is None:
+                moves[(topic, p)] = list(target)
+        for _ in range(20):  # the controller rewrites the plan as partitions finish
+            try:
+                data, stat = self.zk.kazoo.get(paths.REASSIGN_PARTITIONS)
+                plan, version = paths.decode_reassignment(paths.REASSIGN_PARTITIONS, data), \
+                    stat.version
+            except NoNodeError:
+                plan, version = {}, None
+            new = dict(plan)
+            for tp, target in moves.items():
+                if target is not None:
+                    new[tp] = target
+                elif tp in plan:
+                    # Planned but not begun: dropping it from the plan cancels it.
+                    del new[tp]
+                    out[tp] = None
+                else:
+                    out[tp] = ("NO_REASSIGNMENT_IN_PROGRESS",
+                               f"No reassignment of {tp[0]}-{tp[1]} is in progress.")
+            try:
+                if new == plan:
+                    pass
+                elif version is None:
+                    self.zk.kazoo.create(paths.REASSIGN_PARTITIONS,
+                                         paths.encode_reassignment(new), makepath=True)
+                elif new:
+                    self.zk.kazoo.set(paths.REASSIGN_PARTITIONS,
+                                      paths.encode_reassignment(new), version)
+                else:
+                    self.zk.kazoo.delete(paths.REASSIGN_PARTITIONS, version)
+                return out
+            except (NodeExistsError, BadVersionError, NoNodeError):
+                continue  # changed meanwhile: read it again
+        raise RetryFailedError("the reassignment plan kept changing")
+
+    async def list_partition_reassignments(self, partitions=None):
+        """Partitions being moved: those whose assignment records replicas being added or
+        removed, and those in the plan the controller has not begun yet."""
+        return await self._run(self._list_reassignments, partitions)
+
+    def _list_reassignments(self, partitions):
+        wanted = None if partitions is None else set(partitions)
+        topics = (sorted({t for t, _ in wanted}) if wanted is not None
+                  else self.zk.get_all_topics())
+        assignments = self.zk.get_topic_assignments(topics)
+        try:
+            data, _ = self.zk.kazoo.get(paths.REASSIGN_PARTITIONS)
+            plan = paths.decode_reassignment(paths.REASSIGN_PARTITIONS, data)
+        except (NoNodeError, paths.ZkDataError):
+            plan = {}
+        out = {}
+        for topic, a in assignments.items():
+            for p, replicas in a.partitions.items():
+                if wanted is not None and (topic, p) not in wanted:
+                    continue
+                adding = list(a.adding_replicas.get(p, []))
+                removing = list(a.removing_replicas.get(p, []))
+                target = plan.get((topic, p))
+                if not adding and not removing and target is not None and target != replicas:
+                    adding = [r for r in target if r not in replicas]
+                    removing = [r for r in replicas if r not in target]
+                    replicas = replicas + adding
+                if adding or removing:
+                    out[(topic, p)] = (list(replicas), adding, removing)
+        return out
 
     async def allocate_producer_ids(self, block_size=PRODUCER_ID_BLOCK_SIZE):
         return await self._run(self.zk.allocate_producer_id_block, self.node_id, block_size)

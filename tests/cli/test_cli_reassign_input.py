@@ -1,5 +1,6 @@
 """`fastlog reassign-partitions` with a bad --zookeeper, a plan file that is too large or
-not JSON, or an unreachable ZooKeeper: one short sentence on stderr, never a traceback."""
+not JSON, an unreachable ZooKeeper, or --cancel without the brokers: one short sentence on
+stderr, never a traceback."""
 
 import json
 import os
@@ -76,3 +77,13 @@ def test_unreachable_zookeeper_is_one_sentence_without_kazoo_noise(fastlog, plan
     line = _one_sentence(fastlog("reassign-partitions", "--zookeeper", f"127.0.0.1:{closed_port}",
                                  "--reassignment-json-file", plan_file, "--verify"))
     assert f"cannot connect to ZooKeeper at 127.0.0.1:{closed_port}" in line
+
+
+def test_cancel_needs_the_brokers_and_one_place_is_named(fastlog, plan_file, closed_port):
+    line = _one_sentence(fastlog("reassign-partitions", "--zookeeper", f"127.0.0.1:{closed_port}",
+                                 "--reassignment-json-file", plan_file, "--cancel"))
+    assert "--cancel needs --bootstrap-server" in line
+    line = _one_sentence(fastlog("reassign-partitions", "--zookeeper", f"127.0.0.1:{closed_port}",
+                                 "--bootstrap-server", f"127.0.0.1:{closed_port}",
+                                 "--reassignment-json-file", plan_file, "--verify"))
+    assert "not allowed with argument" in line

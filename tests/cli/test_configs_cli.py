@@ -70,6 +70,12 @@ def test_scram_user_created_described_used_and_deleted(fastlog, sasl_broker, tmp
     (["--entity-type", "users", "--alter", "--entity-name", "x", "--add-config",
       "SCRAM-SHA-256=[password=p"], "is not closed"),
     (["--entity-type", "users", "--alter"], "--alter needs --entity-name"),
+    (["--entity-type", "brokers", "--alter", "--add-config", "a=1"],
+     "--alter needs --entity-name or --entity-default"),
+    (["--entity-type", "brokers", "--describe", "--entity-name", "one"], "is a broker id"),
+    (["--entity-type", "brokers", "--alter", "--entity-default", "--add-config", "a"],
+     "takes key=value items"),
+    (["--entity-type", "users", "--describe", "--entity-default"], "go with --entity-type brokers"),
     (["--entity-type", "users", "--describe", "-X", "security.protocol=SSL",
       "-X", "ssl.ca.location=/nonexistent/ca.pem"], "cannot read /nonexistent/ca.pem"),
     (["--entity-type", "users", "--describe", "-X", "ssl.ca.location=x"],
@@ -83,3 +89,46 @@ def test_bad_input_is_one_sentence_exit_2(fastlog, closed_port, args, needle):
     r = fastlog("configs", "--bootstrap-server", f"127.0.0.1:{closed_port}", *args)
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert needle in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_broker_configs_altered_described_and_deleted(fastlog, tmp_path):
+    b = BrokerProcess(tmp_path / "data", {"log.segment.bytes": "2000000"}).start()
+    try:
+        admin = ["--bootstrap-server", b.bootstrap, "--entity-type", "brokers"]
+        r = fastlog("configs", *admin, "--alter", "--entity-default",
+                    "--add-config", "log.segment.bytes=3000000,log.cleanup.policy=[delete,compact]")
+        assert r.returncode == 0, r.stderr
+        assert "Completed updating default config for brokers in the cluster." in r.stdout
+        r = fastlog("configs", *admin, "--alter", "--entity-name", "0",
+                    "--add-config", "log.segment.bytes=4000000")
+        assert r.returncode == 0, r.stderr
+        assert "Completed updating config for broker 0." in r.stdout
+        r = fastlog("configs", *admin, "--describe", "--entity-name", "0")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.splitlines() == [
+            "Dynamic configs for broker 0 are:",
+            "  log.segment.bytes=4000000 sensitive=false synonyms={"
+            "DYNAMIC_BROKER_CONFIG:log.segment.bytes=4000000, "
+            "DYNAMIC_DEFAULT_BROKER_CONFIG:log.segment.bytes=3000000, "
+            "STATIC_BROKER_CONFIG:log.segment.bytes=2000000, "
+            "DEFAULT_CONFIG:log.segment.bytes=1073741824}"]
+        r = fastlog("configs", *admin, "--describe", "--entity-default")
+        assert sorted(r.stdout.splitlines()[1:]) == [
+            "  log.cleanup.policy=delete,compact sensitive=false synonyms="
+            "{DYNAMIC_DEFAULT_BROKER_CONFIG:log.cleanup.policy=delete,compact}",
+            "  log.segment.bytes=3000000 sensitive=false synonyms="
+            "{DYNAMIC_DEFAULT_BROKER_CONFIG:log.segment.bytes=3000000}"]
+        r = fastlog("configs", *admin, "--describe", "--entity-name", "0", "--all")
+        assert "  num.io.threads=8 sensitive=false" in r.stdout
+        assert "  ssl.keystore.password=null sensitive=true synonyms={}" in r.stdout
+        r = fastlog("configs", *admin, "--alter", "--entity-name", "0",
+                    "--delete-config", "log.segment.bytes")
+        assert r.returncode == 0, r.stderr
+        r = fastlog("configs", *admin, "--describe")
+        assert r.stdout.splitlines() == ["Dynamic configs for broker 0 are:"]
+        r = fastlog("configs", *admin, "--alter", "--entity-name", "0",
+                    "--add-config", "num.io.threads=2")
+        assert r.returncode == 1
+        assert "Cannot update these configs dynamically: num.io.threads" in r.stderr
+    finally:
+        b.stop()

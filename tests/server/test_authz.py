@@ -3,8 +3,9 @@ authenticated over SASL_PLAINTEXT (PLAIN): a matrix of APIs x {no ACL, allow lit
 allow prefixed, deny over allow, wildcard principal, super user} answered with Kafka's
 error codes over raw wire requests; confluent-kafka producing, consuming in a group (which
 needs both group and topic Read) and managing ACLs; Metadata filtering and
-authorized_operations; a client claiming to be a replica refused; the ACL APIs refused
-without Alter/Describe on the cluster; ACLs of the file store surviving a restart."""
+authorized_operations; a client claiming to be a replica refused; the ACL, broker-config
+and partition-reassignment APIs refused without Alter/Describe on the cluster; ACLs of the
+file store surviving a restart."""
 
 from __future__ import annotations
 
@@ -342,6 +343,14 @@ def test_cluster_apis_refused_without_cluster_acls(authz_broker):
                                                      {"resource_type": 4, "resource_name": "",
                                                       "configuration_keys": None}]})
         assert r.results[0].error_code == Errors.CLUSTER_AUTHORIZATION_FAILED
+        r = call(w, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"validate_only": False, "resources": [
+            {"resource_type": 4, "resource_name": "", "configs": [
+                {"name": "log.retention.ms", "config_operation": 0, "value": "1"}]}]})
+        assert r.responses[0].error_code == Errors.CLUSTER_AUTHORIZATION_FAILED
+        r = call(w, ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, {"timeout_ms": 1000, "topics": []})
+        assert r.error_code == Errors.CLUSTER_AUTHORIZATION_FAILED
+        r = call(w, ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, {"timeout_ms": 1000, "topics": None})
+        assert r.error_code == Errors.CLUSTER_AUTHORIZATION_FAILED
         r = call(w, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {"users": None})
         assert r.error_code == Errors.CLUSTER_AUTHORIZATION_FAILED
         r = call(w, ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": None,
