@@ -738,6 +738,32 @@ DELETE_ACLS_RESPONSE = Message(31, 'response', 'DeleteAcls', valid=(1, 3), flexi
     )),
 ))
 
+WRITE_TXN_MARKERS_REQUEST = Message(27, 'request', 'WriteTxnMarkers', valid=(0, 1), flexible=1, fields=(
+    F('markers', '[]WritableTxnMarker', '0+', fields=(
+        F('producer_id', 'int64', '0+'),
+        F('producer_epoch', 'int16', '0+'),
+        F('transaction_result', 'bool', '0+'),
+        F('topics', '[]WritableTxnMarkerTopic', '0+', fields=(
+            F('name', 'string', '0+'),
+            F('partition_indexes', '[]int32', '0+'),
+        )),
+        F('coordinator_epoch', 'int32', '0+'),
+    )),
+))
+
+WRITE_TXN_MARKERS_RESPONSE = Message(27, 'response', 'WriteTxnMarkers', valid=(0, 1), flexible=1, fields=(
+    F('markers', '[]WritableTxnMarkerResult', '0+', fields=(
+        F('producer_id', 'int64', '0+'),
+        F('topics', '[]WritableTxnMarkerTopicResult', '0+', fields=(
+            F('name', 'string', '0+'),
+            F('partitions', '[]WritableTxnMarkerPartitionResult', '0+', fields=(
+                F('partition_index', 'int32', '0+'),
+                F('error_code', 'int16', '0+'),
+            )),
+        )),
+    )),
+))
+
 # fmt: on
 
 ALL = (
@@ -805,4 +831,6 @@ ALL = (
     CREATE_ACLS_RESPONSE,
     DELETE_ACLS_REQUEST,
     DELETE_ACLS_RESPONSE,
+    WRITE_TXN_MARKERS_REQUEST,
+    WRITE_TXN_MARKERS_RESPONSE,
 )

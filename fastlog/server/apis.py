@@ -240,6 +240,7 @@ class KafkaApis:
             ApiKey.DESCRIBE_ACLS: self.handle_describe_acls,
             ApiKey.CREATE_ACLS: self.handle_create_acls,
             ApiKey.DELETE_ACLS: self.handle_delete_acls,
+            ApiKey.WRITE_TXN_MARKERS: self.handle_write_txn_markers,
         }
         # ---- group coordinator hook (issue 5): its handlers use the same contract.
         self.handlers.update(GROUP_HANDLERS)
@@ -1201,6 +1202,42 @@ class KafkaApis:
             epoch = 0
         return {"throttle_time_ms": 0, "error_code": Errors.NONE, "producer_id": pid,
                 "producer_epoch": epoch}
+
+    # ------------------------------------------------------------------ WriteTxnMarkers
+    async def handle_write_txn_markers(self, ctx, request):
+        """Transaction markers from a transaction coordinator (ClusterAction on the
+        cluster): ReplicaManager.append_txn_markers on the partitions led here, Kafka's
+        per-partition codes for the others."""
+        allowed = authorize_cluster(ctx, CLUSTER_ACTION)
+        rm = self.broker.replica_manager
+        refused: list[dict] = []
+        markers = []
+        for m in request.markers:
+            errors = {}
+            led = []
+            for t in m.topics:
+                for index in t.partition_indexes:
+                    err = Errors.CLUSTER_AUTHORIZATION_FAILED
+                    if allowed:
+                        _, err = self._led_partition(t.name, index, write=True)
+                    if err == Errors.NONE:
+                        led.append((t.name, index))
+                    else:
+                        errors[(t.name, index)] = err
+            refused.append(errors)
+            markers.append((m.producer_id, m.producer_epoch, m.transaction_result,
+                            m.coordinator_epoch, led))
+        written = await rm.append_txn_markers(markers)
+        out = []
+        for m, errors, done in zip(request.markers, refused, written):
+            errors.update(done)
+            topics = []
+            for t in m.topics:
+                topics.append({"name": t.name, "partitions": [
+                    {"partition_index": i, "error_code": errors[(t.name, i)]}
+                    for i in t.partition_indexes]})
+            out.append({"producer_id": m.producer_id, "topics": topics})
+        return {"markers": out}
 
     # ------------------------------------------------------------------ OffsetForLeaderEpoch
     async def handle_offset_for_leader_epoch(self, ctx, request):
