@@ -76,6 +76,7 @@ from fastlog.server.authz import (
     OPERATIONS_NOT_ASKED,
     READ,
     TOPIC,
+    TRANSACTIONAL_ID,
     WRITE,
     authorize,
     authorize_cluster,
@@ -90,7 +91,7 @@ from fastlog.server.config import (
     parse_topic_config,
 )
 from fastlog.server.group import GROUP_HANDLERS
-from fastlog.server.replica_manager import PartitionResult
+from fastlog.server.replica_manager import PartitionResult, is_transactional_records
 
 log = logging.getLogger("fastlog.server.apis")
 
@@ -602,15 +603,17 @@ class KafkaApis:
             if acks == 0:
                 raise CloseConnection("Produce below v3 is not supported")
             return {"responses": responses, "throttle_time_ms": 0}
-        if request.transactional_id is not None:
+        # Kafka: transactional batches need the request's transactional id and Write on it
+        if any(is_transactional_records(p.records) for t in request.topic_data for p in t.partition_data) \
+                and (request.transactional_id is None
+                     or not authorize(ctx, WRITE, TRANSACTIONAL_ID, request.transactional_id)):
             err = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
             for t in request.topic_data:
                 responses.append({"name": t.name, "partition_responses": [
-                    {"index": p.index, "error_code": err, "base_offset": -1,
-                     "error_message": "transactions are not supported"}
+                    {"index": p.index, "error_code": err, "base_offset": -1}
                     for p in t.partition_data]})
             if acks == 0:
-                raise CloseConnection("transactional produce")
+                raise CloseConnection("transactional produce refused")
             return {"responses": responses, "throttle_time_ms": 0}
         results = {}
         for t in request.topic_data:
@@ -663,7 +666,10 @@ class KafkaApis:
         fastlog.protocol._produce read it from the frame: the same steps as
         handle_produce, answered in compiled code when the append succeeded. Returns
         the response parts (None for acks=0)."""
-        r = await self._append_led(topic, partition, records, acks, api_version)
+        if is_transactional_records(records):   # (no transactional id on this path)
+            r = PartitionResult(Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        else:
+            r = await self._append_led(topic, partition, records, acks, api_version)
         wait = self.broker.replica_manager.completion({(topic, partition): r}, acks, timeout_ms)
         if wait is not None:
             await wait
@@ -1229,7 +1235,7 @@ class KafkaApis:
                             m.coordinator_epoch, led))
         written = await rm.append_txn_markers(markers)
         out = []
-        for m, errors, done in zip(request.markers, refused, written):
+        for m, errors, done in zip(request.markers, refused, written, strict=True):
             errors.update(done)
             topics = []
             for t in m.topics:

@@ -69,6 +69,8 @@ INLINE_RECOMPRESS_BYTES = 64 << 10
 COMPRESSION_GZIP = 1
 # Where a v2 batch header keeps the low byte of its attributes (the codec's three bits).
 _ATTRIBUTES_LOW_BYTE = 22
+_MAGIC_BYTE = 16
+_ATTR_TRANSACTIONAL = 0x10
 # Record bytes read per step when replaying the log tail into producer state.
 _REPLAY_CHUNK = 1 << 20
 
@@ -144,11 +146,17 @@ def _structure_problem(batches) -> str | None:
     b = batches[0]
     if b.is_control:
         return "clients may not send control batches"
-    if b.is_transactional:
-        return "transactions are not supported"
     if b.producer_id != NO_PRODUCER_ID and b.base_sequence < 0:
         return "an idempotent batch needs a base sequence"
     return None
+
+
+def is_transactional_records(records) -> bool:
+    """Whether a Produce record set starts with a transactional v2 batch (magic byte and
+    the attributes' low byte; a Produce request carries one batch per partition)."""
+    return (records is not None and len(records) > _ATTRIBUTES_LOW_BYTE
+            and records[_MAGIC_BYTE] == 2
+            and records[_ATTRIBUTES_LOW_BYTE] & _ATTR_TRANSACTIONAL != 0)
 
 
 def check_records(records, max_bytes: int, allow_zstd: bool, decompress_limit: int,
@@ -938,7 +946,8 @@ class ReplicaManager:
         idempotent = b.producer_id != NO_PRODUCER_ID
         if idempotent:
             try:
-                dup = ps.check(b.producer_id, b.producer_epoch, b.base_sequence, b.record_count)
+                dup = ps.check(b.producer_id, b.producer_epoch, b.base_sequence, b.record_count,
+                               b.is_transactional)
             except ProducerStateError as e:
                 return PartitionResult(Errors[e.code], error_message=str(e),
                                        log_start_offset=p.log.log_start_offset)
@@ -983,7 +992,7 @@ class ReplicaManager:
             p.has_zstd = True
         if idempotent:
             ps.update(b.producer_id, b.producer_epoch, b.base_sequence, b.record_count,
-                      info.first_offset, info.last_offset, b.max_timestamp)
+                      info.first_offset, info.last_offset, b.max_timestamp, b.is_transactional)
         ps.update_map_end_offset(info.last_offset + 1)
         self._after_append(p)
         return PartitionResult(Errors.NONE, info.first_offset, info.log_append_time,

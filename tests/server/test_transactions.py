@@ -73,3 +73,29 @@ def test_markers_are_fenced_by_older_epochs(broker, wire):
         (pid, topic, 0): Errors.TRANSACTION_COORDINATOR_FENCED}
     assert write_markers(wire, [(pid, epoch + 1, True, 6, {topic: [0]})]) == {
         (pid, topic, 0): Errors.NONE}
+
+
+def txn_batch(values, pid, epoch, seq):
+    return batch(values, producer_id=pid, epoch=epoch, seq=seq, is_transactional=True)
+
+
+def test_transactional_produce(broker, wire):
+    topic = "txn-produce"
+    create_topic(broker, topic)
+    pid, epoch = init_pid(wire)
+    # transactional batches need the request's transactional id (both Produce paths)
+    for version in (3, 7, 8):
+        r = produce(wire, topic, txn_batch([b"a"], pid, epoch, 0), version=version)
+        assert r.error_code == Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    r = produce(wire, topic, txn_batch([b"a", b"b"], pid, epoch, 0), transactional_id="tx")
+    assert r.error_code == Errors.NONE and r.base_offset == 0
+    # a plain batch of the producer while its transaction is open
+    r = produce(wire, topic, batch([b"c"], producer_id=pid, epoch=epoch, seq=2))
+    assert r.error_code == Errors.INVALID_TXN_STATE
+    r = produce(wire, topic, txn_batch([b"c"], pid, epoch, 2), transactional_id="tx")
+    assert r.error_code == Errors.NONE and r.base_offset == 2
+    assert write_markers(wire, [(pid, epoch, True, 0, {topic: [0]})]) == {
+        (pid, topic, 0): Errors.NONE}
+    # after the marker the producer may write outside a transaction again
+    r = produce(wire, topic, batch([b"d"], producer_id=pid, epoch=epoch, seq=3))
+    assert r.error_code == Errors.NONE and r.base_offset == 4
