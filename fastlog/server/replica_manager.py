@@ -41,6 +41,7 @@ from fastlog.server.log.checkpoint import (
     CorruptCheckpointError,
     OffsetCheckpointFile,
 )
+from fastlog.server.log.txn_index import AbortedTxn
 from fastlog.server.partition import NO_LEADER, Partition
 from fastlog.server.producer_state import (
     NO_PRODUCER_ID,
@@ -483,7 +484,7 @@ class ReplicaManager:
                 for b in batches:
                     if b.compression == COMPRESSION_ZSTD:
                         p.has_zstd = True
-                    ps.load_batch(buf, b)
+                    self._index_txn(p, ps.load_batch(buf, b))
                 ps.update_map_end_offset(info.last_offset + 1)
                 appended = scan.valid_end
                 self.broker.topic_stats.all_topics.replication_bytes_in += appended
@@ -715,7 +716,7 @@ class ReplicaManager:
                     p.has_zstd = True
                 if b.last_offset < offset:
                     continue
-                ps.load_batch(data, b)
+                self._index_txn(p, ps.load_batch(data, b))
                 last = b.last_offset + 1
             if last <= offset:
                 break
@@ -1099,16 +1100,26 @@ class ReplicaManager:
         batches = _codec.scan_batches(buf, verify_crc=False).batches
         try:
             info = p.log.append(buf, batches, p.leader_epoch, now_ms=now)
+            ps.update_map_end_offset(info.last_offset + 1)
+            self._index_txn(p, ps.complete_txn(producer_id, epoch, committed, coordinator_epoch,
+                                               info.first_offset, now))
         except (OSError, KafkaStorageError) as e:
             report_limited(log, logging.ERROR, ("append", p.key), "%s: marker append failed: %s",
                            p, e)
             return PartitionResult(Errors.KAFKA_STORAGE_ERROR, error_message=str(e))
-        ps.complete_txn(producer_id, epoch, committed, coordinator_epoch, info.first_offset, now)
-        ps.update_map_end_offset(info.last_offset + 1)
         self._after_append(p)
         return PartitionResult(Errors.NONE, info.first_offset, -1, p.log.log_start_offset,
                                flush_future=info.flush_future,
                                required_offset=info.last_offset + 1)
+
+    @staticmethod
+    def _index_txn(p: Partition, completed) -> None:
+        """An aborted transaction goes into the txn index of its marker's segment (the
+        leader's append, a follower's, or a replay: an entry already there is kept)."""
+        if completed is not None and completed.aborted:
+            p.log.append_aborted_txn(AbortedTxn(completed.producer_id, completed.first_offset,
+                                                completed.last_offset,
+                                                completed.last_stable_offset))
 
     def has_ongoing_txn(self, topic: str, partition: int, producer_id: int) -> bool:
         """Whether the producer has an open transaction (data without a marker yet) on

@@ -9,9 +9,10 @@
 # leaves gaps); a batch whose records all survive is copied byte for byte, one that lost
 # some is rebuilt with fastlog._codec.BatchBuilder (same base offset, offsets via offset
 # deltas, last offset delta, timestamps, codec, producer id/epoch/base sequence). Kept
-# as they are: control batches, transactional batches (fastlog has no transaction index,
-# so aborted data cannot be told apart: such records neither supersede nor are removed),
-# records without a key. A batch of an idempotent producer that loses every record is
+# as they are: control batches (so a marker never goes while its transaction's data is in
+# the log), transactional batches (committed or aborted: such records neither supersede
+# nor are removed; read_committed consumers skip aborted ones by the transaction index,
+# which the cleaned segment takes over from its originals), records without a key. A batch of an idempotent producer that loses every record is
 # kept as an empty batch (header only, last offset delta kept) when it is that producer's
 # last batch in the cleaned range, so its last sequence survives a reload; so is the last
 # batch of each output segment, so that the cleaned segment ends at the offset where its
@@ -511,6 +512,7 @@ class LogCleaner:
                 out.delete_files()
                 out.close()
                 return None
+            out.txn_index.reset([e for i in group for e in task.segments[i].txn_index.entries])
             out.on_become_inactive_segment()
             out.flush()
             res.bytes_written += out.size
