@@ -104,6 +104,9 @@ class FetchPartitionResult:
     regions: list | None = None
     size: int = 0
     preferred_read_replica: int = -1
+    # read_committed: (producer_id, first_offset) of the aborted transactions overlapping
+    # the records returned (Kafka's abortedTransactions), else None
+    aborted_transactions: list | None = None
 
 
 __all__ = ["FetchPartitionResult", "Partition", "PartitionResult", "ReplicaManager",
@@ -1178,7 +1181,11 @@ class ReplicaManager:
     def read_partition(self, p: Partition, fetch_offset: int, max_bytes: int, *,
                        min_one_batch: bool, from_follower: bool, api_version: int,
                        replica_id: int | None = None,
-                       client_rack: str | None = None) -> FetchPartitionResult:
+                       client_rack: str | None = None,
+                       read_committed: bool = False) -> FetchPartitionResult:
+        """Regions of `p` from fetch_offset: up to the log end for a follower, the high
+        watermark for a consumer, the last stable offset for a read_committed one (with
+        the aborted transactions among what it returns, from the txn indexes)."""
         log_ = p.log
         if p.offline:
             return FetchPartitionResult(Errors.KAFKA_STORAGE_ERROR)
@@ -1199,15 +1206,18 @@ class ReplicaManager:
             preferred = self.preferred_read_replica(p, client_rack)
             if preferred >= 0:
                 hw = log_.high_watermark
-                return FetchPartitionResult(Errors.NONE, hw, hw, log_.log_start_offset,
+                return FetchPartitionResult(Errors.NONE, hw, self.last_stable_offset(p),
+                                            log_.log_start_offset,
                                             preferred_read_replica=preferred)
         hw = log_.high_watermark
-        res = FetchPartitionResult(Errors.NONE, hw, hw, log_.log_start_offset)
+        lso = self.last_stable_offset(p)
+        res = FetchPartitionResult(Errors.NONE, hw, lso, log_.log_start_offset)
         if api_version < 10 and (p.has_zstd or p.log.config.compression_type == "zstd"):
             res.error = Errors.UNSUPPORTED_COMPRESSION_TYPE
             return res
-        # Consumers see up to the high watermark only; followers up to the log end.
-        limit = log_.log_end_offset if from_follower else hw
+        # Consumers see up to the high watermark (read_committed: the last stable offset)
+        # only; followers up to the log end.
+        limit = log_.log_end_offset if from_follower else (lso if read_committed else hw)
         if fetch_offset == limit and fetch_offset >= log_.log_start_offset:
             return res
         if fetch_offset > limit and fetch_offset <= log_.log_end_offset:
@@ -1225,6 +1235,10 @@ class ReplicaManager:
             return res
         res.regions = info.regions
         res.size = info.size
+        if read_committed and not from_follower and info.regions:
+            res.aborted_transactions = [
+                (t.producer_id, t.first_offset)
+                for t in log_.collect_aborted_txns(fetch_offset, limit)]
         return res
 
     @staticmethod
