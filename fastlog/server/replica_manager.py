@@ -1131,8 +1131,10 @@ class ReplicaManager:
         return p is not None and p.producer_state.has_ongoing_txn(producer_id)
 
     def last_stable_offset(self, p: Partition) -> int:
-        """Kafka's LSO: read_committed consumers read below it."""
-        return p.producer_state.last_stable_offset(p.high_watermark)
+        """Kafka's LSO: read_committed consumers read below it (never below the log start,
+        which DeleteRecords may have moved past an open transaction's first offset)."""
+        return max(p.log.log_start_offset,
+                   p.producer_state.last_stable_offset(p.high_watermark))
 
     # ------------------------------------------------------------------ fetch
     def check_replica_fetch(self, p: Partition, replica_id: int) -> Errors:

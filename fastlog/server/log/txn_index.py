@@ -9,7 +9,8 @@
 # a missing one on a non-empty segment is noticed and rebuilt from the log (Log).
 # read_committed fetches ask for the aborted transactions overlapping what they return
 # (Kafka's collectAbortedTxns). The entries are kept in memory as well (aborts are rare;
-# a fetch never reads the file).
+# a fetch never reads the file). Also here: reading a transaction marker's control
+# record (recovery, producer-state replay, `fastlog dump-log`).
 # Threads: the owning Log's thread (append, truncate, rename, delete, collect); flush() may
 # run on the LogManager's I/O worker (an fsync of a descriptor opened for it).
 """The aborted-transaction index of a log segment (Kafka's .txnindex)."""
@@ -24,8 +25,8 @@ from fastlog import _codec
 from fastlog._index import CorruptIndexError
 
 TXN_INDEX_SUFFIX = ".txnindex"
-_ENTRY = struct.Struct(">hqqqq")
-ENTRY_SIZE = _ENTRY.size  # 34
+ENTRY = struct.Struct(">hqqqq")
+ENTRY_SIZE = ENTRY.size  # 34
 _VERSION = 0
 
 
@@ -33,18 +34,23 @@ CONTROL_ABORT = 0
 CONTROL_COMMIT = 1
 
 
+def end_txn_marker(record) -> tuple[bool, int] | None:
+    """(commit, coordinator epoch) of a control record (Kafka's: key int16 version + int16
+    type, 0 ABORT / 1 COMMIT; value int16 version + int32 coordinator epoch); None for
+    another control type or a record too short."""
+    _, kind = _codec.parse_control_record(record)
+    if kind not in (CONTROL_ABORT, CONTROL_COMMIT):
+        return None
+    value = record.value
+    epoch = int.from_bytes(value[2:6], "big", signed=True) if value and len(value) >= 6 else -1
+    return kind == CONTROL_COMMIT, epoch
+
+
 def read_end_txn_marker(buf, h) -> tuple[bool, int] | None:
-    """(commit, coordinator epoch) of the control batch `h` in buf (Kafka's control record:
-    key int16 version + int16 type, 0 ABORT / 1 COMMIT; value int16 version + int32
-    coordinator epoch); None for another control type or an unreadable record."""
+    """end_txn_marker of the control batch `h` in buf; None when unreadable."""
     try:
         for rec in _codec.iter_records(buf, h.position, verify_crc=False):
-            _, kind = _codec.parse_control_record(rec)
-            if kind not in (CONTROL_ABORT, CONTROL_COMMIT):
-                return None
-            value = rec.value
-            epoch = int.from_bytes(value[2:6], "big", signed=True) if value and len(value) >= 6 else -1
-            return kind == CONTROL_COMMIT, epoch
+            return end_txn_marker(rec)
     except (_codec.CodecError, ValueError):
         return None
     return None
@@ -57,7 +63,7 @@ class AbortedTxn(typing.NamedTuple):
     last_stable_offset: int
 
     def encode(self) -> bytes:
-        return _ENTRY.pack(_VERSION, self.producer_id, self.first_offset, self.last_offset,
+        return ENTRY.pack(_VERSION, self.producer_id, self.first_offset, self.last_offset,
                            self.last_stable_offset)
 
 
@@ -173,7 +179,7 @@ def decode_entries(data: bytes, start_offset: int = 0) -> list[AbortedTxn]:
     out = []
     prev = -1
     for pos in range(0, len(data), ENTRY_SIZE):
-        version, pid, first, last, lso = _ENTRY.unpack_from(data, pos)
+        version, pid, first, last, lso = ENTRY.unpack_from(data, pos)
         if version != _VERSION:
             raise CorruptIndexError(f"entry at byte {pos} has version {version}")
         if last < start_offset or first > last or last <= prev:
