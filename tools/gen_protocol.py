@@ -50,6 +50,7 @@ SERVED = {
     "CreateAcls": (1, 3),
     "DeleteAcls": (1, 3),
     "WriteTxnMarkers": (0, 1),
+    "DescribeProducers": (0, 0),
 }
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

@@ -6,7 +6,7 @@ compression unless it sees Produce v0), OffsetCommit from v1 (librdkafka 2.0.2 n
 range overlapping 1-2), and nothing flexible except ApiVersions 3-4, InitProducerId 2-4,
 SaslAuthenticate 2, the SCRAM credential APIs (flexible from v0) and the ACL APIs
 DescribeAcls/CreateAcls/DeleteAcls 2-3 (served from v1, as Kafka 4: v0 has no pattern type)
-and WriteTxnMarkers 1 (v0 is what Kafka brokers before 2.8 send). Pure data and small
+WriteTxnMarkers 1 (v0 is what Kafka brokers before 2.8 send) and DescribeProducers 0. Pure data and small
 builders, any thread.
 """
 
@@ -47,6 +47,7 @@ SUPPORTED_VERSIONS = {
     ApiKey.CREATE_ACLS: (1, 3),
     ApiKey.DELETE_ACLS: (1, 3),
     ApiKey.WRITE_TXN_MARKERS: (0, 1),
+    ApiKey.DESCRIBE_PRODUCERS: (0, 0),
 }
 
 # Produce v0-2 are advertised and decodable, but a handler answers them with

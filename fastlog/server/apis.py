@@ -242,6 +242,7 @@ class KafkaApis:
             ApiKey.CREATE_ACLS: self.handle_create_acls,
             ApiKey.DELETE_ACLS: self.handle_delete_acls,
             ApiKey.WRITE_TXN_MARKERS: self.handle_write_txn_markers,
+            ApiKey.DESCRIBE_PRODUCERS: self.handle_describe_producers,
         }
         # ---- group coordinator hook (issue 5): its handlers use the same contract.
         self.handlers.update(GROUP_HANDLERS)
@@ -1252,6 +1253,33 @@ class KafkaApis:
                     for i in t.partition_indexes]})
             out.append({"producer_id": m.producer_id, "topics": topics})
         return {"markers": out}
+
+    # ------------------------------------------------------------------ DescribeProducers
+    async def handle_describe_producers(self, ctx, request):
+        """The active producers of each partition led here (Read on the topic)."""
+        topics = []
+        for t in request.topics:
+            may_read = authorize(ctx, READ, TOPIC, t.name)
+            parts = []
+            for index in t.partition_indexes:
+                entry = {"partition_index": index, "error_code": Errors.NONE,
+                         "active_producers": []}
+                parts.append(entry)
+                if not may_read:
+                    entry["error_code"] = Errors.TOPIC_AUTHORIZATION_FAILED
+                    continue
+                p, err = self._led_partition(t.name, index)
+                if p is None:
+                    entry["error_code"] = err
+                    continue
+                entry["active_producers"] = [
+                    {"producer_id": e.producer_id, "producer_epoch": e.epoch,
+                     "last_sequence": e.last_seq, "last_timestamp": e.last_timestamp,
+                     "coordinator_epoch": e.coordinator_epoch,
+                     "current_txn_start_offset": e.current_txn_first_offset}
+                    for e in p.producer_state.producers.values()]
+            topics.append({"name": t.name, "partitions": parts})
+        return {"throttle_time_ms": 0, "topics": topics}
 
     # ------------------------------------------------------------------ OffsetForLeaderEpoch
     async def handle_offset_for_leader_epoch(self, ctx, request):

@@ -269,3 +269,22 @@ def test_restart_keeps_open_transactions_and_aborted_index(broker_factory):
             w.close()
     values, _ = kafka_python_committed(b, topic, [b"p0", b"p1", b"b1"])
     assert values == [b"p0", b"p1", b"b1"]
+
+
+def test_describe_producers(broker, wire):
+    topic = "txn-describe"
+    create_topic(broker, topic)
+    a, ea = init_pid(wire)
+    b, eb = init_pid(wire)
+    assert produce(wire, topic, batch([b"x", b"y"], producer_id=b, epoch=eb, seq=0)).error_code == 0
+    assert produce(wire, topic, txn_batch([b"t"], a, ea, 0), transactional_id="ta").base_offset == 2
+    write_markers(wire, [(b, eb, True, 3, {topic: [0]})])
+    r = wire.call(ApiKey.DESCRIBE_PRODUCERS, 0, {"topics": [
+        {"name": topic, "partition_indexes": [0, 5]}]})
+    p0, p5 = r.topics[0].partitions
+    assert p0.error_code == Errors.NONE
+    assert p5.error_code == Errors.UNKNOWN_TOPIC_OR_PARTITION
+    got = {s.producer_id: (s.producer_epoch, s.last_sequence, s.coordinator_epoch,
+                           s.current_txn_start_offset) for s in p0.active_producers}
+    assert got == {a: (ea, 0, -1, 2), b: (eb, 1, 3, -1)}
+    assert all(s.last_timestamp > 0 for s in p0.active_producers)
