@@ -140,7 +140,7 @@ class ProducerStateEntry:
 
 
 class ProducerStateManager:
-    """Idempotence bookkeeping for one partition."""
+    """Idempotence and transaction bookkeeping for one partition."""
 
     def __init__(self, topic: str, partition: int):
         self.topic = topic

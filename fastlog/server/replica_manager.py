@@ -9,7 +9,13 @@
 # (a flush.messages fsync; with acks=all on a replicated partition, the ISR having the
 # batch). `append_records` does both for several partitions. `read_partition` reads file
 # regions (never copies record bytes); a follower's fetch moves its known position, the
-# high watermark and the ISR.
+# high watermark and the ISR; a read_committed consumer's stops at the last stable offset
+# and lists the aborted transactions from the txn indexes.
+# Transactions (KIP-98): `append_txn_markers` (WriteTxnMarkers, the transaction
+# coordinator) appends COMMIT/ABORT control batches and ends the producer's transaction in
+# producer state; an abort goes into the segment's .txnindex (also when a follower
+# appends the marker or a load replays it). `has_ongoing_txn` and `last_stable_offset`
+# answer from producer state.
 # Single node (no ZooKeeper): partitions come from make_leader, this broker leads alone
 # and the high watermark is the log end after every append. Cluster mode: the role
 # handler calls become_leader / become_follower / stop_replica / session_changed; ISR
@@ -70,6 +76,7 @@ INLINE_RECOMPRESS_BYTES = 64 << 10
 COMPRESSION_GZIP = 1
 # Where a v2 batch header keeps the low byte of its attributes (the codec's three bits).
 _ATTRIBUTES_LOW_BYTE = 22
+# ... its magic byte, and the attributes' transactional bit
 _MAGIC_BYTE = 16
 _ATTR_TRANSACTIONAL = 0x10
 # Record bytes read per step when replaying the log tail into producer state.
