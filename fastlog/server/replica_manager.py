@@ -1062,7 +1062,8 @@ class ReplicaManager:
         appended and ends the producer's transaction there; an ABORT goes into the
         aborted-transaction index. Returns, per marker in order, {(topic, partition):
         Errors}: NONE once the ISR has the marker (acks=all, at most timeout_ms,
-        request.timeout.ms by default), else UNKNOWN_TOPIC_OR_PARTITION,
+        request.timeout.ms by default), else INVALID_REQUEST (no producer id or epoch),
+        UNKNOWN_TOPIC_OR_PARTITION,
         NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR, NOT_ENOUGH_REPLICAS(_AFTER_APPEND),
         INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED, REQUEST_TIMED_OUT."""
         out: list[dict[tuple[str, int], Errors]] = []
@@ -1087,6 +1088,9 @@ class ReplicaManager:
 
     def _append_marker(self, topic: str, partition: int, producer_id: int, epoch: int,
                        committed: bool, coordinator_epoch: int) -> PartitionResult:
+        if producer_id < 0 or epoch < 0:
+            return PartitionResult(Errors.INVALID_REQUEST,
+                                   error_message="a marker needs a producer id and epoch")
         p = self.partitions.get((topic, partition))
         if p is None:
             return PartitionResult(Errors.UNKNOWN_TOPIC_OR_PARTITION)

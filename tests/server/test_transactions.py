@@ -70,6 +70,10 @@ def test_markers_are_fenced_by_older_epochs(broker, wire):
     assert r.error_code == Errors.INVALID_PRODUCER_EPOCH
     assert write_markers(wire, [(pid, epoch, True, 5, {topic: [0]})]) == {
         (pid, topic, 0): Errors.INVALID_PRODUCER_EPOCH}
+    # a marker without a producer id or epoch is refused; the broker goes on
+    assert write_markers(wire, [(-1, 0, True, 5, {topic: [0]}),
+                                (pid, -1, True, 5, {topic: [0]})]) == {
+        (-1, topic, 0): Errors.INVALID_REQUEST, (pid, topic, 0): Errors.INVALID_REQUEST}
     # a coordinator older than the last one that wrote a marker here is fenced
     assert write_markers(wire, [(pid, epoch + 1, True, 4, {topic: [0]})]) == {
         (pid, topic, 0): Errors.TRANSACTION_COORDINATOR_FENCED}
