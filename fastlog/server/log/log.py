@@ -356,7 +356,8 @@ class Log:
         """Load step after the segments: a `.txnindex` that is damaged, missing beside a
         non-empty segment, has entries past its segment's end, or (for a segment just
         recovered) lacks an ABORT marker's entry, is rebuilt from the log with every
-        later one (one WARNING)."""
+        later one (one WARNING; one INFO line when no segment has one, as in a log written
+        before transactions)."""
         bad = []
         for seg in segments:
             ti = seg.txn_index
@@ -375,10 +376,16 @@ class Log:
         if not bad:
             return
         first, why = bad[0]
-        logger.warning("%s: rebuilding the transaction index of %d segment(s) from %d on "
-                       "from the log: %s: %s", self.dir, len(bad), first.base_offset,
-                       os.path.basename(first.txn_index.path), why)
-        self.load_report.rebuilt_segments += 1
+        if all(why == "missing" for _, why in bad) and len(bad) == sum(
+                1 for s in segments if s.size):
+            # (no .txnindex at all: a log written before fastlog took transactions)
+            logger.info("%s: creating the transaction indexes of %d segment(s) from the log",
+                        self.dir, len(bad))
+        else:
+            logger.warning("%s: rebuilding the transaction index of %d segment(s) from %d "
+                           "on from the log: %s: %s", self.dir, len(bad), first.base_offset,
+                           os.path.basename(first.txn_index.path), why)
+            self.load_report.rebuilt_segments += len(bad)
         self._rebuild_txn_indexes(segments, first.base_offset)
 
     def _unindexed_abort(self, seg: LogSegment) -> bool:

@@ -112,3 +112,19 @@ def test_truncation_and_retention_keep_the_index_consistent(tmp_path):
     assert log.delete_old_segments() >= 1
     assert log.collect_aborted_txns(log.log_start_offset, log.log_end_offset) == []
     assert not os.path.exists(index_path(log, first))
+
+
+def test_a_log_from_before_transactions_gets_empty_indexes(tmp_path, caplog):
+    log = open_log(tmp_path / "t-0", segment_bytes=300)
+    append_n(log, 12)
+    bases = [s.base_offset for s in log.segments]
+    assert len(bases) > 2
+    log.close()
+    for base in bases:
+        os.unlink(index_path(log, base))
+    with caplog.at_level(logging.INFO, logger="fastlog.server.log.log"):
+        back = open_log(tmp_path / "t-0", segment_bytes=300)
+    lines = [r for r in caplog.records if "transaction index" in r.getMessage()]
+    assert [r.levelno for r in lines] == [logging.INFO]
+    assert back.load_report.rebuilt_segments == 0
+    assert all(os.path.getsize(index_path(back, b)) == 0 for b in bases)
