@@ -1251,7 +1251,7 @@ class ReplicaManager:
         if read_committed and not from_follower and info.regions:
             res.aborted_transactions = [
                 (t.producer_id, t.first_offset)
-                for t in log_.collect_aborted_txns(fetch_offset, limit)]
+                for t in log_.collect_aborted_txns(fetch_offset, info.upper_bound_offset)]
         return res
 
     @staticmethod

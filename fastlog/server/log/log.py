@@ -113,13 +113,16 @@ class LoadReport:
 class FetchDataInfo:
     """A read: file regions ready for sendfile, their total size, and the base offset of
     the first batch they start with (-1 when empty). first_entry_incomplete means the
-    only batch returned is cut short by max_bytes (min_one_batch=False)."""
+    only batch returned is cut short by max_bytes (min_one_batch=False).
+    upper_bound_offset: no record returned is at or above it (the end of the segment read
+    or the read's bound; Kafka's fetchUpperBoundOffset, for the aborted transactions)."""
 
     start_offset: int
     regions: list
     size: int
     first_batch_offset: int = -1
     first_entry_incomplete: bool = False
+    upper_bound_offset: int = -1
 
 
 def parse_topic_partition(dir_name: str) -> tuple[str, int]:
@@ -610,8 +613,10 @@ class Log:
                 if r.length == 0:
                     return FetchDataInfo(start_offset, [], 0, r.first_batch_offset,
                                          r.first_entry_incomplete)
+                upper = min(max_offset, bases[i + 1] if i + 1 < len(segs) else end)
                 return FetchDataInfo(start_offset, [FileRegion(r.file, r.position, r.length)],
-                                     r.length, r.first_batch_offset, r.first_entry_incomplete)
+                                     r.length, r.first_batch_offset, r.first_entry_incomplete,
+                                     upper)
             i += 1
         return FetchDataInfo(start_offset, [], 0)
 

@@ -128,3 +128,16 @@ def test_a_log_from_before_transactions_gets_empty_indexes(tmp_path, caplog):
     assert [r.levelno for r in lines] == [logging.INFO]
     assert back.load_report.rebuilt_segments == 0
     assert all(os.path.getsize(index_path(back, b)) == 0 for b in bases)
+
+
+def test_a_read_bounds_the_aborted_transactions_it_needs(tmp_path):
+    log, expected = aborted_log(tmp_path)
+    segs = log.segments
+    info = log.read(0, 1 << 20)
+    assert info.upper_bound_offset == segs[1].base_offset
+    want = [t for t in expected if t.first_offset < info.upper_bound_offset]
+    assert log.collect_aborted_txns(0, info.upper_bound_offset) == want
+    # bounded by the read's own limit too (the last stable offset for read_committed)
+    assert log.read(0, 1 << 20, max_position=2).upper_bound_offset == 2
+    last = log.read(segs[-1].base_offset, 1 << 20)
+    assert last.upper_bound_offset == log.log_end_offset
