@@ -10,6 +10,7 @@ import pytest
 from fastlog._index import CorruptIndexError
 
 from fastlog._codec import build_batch, build_control_batch, scan_batches
+from fastlog.server.log import Log, LogConfig
 from fastlog.server.log.txn_index import AbortedTxn, decode_entries
 from tests.server.log.conftest import append_n, open_log
 
@@ -141,3 +142,13 @@ def test_a_read_bounds_the_aborted_transactions_it_needs(tmp_path):
     assert log.read(0, 1 << 20, max_position=2).upper_bound_offset == 2
     last = log.read(segs[-1].base_offset, 1 << 20)
     assert last.upper_bound_offset == log.log_end_offset
+
+
+def test_recovery_after_an_unclean_shutdown_restores_a_lost_entry(tmp_path):
+    log, expected = aborted_log(tmp_path)
+    active = log.segments[-1].base_offset
+    log.close()
+    open(index_path(log, active), "wb").close()   # the entry's write never reached the disk
+    back = Log.open(str(tmp_path / "t-0"), LogConfig(segment_bytes=400), recovery_point=active,
+                    clean_shutdown=False)
+    assert back.collect_aborted_txns(0, back.log_end_offset) == expected
