@@ -51,6 +51,8 @@ SERVED = {
     "DeleteAcls": (1, 3),
     "AlterPartitionReassignments": (0, 0),
     "ListPartitionReassignments": (0, 0),
+    "WriteTxnMarkers": (0, 1),
+    "DescribeProducers": (0, 0),
 }
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

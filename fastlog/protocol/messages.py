@@ -786,6 +786,59 @@ LIST_PARTITION_REASSIGNMENTS_RESPONSE = Message(46, 'response', 'ListPartitionRe
     )),
 ))
 
+WRITE_TXN_MARKERS_REQUEST = Message(27, 'request', 'WriteTxnMarkers', valid=(0, 1), flexible=1, fields=(
+    F('markers', '[]WritableTxnMarker', '0+', fields=(
+        F('producer_id', 'int64', '0+'),
+        F('producer_epoch', 'int16', '0+'),
+        F('transaction_result', 'bool', '0+'),
+        F('topics', '[]WritableTxnMarkerTopic', '0+', fields=(
+            F('name', 'string', '0+'),
+            F('partition_indexes', '[]int32', '0+'),
+        )),
+        F('coordinator_epoch', 'int32', '0+'),
+    )),
+))
+
+WRITE_TXN_MARKERS_RESPONSE = Message(27, 'response', 'WriteTxnMarkers', valid=(0, 1), flexible=1, fields=(
+    F('markers', '[]WritableTxnMarkerResult', '0+', fields=(
+        F('producer_id', 'int64', '0+'),
+        F('topics', '[]WritableTxnMarkerTopicResult', '0+', fields=(
+            F('name', 'string', '0+'),
+            F('partitions', '[]WritableTxnMarkerPartitionResult', '0+', fields=(
+                F('partition_index', 'int32', '0+'),
+                F('error_code', 'int16', '0+'),
+            )),
+        )),
+    )),
+))
+
+DESCRIBE_PRODUCERS_REQUEST = Message(61, 'request', 'DescribeProducers', valid=(0, 0), flexible=0, fields=(
+    F('topics', '[]TopicRequest', '0+', fields=(
+        F('name', 'string', '0+'),
+        F('partition_indexes', '[]int32', '0+'),
+    )),
+))
+
+DESCRIBE_PRODUCERS_RESPONSE = Message(61, 'response', 'DescribeProducers', valid=(0, 0), flexible=0, fields=(
+    F('throttle_time_ms', 'int32', '0+'),
+    F('topics', '[]TopicResponse', '0+', fields=(
+        F('name', 'string', '0+'),
+        F('partitions', '[]PartitionResponse', '0+', fields=(
+            F('partition_index', 'int32', '0+'),
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+', default=None),
+            F('active_producers', '[]ProducerState', '0+', fields=(
+                F('producer_id', 'int64', '0+'),
+                F('producer_epoch', 'int32', '0+'),
+                F('last_sequence', 'int32', '0+', default=-1),
+                F('last_timestamp', 'int64', '0+', default=-1),
+                F('coordinator_epoch', 'int32', '0+'),
+                F('current_txn_start_offset', 'int64', '0+', default=-1),
+            )),
+        )),
+    )),
+))
+
 # fmt: on
 
 ALL = (
@@ -857,4 +910,8 @@ ALL = (
     ALTER_PARTITION_REASSIGNMENTS_RESPONSE,
     LIST_PARTITION_REASSIGNMENTS_REQUEST,
     LIST_PARTITION_REASSIGNMENTS_RESPONSE,
+    WRITE_TXN_MARKERS_REQUEST,
+    WRITE_TXN_MARKERS_RESPONSE,
+    DESCRIBE_PRODUCERS_REQUEST,
+    DESCRIBE_PRODUCERS_RESPONSE,
 )

@@ -3,11 +3,11 @@
 Ranges follow shared/reference/client-compatibility.md §3 and §5: Produce is advertised
 from v0 although only v3+ is implemented (KAFKA-18659: librdkafka < 2.11.1 silently drops
 compression unless it sees Produce v0), OffsetCommit from v1 (librdkafka 2.0.2 needs a
-range overlapping 1-2), and nothing flexible except ApiVersions 3-4, InitProducerId 2-4,
-SaslAuthenticate 2, the SCRAM credential APIs (flexible from v0) and the ACL APIs
-DescribeAcls/CreateAcls/DeleteAcls 2-3 (served from v1, as Kafka 4: v0 has no pattern type)
-and AlterPartitionReassignments/ListPartitionReassignments 0 (KIP-455, flexible from v0).
-Pure data and small builders, any thread.
+range overlapping 1-2). Which versions are flexible (KIP-482) is Kafka's, from the specs
+(messages.py): of the APIs served before KIP-482 most stop at their last non-flexible
+version; the APIs added since (SCRAM credentials, ACLs from v2, reassignments, the
+transaction APIs, ...) are served with their flexible versions. WriteTxnMarkers keeps v0,
+what Kafka brokers before 2.8 send. Pure data and small builders, any thread.
 """
 
 from .api_keys import ApiKey
@@ -48,6 +48,8 @@ SUPPORTED_VERSIONS = {
     ApiKey.DELETE_ACLS: (1, 3),
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
+    ApiKey.WRITE_TXN_MARKERS: (0, 1),
+    ApiKey.DESCRIBE_PRODUCERS: (0, 0),
 }
 
 # Produce v0-2 are advertised and decodable, but a handler answers them with

@@ -77,6 +77,7 @@ from fastlog.server.authz import (
     OPERATIONS_NOT_ASKED,
     READ,
     TOPIC,
+    TRANSACTIONAL_ID,
     WRITE,
     authorize,
     authorize_cluster,
@@ -98,7 +99,7 @@ from fastlog.server.dynamic_config import (
     is_dynamic,
 )
 from fastlog.server.group import GROUP_HANDLERS
-from fastlog.server.replica_manager import PartitionResult
+from fastlog.server.replica_manager import PartitionResult, is_transactional_records
 
 log = logging.getLogger("fastlog.server.apis")
 
@@ -247,6 +248,8 @@ class KafkaApis:
             ApiKey.DELETE_ACLS: self.handle_delete_acls,
             ApiKey.ALTER_PARTITION_REASSIGNMENTS: self.handle_alter_partition_reassignments,
             ApiKey.LIST_PARTITION_REASSIGNMENTS: self.handle_list_partition_reassignments,
+            ApiKey.WRITE_TXN_MARKERS: self.handle_write_txn_markers,
+            ApiKey.DESCRIBE_PRODUCERS: self.handle_describe_producers,
         }
         # ---- group coordinator hook (issue 5): its handlers use the same contract.
         self.handlers.update(GROUP_HANDLERS)
@@ -608,15 +611,17 @@ class KafkaApis:
             if acks == 0:
                 raise CloseConnection("Produce below v3 is not supported")
             return {"responses": responses, "throttle_time_ms": 0}
-        if request.transactional_id is not None:
+        # Kafka: transactional batches need the request's transactional id and Write on it
+        if any(is_transactional_records(p.records) for t in request.topic_data for p in t.partition_data) \
+                and (request.transactional_id is None
+                     or not authorize(ctx, WRITE, TRANSACTIONAL_ID, request.transactional_id)):
             err = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
             for t in request.topic_data:
                 responses.append({"name": t.name, "partition_responses": [
-                    {"index": p.index, "error_code": err, "base_offset": -1,
-                     "error_message": "transactions are not supported"}
+                    {"index": p.index, "error_code": err, "base_offset": -1}
                     for p in t.partition_data]})
             if acks == 0:
-                raise CloseConnection("transactional produce")
+                raise CloseConnection("transactional produce refused")
             return {"responses": responses, "throttle_time_ms": 0}
         results = {}
         for t in request.topic_data:
@@ -669,7 +674,10 @@ class KafkaApis:
         fastlog.protocol._produce read it from the frame: the same steps as
         handle_produce, answered in compiled code when the append succeeded. Returns
         the response parts (None for acks=0)."""
-        r = await self._append_led(topic, partition, records, acks, api_version)
+        if is_transactional_records(records):   # (no transactional id on this path)
+            r = PartitionResult(Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        else:
+            r = await self._append_led(topic, partition, records, acks, api_version)
         wait = self.broker.replica_manager.completion({(topic, partition): r}, acks, timeout_ms)
         if wait is not None:
             await wait
@@ -768,7 +776,8 @@ class KafkaApis:
                 res = rm.read_partition(p, fp.fetch_offset, max(budget, 0),
                                         min_one_batch=(total == 0), from_follower=from_follower,
                                         api_version=v, replica_id=request.replica_id,
-                                        client_rack=request.rack_id if v >= 11 else None)
+                                        client_rack=request.rack_id if v >= 11 else None,
+                                        read_committed=read_committed)
                 entry["error_code"] = res.error
                 entry["preferred_read_replica"] = res.preferred_read_replica
                 entry["high_watermark"] = res.high_watermark
@@ -779,12 +788,17 @@ class KafkaApis:
                 elif res.regions:
                     entry["records"] = (res.regions, res.size)
                     total += res.size
+                    if res.aborted_transactions:
+                        entry["aborted_transactions"] = [
+                            {"producer_id": pid, "first_offset": first}
+                            for pid, first in res.aborted_transactions]
             responses.append({"topic": t.topic, "partitions": parts})
         return responses, total, errored
 
     # ------------------------------------------------------------------ ListOffsets
     async def handle_list_offsets(self, ctx, request):
         v = ctx.api_version
+        read_committed = v >= 2 and request.isolation_level == 1
         topics = []
         for t in request.topics:
             parts = []
@@ -806,6 +820,10 @@ class KafkaApis:
                     continue
                 log_ = p.log
                 ts = lp.timestamp
+                # read_committed sees up to the last stable offset (the high watermark
+                # without open transactions); read_uncommitted up to the high watermark.
+                visible = (self.broker.replica_manager.last_stable_offset(p) if read_committed
+                           else p.high_watermark)
                 if ts == LIST_OFFSETS_EARLIEST:
                     entry["offset"] = log_.log_start_offset
                     entry["leader_epoch"] = p.leader_epoch
@@ -814,9 +832,7 @@ class KafkaApis:
                         # a new leader still learning the committed end: clients retry
                         entry["error_code"] = Errors.OFFSET_NOT_AVAILABLE
                         continue
-                    # read_committed sees up to the last stable offset (= high watermark
-                    # without transactions); read_uncommitted up to the high watermark.
-                    entry["offset"] = p.high_watermark
+                    entry["offset"] = visible
                     entry["leader_epoch"] = p.leader_epoch
                 elif ts < 0 and ts != LIST_OFFSETS_MAX_TIMESTAMP:
                     entry["error_code"] = Errors.INVALID_REQUEST
@@ -826,7 +842,7 @@ class KafkaApis:
                         off, found_ts, epoch = _timestamp_offset(found, p.leader_epoch)
                         cached = log_.leader_epoch_cache.epoch_for_offset(off)
                         epoch = cached if cached >= 0 else epoch
-                        if off < p.high_watermark:
+                        if off < visible:
                             entry["offset"] = off
                             entry["timestamp"] = found_ts
                             entry["leader_epoch"] = epoch
@@ -1296,6 +1312,69 @@ class KafkaApis:
             epoch = 0
         return {"throttle_time_ms": 0, "error_code": Errors.NONE, "producer_id": pid,
                 "producer_epoch": epoch}
+
+    # ------------------------------------------------------------------ WriteTxnMarkers
+    async def handle_write_txn_markers(self, ctx, request):
+        """Transaction markers from a transaction coordinator (ClusterAction on the
+        cluster): ReplicaManager.append_txn_markers on the partitions led here, Kafka's
+        per-partition codes for the others."""
+        allowed = authorize_cluster(ctx, CLUSTER_ACTION)
+        rm = self.broker.replica_manager
+        refused: list[dict] = []
+        markers = []
+        for m in request.markers:
+            errors = {}
+            led = []
+            for t in m.topics:
+                for index in t.partition_indexes:
+                    err = Errors.CLUSTER_AUTHORIZATION_FAILED
+                    if allowed:
+                        _, err = self._led_partition(t.name, index, write=True)
+                    if err == Errors.NONE:
+                        led.append((t.name, index))
+                    else:
+                        errors[(t.name, index)] = err
+            refused.append(errors)
+            markers.append((m.producer_id, m.producer_epoch, m.transaction_result,
+                            m.coordinator_epoch, led))
+        written = await rm.append_txn_markers(markers)
+        out = []
+        for m, errors, done in zip(request.markers, refused, written, strict=True):
+            errors.update(done)
+            topics = []
+            for t in m.topics:
+                topics.append({"name": t.name, "partitions": [
+                    {"partition_index": i, "error_code": errors[(t.name, i)]}
+                    for i in t.partition_indexes]})
+            out.append({"producer_id": m.producer_id, "topics": topics})
+        return {"markers": out}
+
+    # ------------------------------------------------------------------ DescribeProducers
+    async def handle_describe_producers(self, ctx, request):
+        """The active producers of each partition led here (Read on the topic)."""
+        topics = []
+        for t in request.topics:
+            may_read = authorize(ctx, READ, TOPIC, t.name)
+            parts = []
+            for index in t.partition_indexes:
+                entry = {"partition_index": index, "error_code": Errors.NONE,
+                         "active_producers": []}
+                parts.append(entry)
+                if not may_read:
+                    entry["error_code"] = Errors.TOPIC_AUTHORIZATION_FAILED
+                    continue
+                p, err = self._led_partition(t.name, index)
+                if p is None:
+                    entry["error_code"] = err
+                    continue
+                entry["active_producers"] = [
+                    {"producer_id": e.producer_id, "producer_epoch": e.epoch,
+                     "last_sequence": e.last_seq, "last_timestamp": e.last_timestamp,
+                     "coordinator_epoch": e.coordinator_epoch,
+                     "current_txn_start_offset": e.current_txn_first_offset}
+                    for e in p.producer_state.producers.values()]
+            topics.append({"name": t.name, "partitions": parts})
+        return {"throttle_time_ms": 0, "topics": topics}
 
     # ------------------------------------------------------------------ OffsetForLeaderEpoch
     async def handle_offset_for_leader_epoch(self, ctx, request):
