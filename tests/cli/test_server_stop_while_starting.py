@@ -18,7 +18,14 @@ def test_sigterm_while_reaching_zookeeper_stops_the_server(tmp_path):
          "--override", "zookeeper.connection.timeout.ms=600000"],  # would wait 10 minutes
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
     try:
-        time.sleep(1.0)  # well into the connection attempts
+        # Well into the connection attempts: its first try is logged (a fixed sleep can
+        # end before a loaded machine has even imported the server).
+        deadline = time.monotonic() + 60
+        line = ""
+        while "Connecting to 127.0.0.1" not in line and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            assert line or proc.poll() is None, "the server exited before reaching ZooKeeper"
+        assert "Connecting to 127.0.0.1" in line
         assert proc.poll() is None
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
