@@ -72,7 +72,7 @@ class RemoteHighWatermarks:
             return
         try:
             self._values = await asyncio.wait_for(self._fetch(wanted), REFRESH_TIMEOUT_S)
-        except (asyncio.TimeoutError, OSError, errors.FastlogError) as e:
+        except (TimeoutError, OSError, errors.FastlogError) as e:
             log.debug("high watermarks for consumer lag not refreshed: %r", e)
         except Exception:  # noqa: BLE001 - a scrape must not fail on a peer's answer
             log.warning("high watermarks for consumer lag not refreshed", exc_info=True)
