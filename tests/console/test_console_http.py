@@ -1,0 +1,136 @@
+"""The web console over plain HTTP against a real broker: what it renders is escaped,
+bad input and missing things are one sentence (never a traceback), every mutation needs
+the CSRF token, --read-only refuses mutations on the server, and the charts' samples."""
+
+import json
+import re
+import time
+
+from fastlog.client import SyncAdmin, SyncProducer, TopicPartition
+
+HOSTILE = "<img src=x onerror=alert(1)>"
+
+
+def _error(body: str) -> str:
+    """The one sentence of an error page."""
+    found = re.search(r'<p class="error" role="alert">(.*?)</p>', body, re.S)
+    assert found, body[:2000]
+    text = found.group(1)
+    assert "Traceback" not in body and "\n" not in text
+    return text
+
+
+def test_keys_values_headers_and_group_ids_are_escaped(console, bootstrap, topic_name):
+    with SyncAdmin(bootstrap) as admin:
+        admin.create_topic(topic_name, 1, 1)
+        with SyncProducer(bootstrap) as producer:
+            producer.send(topic_name, HOSTILE.encode(), key=b"<script>k</script>",
+                          headers=[("<h>", b"<i>v</i>")]).result(30)
+        admin.commit_offsets(f"<b>{topic_name}</b>", {TopicPartition(topic_name, 0): 0})
+    status, body, headers = console.get(f"/topics/{topic_name}/messages", partition=0)
+    assert status == 200
+    assert HOSTILE not in body and "<script>k" not in body and "<i>v</i>" not in body
+    assert "&lt;img src=x onerror=alert(1)&gt;" in body
+    assert "&lt;script&gt;k&lt;/script&gt;" in body
+    assert "script-src 'self'" in headers["Content-Security-Policy"]
+    status, body, _ = console.get("/groups")
+    assert f"<b>{topic_name}</b>" not in body and f"&lt;b&gt;{topic_name}&lt;/b&gt;" in body
+    status, body, _ = console.get("/groups/view", id=f"<b>{topic_name}</b>")
+    assert status == 200 and f"<b>{topic_name}" not in body
+
+
+def test_bad_input_is_one_sentence(console, bootstrap, topic_name):
+    with SyncAdmin(bootstrap) as admin:
+        admin.create_topic(topic_name, 1, 1)
+    status, body, _ = console.get(f"/topics/{topic_name}/messages", partition=0,
+                                  offset=99, **{"from": "offset"})
+    assert status == 400
+    assert "Offset 99 is beyond the end" in _error(body)
+    status, body, _ = console.get(f"/topics/{topic_name}/messages", partition=7)
+    assert status == 400 and "has no partition 7" in _error(body)
+    status, body, _ = console.get(f"/topics/{topic_name}/messages", partition=0,
+                                  timestamp="yesterday", **{"from": "timestamp"})
+    assert status == 400 and "is not a time" in _error(body)
+    status, body, _ = console.get("/topics/no-such-topic-here")
+    assert status == 404 and "no-such-topic-here" in _error(body)
+    status, body, _ = console.get("/no/such/page")
+    assert status == 404 and _error(body) == "There is no such page."
+    token = console.csrf()
+    status, body, _ = console.post(f"/topics/{topic_name}/produce",
+                                   {"csrf": token, "value": "v", "headers": "{not json"})
+    assert status == 400 and "headers are not valid JSON" in _error(body)
+    status, body, _ = console.post("/topics", {"csrf": token, "name": "bad name!",
+                                               "partitions": "1", "replication_factor": "1"})
+    assert status == 400 and "is not a legal topic name" in _error(body)
+    status, body, _ = console.post("/topics", {"csrf": token, "name": topic_name,
+                                               "partitions": "x", "replication_factor": "1"})
+    assert status == 400 and "must be a whole number" in _error(body)
+    status, body, _ = console.post("/topics", {"csrf": token, "name": topic_name,
+                                               "partitions": "1", "replication_factor": "1"})
+    assert status == 502 and "already exists" in _error(body)
+
+
+def test_mutations_need_the_csrf_token(console, bootstrap, topic_name):
+    status, body, _ = console.post("/topics", {"name": topic_name, "partitions": "1",
+                                               "replication_factor": "1"})
+    assert status == 403 and "security token" in _error(body)
+    status, _, _ = console.post("/topics", {"csrf": "forged", "name": topic_name})
+    assert status == 403
+    with SyncAdmin(bootstrap) as admin:
+        assert topic_name not in admin.list_topics()
+    status, _, headers = console.post("/topics", {"csrf": console.csrf(), "name": topic_name,
+                                                  "partitions": "2",
+                                                  "replication_factor": "1"})
+    assert status == 303 and headers["Location"].startswith(f"/topics/{topic_name}?")
+    with SyncAdmin(bootstrap) as admin:
+        (info,) = admin.describe_topics([topic_name])
+        assert len(info.partitions) == 2
+
+
+def test_read_only_refuses_every_mutation(read_only_console, console, bootstrap, topic_name):
+    with SyncAdmin(bootstrap) as admin:
+        admin.create_topic(topic_name, 1, 1)
+    status, body, _ = read_only_console.get("/topics")
+    assert status == 200 and "Create topic" not in body and "name=csrf" not in body
+    # Even with the token of a console that allows changes, and for every kind of change.
+    token = console.csrf()
+    for path, fields in (("/topics", {"name": topic_name + "-x"}),
+                         (f"/topics/{topic_name}/delete", {"confirm": topic_name}),
+                         (f"/topics/{topic_name}/produce", {"value": "v"}),
+                         ("/groups/delete", {"id": "g"}),
+                         ("/users/add", {"user": "u", "mechanism": "SCRAM-SHA-256",
+                                         "password": "p"})):
+        status, body, _ = read_only_console.post(path, {"csrf": token, **fields})
+        assert status == 403 and "read-only" in _error(body), path
+    with SyncAdmin(bootstrap) as admin:
+        assert topic_name in admin.list_topics()
+        assert topic_name + "-x" not in admin.list_topics()
+        got = admin.list_offsets({TopicPartition(topic_name, 0): -1})
+        assert got[TopicPartition(topic_name, 0)].offset == 0
+
+
+def test_unavailable_features_are_not_errors(console):
+    # The test broker has no authorizer: ACLs are a feature it does not offer.
+    status, body, _ = console.get("/acls")
+    assert status == 200 and "unavailable on this cluster" in body
+
+
+def test_charts_sample_messages_per_second(console, bootstrap, topic_name):
+    with SyncAdmin(bootstrap) as admin:
+        admin.create_topic(topic_name, 1, 1)
+    with SyncProducer(bootstrap) as producer:
+        deadline = time.monotonic() + 20
+        data = {}
+        while time.monotonic() < deadline:
+            for f in [producer.send(topic_name, b"x") for _ in range(20)]:
+                f.result(30)
+            data = json.loads(console.get("/charts/data")[1])
+            if any(v for v in data["topics"].get(topic_name, []) if v):
+                break
+            time.sleep(0.5)
+    assert any(v for v in data["topics"][topic_name] if v), data
+    assert len(data["t"]) == len(data["topics"][topic_name])
+    status, body, _ = console.get("/charts")
+    assert status == 200 and "uPlot.iife.min.js" in body
+    status, js, _ = console.get("/static/vendor/uplot-1.6.32/uPlot.iife.min.js")
+    assert status == 200 and "uPlot" in js[:200]
