@@ -18,6 +18,9 @@ import urllib.request
 import pytest
 
 from tests.client_fixture import bootstrap, topic_name  # noqa: F401
+from tests.zk_fixture import zk_server_fixture
+
+zk_server = zk_server_fixture()
 
 CHROMIUM = "/usr/bin/chromium"
 START_TIMEOUT_S = 30.0
