@@ -555,7 +555,7 @@ async def messages_page(request):
               + field("Key contains", "key", key_filter, size=12)
               + field("Value contains", "contains", contains, size=12)
               + "<button type=submit>Show</button></form>")
-    live = (f'<p><label><input type=checkbox id=live data-src="'
+    live = (f'<p><label class=check><input type=checkbox id=live data-src="'
             f'{esc(pages.url(f"/topics/{name}/messages/rows", partition=partition, format=fmt, key=key_filter or None, contains=contains or None))}" '
             f'data-next="{next_pos}"> live: add new messages as they arrive</label></p>')
     more = ""
@@ -654,13 +654,14 @@ async def groups_page(request):
     if groups:
         for d in await c.admin.describe_groups([g for g, _ in groups[:200]]):
             descs[d.group_id] = d
+    lags = c.sampler.samples[-1][2] if c.sampler.samples else {}
     rows = []
     for gid, ptype in groups:
         d = descs.get(gid)
         rows.append((link("/groups/view", gid, id=gid), esc(d.state if d else "?"),
-                     esc(ptype or "-"), esc(len(d.members) if d else "?")))
-    body = table(("group", "state", "protocol type", "members"), rows, cls="groups",
-                 empty="No consumer groups.")
+                     esc(ptype or "-"), esc(len(d.members) if d else "?"), esc(lags.get(gid))))
+    body = table(("group", "state", "protocol type", "members", "total lag (last sample)"),
+                 rows, cls="groups", empty="No consumer groups.")
     return c.page(request, "Consumer groups", body)
 
 

@@ -19,6 +19,7 @@ import time
 
 from fastlog.client import LATEST, TopicPartition
 from fastlog.client.errors import FastlogError
+from fastlog.logs import RateLimitedLog
 from fastlog.perf.broker_metrics import SERIES, scrape
 
 log = logging.getLogger("fastlog.console")
@@ -38,6 +39,7 @@ class Sampler:
         # (time, {topic: end offset sum}, {group: lag}, {url: {series: value}})
         self.samples: collections.deque = collections.deque(maxlen=keep)
         self.problem: str | None = None
+        self._log = RateLimitedLog(log, 60.0)
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -63,7 +65,7 @@ class Sampler:
                 self.problem = str(exc)
             except Exception as exc:  # noqa: BLE001 - a broker's answer must not stop us
                 self.problem = f"{type(exc).__name__}: {exc}"
-                log.warning("console sampler: %s", self.problem)
+                self._log.log(logging.WARNING, "console sampler: %s", self.problem)
             await asyncio.sleep(max(0.5, self.interval - (time.monotonic() - started)))
 
     async def sample(self):

@@ -5,9 +5,8 @@ shows it missing and the cluster degraded."""
 import re
 
 from fastlog.client import SyncAdmin
-from fastlog.testing import make_chroot, wait_until
+from fastlog.testing import ConsoleProcess, make_chroot, wait_until
 from tests.cluster.harness import ClusterHarness
-from tests.console.conftest import ConsoleProcess
 
 
 def _verdict(console) -> str:

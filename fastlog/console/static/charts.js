@@ -6,6 +6,10 @@
   var root = document.getElementById("charts");
   if (!root || typeof uPlot === "undefined") { return; }
   var charts = {};
+  // The broker series of /charts/data, one chart per unit.
+  var units = [["bytes per second", ["bytes_in", "bytes_out"]],
+               ["messages in per second", ["messages_in"]],
+               ["CPU seconds per second", ["cpu_s"]]];
   var palette = ["#3867d6", "#20bf6b", "#eb3b5a", "#f7b731", "#8854d0", "#0fb9b1", "#fa8231", "#4b6584"];
   function draw(id, parent, title, names, t, columns) {
     var key = id + "|" + names.join("\u0000");
@@ -41,8 +45,13 @@
         var section = document.getElementById("broker-charts");
         Object.keys(d.brokers).forEach(function (url, i) {
           var m = d.brokers[url];
-          var names = Object.keys(m);
-          draw("chart-broker-" + i, section, url + " (per second)", names, d.t, names.map(function (k) { return m[k]; }));
+          units.forEach(function (u, j) {
+            var names = u[1].filter(function (k) { return k in m; });
+            if (names.length) {
+              draw("chart-broker-" + i + "-" + j, section, url + ": " + u[0], names, d.t,
+                   names.map(function (k) { return m[k]; }));
+            }
+          });
         });
       })
       .catch(function () {});
