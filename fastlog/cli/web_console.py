@@ -24,6 +24,8 @@ from fastlog.cli.main import (
 )
 from fastlog.client.sync import run_async
 
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
@@ -94,6 +96,10 @@ async def _serve(args, security) -> int:
             raise CliError(f"cannot listen on {args.host}:{args.port}: "
                            f"{exc.strerror or exc}") from None
         host, port = runner.addresses[0][:2]
+        if args.host not in LOOPBACK:
+            sys.stderr.write(f"fastlog console: warning: listening on {args.host}: anyone who "
+                             "can reach it acts on the cluster as this console (it has no "
+                             "login of its own)\n")
         mode = " (read-only)" if args.read_only else ""
         sys.stdout.write(f"fastlog console{mode} for {args.bootstrap_server} at "
                          f"http://{host}:{port}/\n")

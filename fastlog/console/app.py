@@ -454,7 +454,12 @@ async def _browse(c: Console, tp: TopicPartition, start: int, limit: int, end: i
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            batch = await consumer.getmany(timeout_ms=min(left, 1.0) * 1000)
+            batch = await consumer.getmany(timeout_ms=min(left, 0.5) * 1000)
+            if not batch:
+                # Control records (transaction markers) and compacted gaps move the
+                # position without handing out a record.
+                pos = max(pos, await consumer.position(tp))
+                continue
             for record in batch.get(tp, []):
                 if record.offset >= end:
                     pos = end

@@ -134,3 +134,35 @@ def test_charts_sample_messages_per_second(console, bootstrap, topic_name):
     assert status == 200 and "uPlot.iife.min.js" in body
     status, js, _ = console.get("/static/vendor/uplot-1.6.32/uPlot.iife.min.js")
     assert status == 200 and "uPlot" in js[:200]
+
+
+def test_browse_by_timestamp_formats_and_show_all(console, bootstrap, topic_name):
+    with SyncAdmin(bootstrap) as admin:
+        admin.create_topic(topic_name, 1, 1)
+    base = 1_700_000_000_000
+    big = b"0123456789" * 500
+    with SyncProducer(bootstrap) as producer:
+        for i, value in enumerate((b"first", b"second", big)):
+            producer.send(topic_name, value, partition=0, timestamp_ms=base + i * 1000).result(30)
+    # From a time (ms, or ISO in UTC): the first message at or after it.
+    for when in (str(base + 1000), "2023-11-14T22:13:21"):
+        status, body, _ = console.get(f"/topics/{topic_name}/messages", partition=0,
+                                      timestamp=when, **{"from": "timestamp"})
+        assert status == 200
+        offsets = re.findall(r'<tr data-offset="(\d+)">', body)
+        assert offsets == ["1", "2"], (when, offsets)
+    status, body, _ = console.get(f"/topics/{topic_name}/messages", partition=0,
+                                  timestamp=str(base + 60_000), **{"from": "timestamp"})
+    assert status == 200 and "No message at or after" in body
+    # A chosen format; a long value is cut with a link to all of it.
+    status, body, _ = console.get(f"/topics/{topic_name}/messages", partition=0,
+                                  format="base64", limit=2)
+    assert "Zmlyc3Q=" in body and "c2Vjb25k" in body  # base64 of first, second
+    assert "Next page from offset 2" in body
+    status, body, _ = console.get(f"/topics/{topic_name}/messages", partition=0, offset=2,
+                                  **{"from": "offset"})
+    assert f"{len(big) - 1024} more bytes" in body and "show all" in body
+    status, body, _ = console.get(f"/topics/{topic_name}/message", partition=0, offset=2)
+    assert status == 200 and big.decode() in body
+    status, body, _ = console.get(f"/topics/{topic_name}/message", partition=0, offset=3)
+    assert status == 400 and "has no message at offset 3" in _error(body)
