@@ -26,6 +26,7 @@ log = logging.getLogger("fastlog.console")
 
 MAX_PARTITIONS = 5000
 MAX_GROUPS = 50
+STOP_ATTEMPTS = 10
 # chart name -> the broker-wide series of fastlog.perf.broker_metrics (Kafka's names)
 METRICS = tuple(SERIES)
 
@@ -41,20 +42,27 @@ class Sampler:
         self.problem: str | None = None
         self._log = RateLimitedLog(log, 60.0)
         self._task: asyncio.Task | None = None
+        self._stopping = False
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping
-                pass
+        """Cancel the task and wait for it, bounded: a cancellation can be lost inside a
+        request (asyncio.wait_for's race in Python 3.11), so it is repeated, and the loop
+        also ends at its next turn."""
+        self._stopping = True
+        task, self._task = self._task, None
+        for _ in range(STOP_ATTEMPTS):
+            if task is None or task.done():
+                break
+            task.cancel()
+            await asyncio.wait({task}, timeout=1.0)
+        if task is not None and task.done() and not task.cancelled():
+            task.exception()  # retrieved: nothing to report when stopping
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             started = time.monotonic()
             try:
                 self.samples.append(await self.sample())
@@ -66,7 +74,8 @@ class Sampler:
             except Exception as exc:  # noqa: BLE001 - a broker's answer must not stop us
                 self.problem = f"{type(exc).__name__}: {exc}"
                 self._log.log(logging.WARNING, "console sampler: %s", self.problem)
-            await asyncio.sleep(max(0.5, self.interval - (time.monotonic() - started)))
+            if not self._stopping:
+                await asyncio.sleep(max(0.5, self.interval - (time.monotonic() - started)))
 
     async def sample(self):
         now = time.time()
