@@ -517,9 +517,10 @@ class ConsoleProcess:
         q = urllib.parse.urlencode(query)
         return self.base + path + (f"?{q}" if q else "")
 
-    def get(self, path: str = "/", **query) -> tuple[int, str, dict]:
+    def get(self, path: str = "/", *, headers: dict | None = None,
+            **query) -> tuple[int, str, dict]:
         """(status, body, headers) of a GET, bounded by 30 s."""
-        return _open(urllib.request.Request(self.url(path, **query)))
+        return _open(urllib.request.Request(self.url(path, **query), headers=headers or {}))
 
     def post(self, path: str, fields: dict) -> tuple[int, str, dict]:
         """(status, body, headers) of a form POST; redirects are not followed."""

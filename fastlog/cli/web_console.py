@@ -79,8 +79,12 @@ async def _serve(args, security) -> int:
 
     from fastlog.console.app import Console, make_app
 
+    # Bound to loopback, the console answers only to loopback names; bound elsewhere, to
+    # whatever name reaches it.
+    allowed = LOOPBACK if args.host in LOOPBACK else None
     console = Console(args.bootstrap_server, security=security, read_only=args.read_only,
-                      metrics_urls=args.metrics_url, sample_interval=args.sample_interval)
+                      metrics_urls=args.metrics_url, sample_interval=args.sample_interval,
+                      allowed_hosts=allowed)
     try:
         await console.admin.start()
     except Exception:

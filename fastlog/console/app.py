@@ -1,11 +1,13 @@
 # fastlog/console/app.py: the web console's aiohttp application.
 #
 # Owns the pages (overview, topics, a topic, messages, consumer groups, a group, charts,
-# ACLs, SCRAM users), their forms, and three guards every request passes:
+# ACLs, SCRAM users), their forms, and the guards every request passes:
 # - read-only: with --read-only every request other than GET/HEAD is refused (403) here,
 #   whatever the page shows;
 # - CSRF: every POST carries the per-process token the forms hold (a hidden field), else
 #   403; the console binds to 127.0.0.1 unless told otherwise;
+# - host: bound to loopback, only requests naming a loopback host are answered (a page of
+#   another site rebinding its name to 127.0.0.1 gets nothing);
 # - errors: a bad input (an offset beyond the end, malformed JSON headers, an illegal topic
 #   name) or a Kafka error is one sentence on the page; an API the cluster does not serve
 #   shows the feature as unavailable; anything unexpected is one sentence too (logged,
@@ -72,9 +74,11 @@ class Console:
     """The console's state: the clients, the CSRF token, the sampler."""
 
     def __init__(self, bootstrap: str, *, security=None, read_only: bool = False,
-                 metrics_urls=(), sample_interval: float = 5.0):
+                 metrics_urls=(), sample_interval: float = 5.0, allowed_hosts=None):
         self.bootstrap = bootstrap
         self.read_only = read_only
+        # The Host header names served (None: any), e.g. loopback names for 127.0.0.1.
+        self.allowed_hosts = None if allowed_hosts is None else frozenset(allowed_hosts)
         self.csrf = secrets.token_urlsafe(32)
         self.admin = Admin(bootstrap, client_id="fastlog-console", security=security,
                            request_timeout_ms=15000)
@@ -119,6 +123,14 @@ class Console:
                 f"({esc(_sentence(exc))}).</p>")
 
 
+def _hostname(host: str | None) -> str:
+    """The name in a Host header, without the port ("[::1]:8080" -> "::1")."""
+    host = (host or "").strip().lower()
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    return host.rpartition(":")[0] if host.count(":") == 1 else host
+
+
 def _sentence(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:500] or type(exc).__name__
 
@@ -138,6 +150,13 @@ def make_guard(console: Console):
     @web.middleware
     async def guard(request: web.Request, handler):
         try:
+            if console.allowed_hosts is not None and _hostname(request.host) not in \
+                    console.allowed_hosts:
+                # A page of another site whose name resolves to this address (DNS
+                # rebinding) must not read the console, nor its token.
+                return console.page(None, "Refused", "", status=421,
+                                    error="This console answers only to the address it "
+                                          "listens on.")
             if request.method not in ("GET", "HEAD"):
                 if console.read_only:
                     return console.page(request, "Refused", "", status=403,
@@ -164,7 +183,10 @@ def make_guard(console: Console):
                                     error=_sentence(exc))
         except UnknownTopic as exc:
             response = console.page(request, "Not found", "", status=404, error=_sentence(exc))
-        except (FastlogError, ValueError) as exc:
+        except ValueError as exc:
+            response = console.page(request, "Cannot do that", "", status=400,
+                                    error=f"{_sentence(exc)}.")
+        except FastlogError as exc:
             if _unavailable(exc):
                 text = f"This is unavailable on this cluster ({_sentence(exc)})."
             else:

@@ -166,3 +166,13 @@ def test_browse_by_timestamp_formats_and_show_all(console, bootstrap, topic_name
     assert status == 200 and big.decode() in body
     status, body, _ = console.get(f"/topics/{topic_name}/message", partition=0, offset=3)
     assert status == 400 and "has no message at offset 3" in _error(body)
+
+
+def test_answers_only_to_loopback_names(console):
+    port = console.base.rsplit(":", 1)[1]
+    for host, status in ((f"localhost:{port}", 200), (f"127.0.0.1:{port}", 200),
+                         (f"rebound.example:{port}", 421), ("rebound.example", 421)):
+        got, body, _ = console.get("/topics", headers={"Host": host})
+        assert got == status, (host, got)
+        if status == 421:
+            assert "name=csrf" not in body
