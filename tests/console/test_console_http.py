@@ -2,6 +2,7 @@
 bad input and missing things are one sentence (never a traceback), every mutation needs
 the CSRF token, --read-only refuses mutations on the server, and the charts' samples."""
 
+import html
 import json
 import re
 import time
@@ -12,10 +13,10 @@ HOSTILE = "<img src=x onerror=alert(1)>"
 
 
 def _error(body: str) -> str:
-    """The one sentence of an error page."""
+    """The one sentence of an error page (unescaped)."""
     found = re.search(r'<p class="error" role="alert">(.*?)</p>', body, re.S)
     assert found, body[:2000]
-    text = found.group(1)
+    text = html.unescape(found.group(1))
     assert "Traceback" not in body and "\n" not in text
     return text
 
@@ -176,3 +177,72 @@ def test_answers_only_to_loopback_names(console):
         assert got == status, (host, got)
         if status == 421:
             assert "name=csrf" not in body
+
+
+def test_change_configs_and_delete_a_topic(console, bootstrap, topic_name):
+    with SyncAdmin(bootstrap) as admin:
+        admin.create_topic(topic_name, 1, 1)
+    token = console.csrf()
+    status, _, _ = console.post(f"/topics/{topic_name}/configs",
+                                {"csrf": token, "set": "retention.ms=3600000\nsegment.ms=600000"})
+    assert status == 303
+    _, body, _ = console.get(f"/topics/{topic_name}")
+    assert "<td>retention.ms</td><td>3600000</td><td>DYNAMIC_TOPIC_CONFIG</td>" in body
+    status, _, _ = console.post(f"/topics/{topic_name}/configs",
+                                {"csrf": token, "delete": "retention.ms"})
+    assert status == 303
+    with SyncAdmin(bootstrap) as admin:
+        overrides = {c.name: c.value for c in admin.describe_configs(topic_name)
+                     if c.source == "DYNAMIC_TOPIC_CONFIG"}
+    assert overrides == {"segment.ms": "600000"}
+    status, body, _ = console.post(f"/topics/{topic_name}/configs", {"csrf": token,
+                                                                    "set": "no equals sign"})
+    assert status == 400 and "expected key=value" in _error(body)
+    # Deleting needs the name typed again.
+    status, body, _ = console.post(f"/topics/{topic_name}/delete",
+                                   {"csrf": token, "confirm": "something else"})
+    assert status == 400 and "type the topic's name" in _error(body)
+    status, _, headers = console.post(f"/topics/{topic_name}/delete",
+                                      {"csrf": token, "confirm": topic_name})
+    assert status == 303 and headers["Location"].startswith("/topics?")
+    with SyncAdmin(bootstrap) as admin:
+        assert topic_name not in admin.list_topics()
+
+
+def test_active_group_members_assignments_and_refused_reset(console, bootstrap, topic_name):
+    from confluent_kafka import Consumer
+
+    group = f"active-{topic_name}"
+    with SyncAdmin(bootstrap) as admin:
+        admin.create_topic(topic_name, 2, 1)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "client.id": "console-test", "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe([topic_name])
+        deadline = time.monotonic() + 30
+        while not consumer.assignment() and time.monotonic() < deadline:
+            consumer.poll(0.2)
+        assert consumer.assignment(), "the consumer was never assigned its partitions"
+        _, body, _ = console.get("/groups/view", id=group)
+        assert '<dd id=state>Stable</dd>' in body
+        assert "<td>console-test</td>" in body
+        assert f"{topic_name}-0, {topic_name}-1" in body
+        status, body, _ = console.post("/groups/reset", {"csrf": console.csrf(), "id": group,
+                                                         "topic": topic_name,
+                                                         "to": "earliest",
+                                                         "action": "apply"})
+        assert status == 400 and "is still active (Stable, 1 members)" in _error(body)
+        status, body, _ = console.post("/groups/delete", {"csrf": console.csrf(), "id": group})
+        assert status == 400 and "still has members" in _error(body)
+    finally:
+        consumer.close()
+    # The charts follow the group's lag once it has committed offsets.
+    with SyncAdmin(bootstrap) as admin:
+        admin.commit_offsets(group, {TopicPartition(topic_name, 0): 0})
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        data = json.loads(console.get("/charts/data")[1])
+        if group in data["groups"]:
+            break
+        time.sleep(0.5)
+    assert data["groups"][group][-1] == 0
