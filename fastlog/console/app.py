@@ -519,19 +519,20 @@ async def _partition_bounds(c: Console, tp: TopicPartition) -> tuple[int, int]:
     return starts[tp].offset, ends[tp].offset
 
 
-async def _topic_partition(c: Console, request) -> TopicPartition:
+async def _topic_partition(c: Console, request) -> tuple[TopicPartition, list[int]]:
+    """The topic and partition a messages request names, and the topic's partitions."""
     name = _topic(request.match_info["name"])
     (info,) = await c.admin.describe_topics([name])
     partition = _int(request.query.get("partition", "0"), "The partition", high=(1 << 31) - 1)
     if partition not in info.partitions:
         raise BadInput(f"Topic {name} has no partition {partition} (it has "
                        f"{len(info.partitions)}).")
-    return TopicPartition(name, partition)
+    return TopicPartition(name, partition), sorted(info.partitions)
 
 
 async def messages_page(request):
     c: Console = request.app["console"]
-    tp = await _topic_partition(c, request)
+    tp, partitions = await _topic_partition(c, request)
     q = request.query
     name, partition = tp.topic, tp.partition
     mode = q.get("from", "beginning")
@@ -570,8 +571,7 @@ async def messages_page(request):
         info = (f"Scanned {scanned} messages ({start} to {next_pos - 1}) and stopped: "
                 "continue from the next offset to search further.")
     choose = (f'<form method=get action="/topics/{esc(name)}/messages" class="browse">'
-              + select("Partition", "partition", sorted(
-                  c.cluster.topics[name].partitions), partition)
+              + select("Partition", "partition", partitions, partition)
               + select("From", "from", [("beginning", "beginning"), ("offset", "offset"),
                                         ("timestamp", "timestamp"), ("end", "end")], mode)
               + field("Offset", "offset", q.get("offset", ""), size=10)
@@ -595,7 +595,8 @@ async def messages_page(request):
                f"{end_offset} (end); showing {len(records)} from offset {start}.</p>")
     notice = f'<p class="notice">{esc(info)}</p>' if info else ""
     produce = c.form(f"/topics/{name}/produce",
-                     hidden("partition", partition)
+                     select("Partition", "partition",
+                            [("", "by key")] + partitions, partition)
                      + field("Key", "key", size=16)
                      + textarea("Value", "value", rows=3)
                      + textarea('Headers (JSON, like {"trace": "abc"})', "headers", rows=1),
@@ -615,7 +616,7 @@ async def message_rows(request):
     """The live view's poll: the rows after offset as an HTML fragment, the next offset
     in the X-Next-Offset header."""
     c: Console = request.app["console"]
-    tp = await _topic_partition(c, request)
+    tp, _ = await _topic_partition(c, request)
     fmt = request.query.get("format", "auto")
     start = _int(request.query.get("offset", "0"), "The offset")
     _, end = await _partition_bounds(c, tp)
@@ -628,7 +629,7 @@ async def message_rows(request):
 
 async def message_page(request):
     c: Console = request.app["console"]
-    tp = await _topic_partition(c, request)
+    tp, _ = await _topic_partition(c, request)
     offset = _int(request.query.get("offset", ""), "The offset")
     fmt = request.query.get("format", "auto")
     start, end = await _partition_bounds(c, tp)
