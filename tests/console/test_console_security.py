@@ -71,3 +71,26 @@ def test_add_and_remove_a_scram_user(secured):
     assert status == 303
     with SyncAdmin(broker.bootstrap) as admin:
         assert admin.describe_user_scram_credentials(None) == {}
+
+
+def test_console_over_sasl_with_the_client_options(tmp_path_factory, tmp_path):
+    """-X and --command-config carry the client's security settings, as for the other
+    commands; a wrong password is one sentence, not a console."""
+    from tests.security.test_sasl_broker import running_sasl_broker, sasl_address
+
+    with running_sasl_broker(tmp_path_factory.mktemp("console-sasl") / "data", "plain-pw",
+                             {("SCRAM-SHA-256", "sam"): "scram-pw"}) as b:
+        config = tmp_path / "client.properties"
+        config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+                          "sasl.username=sam\n")
+        console = ConsoleProcess(sasl_address(b), "--command-config", str(config),
+                                 "-X", "sasl.password=scram-pw").start()
+        try:
+            status, body, _ = console.get("/")
+            assert status == 200 and "Healthy: 1 broker" in body
+        finally:
+            assert console.stop() == 0
+        wrong = ConsoleProcess(sasl_address(b), "--command-config", str(config),
+                               "-X", "sasl.password=wrong")
+        with pytest.raises(AssertionError, match="console did not start.*fastlog console: "):
+            wrong.start()
