@@ -110,10 +110,15 @@ class Console:
     def page(self, request, title: str, body: str, *, status: int = 200,
              error: str | None = None, scripts=()) -> web.Response:
         notice = request.query.get("notice") if request is not None else None
+        if notice and not hmac.compare_digest(request.query.get("sig", ""), self.sign(notice)):
+            notice = None
         text = pages.layout(title, body, cluster=self.bootstrap, read_only=self.read_only,
                             notice=notice[:300] if notice else None, error=error,
                             scripts=scripts)
         return web.Response(text=text, status=status, content_type="text/html")
+
+    def sign(self, text: str) -> str:
+        return hmac.new(self.csrf.encode(), text.encode(), "sha256").hexdigest()[:32]
 
     def form(self, action: str, fields: str, submit: str, **kw) -> str:
         return form(action, fields, submit, csrf=self.csrf, read_only=self.read_only, **kw)
@@ -140,8 +145,10 @@ def _unavailable(exc: Exception) -> bool:
         isinstance(exc, KafkaError) and exc.name in UNAVAILABLE)
 
 
-def _redirect(path: str, notice: str, **query):
-    raise web.HTTPSeeOther(pages.url(path, notice=notice, **query))
+def _redirect(c: Console, path: str, notice: str, **query):
+    """303 to path, which then shows notice (signed, so a link from elsewhere cannot put
+    words on a console page)."""
+    raise web.HTTPSeeOther(pages.url(path, notice=notice, sig=c.sign(notice), **query))
 
 
 # -- guards --------------------------------------------------------------------------------
@@ -383,7 +390,7 @@ async def create_topic(request):
               high=(1 << 15) - 1)
     configs = _configs(form_.get("configs", ""))
     await c.admin.create_topic(name, partitions, rf, configs)
-    _redirect(f"/topics/{name}", f"Created topic {name}.")
+    _redirect(c, f"/topics/{name}", f"Created topic {name}.")
 
 
 async def topic_page(request):
@@ -442,7 +449,7 @@ async def alter_topic(request):
     if not sets and not deletes:
         raise BadInput("Nothing to change: give key=value lines to set or keys to remove.")
     await c.admin.alter_configs(name, sets, deletes)
-    _redirect(f"/topics/{name}", "Changed the topic's configs.")
+    _redirect(c, f"/topics/{name}", "Changed the topic's configs.")
 
 
 async def delete_topic(request):
@@ -452,7 +459,7 @@ async def delete_topic(request):
     if form_.get("confirm", "") != name:
         raise BadInput(f"Not deleted: type the topic's name ({name}) to confirm.")
     await c.admin.delete_topic(name)
-    _redirect("/topics", f"Deleted topic {name}.")
+    _redirect(c, "/topics", f"Deleted topic {name}.")
 
 
 # -- messages ------------------------------------------------------------------------------
@@ -661,7 +668,7 @@ async def produce(request):
     handle = await producer.send(name, value.encode(), key.encode() if key else None,
                                  partition=partition, headers=headers)
     result = await handle  # bounded by the producer's delivery timeout
-    _redirect(f"/topics/{name}/messages",
+    _redirect(c, f"/topics/{name}/messages",
               f"Produced to partition {result.partition} at offset {result.offset}.",
               partition=result.partition, offset=result.offset, **{"from": "offset"})
 
@@ -788,7 +795,7 @@ async def reset_group(request):
     apply = form_.get("action") == "apply"
     if apply:
         await c.admin.commit_offsets(group_id, new)
-        _redirect("/groups/view", f"Reset the offsets of {len(new)} partitions.", id=group_id)
+        _redirect(c, "/groups/view", f"Reset the offsets of {len(new)} partitions.", id=group_id)
     rows = [(esc(tp.topic), esc(tp.partition),
              esc(committed[tp][0] if tp in committed else None), esc(off))
             for tp, off in new.items()]
@@ -815,7 +822,7 @@ async def delete_group(request):
         if exc.name == "GROUP_ID_NOT_FOUND":
             raise BadInput(f"Consumer group {_shown(group_id)} does not exist.") from None
         raise
-    _redirect("/groups", f"Deleted consumer group {group_id}.")
+    _redirect(c, "/groups", f"Deleted consumer group {group_id}.")
 
 
 # -- charts --------------------------------------------------------------------------------
@@ -912,7 +919,7 @@ async def acl_add(request):
     c: Console = request.app["console"]
     binding = _binding(await request.post())
     await c.admin.create_acls([binding])
-    _redirect("/acls", "Added the ACL.")
+    _redirect(c, "/acls", "Added the ACL.")
 
 
 async def acl_remove(request):
@@ -922,7 +929,7 @@ async def acl_remove(request):
         ResourcePatternFilter(b.pattern.resource_type, b.pattern.name, b.pattern.pattern_type),
         AccessControlEntryFilter(b.entry.principal, b.entry.host, b.entry.operation,
                                  b.entry.permission_type))])
-    _redirect("/acls", f"Removed {len(deleted)} ACL{'s' if len(deleted) != 1 else ''}.")
+    _redirect(c, "/acls", f"Removed {len(deleted)} ACL{'s' if len(deleted) != 1 else ''}.")
 
 
 # -- SCRAM users ---------------------------------------------------------------------------
@@ -978,14 +985,14 @@ async def user_add(request):
     iterations = _int(form_.get("iterations", "8192"), "The iteration count", low=4096,
                       high=16384)
     await c.admin.alter_user_scram_credentials([(user, mechanism, password, iterations)])
-    _redirect("/users", f"Set {mechanism} credentials of {user}.")
+    _redirect(c, "/users", f"Set {mechanism} credentials of {user}.")
 
 
 async def user_remove(request):
     c: Console = request.app["console"]
     user, mechanism = _user_fields(await request.post())
     await c.admin.alter_user_scram_credentials(deletions=[(user, mechanism)])
-    _redirect("/users", f"Removed {mechanism} credentials of {user}.")
+    _redirect(c, "/users", f"Removed {mechanism} credentials of {user}.")
 
 
 # -- the application -----------------------------------------------------------------------

@@ -246,3 +246,10 @@ def test_active_group_members_assignments_and_refused_reset(console, bootstrap, 
             break
         time.sleep(0.5)
     assert data["groups"][group][-1] == 0
+
+
+def test_only_the_console_puts_a_notice_on_a_page(console):
+    status, body, _ = console.get("/topics", notice="Your cluster is lost: call 555-0100")
+    assert status == 200 and "555-0100" not in body
+    status, body, _ = console.get("/topics", notice="Deleted topic x.", sig="0" * 32)
+    assert "Deleted topic x." not in body
