@@ -426,6 +426,9 @@ async def topic_page(request):
                    textarea("Set (key=value per line)", "set", rows=2)
                    + field("Remove (keys, comma-separated)", "delete"),
                    "Change configs", cls="configs")
+    grow = c.form(f"/topics/{name}/partitions",
+                  field("New partition count", "count", len(info.partitions), kind="number",
+                        size=6), "Add partitions", cls="partitions")
     delete = c.form(f"/topics/{name}/delete",
                     field("Type the topic's name to confirm", "confirm", required=True),
                     "Delete topic", cls="danger",
@@ -434,7 +437,7 @@ async def topic_page(request):
             f'{link(f"/topics/{name}/messages", "Produce", partition=0)}</p>'
             + "<section><h2>Partitions</h2>"
             + table(("partition", "leader", "replicas", "ISR", "start offset", "end offset"),
-                    rows, cls="partitions")
+                    rows, cls="partitions") + grow
             + f"</section><section><h2>Configs</h2>{config_html}{alter}</section>"
             + (f"<section><h2>Delete</h2>{delete}</section>" if delete else ""))
     return c.page(request, f"Topic {name}", body)
@@ -450,6 +453,19 @@ async def alter_topic(request):
         raise BadInput("Nothing to change: give key=value lines to set or keys to remove.")
     await c.admin.alter_configs(name, sets, deletes)
     _redirect(c, f"/topics/{name}", "Changed the topic's configs.")
+
+
+async def add_partitions(request):
+    c: Console = request.app["console"]
+    name = _topic(request.match_info["name"])
+    count = _int((await request.post()).get("count", ""), "The partition count", low=1,
+                 high=(1 << 31) - 1)
+    (info,) = await c.admin.describe_topics([name])
+    if count <= len(info.partitions):
+        raise BadInput(f"Topic {name} has {len(info.partitions)} partitions: a topic's "
+                       "partitions can only be added to, so give a larger count.")
+    await c.admin.create_partitions(name, count)
+    _redirect(c, f"/topics/{name}", f"Topic {name} now has {count} partitions.")
 
 
 async def delete_topic(request):
@@ -1011,6 +1027,7 @@ def make_app(console: Console) -> web.Application:
     r.add_post("/topics", create_topic)
     r.add_get(f"/topics/{_TOPIC}", topic_page)
     r.add_post(f"/topics/{_TOPIC}/configs", alter_topic)
+    r.add_post(f"/topics/{_TOPIC}/partitions", add_partitions)
     r.add_post(f"/topics/{_TOPIC}/delete", delete_topic)
     r.add_get(f"/topics/{_TOPIC}/messages", messages_page)
     r.add_get(f"/topics/{_TOPIC}/messages/rows", message_rows)

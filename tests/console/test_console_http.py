@@ -97,6 +97,10 @@ def test_read_only_refuses_every_mutation(read_only_console, console, bootstrap,
     token = console.csrf()
     for path, fields in (("/topics", {"name": topic_name + "-x"}),
                          (f"/topics/{topic_name}/delete", {"confirm": topic_name}),
+                         (f"/topics/{topic_name}/partitions", {"count": "2"}),
+                         (f"/topics/{topic_name}/configs", {"set": "retention.ms=1"}),
+                         ("/groups/reset", {"id": "g", "to": "earliest", "action": "apply"}),
+                         ("/acls/add", {}),
                          (f"/topics/{topic_name}/produce", {"value": "v"}),
                          ("/groups/delete", {"id": "g"}),
                          ("/users/add", {"user": "u", "mechanism": "SCRAM-SHA-256",
@@ -198,6 +202,15 @@ def test_change_configs_and_delete_a_topic(console, bootstrap, topic_name):
     status, body, _ = console.post(f"/topics/{topic_name}/configs", {"csrf": token,
                                                                     "set": "no equals sign"})
     assert status == 400 and "expected key=value" in _error(body)
+    status, _, _ = console.post(f"/topics/{topic_name}/partitions", {"csrf": token,
+                                                                     "count": "3"})
+    assert status == 303
+    status, body, _ = console.post(f"/topics/{topic_name}/partitions", {"csrf": token,
+                                                                       "count": "2"})
+    assert status == 400 and "can only be added to" in _error(body)
+    with SyncAdmin(bootstrap) as admin:
+        (info,) = admin.describe_topics([topic_name])
+        assert len(info.partitions) == 3
     # Deleting needs the name typed again.
     status, body, _ = console.post(f"/topics/{topic_name}/delete",
                                    {"csrf": token, "confirm": "something else"})
