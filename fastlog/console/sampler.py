@@ -43,6 +43,8 @@ class Sampler:
         self._log = RateLimitedLog(log, 60.0)
         self._task: asyncio.Task | None = None
         self._stopping = False
+        # why a --metrics-url could not be read in the last round (the round still counts)
+        self._scrape_problem: str | None = None
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -66,7 +68,7 @@ class Sampler:
             started = time.monotonic()
             try:
                 self.samples.append(await self.sample())
-                self.problem = None
+                self.problem = self._scrape_problem
             except asyncio.CancelledError:
                 raise
             except FastlogError as exc:
@@ -79,6 +81,7 @@ class Sampler:
 
     async def sample(self):
         now = time.time()
+        self._scrape_problem = None
         await self.admin.cluster.refresh_metadata(None)
         tps = [TopicPartition(t.name, p) for t in self.admin.cluster.topics.values()
                if not t.internal for p in t.partitions][:MAX_PARTITIONS]
@@ -103,7 +106,7 @@ class Sampler:
                 metrics[u] = await asyncio.to_thread(scrape, u)
             except FastlogError as exc:
                 metrics[u] = {}
-                self.problem = str(exc)
+                self._scrape_problem = str(exc)
         return now, dict(topics), lags, metrics
 
     # -- what the pages read --------------------------------------------------------------

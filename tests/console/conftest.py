@@ -10,7 +10,7 @@ headless Chromium (Debian's, driven by Playwright) for the browser tests.
 import pytest
 
 from fastlog.testing import ConsoleProcess
-from tests.client_fixture import bootstrap, topic_name  # noqa: F401
+from tests.client_fixture import bootstrap, closed_port, topic_name  # noqa: F401
 from tests.zk_fixture import zk_server_fixture
 
 zk_server = zk_server_fixture()
