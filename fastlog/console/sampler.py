@@ -31,6 +31,12 @@ STOP_ATTEMPTS = 10
 METRICS = tuple(SERIES)
 
 
+def _sentence(exc: BaseException) -> str:
+    if isinstance(exc, FastlogError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
 class Sampler:
     def __init__(self, admin, *, interval: float = 5.0, keep: int = 120,
                  metrics_urls=()):
@@ -100,13 +106,16 @@ class Sampler:
                 continue
             lags[group_id] = sum(max(0, ends[tp] - off) for tp, (off, _) in committed.items()
                                  if tp in ends)
+        # All URLs at once, each in a thread (a slow one costs its timeout, not the sum).
+        scraped = await asyncio.gather(*(asyncio.to_thread(scrape, u)
+                                         for u in self.metrics_urls), return_exceptions=True)
         metrics = {}
-        for u in self.metrics_urls:
-            try:
-                metrics[u] = await asyncio.to_thread(scrape, u)
-            except FastlogError as exc:
+        for u, got in zip(self.metrics_urls, scraped, strict=True):
+            if isinstance(got, BaseException):
                 metrics[u] = {}
-                self._scrape_problem = str(exc)
+                self._scrape_problem = _sentence(got)
+            else:
+                metrics[u] = got
         return now, dict(topics), lags, metrics
 
     # -- what the pages read --------------------------------------------------------------
