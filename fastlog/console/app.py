@@ -194,11 +194,15 @@ def make_guard(console: Console):
             response = console.page(request, "Cannot do that", "", status=400,
                                     error=f"{_sentence(exc)}.")
         except FastlogError as exc:
-            if _unavailable(exc):
-                text = f"This is unavailable on this cluster ({_sentence(exc)})."
+            if _unavailable(exc) and request.method in ("GET", "HEAD"):
+                # A feature this cluster does not offer (an API it does not serve, security
+                # it has not enabled): a page saying so, not an error.
+                response = console.page(request, "Unavailable",
+                                        console.unavailable("This page", exc))
             else:
-                text = f"The cluster refused or did not answer: {_sentence(exc)}."
-            response = console.page(request, "Cannot do that", "", status=502, error=text)
+                response = console.page(
+                    request, "Cannot do that", "", status=502,
+                    error=f"The cluster refused or did not answer: {_sentence(exc)}.")
         except Exception as exc:  # noqa: BLE001 - the promise is: never a traceback
             console.errors_log.log(logging.WARNING, "console: %s on %s: %s",
                                    type(exc).__name__, request.path, exc)
