@@ -1,6 +1,7 @@
 // fastlog/console/static/console.js: the web console's small progressive script. Pages
-// work without it; with it, forms marked data-confirm ask first, and the messages page's
-// "live" box polls for new rows (HTML the server rendered and escaped) every 2 s.
+// work without it; with it, forms marked data-confirm ask first, the topics page's search
+// box filters the list as one types, and the messages page's "live" box polls for new
+// rows (HTML the server rendered and escaped) every 2 s.
 "use strict";
 document.addEventListener("submit", function (e) {
   var text = e.target.getAttribute("data-confirm");
@@ -29,5 +30,16 @@ document.addEventListener("submit", function (e) {
   box.addEventListener("change", function () {
     if (box.checked) { poll(); timer = setInterval(poll, 2000); }
     else if (timer) { clearInterval(timer); timer = null; }
+  });
+})();
+(function () {
+  var box = document.querySelector("form.search input[name=q]");
+  var table = document.querySelector("table.topics");
+  if (!box || !table) { return; }
+  box.addEventListener("input", function () {
+    var q = box.value.toLowerCase();
+    Array.prototype.forEach.call(table.tBodies[0].rows, function (row) {
+      row.hidden = q !== "" && row.cells[0].textContent.toLowerCase().indexOf(q) < 0;
+    });
   });
 })();
