@@ -154,29 +154,32 @@ def _redirect(c: Console, path: str, notice: str, **query):
 # -- guards --------------------------------------------------------------------------------
 
 def make_guard(console: Console):
+    async def checked(request: web.Request, handler):
+        if console.allowed_hosts is not None and _hostname(request.host) not in \
+                console.allowed_hosts:
+            # A page of another site whose name resolves to this address (DNS rebinding)
+            # must not read the console, nor its token.
+            return console.page(None, "Refused", "", status=421,
+                                error="This console answers only to the address it "
+                                      "listens on.")
+        if request.method not in ("GET", "HEAD"):
+            if console.read_only:
+                return console.page(request, "Refused", "", status=403,
+                                    error="This console is read-only: it changes nothing on "
+                                          "the cluster.")
+            posted = await request.post()
+            token = posted.get("csrf", "")
+            if not isinstance(token, str) or not hmac.compare_digest(
+                    token.encode(), console.csrf.encode()):
+                return console.page(request, "Refused", "", status=403,
+                                    error="The form's security token is missing or out of "
+                                          "date: reload the page and try again.")
+        return await handler(request)
+
     @web.middleware
     async def guard(request: web.Request, handler):
         try:
-            if console.allowed_hosts is not None and _hostname(request.host) not in \
-                    console.allowed_hosts:
-                # A page of another site whose name resolves to this address (DNS
-                # rebinding) must not read the console, nor its token.
-                return console.page(None, "Refused", "", status=421,
-                                    error="This console answers only to the address it "
-                                          "listens on.")
-            if request.method not in ("GET", "HEAD"):
-                if console.read_only:
-                    return console.page(request, "Refused", "", status=403,
-                                        error="This console is read-only: it changes nothing "
-                                              "on the cluster.")
-                posted = await request.post()
-                token = posted.get("csrf", "")
-                if not isinstance(token, str) or not hmac.compare_digest(
-                        token.encode(), console.csrf.encode()):
-                    return console.page(request, "Refused", "", status=403,
-                                        error="The form's security token is missing or out "
-                                              "of date: reload the page and try again.")
-            response = await handler(request)
+            response = await checked(request, handler)
         except web.HTTPNotFound:
             response = console.page(request, "Not found", "", status=404,
                                     error="There is no such page.")

@@ -72,9 +72,10 @@ def test_bad_input_is_one_sentence(console, bootstrap, topic_name):
 
 
 def test_mutations_need_the_csrf_token(console, bootstrap, topic_name):
-    status, body, _ = console.post("/topics", {"name": topic_name, "partitions": "1",
-                                               "replication_factor": "1"})
+    status, body, headers = console.post("/topics", {"name": topic_name, "partitions": "1",
+                                                     "replication_factor": "1"})
     assert status == 403 and "security token" in _error(body)
+    assert "Content-Security-Policy" in headers
     status, _, _ = console.post("/topics", {"csrf": "forged", "name": topic_name})
     assert status == 403
     with SyncAdmin(bootstrap) as admin:
