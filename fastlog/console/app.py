@@ -250,7 +250,7 @@ def _timestamp_ms(text: str) -> int:
     (UTC unless it names a zone)."""
     text = text.strip()
     if text.isdigit():
-        return int(text)
+        return _int(text, "The time in milliseconds")
     try:
         when = datetime.datetime.fromisoformat(text)
     except ValueError:
@@ -258,12 +258,16 @@ def _timestamp_ms(text: str) -> int:
                        "milliseconds since 1970.") from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=datetime.UTC)
-    return int(when.timestamp() * 1000)
+    ms = int(when.timestamp() * 1000)
+    if ms < 0:  # negative timestamps mean "latest" and "earliest" to ListOffsets
+        raise BadInput(f"{_shown(text)} is before 1970: Kafka's timestamps start there.")
+    return ms
 
 
 def _configs(text: str) -> dict[str, str]:
     out = {}
-    for line in text.replace(",", "\n").splitlines():
+    # One per line: a value may hold commas (cleanup.policy=compact,delete).
+    for line in text.splitlines():
         line = line.strip()
         if not line:
             continue

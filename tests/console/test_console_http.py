@@ -52,6 +52,11 @@ def test_bad_input_is_one_sentence(console, bootstrap, topic_name):
     status, body, _ = console.get(f"/topics/{topic_name}/messages", partition=0,
                                   timestamp="yesterday", **{"from": "timestamp"})
     assert status == 400 and "is not a time" in _error(body)
+    for when, words in (("1969-12-31T23:59:59", "is before 1970"),
+                        ("9" * 30, "must be between 0 and")):
+        status, body, _ = console.get(f"/topics/{topic_name}/messages", partition=0,
+                                      timestamp=when, **{"from": "timestamp"})
+        assert status == 400 and words in _error(body)
     status, body, _ = console.get("/topics/no-such-topic-here")
     assert status == 404 and "no-such-topic-here" in _error(body)
     status, body, _ = console.get("/no/such/page")
@@ -189,7 +194,8 @@ def test_change_configs_and_delete_a_topic(console, bootstrap, topic_name):
         admin.create_topic(topic_name, 1, 1)
     token = console.csrf()
     status, _, _ = console.post(f"/topics/{topic_name}/configs",
-                                {"csrf": token, "set": "retention.ms=3600000\nsegment.ms=600000"})
+                                {"csrf": token, "set": "retention.ms=3600000\nsegment.ms=600000\n"
+                                                       "cleanup.policy=compact,delete"})
     assert status == 303
     _, body, _ = console.get(f"/topics/{topic_name}")
     assert "<td>retention.ms</td><td>3600000</td><td>DYNAMIC_TOPIC_CONFIG</td>" in body
@@ -199,7 +205,7 @@ def test_change_configs_and_delete_a_topic(console, bootstrap, topic_name):
     with SyncAdmin(bootstrap) as admin:
         overrides = {c.name: c.value for c in admin.describe_configs(topic_name)
                      if c.source == "DYNAMIC_TOPIC_CONFIG"}
-    assert overrides == {"segment.ms": "600000"}
+    assert overrides == {"segment.ms": "600000", "cleanup.policy": "compact,delete"}
     status, body, _ = console.post(f"/topics/{topic_name}/configs", {"csrf": token,
                                                                     "set": "no equals sign"})
     assert status == 400 and "expected key=value" in _error(body)
