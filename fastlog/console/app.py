@@ -618,7 +618,7 @@ async def messages_page(request):
               + "<button type=submit>Show</button></form>")
     live = (f'<p><label class=check><input type=checkbox id=live data-src="'
             f'{esc(pages.url(f"/topics/{name}/messages/rows", partition=partition, format=fmt, key=key_filter or None, contains=contains or None))}" '
-            f'data-next="{next_pos}"> live: add new messages as they arrive</label></p>')
+            f'data-next="{end_offset}"> live: add messages as they arrive</label></p>')
     more = ""
     if next_pos < end_offset:
         more = "<p>" + link(f"/topics/{name}/messages", f"Next page from offset {next_pos}",

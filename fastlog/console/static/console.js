@@ -11,6 +11,7 @@ document.addEventListener("submit", function (e) {
   var box = document.getElementById("live");
   var tbody = document.getElementById("records");
   if (!box || !tbody) { return; }
+  var MAX_ROWS = 1000;  // the oldest rows go first
   var timer = null;
   var busy = false;
   function poll() {
@@ -22,6 +23,7 @@ document.addEventListener("submit", function (e) {
       return r.text().then(function (html) {
         if (r.ok && next !== null) {
           if (html) { tbody.insertAdjacentHTML("beforeend", html); }
+          while (tbody.rows.length > MAX_ROWS) { tbody.deleteRow(0); }
           box.setAttribute("data-next", next);
         }
       });
