@@ -9,7 +9,9 @@
 # kernel-chosen free 127.0.0.1 port with its data in a given directory (killed with this
 # process), and make_chroot(), a fresh namespace the way `zookeeper.connect=host:port/chroot`
 # gives one. Wire: one raw connection speaking Kafka framing (a request encoded with
-# fastlog.protocol, its response decoded), for probes that must see the bytes. Used by
+# fastlog.protocol, its response decoded), for probes that must see the bytes.
+# ConsoleProcess: `fastlog console` (the web console) against a bootstrap server on a
+# kernel-chosen port, with plain-HTTP get/post. Used by
 # perf/ scripts and, through tests/broker_fixture.py and
 # tests/zk_fixture.py (pytest fixtures), by the test suite; call it from one thread.
 # Needs nothing but the installed package (and kazoo, a dependency, for make_chroot).
@@ -42,8 +44,12 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 import typing
+import urllib.error
+import urllib.parse
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -469,3 +475,87 @@ class Wire:
 
     def closed_by_broker(self) -> bool:
         return self.recv_frame() is None
+
+
+CONSOLE_START_TIMEOUT_S = 30.0
+_CSRF = re.compile(r'name=csrf value="([^"]+)"')
+
+
+class ConsoleProcess:
+    """`fastlog console --port 0 ...` (as `python -m fastlog.cli.main`) and the URL it
+    prints; get()/post() speak plain HTTP to it (no redirects followed), csrf() reads the
+    token its forms carry. Every wait is bounded."""
+
+    def __init__(self, bootstrap_server: str, *args: str):
+        self.cmd = [sys.executable, "-m", "fastlog.cli.main", "console",
+                    "--bootstrap-server", bootstrap_server, "--port", "0", *args]
+        self.proc: subprocess.Popen | None = None
+        self.base = ""
+
+    def start(self) -> ConsoleProcess:
+        # stderr to a file: a pipe nobody reads could fill and stall a long-running console
+        self._stderr = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=self._stderr,
+                                     stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + CONSOLE_START_TIMEOUT_S
+        line = b""
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            ready, _, _ = select.select([self.proc.stdout], [], [], 0.2)
+            if ready:
+                line = self.proc.stdout.readline()
+                break
+        found = re.search(rb"at (http://\S+?)/\s*$", line)
+        if not found:
+            self.stop()
+            self._stderr.seek(0)
+            err = self._stderr.read(8192).decode(errors="replace")
+            raise AssertionError(f"console did not start: {line!r} {err}")
+        self.base = found.group(1).decode()
+        return self
+
+    def url(self, path: str = "/", **query) -> str:
+        q = urllib.parse.urlencode(query)
+        return self.base + path + (f"?{q}" if q else "")
+
+    def get(self, path: str = "/", *, headers: dict | None = None,
+            **query) -> tuple[int, str, dict]:
+        """(status, body, headers) of a GET, bounded by 30 s."""
+        return _open(urllib.request.Request(self.url(path, **query), headers=headers or {}))
+
+    def post(self, path: str, fields: dict) -> tuple[int, str, dict]:
+        """(status, body, headers) of a form POST; redirects are not followed."""
+        data = urllib.parse.urlencode(fields).encode()
+        return _open(urllib.request.Request(self.url(path), data=data, method="POST"))
+
+    def csrf(self) -> str:
+        """The per-process token the forms carry (read from the topics page)."""
+        _, body, _ = self.get("/topics")
+        found = _CSRF.search(body)
+        assert found, "no form with a CSRF token on the topics page"
+        return found.group(1)
+
+    def stop(self) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.terminate()
+        try:
+            return self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(10)
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+_opener = urllib.request.build_opener(_NoRedirect)
+
+
+def _open(request) -> tuple[int, str, dict]:
+    try:
+        with _opener.open(request, timeout=30) as r:
+            return r.status, r.read().decode(), dict(r.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(), dict(e.headers)

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that integration tests run for real: kcat (librdkafka's
-# command-line client), ZooKeeper and Prometheus (it scrapes a broker's /metrics). Does
-# nothing when they are already present.
+# command-line client), ZooKeeper, Prometheus (it scrapes a broker's /metrics) and
+# Chromium (the web console's browser tests drive it through Playwright). Does nothing
+# when they are already present.
 set -euo pipefail
 need=()
 command -v kcat >/dev/null 2>&1 || need+=(kcat)
 [ -x /usr/share/zookeeper/bin/zkServer.sh ] || need+=(zookeeper)
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+[ -x /usr/bin/chromium ] || need+=(chromium)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ]; then
   echo "missing Debian packages ${need[*]}: run 'sudo apt-get install ${need[*]}'" >&2

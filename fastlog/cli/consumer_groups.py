@@ -138,18 +138,6 @@ async def _run(args) -> int:
 
 # -- describe ---------------------------------------------------------------------------
 
-def _assigned_partitions(data: bytes) -> list:
-    """The TopicPartitions of a member's ConsumerProtocolAssignment; [] if it does not
-    parse (the group's members are not ours to trust)."""
-    from fastlog._codec import CodecError
-    from fastlog.client.group import decode_assignment
-
-    try:
-        return decode_assignment(data)
-    except CodecError:
-        return []
-
-
 async def _group(admin, group_id: str):
     from fastlog.client.errors import KafkaError
 
@@ -162,6 +150,7 @@ async def _group(admin, group_id: str):
 
 async def _describe(admin, group_id: str) -> int:
     from fastlog.client import TopicPartition
+    from fastlog.client.group_offsets import assigned_partitions, end_offsets
 
     desc = await _group(admin, group_id)
     committed = await admin.fetch_offsets(group_id)
@@ -170,10 +159,10 @@ async def _describe(admin, group_id: str) -> int:
     owner: dict[TopicPartition, object] = {}
     for m in desc.members:
         if desc.protocol_type == "consumer":
-            for tp in _assigned_partitions(m.assignment):
+            for tp in assigned_partitions(m.assignment):
                 owner[tp] = m
     tps = sorted(set(committed) | set(owner), key=lambda tp: (tp.topic, tp.partition))
-    ends = await _end_offsets(admin, tps)
+    ends = await end_offsets(admin, tps)
     out = sys.stdout
     members = len(desc.members)
     out.write(f"Consumer group '{group_id}' is {desc.state} with {members} "
@@ -200,23 +189,6 @@ async def _describe(admin, group_id: str) -> int:
     return 0
 
 
-async def _end_offsets(admin, tps) -> dict:
-    """Log end offset per partition; a topic that cannot be asked (deleted since the
-    commit, no leader) is left out and shows as '-'."""
-    from fastlog.client import LATEST
-    from fastlog.client.errors import KafkaError
-
-    ends = {}
-    for topic in sorted({tp.topic for tp in tps}):
-        mine = [tp for tp in tps if tp.topic == topic]
-        try:
-            got = await admin.list_offsets(dict.fromkeys(mine, LATEST))
-        except KafkaError:
-            continue
-        ends.update((tp, o.offset) for tp, o in got.items())
-    return ends
-
-
 def _table(rows, out) -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
@@ -226,8 +198,9 @@ def _table(rows, out) -> None:
 # -- reset ------------------------------------------------------------------------------
 
 async def _reset(admin, args) -> int:
-    from fastlog.client import EARLIEST, LATEST, TopicPartition
+    from fastlog.client import TopicPartition
     from fastlog.client.errors import KafkaError, UnknownTopic
+    from fastlog.client.group_offsets import reset_targets
 
     group_id = args.group
     desc = await _group(admin, group_id)
@@ -253,31 +226,10 @@ async def _reset(admin, args) -> int:
     if not tps:
         raise CliError(f"consumer group '{group_id}' has no offsets to reset")
     try:
-        earliest = {tp: o.offset for tp, o in
-                    (await admin.list_offsets(dict.fromkeys(tps, EARLIEST))).items()}
-        latest = {tp: o.offset for tp, o in
-                  (await admin.list_offsets(dict.fromkeys(tps, LATEST))).items()}
         kind, value = args.to
-        if kind == "datetime":
-            by_time = {tp: o.offset for tp, o in
-                       (await admin.list_offsets(dict.fromkeys(tps, value))).items()}
+        new = await reset_targets(admin, tps, kind, value, committed)
     except KafkaError as exc:
         raise CliError(f"cannot read the partitions' offsets: {exc}") from None
-    new: dict[TopicPartition, int] = {}
-    for tp in tps:
-        if kind == "earliest":
-            target = earliest[tp]
-        elif kind == "latest":
-            target = latest[tp]
-        elif kind == "offset":
-            target = value
-        elif kind == "datetime":
-            target = by_time[tp] if by_time[tp] >= 0 else latest[tp]
-        else:  # shift
-            base = committed[tp][0] if tp in committed else latest[tp]
-            target = base + value
-        # Like Kafka: an offset outside the log is moved to its nearest end.
-        new[tp] = min(max(target, earliest[tp]), latest[tp])
     if args.execute:
         await admin.commit_offsets(group_id, new)
     rows = [("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET")]
