@@ -152,18 +152,20 @@ def _structure_problem(batches) -> str | None:
 
 
 def check_records(records, max_bytes: int, allow_zstd: bool, decompress_limit: int,
-                  off_loop: bool = False):
+                  off_loop: bool = False, require_keys: bool = False):
     """All of Kafka's checks of one partition's client record set, cheapest first: headers,
     sizes and CRCs; the one-batch rule; then the records (decompressed, capped at
-    decompress_limit). The batch headers when they pass, else the CodecError or the
-    rule's sentence. Any thread; off_loop: the walk over the records releases the GIL."""
+    decompress_limit; with require_keys — a compacted topic — each has a key, checked in
+    the same walk). The batch headers when they pass, else the CodecError or the rule's
+    sentence. Any thread; off_loop: the walk over the records releases the GIL."""
     try:
         batches = _codec.validate_record_set(records, max_batch_size=max_bytes,
                                              allow_zstd=allow_zstd)
         problem = _structure_problem(batches)
         if problem is not None:
             return problem
-        _codec.verify_batch_records(records, batches[0], decompress_limit, off_loop)
+        _codec.verify_batch_records(records, batches[0], decompress_limit, off_loop,
+                                    require_keys)
     except _codec.CodecError as e:
         return e
     return batches
@@ -879,11 +881,13 @@ class ReplicaManager:
             gzip = (len(records) > _ATTRIBUTES_LOW_BYTE
                     and records[_ATTRIBUTES_LOW_BYTE] & 0x07 == COMPRESSION_GZIP)
             checked = check_records(records, max_bytes, allow_zstd,
-                                    INLINE_GZIP_BYTES if gzip else INLINE_DECOMPRESS_BYTES)
+                                    INLINE_GZIP_BYTES if gzip else INLINE_DECOMPRESS_BYTES,
+                                    False, cfg.compact)
         if checked is None or isinstance(checked, _codec.DecompressionLimitError):
             checked = await loop.run_in_executor(self._verify_pool(), check_records, records,
                                                  max_bytes, allow_zstd,
-                                                 _codec.DEFAULT_DECOMPRESS_LIMIT, True)
+                                                 _codec.DEFAULT_DECOMPRESS_LIMIT, True,
+                                                 cfg.compact)
         if (type(checked) is list and cfg.target_codec is not None
                 and cfg.target_codec != checked[0].compression
                 and len(records) > INLINE_RECOMPRESS_BYTES):
@@ -921,9 +925,20 @@ class ReplicaManager:
             return PartitionResult(Errors.NONE, -1, -1, p.log.log_start_offset)
         if checked is None:
             checked = check_records(records, topic_cfg.max_message_bytes, api_version >= 7,
-                                    _codec.DEFAULT_DECOMPRESS_LIMIT)
+                                    _codec.DEFAULT_DECOMPRESS_LIMIT,
+                                    require_keys=topic_cfg.compact)
         if isinstance(checked, str):
             return PartitionResult(Errors.INVALID_RECORD, error_message=checked)
+        if isinstance(checked, _codec.MissingKeyError):
+            # Kafka's LogValidator: the whole batch is refused, the record named.
+            message = (f"Compacted topic cannot accept message without key in topic "
+                       f"partition {p.topic}-{p.partition}.")
+            report_limited(log, logging.INFO, ("nokey", p.key), "%s: %s", p, message)
+            return PartitionResult(
+                Errors.INVALID_RECORD, error_message=message,
+                record_errors=[{"batch_index": checked.record_index,
+                                "batch_index_error_message": message}],
+                log_start_offset=p.log.log_start_offset)
         if isinstance(checked, _codec.CodecError):
             code = codec_error_code(checked)
             log.info("%s: rejected produce v%d: %s (%s)", p, api_version, checked, code.name)
