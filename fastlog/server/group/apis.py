@@ -228,6 +228,13 @@ async def handle_offset_commit(ctx, request):
             if not authorize(ctx, READ, TOPIC, t):
                 refused.update((tp, Errors.TOPIC_AUTHORIZATION_FAILED)
                                for tp in offsets if tp[0] == t)
+        # Kafka's KafkaApis: a partition the cluster does not have is not committed.
+        metadata = ctx.broker.metadata
+        for t, p in offsets:
+            if (t, p) not in refused:
+                state = metadata.topic(t)
+                if state is None or p not in state.partitions:
+                    refused[(t, p)] = Errors.UNKNOWN_TOPIC_OR_PARTITION
         for tp in refused:
             del offsets[tp]
     if c is None:
