@@ -53,6 +53,7 @@ import time
 
 from fastlog import protocol
 from fastlog._net import CloseConnection
+from fastlog.logs import report_limited
 from fastlog.protocol import ApiKey, Errors, KafkaApiError
 from fastlog.protocol._produce import encode_produce_response, parse_produce_request
 from fastlog.protocol.api_keys import SCRAM_MECHANISM_TYPES
@@ -87,6 +88,7 @@ from fastlog.server.config import (
     TOPIC_CONFIG_TYPES,
     ConfigError,
     format_config_value,
+    message_format_ignored,
     parse_topic_config,
 )
 from fastlog.server.group import GROUP_HANDLERS
@@ -863,7 +865,8 @@ class KafkaApis:
                     raise _ApiError(Errors.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
                 partitions, rf, assignment = self._creation_shape(t, v)
                 broker.check_partition_room(partitions, rf)
-                configs = self._parse_topic_configs({c.name: c.value for c in t.configs})
+                configs = self._parse_topic_configs({c.name: c.value for c in t.configs},
+                                                    name)
                 if not request.validate_only:
                     await broker.create_topic(name, partitions, rf, configs,
                                               assignment=assignment)
@@ -916,7 +919,7 @@ class KafkaApis:
                             f"Replication factor: {rf} larger than available brokers: {len(live)}.")
         return partitions, rf, None
 
-    def _parse_topic_configs(self, raw: dict[str, str | None]) -> dict[str, str]:
+    def _parse_topic_configs(self, raw: dict[str, str | None], topic: str) -> dict[str, str]:
         out = {}
         for name, value in raw.items():
             try:
@@ -924,6 +927,10 @@ class KafkaApis:
             except ConfigError as e:
                 raise _ApiError(Errors.INVALID_CONFIG, str(e)) from None
             out[name] = value.strip()
+        if "message.format.version" in out:
+            report_limited(log, logging.WARNING, ("message.format.version", topic), "%s",
+                           message_format_ignored("message.format.version",
+                                                  out["message.format.version"], topic))
         try:
             self.broker.build_log_config(out)
         except ValueError as e:
@@ -1173,7 +1180,7 @@ class KafkaApis:
                             f"Topic {res.resource_name} does not exist")
 
     async def _apply_topic_configs(self, topic: str, new: dict, validate_only: bool) -> None:
-        configs = self._parse_topic_configs(new)
+        configs = self._parse_topic_configs(new, topic)
         if not validate_only:
             await self.broker.set_topic_configs(topic, configs)
 
