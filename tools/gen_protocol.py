@@ -29,7 +29,7 @@ SERVED = {
     "LeaveGroup": (0, 3),
     "SyncGroup": (0, 3),
     "DescribeGroups": (0, 4),
-    "ListGroups": (0, 2),
+    "ListGroups": (0, 5),
     "ApiVersions": (0, 4),
     "CreateTopics": (2, 4),
     "DeleteTopics": (1, 3),

@@ -72,6 +72,13 @@ class GroupMember:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class ListedGroup:
+    group_id: str
+    protocol_type: str
+    state: str | None  # None when not asked of a broker older than ListGroups v4
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class GroupDescription:
     group_id: str
     state: str
@@ -362,17 +369,30 @@ class Admin:
             await self.cluster.refresh_metadata([])
         return node
 
-    async def list_groups(self) -> list[tuple[str, str]]:
-        """[(group_id, protocol_type)] over every broker, sorted by group id."""
+    async def list_groups(self, states: list[str] | None = None) -> list[ListedGroup]:
+        """Every group over every broker, sorted by group id. With states (even empty),
+        each group's state; a non-empty list keeps only the groups in one of them
+        (ListGroups v4's filter, compared without regard to case; for a broker older than
+        v4 the states come from DescribeGroups and the filter is applied here)."""
         await self.cluster.refresh_metadata([])
+        wanted = {s.lower() for s in states or ()}
         groups = {}
         for node in list(self.cluster.brokers):
             conn = await self.cluster.connection(node)
-            resp = await conn.request(ApiKey.LIST_GROUPS, {})
+            resp = await conn.request(ApiKey.LIST_GROUPS, {"states_filter": list(states or ())})
             errors.raise_for(resp.error_code, f"list groups on broker {node}")
             for g in resp.groups:
-                groups[g.group_id] = g.protocol_type
-        return sorted(groups.items())
+                groups[g.group_id] = ListedGroup(g.group_id, g.protocol_type,
+                                                 getattr(g, "group_state", None))
+        listed = sorted(groups.values(), key=lambda g: g.group_id)
+        unknown = [g.group_id for g in listed if g.state is None]
+        if unknown and states is not None:
+            known = {d.group_id: d.state for d in await self.describe_groups(unknown)}
+            listed = [dataclasses.replace(g, state=known.get(g.group_id, ""))
+                      if g.state is None else g for g in listed]
+        if wanted:
+            listed = [g for g in listed if g.state.lower() in wanted]
+        return listed
 
     async def describe_groups(self, group_ids: list[str]) -> list[GroupDescription]:
         out = []

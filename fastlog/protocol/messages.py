@@ -321,15 +321,19 @@ DESCRIBE_GROUPS_RESPONSE = Message(15, 'response', 'DescribeGroups', valid=(0, 4
     )),
 ))
 
-LIST_GROUPS_REQUEST = Message(16, 'request', 'ListGroups', valid=(0, 2), flexible=3, fields=(
+LIST_GROUPS_REQUEST = Message(16, 'request', 'ListGroups', valid=(0, 5), flexible=3, fields=(
+    F('states_filter', '[]string', '4+'),
+    F('types_filter', '[]string', '5+'),
 ))
 
-LIST_GROUPS_RESPONSE = Message(16, 'response', 'ListGroups', valid=(0, 2), flexible=3, fields=(
+LIST_GROUPS_RESPONSE = Message(16, 'response', 'ListGroups', valid=(0, 5), flexible=3, fields=(
     F('throttle_time_ms', 'int32', '1+'),
     F('error_code', 'int16', '0+'),
     F('groups', '[]ListedGroup', '0+', fields=(
         F('group_id', 'string', '0+'),
         F('protocol_type', 'string', '0+'),
+        F('group_state', 'string', '4+'),
+        F('group_type', 'string', '5+'),
     )),
 ))
 

@@ -4,7 +4,7 @@ Ranges follow shared/reference/client-compatibility.md §3 and §5: Produce is a
 from v0 although only v3+ is implemented (KAFKA-18659: librdkafka < 2.11.1 silently drops
 compression unless it sees Produce v0), OffsetCommit from v1 (librdkafka 2.0.2 needs a
 range overlapping 1-2), and nothing flexible except ApiVersions 3-4, InitProducerId 2-4,
-SaslAuthenticate 2, the SCRAM credential APIs (flexible from v0) and the ACL APIs
+SaslAuthenticate 2, ListGroups 3-5, the SCRAM credential APIs (flexible from v0) and the ACL APIs
 DescribeAcls/CreateAcls/DeleteAcls 2-3 (served from v1, as Kafka 4: v0 has no pattern type). Pure data and small builders, any thread.
 """
 
@@ -24,7 +24,7 @@ SUPPORTED_VERSIONS = {
     ApiKey.LEAVE_GROUP: (0, 3),
     ApiKey.SYNC_GROUP: (0, 3),
     ApiKey.DESCRIBE_GROUPS: (0, 4),
-    ApiKey.LIST_GROUPS: (0, 2),
+    ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.API_VERSIONS: (0, 4),
     ApiKey.CREATE_TOPICS: (2, 4),
     ApiKey.DELETE_TOPICS: (1, 3),
