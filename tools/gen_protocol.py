@@ -49,6 +49,7 @@ SERVED = {
     "DescribeAcls": (1, 3),
     "CreateAcls": (1, 3),
     "DeleteAcls": (1, 3),
+    "DescribeCluster": (0, 1),
 }
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

@@ -742,6 +742,27 @@ DELETE_ACLS_RESPONSE = Message(31, 'response', 'DeleteAcls', valid=(1, 3), flexi
     )),
 ))
 
+DESCRIBE_CLUSTER_REQUEST = Message(60, 'request', 'DescribeCluster', valid=(0, 1), flexible=0, fields=(
+    F('include_cluster_authorized_operations', 'bool', '0+'),
+    F('endpoint_type', 'int8', '1+', default=1),
+))
+
+DESCRIBE_CLUSTER_RESPONSE = Message(60, 'response', 'DescribeCluster', valid=(0, 1), flexible=0, fields=(
+    F('throttle_time_ms', 'int32', '0+'),
+    F('error_code', 'int16', '0+'),
+    F('error_message', 'string', '0+', nullable='0+', default=None),
+    F('endpoint_type', 'int8', '1+', default=1),
+    F('cluster_id', 'string', '0+'),
+    F('controller_id', 'int32', '0+', default=-1),
+    F('brokers', '[]DescribeClusterBroker', '0+', fields=(
+        F('broker_id', 'int32', '0+'),
+        F('host', 'string', '0+'),
+        F('port', 'int32', '0+'),
+        F('rack', 'string', '0+', nullable='0+', default=None),
+    )),
+    F('cluster_authorized_operations', 'int32', '0+', default=-2147483648),
+))
+
 # fmt: on
 
 ALL = (
@@ -809,4 +830,6 @@ ALL = (
     CREATE_ACLS_RESPONSE,
     DELETE_ACLS_REQUEST,
     DELETE_ACLS_RESPONSE,
+    DESCRIBE_CLUSTER_REQUEST,
+    DESCRIBE_CLUSTER_RESPONSE,
 )

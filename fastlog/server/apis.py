@@ -59,7 +59,7 @@ from fastlog.protocol._produce import encode_produce_response, parse_produce_req
 from fastlog.protocol.api_keys import SCRAM_MECHANISM_TYPES
 from fastlog.protocol.topics import INTERNAL_TOPICS
 from fastlog.security import ScramCredential
-from fastlog.security.acl import CLUSTER_NAME, AclBindingFilter, binding_from_wire
+from fastlog.security.acl import AclBindingFilter, binding_from_wire
 from fastlog.security.scram import MAX_ITERATIONS, MIN_ITERATIONS
 from fastlog.security.scram import MECHANISMS as SCRAM_DIGESTS
 from fastlog.server import authz
@@ -67,7 +67,6 @@ from fastlog.server.authenticator import open_connection
 from fastlog.server.authz import (
     ALTER,
     ALTER_CONFIGS,
-    CLUSTER,
     CLUSTER_ACTION,
     CREATE,
     DELETE,
@@ -109,6 +108,10 @@ OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 LIST_OFFSETS_LATEST = -1
 LIST_OFFSETS_EARLIEST = -2
 LIST_OFFSETS_MAX_TIMESTAMP = -3
+
+# DescribeCluster v1's endpoint types (Kafka's EndpointType).
+ENDPOINT_BROKER = 1
+ENDPOINT_CONTROLLER = 2
 
 
 
@@ -242,6 +245,7 @@ class KafkaApis:
             ApiKey.DESCRIBE_ACLS: self.handle_describe_acls,
             ApiKey.CREATE_ACLS: self.handle_create_acls,
             ApiKey.DELETE_ACLS: self.handle_delete_acls,
+            ApiKey.DESCRIBE_CLUSTER: self.handle_describe_cluster,
         }
         # ---- group coordinator hook (issue 5): its handlers use the same contract.
         self.handlers.update(GROUP_HANDLERS)
@@ -584,10 +588,37 @@ class KafkaApis:
             "controller_id": md.controller_id,
             "topics": topics,
             "cluster_authorized_operations": (
-                authz.authorized_operations(ctx, CLUSTER, CLUSTER_NAME)
+                authz.cluster_authorized_operations(ctx)
                 if v >= 8 and request.include_cluster_authorized_operations
                 else OPERATIONS_NOT_ASKED),
         }
+
+    # ------------------------------------------------------------------ DescribeCluster
+    async def handle_describe_cluster(self, ctx, request):
+        """Cluster id, controller and the live brokers as reachable on this request's
+        listener (as Metadata lists them); v1 asks for an endpoint type, and a broker is
+        no controller endpoint (Kafka's computeDescribeClusterResponse)."""
+        md = self.broker.metadata
+        endpoint_type = request.endpoint_type if ctx.api_version >= 1 else ENDPOINT_BROKER
+        out = {"throttle_time_ms": 0, "error_code": Errors.NONE, "error_message": None,
+               "endpoint_type": ENDPOINT_BROKER, "cluster_id": md.cluster_id,
+               "controller_id": md.controller_id, "brokers": [],
+               "cluster_authorized_operations": OPERATIONS_NOT_ASKED}
+        if endpoint_type != ENDPOINT_BROKER:
+            if endpoint_type == ENDPOINT_CONTROLLER:
+                out.update(error_code=Errors.MISMATCHED_ENDPOINT_TYPE, error_message=(
+                    "The request was sent to an endpoint of type BROKER, but we wanted an "
+                    "endpoint of type CONTROLLER"))
+            else:
+                out.update(error_code=Errors.UNSUPPORTED_ENDPOINT_TYPE,
+                           error_message=f"Unsupported endpoint type {endpoint_type}")
+            return out
+        out["brokers"] = [{"broker_id": bid, "host": host, "port": port, "rack": rack}
+                          for bid, host, port, rack in
+                          self.broker.live_brokers(request_listener(ctx))]
+        if request.include_cluster_authorized_operations:
+            out["cluster_authorized_operations"] = authz.cluster_authorized_operations(ctx)
+        return out
 
     # ------------------------------------------------------------------ Produce
     async def handle_produce(self, ctx, request):

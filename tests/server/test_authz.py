@@ -21,7 +21,7 @@ from tests.server.wire import Wire, batch, fetch_body
 
 TIMEOUT = 30
 ACL_AUTHORIZER = "kafka.security.authorizer.AclAuthorizer"
-USERS = {name: secrets.token_urlsafe(12) for name in ("admin", "alice", "bob")}
+USERS = {name: secrets.token_urlsafe(12) for name in ("admin", "alice", "bob", "carol")}
 AUTH_ERRORS = (Errors.TOPIC_AUTHORIZATION_FAILED, Errors.GROUP_AUTHORIZATION_FAILED,
                Errors.CLUSTER_AUTHORIZATION_FAILED)
 
@@ -290,6 +290,25 @@ def test_metadata_lists_only_described_topics_with_operations(authz_broker):
         assert r.cluster_authorized_operations != 0
     finally:
         w.close()
+
+
+def test_describe_cluster_authorized_operations_need_describe_on_the_cluster(authz_broker):
+    from confluent_kafka.admin import AclOperation
+
+    def cluster_ops(user):
+        admin = admin_client(authz_broker, user)  # alive until the future is done
+        got = admin.describe_cluster(include_authorized_operations=True).result(TIMEOUT)
+        assert got.cluster_id and [n.id for n in got.nodes] == [got.controller.id]
+        return set(got.authorized_operations or ())
+
+    # Kafka answers 0 to a principal that may not Describe the cluster
+    create_acls(authz_broker, [acl("CLUSTER", "kafka-cluster", "User:carol", "ALTER_CONFIGS")])
+    assert cluster_ops("carol") == set()
+    create_acls(authz_broker, [acl("CLUSTER", "kafka-cluster", "User:carol", "ALTER")])
+    # Alter implies Describe, AlterConfigs implies DescribeConfigs (Kafka's rules)
+    assert cluster_ops("carol") == {AclOperation.ALTER, AclOperation.DESCRIBE,
+                                    AclOperation.ALTER_CONFIGS, AclOperation.DESCRIBE_CONFIGS}
+    assert AclOperation.CLUSTER_ACTION in cluster_ops("admin")
 
 
 def test_auto_creation_needs_create(authz_broker):
