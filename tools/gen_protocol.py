@@ -50,6 +50,7 @@ SERVED = {
     "CreateAcls": (1, 3),
     "DeleteAcls": (1, 3),
     "DescribeCluster": (0, 1),
+    "ElectLeaders": (0, 2),
 }
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

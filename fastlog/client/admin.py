@@ -7,7 +7,7 @@
 # the group requests the consumer-groups tool needs: ListGroups, DescribeGroups,
 # FindCoordinator, OffsetFetch, OffsetCommit, DeleteGroups; Describe/AlterUserScramCredentials
 # for SCRAM users; CreateAcls/DescribeAcls/DeleteAcls with fastlog.security.acl's bindings
-# and filters. Answers become small Python
+# and filters; ElectLeaders (to the controller). Answers become small Python
 # values; a Kafka error code becomes KafkaError naming the topic, partition or group.
 #
 # Use from the event loop that created it; sync.SyncAdmin wraps it for threads.
@@ -197,6 +197,32 @@ class Admin:
             if (info is not None and bool(info.partitions)) == present:
                 return
             await asyncio.sleep(min(0.02 * (attempt + 1), 0.2))
+
+    async def elect_leaders(self, unclean: bool = False,
+                            partitions: list[tuple[str, int]] | None = None
+                            ) -> dict[tuple[str, int], tuple[int, str | None]]:
+        """ElectLeaders on the controller: a preferred (or unclean) leader election of
+        these (topic, partition)s, every partition when None. {(topic, partition):
+        (error code, message)}: 0 elected, ELECTION_NOT_NEEDED (84) when the right leader
+        leads already (left out of an all-partitions answer), Kafka's codes otherwise.
+        KafkaError for a refusal of the whole request (e.g. no Alter on the cluster)."""
+        conn = await self.cluster.controller_connection()
+        if not conn.supports(ApiKey.ELECT_LEADERS) or (
+                unclean and conn.version(ApiKey.ELECT_LEADERS) < 1):
+            raise errors.ProtocolMismatch("leader elections are not supported by this broker")
+        by_topic: dict[str, list[int]] = {}
+        for t, p in partitions or ():
+            by_topic.setdefault(t, []).append(p)
+        resp = await self._controller_request(ApiKey.ELECT_LEADERS, {
+            "election_type": 1 if unclean else 0,
+            "topic_partitions": None if partitions is None else [
+                {"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+            "timeout_ms": self.request_timeout_ms},
+            lambda r: [getattr(r, "error_code", 0)] + [
+                p.error_code for t in r.replica_election_results for p in t.partition_result])
+        errors.raise_for(getattr(resp, "error_code", 0), "leader election")
+        return {(t.topic, p.partition_id): (p.error_code, p.error_message)
+                for t in resp.replica_election_results for p in t.partition_result}
 
     async def create_partitions(self, name: str, total: int) -> None:
         """Grow topic `name` to `total` partitions."""

@@ -44,6 +44,7 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_ACLS: (1, 1),
     ApiKey.CREATE_ACLS: (1, 1),
     ApiKey.DELETE_ACLS: (1, 1),
+    ApiKey.ELECT_LEADERS: (0, 1),
 }
 
 

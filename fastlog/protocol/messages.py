@@ -763,6 +763,28 @@ DESCRIBE_CLUSTER_RESPONSE = Message(60, 'response', 'DescribeCluster', valid=(0,
     F('cluster_authorized_operations', 'int32', '0+', default=-2147483648),
 ))
 
+ELECT_LEADERS_REQUEST = Message(43, 'request', 'ElectLeaders', valid=(0, 2), flexible=2, fields=(
+    F('election_type', 'int8', '1+'),
+    F('topic_partitions', '[]TopicPartitions', '0+', nullable='0+', fields=(
+        F('topic', 'string', '0+'),
+        F('partitions', '[]int32', '0+'),
+    )),
+    F('timeout_ms', 'int32', '0+', default=60000),
+))
+
+ELECT_LEADERS_RESPONSE = Message(43, 'response', 'ElectLeaders', valid=(0, 2), flexible=2, fields=(
+    F('throttle_time_ms', 'int32', '0+'),
+    F('error_code', 'int16', '1+'),
+    F('replica_election_results', '[]ReplicaElectionResult', '0+', fields=(
+        F('topic', 'string', '0+'),
+        F('partition_result', '[]PartitionResult', '0+', fields=(
+            F('partition_id', 'int32', '0+'),
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+'),
+        )),
+    )),
+))
+
 # fmt: on
 
 ALL = (
@@ -832,4 +854,6 @@ ALL = (
     DELETE_ACLS_RESPONSE,
     DESCRIBE_CLUSTER_REQUEST,
     DESCRIBE_CLUSTER_RESPONSE,
+    ELECT_LEADERS_REQUEST,
+    ELECT_LEADERS_RESPONSE,
 )

@@ -54,6 +54,7 @@ import time
 from fastlog import protocol
 from fastlog._net import CloseConnection
 from fastlog.logs import report_limited
+from fastlog.metadata.model import ELECTED, NOT_AVAILABLE, NOT_NEEDED, UNKNOWN_PARTITION
 from fastlog.protocol import ApiKey, Errors, KafkaApiError
 from fastlog.protocol._produce import encode_produce_response, parse_produce_request
 from fastlog.protocol.api_keys import SCRAM_MECHANISM_TYPES
@@ -112,6 +113,27 @@ LIST_OFFSETS_MAX_TIMESTAMP = -3
 # DescribeCluster v1's endpoint types (Kafka's EndpointType).
 ENDPOINT_BROKER = 1
 ENDPOINT_CONTROLLER = 2
+# ElectLeaders' election types, Kafka's strategy names in its messages, and the
+# controller's outcomes (fastlog/zk/controller.py) as Kafka's codes.
+ELECTION_PREFERRED = 0
+ELECTION_UNCLEAN = 1
+_ELECTION_STRATEGY = {False: "PreferredReplicaPartitionLeaderElectionStrategy",
+                      True: "OfflinePartitionLeaderElectionStrategy(true)"}
+
+
+def _election_result(topic: str, partition: int, outcome: str, unclean: bool
+                     ) -> tuple[Errors, str | None]:
+    """Kafka's code and message for one partition's outcome of ElectLeaders."""
+    if outcome == ELECTED:
+        return Errors.NONE, None
+    if outcome == NOT_NEEDED:
+        return Errors.ELECTION_NOT_NEEDED, None
+    if outcome == UNKNOWN_PARTITION:
+        return Errors.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist."
+    return (Errors.ELIGIBLE_LEADERS_NOT_AVAILABLE if unclean
+            else Errors.PREFERRED_LEADER_NOT_AVAILABLE,
+            f"Failed to elect leader for partition {topic}-{partition} under strategy "
+            f"{_ELECTION_STRATEGY[unclean]}")
 
 
 
@@ -246,6 +268,7 @@ class KafkaApis:
             ApiKey.CREATE_ACLS: self.handle_create_acls,
             ApiKey.DELETE_ACLS: self.handle_delete_acls,
             ApiKey.DESCRIBE_CLUSTER: self.handle_describe_cluster,
+            ApiKey.ELECT_LEADERS: self.handle_elect_leaders,
         }
         # ---- group coordinator hook (issue 5): its handlers use the same contract.
         self.handlers.update(GROUP_HANDLERS)
@@ -619,6 +642,61 @@ class KafkaApis:
         if request.include_cluster_authorized_operations:
             out["cluster_authorized_operations"] = authz.cluster_authorized_operations(ctx)
         return out
+
+    # ------------------------------------------------------------------ ElectLeaders
+    async def handle_elect_leaders(self, ctx, request):
+        """Preferred (v0+) or unclean (v1+) leader elections on demand, by the active
+        controller (Kafka's admin clients send it there; elsewhere NOT_CONTROLLER). One
+        node leads every partition itself: ELECTION_NOT_NEEDED, or no leader available
+        while its log dir has failed. Needs Alter on the cluster. Asked for every
+        partition (null), the answer leaves out those that needed no election."""
+        v = ctx.api_version
+        broker = self.broker
+        election_type = request.election_type if v >= 1 else ELECTION_PREFERRED
+        unclean = election_type == ELECTION_UNCLEAN
+        if request.topic_partitions is None:
+            asked = None
+            tps = [(t, p) for t in broker.metadata.topic_names()
+                   for p in sorted(broker.metadata.topic(t).partitions)]
+        else:
+            tps = list(dict.fromkeys((t.topic, p) for t in request.topic_partitions
+                                     for p in t.partitions))
+            asked = tps
+        top = Errors.NONE
+        results: dict[tuple[str, int], tuple[Errors, str | None]] = {}
+        if election_type not in (ELECTION_PREFERRED, ELECTION_UNCLEAN):
+            top = Errors.INVALID_REQUEST
+            results = dict.fromkeys(tps, (top, f"Unknown election type {election_type}"))
+        elif not authorize_cluster(ctx, ALTER):
+            top = Errors.CLUSTER_AUTHORIZATION_FAILED
+            results = dict.fromkeys(asked or [], (top, None))
+        elif broker.cluster is None:
+            # One node: the only replica leads every partition unless its log dir failed.
+            for t, p in tps:
+                state = broker.metadata.topic(t)
+                if state is None or p not in state.partitions:
+                    outcome = UNKNOWN_PARTITION
+                elif broker.replica_manager.is_offline(t, p):
+                    outcome = NOT_AVAILABLE
+                else:
+                    outcome = NOT_NEEDED
+                results[(t, p)] = _election_result(t, p, outcome, unclean)
+        else:
+            outcomes = await broker.elect_leaders(unclean, asked) if broker.is_controller() else None
+            if outcomes is None:
+                results = dict.fromkeys(tps, (Errors.NOT_CONTROLLER, None))
+            else:
+                results = {(t, p): _election_result(t, p, outcome, unclean)
+                           for (t, p), outcome in outcomes.items()}
+        if asked is None:
+            results = {tp: r for tp, r in results.items()
+                       if r[0] is not Errors.ELECTION_NOT_NEEDED}
+        by_topic: dict[str, list] = {}
+        for (t, p), (code, message) in results.items():
+            by_topic.setdefault(t, []).append(
+                {"partition_id": p, "error_code": code, "error_message": message})
+        return {"throttle_time_ms": 0, "error_code": top, "replica_election_results": [
+            {"topic": t, "partition_result": parts} for t, parts in by_topic.items()]}
 
     # ------------------------------------------------------------------ Produce
     async def handle_produce(self, ctx, request):
