@@ -798,7 +798,11 @@ class ZkController:
         ELECTED, NOT_NEEDED (the preferred replica leads already; for unclean, a live
         leader does), NOT_AVAILABLE (no replica may lead) or UNKNOWN_PARTITION."""
         decide = self._unclean_decision if unclean else self._preferred_decision
-        written = self._elect([tp for tp in tps if tp in self._states], decide)
+        known = [tp for tp in tps if tp in self._states]
+        # The leaders change ISRs themselves and the controller hears of it a moment
+        # later (/isr_change_notification): decide on what ZooKeeper holds now.
+        self._states.update(self.zk.get_partition_states(known))
+        written = self._elect(known, decide)
         out = {}
         for tp in tps:
             st = self._states.get(tp)
