@@ -51,6 +51,7 @@ SERVED = {
     "DeleteAcls": (1, 3),
     "DescribeCluster": (0, 1),
     "ElectLeaders": (0, 2),
+    "DescribeLogDirs": (1, 4),
 }
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

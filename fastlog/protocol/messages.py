@@ -785,6 +785,33 @@ ELECT_LEADERS_RESPONSE = Message(43, 'response', 'ElectLeaders', valid=(0, 2), f
     )),
 ))
 
+DESCRIBE_LOG_DIRS_REQUEST = Message(35, 'request', 'DescribeLogDirs', valid=(1, 4), flexible=2, fields=(
+    F('topics', '[]DescribableLogDirTopic', '1+', nullable='1+', fields=(
+        F('topic', 'string', '1+'),
+        F('partitions', '[]int32', '1+'),
+    )),
+))
+
+DESCRIBE_LOG_DIRS_RESPONSE = Message(35, 'response', 'DescribeLogDirs', valid=(1, 4), flexible=2, fields=(
+    F('throttle_time_ms', 'int32', '1+'),
+    F('error_code', 'int16', '3+'),
+    F('results', '[]DescribeLogDirsResult', '1+', fields=(
+        F('error_code', 'int16', '1+'),
+        F('log_dir', 'string', '1+'),
+        F('topics', '[]DescribeLogDirsTopic', '1+', fields=(
+            F('name', 'string', '1+'),
+            F('partitions', '[]DescribeLogDirsPartition', '1+', fields=(
+                F('partition_index', 'int32', '1+'),
+                F('partition_size', 'int64', '1+'),
+                F('offset_lag', 'int64', '1+'),
+                F('is_future_key', 'bool', '1+'),
+            )),
+        )),
+        F('total_bytes', 'int64', '4+', default=-1),
+        F('usable_bytes', 'int64', '4+', default=-1),
+    )),
+))
+
 # fmt: on
 
 ALL = (
@@ -856,4 +883,6 @@ ALL = (
     DESCRIBE_CLUSTER_RESPONSE,
     ELECT_LEADERS_REQUEST,
     ELECT_LEADERS_RESPONSE,
+    DESCRIBE_LOG_DIRS_REQUEST,
+    DESCRIBE_LOG_DIRS_RESPONSE,
 )

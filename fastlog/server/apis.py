@@ -49,6 +49,7 @@ import asyncio
 import dataclasses
 import hashlib
 import logging
+import os
 import time
 
 from fastlog import protocol
@@ -269,6 +270,7 @@ class KafkaApis:
             ApiKey.DELETE_ACLS: self.handle_delete_acls,
             ApiKey.DESCRIBE_CLUSTER: self.handle_describe_cluster,
             ApiKey.ELECT_LEADERS: self.handle_elect_leaders,
+            ApiKey.DESCRIBE_LOG_DIRS: self.handle_describe_log_dirs,
         }
         # ---- group coordinator hook (issue 5): its handlers use the same contract.
         self.handlers.update(GROUP_HANDLERS)
@@ -697,6 +699,42 @@ class KafkaApis:
                 {"partition_id": p, "error_code": code, "error_message": message})
         return {"throttle_time_ms": 0, "error_code": top, "replica_election_results": [
             {"topic": t, "partition_result": parts} for t, parts in by_topic.items()]}
+
+    # ------------------------------------------------------------------ DescribeLogDirs
+    async def handle_describe_log_dirs(self, ctx, request):
+        """Each of this broker's log dirs (KAFKA_STORAGE_ERROR when offline) with its
+        partitions (all, or those asked for): size on disk, offset lag (Kafka's max(HW -
+        log end, 0) of a current replica) and is_future_key (false: no replica is being
+        moved between dirs); v4 adds the file system's total and usable bytes. Needs
+        Describe on the cluster (else CLUSTER_AUTHORIZATION_FAILED and no dirs)."""
+        if not authorize_cluster(ctx, DESCRIBE):
+            return {"throttle_time_ms": 0, "error_code": Errors.CLUSTER_AUTHORIZATION_FAILED,
+                    "results": []}
+        lm = self.broker.log_manager
+        wanted = (None if request.topics is None else
+                  {(t.topic, p) for t in request.topics for p in t.partitions})
+        by_dir: dict[str, dict[str, list]] = {d: {} for d in lm.log_dirs}
+        for lg in lm.all_logs():
+            if wanted is not None and (lg.topic, lg.partition) not in wanted:
+                continue
+            by_dir.setdefault(os.path.dirname(lg.dir), {}).setdefault(lg.topic, []).append({
+                "partition_index": lg.partition, "partition_size": lg.size_in_bytes,
+                "offset_lag": max(lg.high_watermark - lg.log_end_offset, 0),
+                "is_future_key": False})
+        offline = lm.dir_failure_channel.offline
+        results = []
+        for d, topics in by_dir.items():
+            if d in offline:
+                results.append({"error_code": Errors.KAFKA_STORAGE_ERROR, "log_dir": d,
+                                "topics": []})
+                continue
+            total, usable = lm.disk_space(d)
+            results.append({
+                "error_code": Errors.NONE, "log_dir": d, "total_bytes": total,
+                "usable_bytes": usable,
+                "topics": [{"name": t, "partitions": sorted(ps, key=lambda x: x["partition_index"])}
+                           for t, ps in sorted(topics.items())]})
+        return {"throttle_time_ms": 0, "error_code": Errors.NONE, "results": results}
 
     # ------------------------------------------------------------------ Produce
     async def handle_produce(self, ctx, request):

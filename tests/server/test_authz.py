@@ -332,6 +332,17 @@ def test_elect_leaders_needs_alter_on_the_cluster(authz_broker):
         w.close()
 
 
+def test_describe_log_dirs_needs_describe_on_the_cluster(authz_broker):
+    for user, code in (("alice", Errors.CLUSTER_AUTHORIZATION_FAILED), ("admin", Errors.NONE)):
+        w = wire_as(authz_broker, user)
+        try:
+            r = call(w, ApiKey.DESCRIBE_LOG_DIRS, 4, {"topics": None})
+            assert r.error_code == code
+            assert bool(r.results) == (code == Errors.NONE)
+        finally:
+            w.close()
+
+
 def test_auto_creation_needs_create(authz_broker):
     create_acls(authz_broker, [acl("TOPIC", "auto-", "User:bob", "DESCRIBE",
                                    pattern="PREFIXED")])

@@ -340,6 +340,15 @@ class LogManager:
         offline = self.dir_failure_channel.offline
         return [d for d in self.log_dirs if d not in offline]
 
+    def disk_space(self, log_dir: str) -> tuple[int, int]:
+        """(total, usable) bytes of the file system holding log_dir (DescribeLogDirs v4);
+        (-1, -1) when it cannot be read. One statvfs call: any thread."""
+        try:
+            st = os.statvfs(log_dir)
+        except OSError:
+            return -1, -1
+        return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+
     def offline_dir_of(self, topic: str, partition: int) -> str | None:
         """The offline log dir holding the partition, or None."""
         return self._offline_logs.get((topic, partition))
