@@ -314,22 +314,17 @@ def test_describe_cluster_authorized_operations_need_describe_on_the_cluster(aut
 def test_elect_leaders_needs_alter_on_the_cluster(authz_broker):
     body = {"election_type": 0, "timeout_ms": 1000,
             "topic_partitions": [{"topic": "produce-literal", "partitions": [0]}]}
-    w = wire_as(authz_broker, "alice")
-    try:
-        r = call(w, ApiKey.ELECT_LEADERS, 2, body)
-        assert r.error_code == Errors.CLUSTER_AUTHORIZATION_FAILED
-        assert [p.error_code for p in r.replica_election_results[0].partition_result] == [
-            Errors.CLUSTER_AUTHORIZATION_FAILED]
-    finally:
-        w.close()
-    w = wire_as(authz_broker, "admin")
-    try:
-        r = call(w, ApiKey.ELECT_LEADERS, 2, body)
-        assert r.error_code == Errors.NONE
-        assert [p.error_code for p in r.replica_election_results[0].partition_result] == [
-            Errors.ELECTION_NOT_NEEDED]
-    finally:
-        w.close()
+    for user, top, code in (
+            ("alice", Errors.CLUSTER_AUTHORIZATION_FAILED, Errors.CLUSTER_AUTHORIZATION_FAILED),
+            ("admin", Errors.NONE, Errors.ELECTION_NOT_NEEDED)):
+        w = wire_as(authz_broker, user)
+        try:
+            r = call(w, ApiKey.ELECT_LEADERS, 2, body)
+            assert r.error_code == top
+            assert [p.error_code for p in r.replica_election_results[0].partition_result] == [
+                code]
+        finally:
+            w.close()
 
 
 def test_describe_log_dirs_needs_describe_on_the_cluster(authz_broker):

@@ -4,10 +4,11 @@ membership (KIP-345)."""
 
 from __future__ import annotations
 
-import itertools
-import os
+import asyncio
+import time
 
 from confluent_kafka import (
+    Consumer,
     ConsumerGroupState,
     ConsumerGroupTopicPartitions,
     ConsumerGroupType,
@@ -16,14 +17,12 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
+from fastlog.client import Cluster
+from fastlog.protocol import ApiKey, Errors
 from tests.server.group.clients import Member, create_topic, wait_until
 from tests.server.group.test_consumer_groups_cli import commit_with_kafka_python, fastlog
-
-_names = itertools.count()
-
-
-def fresh(prefix: str) -> str:
-    return f"{prefix}-{next(_names)}-{os.getpid()}"
+from tests.server.group.test_group_clients import fresh
+from tests.server.group.test_group_wire import join_body
 
 
 def test_alter_offsets_of_a_missing_topic_or_partition_is_refused_per_partition(group_broker):
@@ -93,8 +92,6 @@ class StaticConsumer:
     callbacks; polled from the test's thread."""
 
     def __init__(self, bootstrap, group, instance, topics):
-        from confluent_kafka import Consumer
-
         self.events: list[tuple[str, frozenset[int]]] = []
         self.c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
                            "group.instance.id": instance, "session.timeout.ms": 6000,
@@ -116,8 +113,6 @@ class StaticConsumer:
 
 
 def poll_until(consumers, cond, timeout=30.0, what="condition"):
-    import time
-
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for c in consumers:
@@ -165,12 +160,6 @@ def test_static_member_restart_gets_its_partitions_and_the_other_sees_no_revoke(
 
 
 def test_old_incarnation_of_a_static_member_is_fenced(group_broker):
-    import asyncio
-
-    from fastlog.client import Cluster
-    from fastlog.protocol import ApiKey, Errors
-    from tests.server.group.test_group_wire import join_body
-
     group = fresh("fid-fence")
 
     async def main():
