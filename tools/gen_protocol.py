@@ -52,6 +52,7 @@ SERVED = {
     "DescribeCluster": (0, 1),
     "ElectLeaders": (0, 2),
     "DescribeLogDirs": (1, 4),
+    "AlterReplicaLogDirs": (1, 2),
 }
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

@@ -812,6 +812,27 @@ DESCRIBE_LOG_DIRS_RESPONSE = Message(35, 'response', 'DescribeLogDirs', valid=(1
     )),
 ))
 
+ALTER_REPLICA_LOG_DIRS_REQUEST = Message(34, 'request', 'AlterReplicaLogDirs', valid=(1, 2), flexible=2, fields=(
+    F('dirs', '[]AlterReplicaLogDir', '1+', fields=(
+        F('path', 'string', '1+'),
+        F('topics', '[]AlterReplicaLogDirTopic', '1+', fields=(
+            F('name', 'string', '1+'),
+            F('partitions', '[]int32', '1+'),
+        )),
+    )),
+))
+
+ALTER_REPLICA_LOG_DIRS_RESPONSE = Message(34, 'response', 'AlterReplicaLogDirs', valid=(1, 2), flexible=2, fields=(
+    F('throttle_time_ms', 'int32', '1+'),
+    F('results', '[]AlterReplicaLogDirTopicResult', '1+', fields=(
+        F('topic_name', 'string', '1+'),
+        F('partitions', '[]AlterReplicaLogDirPartitionResult', '1+', fields=(
+            F('partition_index', 'int32', '1+'),
+            F('error_code', 'int16', '1+'),
+        )),
+    )),
+))
+
 # fmt: on
 
 ALL = (
@@ -885,4 +906,6 @@ ALL = (
     ELECT_LEADERS_RESPONSE,
     DESCRIBE_LOG_DIRS_REQUEST,
     DESCRIBE_LOG_DIRS_RESPONSE,
+    ALTER_REPLICA_LOG_DIRS_REQUEST,
+    ALTER_REPLICA_LOG_DIRS_RESPONSE,
 )

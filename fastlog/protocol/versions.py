@@ -4,9 +4,9 @@ Ranges follow shared/reference/client-compatibility.md §3 and §5: Produce is a
 from v0 although only v3+ is implemented (KAFKA-18659: librdkafka < 2.11.1 silently drops
 compression unless it sees Produce v0), OffsetCommit from v1 (librdkafka 2.0.2 needs a
 range overlapping 1-2), and nothing flexible except ApiVersions 3-4, InitProducerId 2-4,
-SaslAuthenticate 2, ListGroups 3-5, DescribeCluster (flexible from v0), ElectLeaders 2, DescribeLogDirs 2-4 (served from v1:
-Kafka 4's specs have no v0), the SCRAM
-credential APIs (flexible from v0) and the ACL APIs
+SaslAuthenticate 2, ListGroups 3-5, DescribeCluster (flexible from v0), ElectLeaders 2,
+DescribeLogDirs 2-4 and AlterReplicaLogDirs 2 (both served from v1: Kafka 4's specs have
+no v0), the SCRAM credential APIs (flexible from v0) and the ACL APIs
 DescribeAcls/CreateAcls/DeleteAcls 2-3 (served from v1, as Kafka 4: v0 has no pattern type). Pure data and small builders, any thread.
 """
 
@@ -49,6 +49,7 @@ SUPPORTED_VERSIONS = {
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
     ApiKey.ELECT_LEADERS: (0, 2),
     ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
+    ApiKey.ALTER_REPLICA_LOG_DIRS: (1, 2),
 }
 
 # Produce v0-2 are advertised and decodable, but a handler answers them with

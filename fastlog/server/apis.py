@@ -271,6 +271,7 @@ class KafkaApis:
             ApiKey.DESCRIBE_CLUSTER: self.handle_describe_cluster,
             ApiKey.ELECT_LEADERS: self.handle_elect_leaders,
             ApiKey.DESCRIBE_LOG_DIRS: self.handle_describe_log_dirs,
+            ApiKey.ALTER_REPLICA_LOG_DIRS: self.handle_alter_replica_log_dirs,
         }
         # ---- group coordinator hook (issue 5): its handlers use the same contract.
         self.handlers.update(GROUP_HANDLERS)
@@ -704,8 +705,9 @@ class KafkaApis:
     async def handle_describe_log_dirs(self, ctx, request):
         """Each of this broker's log dirs (KAFKA_STORAGE_ERROR when offline) with its
         partitions (all, or those asked for): size on disk, offset lag (Kafka's max(HW -
-        log end, 0) of a current replica) and is_future_key (false: no replica is being
-        moved between dirs); v4 adds the file system's total and usable bytes. Needs
+        log end, 0) of a current replica) and is_future_key (true for the copy of a
+        partition moving into the dir, AlterReplicaLogDirs, its lag what it has yet to
+        copy); v4 adds the file system's total and usable bytes. Needs
         Describe on the cluster (else CLUSTER_AUTHORIZATION_FAILED and no dirs)."""
         if not authorize_cluster(ctx, DESCRIBE):
             return {"throttle_time_ms": 0, "error_code": Errors.CLUSTER_AUTHORIZATION_FAILED,
@@ -721,6 +723,14 @@ class KafkaApis:
                 "partition_index": lg.partition, "partition_size": lg.size_in_bytes,
                 "offset_lag": max(lg.high_watermark - lg.log_end_offset, 0),
                 "is_future_key": False})
+        for lg, d in lm.future_logs():
+            current = lm.get_log(lg.topic, lg.partition)
+            if current is None or (wanted is not None and (lg.topic, lg.partition) not in wanted):
+                continue
+            by_dir.setdefault(d, {}).setdefault(lg.topic, []).append({
+                "partition_index": lg.partition, "partition_size": lg.size_in_bytes,
+                "offset_lag": max(current.log_end_offset - lg.log_end_offset, 0),
+                "is_future_key": True})
         offline = lm.dir_failure_channel.offline
         results = []
         for d, topics in by_dir.items():
@@ -735,6 +745,26 @@ class KafkaApis:
                 "topics": [{"name": t, "partitions": sorted(ps, key=lambda x: x["partition_index"])}
                            for t, ps in sorted(topics.items())]})
         return {"throttle_time_ms": 0, "error_code": Errors.NONE, "results": results}
+
+    # ------------------------------------------------------------------ AlterReplicaLogDirs
+    async def handle_alter_replica_log_dirs(self, ctx, request):
+        """Move partitions hosted here into another of this broker's log dirs (absolute
+        paths, as DescribeLogDirs names them); the move runs in the background
+        (ReplicaManager.alter_log_dir) and DescribeLogDirs shows its future log until the
+        swap. LOG_DIR_NOT_FOUND, REPLICA_NOT_AVAILABLE or KAFKA_STORAGE_ERROR per
+        partition; needs Alter on the cluster."""
+        allowed = authorize_cluster(ctx, ALTER)
+        rm = self.broker.replica_manager
+        by_topic: dict[str, list] = {}
+        for d in request.dirs:
+            for t in d.topics:
+                for p in t.partitions:
+                    code = (rm.alter_log_dir(t.name, p, d.path) if allowed
+                            else Errors.CLUSTER_AUTHORIZATION_FAILED)
+                    by_topic.setdefault(t.name, []).append(
+                        {"partition_index": p, "error_code": code})
+        return {"throttle_time_ms": 0, "results": [
+            {"topic_name": t, "partitions": ps} for t, ps in by_topic.items()]}
 
     # ------------------------------------------------------------------ Produce
     async def handle_produce(self, ctx, request):
