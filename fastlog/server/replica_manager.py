@@ -19,6 +19,8 @@
 # handle_log_dir_failure stops their fetchers, answers their parked requests and marks
 # them `offline`; produce, fetch, ListOffsets and DeleteRecords then answer
 # KAFKA_STORAGE_ERROR for them, and nothing periodic touches them.
+# AlterReplicaLogDirs moves a partition to another log dir while it serves (alter_log_dir:
+# a task copies its batches into a future log there, then swaps it in; see _move_log).
 # Called from: the broker's asyncio API loop only (handlers, group coordinator, role
 # handler, fetchers); it touches files only for producer snapshots and the HW checkpoint.
 """Hosted partitions: append with validation and idempotence, fetch with long polling."""

@@ -327,13 +327,19 @@ def test_elect_leaders_needs_alter_on_the_cluster(authz_broker):
             w.close()
 
 
-def test_describe_log_dirs_needs_describe_on_the_cluster(authz_broker):
-    for user, code in (("alice", Errors.CLUSTER_AUTHORIZATION_FAILED), ("admin", Errors.NONE)):
+def test_log_dir_apis_need_describe_or_alter_on_the_cluster(authz_broker):
+    move = {"dirs": [{"path": "/elsewhere", "topics": [
+        {"name": "produce-literal", "partitions": [0]}]}]}
+    for user, code, move_code in (
+            ("alice", Errors.CLUSTER_AUTHORIZATION_FAILED, Errors.CLUSTER_AUTHORIZATION_FAILED),
+            ("admin", Errors.NONE, Errors.LOG_DIR_NOT_FOUND)):
         w = wire_as(authz_broker, user)
         try:
             r = call(w, ApiKey.DESCRIBE_LOG_DIRS, 4, {"topics": None})
             assert r.error_code == code
             assert bool(r.results) == (code == Errors.NONE)
+            r = call(w, ApiKey.ALTER_REPLICA_LOG_DIRS, 2, move)
+            assert [p.error_code for p in r.results[0].partitions] == [move_code]
         finally:
             w.close()
 

@@ -5,8 +5,9 @@
 # `log-start-offset-checkpoint` (Kafka's formats, see checkpoint.py), and one
 # `<topic>-<partition>` directory per hosted partition (renamed `<name>.<uuid>-delete`
 # when the partition is deleted, removed later as Kafka does; `<name>.<uuid>-stray` when
-# no topic claims it, kept). Directories holding anything but a log's files are never
-# opened or removed.
+# no topic claims it, kept; `<name>.<uuid>-future` while it moves to another dir,
+# AlterReplicaLogDirs). Directories holding anything but a log's files are never opened
+# or removed.
 #
 # A full disk must stay recoverable through Kafka's API: each dir also holds
 # `.fastlog-space-reserve`, SPACE_RESERVE_BYTES allocated with posix_fallocate at startup.
