@@ -412,9 +412,14 @@ class LogManager:
         return log
 
     def abort_future_log(self, topic: str, partition: int) -> None:
-        """Stop a move: the future log's files go (on the I/O worker)."""
+        """Stop a move: the future log's files go (on the I/O worker), unless its dir
+        failed (then they stay until a start with the dir readable drops them)."""
         entry = self._future_logs.pop((topic, partition), None)
-        if entry is not None:
+        if entry is None:
+            return
+        if self.dir_failure_channel.is_offline(entry[1]):
+            entry[0].close_for_failure()  # nothing is written to a failed dir
+        else:
             entry[0].closed = True
             self.scheduler.submit(entry[0].delete)
 
@@ -459,6 +464,10 @@ class LogManager:
             if self.cleaner is not None:
                 self.cleaner.forget(key)
             log.close_for_failure()
+        # Moves into the dir or out of it stop (the dir is written no more).
+        for key, (_, dest) in list(self._future_logs.items()):
+            if dest == log_dir or key in keys:
+                self.abort_future_log(*key)
         logger.warning("%s: offline: %d partition(s) no longer served (%s)", log_dir, len(keys),
                        ", ".join(f"{t}-{p}" for t, p in keys[:10]) + (", ..." if len(keys) > 10
                                                                       else ""))
