@@ -24,8 +24,9 @@ from fastlog.cli.main import (
     topic_name,
 )
 from fastlog.client.sync import run_async
+from fastlog.protocol import Errors
 
-ELECTION_NOT_NEEDED = 84
+ELECTION_NOT_NEEDED = int(Errors.ELECTION_NOT_NEEDED)
 ELECTION_TYPES = ("preferred", "unclean")
 
 
