@@ -302,8 +302,12 @@ class ReplicaManager:
                 if future.log_end_offset > current.log_end_offset:
                     future.truncate_to(current.log_end_offset)
                 if future.log_end_offset < current.log_start_offset:
+                    # the copy begins at the batch holding the log start (or at the start
+                    # of an empty log)
                     first = current.read(current.log_start_offset, 1).first_batch_offset
-                    future.truncate_fully_and_start_at(max(first, 0))
+                    start = first if first >= 0 else current.log_start_offset
+                    if future.log_end_offset != start:
+                        future.truncate_fully_and_start_at(start)
                 if future.log_end_offset == current.log_end_offset:
                     if future.unflushed_messages > 0 and flush_rounds < MOVE_FLUSH_ROUNDS:
                         flush_rounds += 1
@@ -312,7 +316,8 @@ class ReplicaManager:
                     future.flush()  # what arrived during the last round, if anything
                     self._promote_future(p, current)
                     return
-                info = current.read(future.log_end_offset, MOVE_CHUNK_BYTES)
+                info = current.read(max(future.log_end_offset, current.log_start_offset),
+                                    MOVE_CHUNK_BYTES)
                 data = b"".join(r.read() for r in info.regions)
                 batches = _codec.scan_batches(data, verify_crc=True).batches
                 if not batches:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import threading
 
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from kafka import KafkaAdminClient, TopicPartitionReplica
 from kafka.errors import LogDirNotFoundError, ReplicaNotAvailableError
 
@@ -120,3 +121,35 @@ def test_alter_replica_log_dirs_moves_a_partition_while_it_serves(broker_factory
     assert _partition_dirs(b, "mv") == {(0, False): dest}
     got = consume(b, "mv", 0, 0, 501 + len(sent))
     assert got[-1][2] == b"after" and len(got) == 501 + len(sent)
+
+
+def test_a_moved_partition_keeps_its_log_start(broker_factory, tmp_path):
+    dirs = [os.path.abspath(tmp_path / "d1"), os.path.abspath(tmp_path / "d2")]
+    b = broker_factory({"log.dirs": ",".join(dirs)})
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    for name, deleted in (("mv-some", 4), ("mv-all", 10)):
+        create(b, name)
+        produce(b, name, [b"x"] * 10)
+        fut = admin.delete_records([TopicPartition(name, 0, deleted)])
+        list(fut.values())[0].result(15)
+        (source,) = _partition_dirs(b, name).values()
+        dest = next(d for d in dirs if d != source)
+        kp = KafkaAdminClient(bootstrap_servers=b.bootstrap)
+        try:
+            got = kp.alter_replica_log_dirs({TopicPartitionReplica(name, 0, 0): dest})
+            assert [e.errno for e in got.values()] == [0]
+        finally:
+            kp.close()
+        wait_until(lambda name=name, dest=dest: _partition_dirs(b, name) == {(0, False): dest},
+                   30, what=f"{name} in the other dir")
+        w = Wire(b)
+        try:
+            offsets = {}
+            for ts in (-2, -1):
+                r = w.call(ApiKey.LIST_OFFSETS, 1, {"replica_id": -1, "topics": [
+                    {"name": name, "partitions": [{"partition_index": 0, "timestamp": ts}]}]})
+                offsets[ts] = r.topics[0].partitions[0].offset
+        finally:
+            w.close()
+        assert offsets == {-2: deleted, -1: 10}
+        assert produce(b, name, [b"next"]) == [10]
