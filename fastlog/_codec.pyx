@@ -1494,11 +1494,12 @@ cdef object _records_region(object buf, BatchHeader h, Py_ssize_t limit):
 cdef int _walk_records(const unsigned char *d, Py_ssize_t end, int32_t count,
                        bint require_keys=False) noexcept nogil:
     """0 when d[:end] is exactly ``count`` well-formed records with offset deltas 0..n-1
-    (and, with require_keys, none with a null key), else -1. The checks of _parse_record without locating fields or building errors: the
-    produce path's walk over every record, so it stays lean. The next record starts where
-    this one's length says (p = rend), never where the parse of its fields ended (q, only
-    compared with rend): the chain from one record to the next is one varint long, and
-    the CPU checks a record's fields while it already reads the next one's length."""
+    (and, with require_keys, none with a null key), else -1. The checks of _parse_record
+    without locating fields or building errors: the produce path's walk over every
+    record, so it stays lean. The next record starts where this one's length says
+    (p = rend), never where the parse of its fields ended (q, only compared with rend):
+    the chain from one record to the next is one varint long, and the CPU checks a
+    record's fields while it already reads the next one's length."""
     cdef Py_ssize_t p = 0, q, rend
     cdef int32_t i, _j, length = 0, v = 0, hc = 0
     cdef int64_t ts = 0
