@@ -71,6 +71,15 @@ class InvalidRecordError(CodecError):
     """Structurally wrong: bad lengths, counts, attributes, varints, or a forbidden batch."""
 
 
+class MissingKeyError(InvalidRecordError):
+    """A record without a key where the caller requires one (a compacted topic's);
+    ``record_index`` is its index in the batch."""
+
+    def __init__(self, message, position=None, record_index=0):
+        super().__init__(message, position)
+        self.record_index = record_index
+
+
 class RecordTooLargeError(InvalidRecordError):
     """A batch is larger than the size limit the caller gave."""
 
@@ -1135,19 +1144,20 @@ def validate_record_set(buf, *, max_batch_size=None, bint allow_zstd=True,
 
 def verify_batch_records(buf, BatchHeader h,
                          Py_ssize_t decompress_limit=DEFAULT_DECOMPRESS_LIMIT,
-                         bint release_gil=False):
+                         bint release_gil=False, bint require_keys=False):
     """Decompress (capped) and walk every record of batch h of buf: the record checks
     that validate_record_set(verify_records=True) makes, for a batch that an earlier
     validate_record_set(verify_records=False) of the same bytes returned. release_gil:
     walk without the GIL, for a worker thread checking a large batch while the request
-    loop goes on (decompression releases it in any case)."""
+    loop goes on (decompression releases it in any case). require_keys: a record with a
+    null key raises MissingKeyError (a compacted topic's rule), found in the same walk."""
     cdef Py_buffer view
     _get_buffer(buf, &view, False)
     try:
         if h.position < 0 or h.position + <Py_ssize_t>h.batch_length + OVERHEAD > view.len:
             raise ValueError(f"batch at byte {h.position} is not within the buffer")
         _verify_records(buf, <const unsigned char *>view.buf, h, decompress_limit,
-                        release_gil)
+                        release_gil, require_keys)
     finally:
         PyBuffer_Release(&view)
 
@@ -1481,13 +1491,15 @@ cdef object _records_region(object buf, BatchHeader h, Py_ssize_t limit):
         raise
 
 
-cdef int _walk_records(const unsigned char *d, Py_ssize_t end, int32_t count) noexcept nogil:
-    """0 when d[:end] is exactly ``count`` well-formed records with offset deltas 0..n-1,
-    else -1. The checks of _parse_record without locating fields or building errors: the
-    produce path's walk over every record, so it stays lean. The next record starts where
-    this one's length says (p = rend), never where the parse of its fields ended (q, only
-    compared with rend): the chain from one record to the next is one varint long, and
-    the CPU checks a record's fields while it already reads the next one's length."""
+cdef int _walk_records(const unsigned char *d, Py_ssize_t end, int32_t count,
+                       bint require_keys=False) noexcept nogil:
+    """0 when d[:end] is exactly ``count`` well-formed records with offset deltas 0..n-1
+    (and, with require_keys, none with a null key), else -1. The checks of _parse_record
+    without locating fields or building errors: the produce path's walk over every
+    record, so it stays lean. The next record starts where this one's length says
+    (p = rend), never where the parse of its fields ended (q, only compared with rend):
+    the chain from one record to the next is one varint long, and the CPU checks a
+    record's fields while it already reads the next one's length."""
     cdef Py_ssize_t p = 0, q, rend
     cdef int32_t i, _j, length = 0, v = 0, hc = 0
     cdef int64_t ts = 0
@@ -1503,7 +1515,7 @@ cdef int _walk_records(const unsigned char *d, Py_ssize_t end, int32_t count) no
         if q < 0 or v != i:
             return -1
         q = read_varint32(d, q, rend, &v)        # key length, -1 for null
-        if q < 0 or v < -1 or v > rend - q:
+        if q < 0 or v < -1 or v > rend - q or (require_keys and v < 0):
             return -1
         if v > 0:
             q += v
@@ -1531,8 +1543,10 @@ cdef int _walk_records(const unsigned char *d, Py_ssize_t end, int32_t count) no
 
 
 cdef int _verify_records(object buf, const unsigned char *data, BatchHeader h,
-                         Py_ssize_t limit, bint release_gil=False) except -1:
-    """Walk every record of h: lengths, varints, count and offset deltas 0..n-1.
+                         Py_ssize_t limit, bint release_gil=False,
+                         bint require_keys=False) except -1:
+    """Walk every record of h: lengths, varints, count and offset deltas 0..n-1; with
+    require_keys, a record with a null key raises MissingKeyError.
     release_gil: walk without the GIL (a worker thread's large batch; the request loop's
     own small batches keep it, since handing it over costs more than the walk)."""
     cdef Py_buffer view
@@ -1552,9 +1566,9 @@ cdef int _verify_records(object buf, const unsigned char *data, BatchHeader h,
         if end >= 0:
             if release_gil:
                 with nogil:
-                    walked = _walk_records(content, end, h.record_count)
+                    walked = _walk_records(content, end, h.record_count, require_keys)
             else:
-                walked = _walk_records(content, end, h.record_count)
+                walked = _walk_records(content, end, h.record_count, require_keys)
             if walked == 0:
                 return 0
     if h.attributes & ATTR_CODEC_MASK:
@@ -1570,9 +1584,11 @@ cdef int _verify_records(object buf, const unsigned char *data, BatchHeader h,
         end = view.len
         if release_gil:
             with nogil:
-                walked = _walk_records(<const unsigned char *>view.buf, end, h.record_count)
+                walked = _walk_records(<const unsigned char *>view.buf, end, h.record_count,
+                                       require_keys)
         else:
-            walked = _walk_records(<const unsigned char *>view.buf, end, h.record_count)
+            walked = _walk_records(<const unsigned char *>view.buf, end, h.record_count,
+                                   require_keys)
         if walked == 0:
             return 0
         # Something is wrong: walk again record by record for the exact error.
@@ -1587,6 +1603,9 @@ cdef int _verify_records(object buf, const unsigned char *data, BatchHeader h,
                 raise InvalidRecordError(
                     f"record {i} of the batch at byte {h.position} has offset delta "
                     f"{r.offset_delta}", p + base)
+            if require_keys and r.key_len < 0:
+                raise MissingKeyError(
+                    f"record {i} of the batch at byte {h.position} has no key", p + base, i)
             p = r.next
         if p != end:
             raise InvalidRecordError(

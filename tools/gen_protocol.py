@@ -29,7 +29,7 @@ SERVED = {
     "LeaveGroup": (0, 3),
     "SyncGroup": (0, 3),
     "DescribeGroups": (0, 4),
-    "ListGroups": (0, 2),
+    "ListGroups": (0, 5),
     "ApiVersions": (0, 4),
     "CreateTopics": (2, 4),
     "DeleteTopics": (1, 3),
@@ -53,6 +53,10 @@ SERVED = {
     "ListPartitionReassignments": (0, 0),
     "WriteTxnMarkers": (0, 1),
     "DescribeProducers": (0, 0),
+    "DescribeCluster": (0, 1),
+    "ElectLeaders": (0, 2),
+    "DescribeLogDirs": (1, 4),
+    "AlterReplicaLogDirs": (1, 2),
 }
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

@@ -1,7 +1,8 @@
 # fastlog/cli/consumer_groups.py: `fastlog consumer-groups`, the kafka-consumer-groups.sh
 # of fastlog.
 #
-# One action per invocation: --list, --describe (members, assignment, committed offset, log
+# One action per invocation: --list (--state: with each group's state, or only the groups in
+# the given states, ListGroups v4), --describe (members, assignment, committed offset, log
 # end offset and lag per partition), --reset-offsets (dry run unless --execute) and
 # --delete, carried out with fastlog.client.Admin (ListGroups, DescribeGroups, OffsetFetch,
 # ListOffsets, OffsetCommit, DeleteGroups). Bad input and refusals (unknown group, a group
@@ -67,7 +68,28 @@ def add_parser(subparsers) -> None:
                     metavar="N", help="move each committed offset by N (may be negative)")
     p.add_argument("--execute", action="store_true",
                    help="with --reset-offsets: commit the new offsets (default: only show them)")
+    p.add_argument("--state", nargs="?", const="", type=_states, metavar="STATE[,STATE...]",
+                   help="with --list: show each group's state; with states, only the groups "
+                        "in one of them (e.g. Stable,Empty)")
     p.set_defaults(run=run)
+
+
+# Kafka's classic group states (ConsumerGroupState), as --state takes them.
+GROUP_STATES = ("PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Empty")
+
+
+def _states(text: str) -> list[str]:
+    """--state's comma-separated list, each a group state in any case."""
+    by_lower = {s.lower(): s for s in GROUP_STATES}
+    out = []
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        if item.lower() not in by_lower:
+            raise argparse.ArgumentTypeError(
+                f"'{item}' is not a group state; use " + ", ".join(GROUP_STATES))
+        out.append(by_lower[item.lower()])
+    return out
 
 
 # Offsets are Kafka's int64; a shift moves one by at most that much either way.
@@ -109,6 +131,8 @@ def run(args) -> int:
         raise CliError(f"--{args.action} needs --group")
     if args.action == "list" and args.group:
         raise CliError("--group does not apply to --list")
+    if args.state is not None and args.action != "list":
+        raise CliError("--state goes with --list")
     if args.action == "reset-offsets":
         if args.to is None:
             raise CliError("--reset-offsets needs one of --to-earliest, --to-latest, "
@@ -126,8 +150,15 @@ async def _run(args) -> int:
     async with Admin(args.bootstrap_server, client_id="fastlog-consumer-groups",
                      security=client_security(args)) as admin:
         if args.action == "list":
-            for group_id, _ in await admin.list_groups():
-                sys.stdout.write(group_id + "\n")
+            if args.state is None:
+                for g in await admin.list_groups():
+                    sys.stdout.write(g.group_id + "\n")
+                return 0
+            groups = await admin.list_groups(args.state)
+            width = max([len("GROUP")] + [len(g.group_id) for g in groups])
+            sys.stdout.write(f"{'GROUP':<{width}} STATE\n")
+            for g in groups:
+                sys.stdout.write(f"{g.group_id:<{width}} {g.state}\n")
             return 0
         if args.action == "describe":
             return await _describe(admin, args.group)

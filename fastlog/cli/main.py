@@ -33,6 +33,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "acls": ("fastlog.cli.acls", "add, list and remove ACLs"),
     "console": ("fastlog.cli.web_console",
                 "web console: topics, messages, consumer groups, charts, ACLs"),
+    "leader-election": ("fastlog.cli.leader_election",
+                        "elect preferred (or unclean) partition leaders"),
 }
 
 

@@ -76,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("fastlog.server.config").warning(
             "%s: accepted from Kafka's configuration but without effect in fastlog",
             ", ".join(inert))
+    for sentence in config.deprecation_warnings():
+        logging.getLogger("fastlog.server.config").warning("%s", sentence)
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a runtime dependency

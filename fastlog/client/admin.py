@@ -7,7 +7,7 @@
 # the group requests the consumer-groups tool needs: ListGroups, DescribeGroups,
 # FindCoordinator, OffsetFetch, OffsetCommit, DeleteGroups; Describe/AlterUserScramCredentials
 # for SCRAM users; CreateAcls/DescribeAcls/DeleteAcls with fastlog.security.acl's bindings
-# and filters. Answers become small Python
+# and filters; ElectLeaders (to the controller). Answers become small Python
 # values; a Kafka error code becomes KafkaError naming the topic, partition or group.
 #
 # Use from the event loop that created it; sync.SyncAdmin wraps it for threads.
@@ -71,6 +71,13 @@ class GroupMember:
     group_instance_id: str | None
     metadata: bytes
     assignment: bytes
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ListedGroup:
+    group_id: str
+    protocol_type: str
+    state: str | None  # None when not asked of a broker older than ListGroups v4
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -192,6 +199,32 @@ class Admin:
             if (info is not None and bool(info.partitions)) == present:
                 return
             await asyncio.sleep(min(0.02 * (attempt + 1), 0.2))
+
+    async def elect_leaders(self, unclean: bool = False,
+                            partitions: list[tuple[str, int]] | None = None
+                            ) -> dict[tuple[str, int], tuple[int, str | None]]:
+        """ElectLeaders on the controller: a preferred (or unclean) leader election of
+        these (topic, partition)s, every partition when None. {(topic, partition):
+        (error code, message)}: 0 elected, ELECTION_NOT_NEEDED (84) when the right leader
+        leads already (left out of an all-partitions answer), Kafka's codes otherwise.
+        KafkaError for a refusal of the whole request (e.g. no Alter on the cluster)."""
+        conn = await self.cluster.controller_connection()
+        if not conn.supports(ApiKey.ELECT_LEADERS) or (
+                unclean and conn.version(ApiKey.ELECT_LEADERS) < 1):
+            raise errors.ProtocolMismatch("leader elections are not supported by this broker")
+        by_topic: dict[str, list[int]] = {}
+        for t, p in partitions or ():
+            by_topic.setdefault(t, []).append(p)
+        resp = await self._controller_request(ApiKey.ELECT_LEADERS, {
+            "election_type": 1 if unclean else 0,
+            "topic_partitions": None if partitions is None else [
+                {"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+            "timeout_ms": self.request_timeout_ms},
+            lambda r: [getattr(r, "error_code", 0)] + [
+                p.error_code for t in r.replica_election_results for p in t.partition_result])
+        errors.raise_for(getattr(resp, "error_code", 0), "leader election")
+        return {(t.topic, p.partition_id): (p.error_code, p.error_message)
+                for t in resp.replica_election_results for p in t.partition_result}
 
     async def create_partitions(self, name: str, total: int) -> None:
         """Grow topic `name` to `total` partitions."""
@@ -417,17 +450,30 @@ class Admin:
             await self.cluster.refresh_metadata([])
         return node
 
-    async def list_groups(self) -> list[tuple[str, str]]:
-        """[(group_id, protocol_type)] over every broker, sorted by group id."""
+    async def list_groups(self, states: list[str] | None = None) -> list[ListedGroup]:
+        """Every group over every broker, sorted by group id. With states (even empty),
+        each group's state; a non-empty list keeps only the groups in one of them
+        (ListGroups v4's filter, compared without regard to case; for a broker older than
+        v4 the states come from DescribeGroups and the filter is applied here)."""
         await self.cluster.refresh_metadata([])
+        wanted = {s.lower() for s in states or ()}
         groups = {}
         for node in list(self.cluster.brokers):
             conn = await self.cluster.connection(node)
-            resp = await conn.request(ApiKey.LIST_GROUPS, {})
+            resp = await conn.request(ApiKey.LIST_GROUPS, {"states_filter": list(states or ())})
             errors.raise_for(resp.error_code, f"list groups on broker {node}")
             for g in resp.groups:
-                groups[g.group_id] = g.protocol_type
-        return sorted(groups.items())
+                groups[g.group_id] = ListedGroup(g.group_id, g.protocol_type,
+                                                 getattr(g, "group_state", None))
+        listed = sorted(groups.values(), key=lambda g: g.group_id)
+        unknown = [g.group_id for g in listed if g.state is None]
+        if unknown and states is not None:
+            known = {d.group_id: d.state for d in await self.describe_groups(unknown)}
+            listed = [dataclasses.replace(g, state=known.get(g.group_id, ""))
+                      if g.state is None else g for g in listed]
+        if wanted:
+            listed = [g for g in listed if g.state.lower() in wanted]
+        return listed
 
     async def describe_groups(self, group_ids: list[str]) -> list[GroupDescription]:
         out = []

@@ -3,8 +3,9 @@
 # The connection intersects these ranges with what the broker advertises in ApiVersions
 # and with what fastlog.protocol can encode, and uses the highest common version. The
 # ranges stop below each API's first flexible version (nothing we need lives there; the
-# SCRAM credential and partition reassignment APIs are flexible from v0; the ACL APIs
-# start at v1, the first with pattern types) and
+# SCRAM credential and partition reassignment APIs are flexible from v0; ListGroups
+# goes to v4, flexible, for its states filter; the ACL APIs start at v1, the first
+# with pattern types) and
 # start where the fields we rely on exist (Produce 3 = record batches v2, Metadata 1 =
 # controller id, Fetch 4 = isolation level and last stable offset). Pure data, any thread.
 
@@ -25,7 +26,7 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.LEAVE_GROUP: (0, 3),
     ApiKey.SYNC_GROUP: (0, 3),
     ApiKey.DESCRIBE_GROUPS: (0, 4),
-    ApiKey.LIST_GROUPS: (0, 2),
+    ApiKey.LIST_GROUPS: (0, 4),
     ApiKey.API_VERSIONS: (0, 2),
     ApiKey.CREATE_TOPICS: (2, 4),
     ApiKey.DELETE_TOPICS: (1, 3),
@@ -45,6 +46,7 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DELETE_ACLS: (1, 1),
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
+    ApiKey.ELECT_LEADERS: (0, 1),
 }
 
 

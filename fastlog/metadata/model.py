@@ -2,7 +2,8 @@
 #
 # Owns: TopicState (name, topic id, partition assignment, per-topic config overrides,
 # internal flag) and PartitionState (replicas, leader, leader epoch, ISR, partition epoch),
-# the topic-id format (Kafka's Uuid.toString: 22 chars of base64url) and MetadataError.
+# the topic-id format (Kafka's Uuid.toString: 22 chars of base64url), MetadataError, and the
+# outcomes of a leader election an admin asks for (ElectLeaders; the controller decides).
 # Plain data, no I/O: built by the stores (fastlog/metadata/embedded.py,
 # fastlog/zk/metadata_store.py) and read by the broker (fastlog/server/) on its asyncio
 # loop.
@@ -17,6 +18,15 @@ import uuid
 
 class MetadataError(Exception):
     """The metadata file is unreadable or inconsistent; message is one sentence."""
+
+
+# One partition's outcome of an election an admin asked for: a new leader; none needed
+# (the preferred replica leads already, or, for an unclean election, a live leader does);
+# no replica may lead; no such partition.
+ELECTED = "elected"
+NOT_NEEDED = "not_needed"
+NOT_AVAILABLE = "not_available"
+UNKNOWN_PARTITION = "unknown_partition"
 
 
 @dataclasses.dataclass

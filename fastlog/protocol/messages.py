@@ -321,15 +321,19 @@ DESCRIBE_GROUPS_RESPONSE = Message(15, 'response', 'DescribeGroups', valid=(0, 4
     )),
 ))
 
-LIST_GROUPS_REQUEST = Message(16, 'request', 'ListGroups', valid=(0, 2), flexible=3, fields=(
+LIST_GROUPS_REQUEST = Message(16, 'request', 'ListGroups', valid=(0, 5), flexible=3, fields=(
+    F('states_filter', '[]string', '4+'),
+    F('types_filter', '[]string', '5+'),
 ))
 
-LIST_GROUPS_RESPONSE = Message(16, 'response', 'ListGroups', valid=(0, 2), flexible=3, fields=(
+LIST_GROUPS_RESPONSE = Message(16, 'response', 'ListGroups', valid=(0, 5), flexible=3, fields=(
     F('throttle_time_ms', 'int32', '1+'),
     F('error_code', 'int16', '0+'),
     F('groups', '[]ListedGroup', '0+', fields=(
         F('group_id', 'string', '0+'),
         F('protocol_type', 'string', '0+'),
+        F('group_state', 'string', '4+'),
+        F('group_type', 'string', '5+'),
     )),
 ))
 
@@ -839,6 +843,97 @@ DESCRIBE_PRODUCERS_RESPONSE = Message(61, 'response', 'DescribeProducers', valid
     )),
 ))
 
+DESCRIBE_CLUSTER_REQUEST = Message(60, 'request', 'DescribeCluster', valid=(0, 1), flexible=0, fields=(
+    F('include_cluster_authorized_operations', 'bool', '0+'),
+    F('endpoint_type', 'int8', '1+', default=1),
+))
+
+DESCRIBE_CLUSTER_RESPONSE = Message(60, 'response', 'DescribeCluster', valid=(0, 1), flexible=0, fields=(
+    F('throttle_time_ms', 'int32', '0+'),
+    F('error_code', 'int16', '0+'),
+    F('error_message', 'string', '0+', nullable='0+', default=None),
+    F('endpoint_type', 'int8', '1+', default=1),
+    F('cluster_id', 'string', '0+'),
+    F('controller_id', 'int32', '0+', default=-1),
+    F('brokers', '[]DescribeClusterBroker', '0+', fields=(
+        F('broker_id', 'int32', '0+'),
+        F('host', 'string', '0+'),
+        F('port', 'int32', '0+'),
+        F('rack', 'string', '0+', nullable='0+', default=None),
+    )),
+    F('cluster_authorized_operations', 'int32', '0+', default=-2147483648),
+))
+
+ELECT_LEADERS_REQUEST = Message(43, 'request', 'ElectLeaders', valid=(0, 2), flexible=2, fields=(
+    F('election_type', 'int8', '1+'),
+    F('topic_partitions', '[]TopicPartitions', '0+', nullable='0+', fields=(
+        F('topic', 'string', '0+'),
+        F('partitions', '[]int32', '0+'),
+    )),
+    F('timeout_ms', 'int32', '0+', default=60000),
+))
+
+ELECT_LEADERS_RESPONSE = Message(43, 'response', 'ElectLeaders', valid=(0, 2), flexible=2, fields=(
+    F('throttle_time_ms', 'int32', '0+'),
+    F('error_code', 'int16', '1+'),
+    F('replica_election_results', '[]ReplicaElectionResult', '0+', fields=(
+        F('topic', 'string', '0+'),
+        F('partition_result', '[]PartitionResult', '0+', fields=(
+            F('partition_id', 'int32', '0+'),
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+'),
+        )),
+    )),
+))
+
+DESCRIBE_LOG_DIRS_REQUEST = Message(35, 'request', 'DescribeLogDirs', valid=(1, 4), flexible=2, fields=(
+    F('topics', '[]DescribableLogDirTopic', '1+', nullable='1+', fields=(
+        F('topic', 'string', '1+'),
+        F('partitions', '[]int32', '1+'),
+    )),
+))
+
+DESCRIBE_LOG_DIRS_RESPONSE = Message(35, 'response', 'DescribeLogDirs', valid=(1, 4), flexible=2, fields=(
+    F('throttle_time_ms', 'int32', '1+'),
+    F('error_code', 'int16', '3+'),
+    F('results', '[]DescribeLogDirsResult', '1+', fields=(
+        F('error_code', 'int16', '1+'),
+        F('log_dir', 'string', '1+'),
+        F('topics', '[]DescribeLogDirsTopic', '1+', fields=(
+            F('name', 'string', '1+'),
+            F('partitions', '[]DescribeLogDirsPartition', '1+', fields=(
+                F('partition_index', 'int32', '1+'),
+                F('partition_size', 'int64', '1+'),
+                F('offset_lag', 'int64', '1+'),
+                F('is_future_key', 'bool', '1+'),
+            )),
+        )),
+        F('total_bytes', 'int64', '4+', default=-1),
+        F('usable_bytes', 'int64', '4+', default=-1),
+    )),
+))
+
+ALTER_REPLICA_LOG_DIRS_REQUEST = Message(34, 'request', 'AlterReplicaLogDirs', valid=(1, 2), flexible=2, fields=(
+    F('dirs', '[]AlterReplicaLogDir', '1+', fields=(
+        F('path', 'string', '1+'),
+        F('topics', '[]AlterReplicaLogDirTopic', '1+', fields=(
+            F('name', 'string', '1+'),
+            F('partitions', '[]int32', '1+'),
+        )),
+    )),
+))
+
+ALTER_REPLICA_LOG_DIRS_RESPONSE = Message(34, 'response', 'AlterReplicaLogDirs', valid=(1, 2), flexible=2, fields=(
+    F('throttle_time_ms', 'int32', '1+'),
+    F('results', '[]AlterReplicaLogDirTopicResult', '1+', fields=(
+        F('topic_name', 'string', '1+'),
+        F('partitions', '[]AlterReplicaLogDirPartitionResult', '1+', fields=(
+            F('partition_index', 'int32', '1+'),
+            F('error_code', 'int16', '1+'),
+        )),
+    )),
+))
+
 # fmt: on
 
 ALL = (
@@ -914,4 +1009,12 @@ ALL = (
     WRITE_TXN_MARKERS_RESPONSE,
     DESCRIBE_PRODUCERS_REQUEST,
     DESCRIBE_PRODUCERS_RESPONSE,
+    DESCRIBE_CLUSTER_REQUEST,
+    DESCRIBE_CLUSTER_RESPONSE,
+    ELECT_LEADERS_REQUEST,
+    ELECT_LEADERS_RESPONSE,
+    DESCRIBE_LOG_DIRS_REQUEST,
+    DESCRIBE_LOG_DIRS_RESPONSE,
+    ALTER_REPLICA_LOG_DIRS_REQUEST,
+    ALTER_REPLICA_LOG_DIRS_RESPONSE,
 )

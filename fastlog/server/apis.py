@@ -49,17 +49,20 @@ import asyncio
 import dataclasses
 import hashlib
 import logging
+import os
 import time
 
 from fastlog import protocol
 from fastlog._net import CloseConnection
 from fastlog.metadata import DEFAULT_BROKER_ENTITY
+from fastlog.logs import report_limited
+from fastlog.metadata.model import ELECTED, NOT_AVAILABLE, NOT_NEEDED, UNKNOWN_PARTITION
 from fastlog.protocol import ApiKey, Errors, KafkaApiError
 from fastlog.protocol._produce import encode_produce_response, parse_produce_request
 from fastlog.protocol.api_keys import SCRAM_MECHANISM_TYPES
 from fastlog.protocol.topics import INTERNAL_TOPICS
 from fastlog.security import ScramCredential
-from fastlog.security.acl import CLUSTER_NAME, AclBindingFilter, binding_from_wire
+from fastlog.security.acl import AclBindingFilter, binding_from_wire
 from fastlog.security.scram import MAX_ITERATIONS, MIN_ITERATIONS
 from fastlog.security.scram import MECHANISMS as SCRAM_DIGESTS
 from fastlog.server import authz
@@ -67,7 +70,6 @@ from fastlog.server.authenticator import open_connection
 from fastlog.server.authz import (
     ALTER,
     ALTER_CONFIGS,
-    CLUSTER,
     CLUSTER_ACTION,
     CREATE,
     DELETE,
@@ -90,6 +92,7 @@ from fastlog.server.config import (
     TOPIC_CONFIG_TYPES,
     ConfigError,
     format_config_value,
+    message_format_ignored,
     parse_topic_config,
 )
 from fastlog.server.dynamic_config import (
@@ -113,6 +116,31 @@ OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 LIST_OFFSETS_LATEST = -1
 LIST_OFFSETS_EARLIEST = -2
 LIST_OFFSETS_MAX_TIMESTAMP = -3
+
+# DescribeCluster v1's endpoint types (Kafka's EndpointType).
+ENDPOINT_BROKER = 1
+ENDPOINT_CONTROLLER = 2
+# ElectLeaders' election types, Kafka's strategy names in its messages, and the
+# controller's outcomes (fastlog/zk/controller.py) as Kafka's codes.
+ELECTION_PREFERRED = 0
+ELECTION_UNCLEAN = 1
+_ELECTION_STRATEGY = {False: "PreferredReplicaPartitionLeaderElectionStrategy",
+                      True: "OfflinePartitionLeaderElectionStrategy(true)"}
+
+
+def _election_result(topic: str, partition: int, outcome: str, unclean: bool
+                     ) -> tuple[Errors, str | None]:
+    """Kafka's code and message for one partition's outcome of ElectLeaders."""
+    if outcome == ELECTED:
+        return Errors.NONE, None
+    if outcome == NOT_NEEDED:
+        return Errors.ELECTION_NOT_NEEDED, None
+    if outcome == UNKNOWN_PARTITION:
+        return Errors.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist."
+    return (Errors.ELIGIBLE_LEADERS_NOT_AVAILABLE if unclean
+            else Errors.PREFERRED_LEADER_NOT_AVAILABLE,
+            f"Failed to elect leader for partition {topic}-{partition} under strategy "
+            f"{_ELECTION_STRATEGY[unclean]}")
 
 
 
@@ -250,6 +278,10 @@ class KafkaApis:
             ApiKey.LIST_PARTITION_REASSIGNMENTS: self.handle_list_partition_reassignments,
             ApiKey.WRITE_TXN_MARKERS: self.handle_write_txn_markers,
             ApiKey.DESCRIBE_PRODUCERS: self.handle_describe_producers,
+            ApiKey.DESCRIBE_CLUSTER: self.handle_describe_cluster,
+            ApiKey.ELECT_LEADERS: self.handle_elect_leaders,
+            ApiKey.DESCRIBE_LOG_DIRS: self.handle_describe_log_dirs,
+            ApiKey.ALTER_REPLICA_LOG_DIRS: self.handle_alter_replica_log_dirs,
         }
         # ---- group coordinator hook (issue 5): its handlers use the same contract.
         self.handlers.update(GROUP_HANDLERS)
@@ -592,10 +624,157 @@ class KafkaApis:
             "controller_id": md.controller_id,
             "topics": topics,
             "cluster_authorized_operations": (
-                authz.authorized_operations(ctx, CLUSTER, CLUSTER_NAME)
+                authz.cluster_authorized_operations(ctx)
                 if v >= 8 and request.include_cluster_authorized_operations
                 else OPERATIONS_NOT_ASKED),
         }
+
+    # ------------------------------------------------------------------ DescribeCluster
+    async def handle_describe_cluster(self, ctx, request):
+        """Cluster id, controller and the live brokers as reachable on this request's
+        listener (as Metadata lists them); v1 asks for an endpoint type, and a broker is
+        no controller endpoint (Kafka's computeDescribeClusterResponse)."""
+        md = self.broker.metadata
+        endpoint_type = request.endpoint_type if ctx.api_version >= 1 else ENDPOINT_BROKER
+        out = {"throttle_time_ms": 0, "error_code": Errors.NONE, "error_message": None,
+               "endpoint_type": ENDPOINT_BROKER, "cluster_id": md.cluster_id,
+               "controller_id": md.controller_id, "brokers": [],
+               "cluster_authorized_operations": OPERATIONS_NOT_ASKED}
+        if endpoint_type != ENDPOINT_BROKER:
+            if endpoint_type == ENDPOINT_CONTROLLER:
+                out.update(error_code=Errors.MISMATCHED_ENDPOINT_TYPE, error_message=(
+                    "The request was sent to an endpoint of type BROKER, but we wanted an "
+                    "endpoint of type CONTROLLER"))
+            else:
+                out.update(error_code=Errors.UNSUPPORTED_ENDPOINT_TYPE,
+                           error_message=f"Unsupported endpoint type {endpoint_type}")
+            return out
+        out["brokers"] = [{"broker_id": bid, "host": host, "port": port, "rack": rack}
+                          for bid, host, port, rack in
+                          self.broker.live_brokers(request_listener(ctx))]
+        if request.include_cluster_authorized_operations:
+            out["cluster_authorized_operations"] = authz.cluster_authorized_operations(ctx)
+        return out
+
+    # ------------------------------------------------------------------ ElectLeaders
+    async def handle_elect_leaders(self, ctx, request):
+        """Preferred (v0+) or unclean (v1+) leader elections on demand, by the active
+        controller (Kafka's admin clients send it there; elsewhere NOT_CONTROLLER). One
+        node leads every partition itself: ELECTION_NOT_NEEDED, or no leader available
+        while its log dir has failed. Needs Alter on the cluster. Asked for every
+        partition (null), the answer leaves out those that needed no election."""
+        v = ctx.api_version
+        broker = self.broker
+        election_type = request.election_type if v >= 1 else ELECTION_PREFERRED
+        unclean = election_type == ELECTION_UNCLEAN
+        if request.topic_partitions is None:
+            asked = None
+            tps = [(t, p) for t in broker.metadata.topic_names()
+                   for p in sorted(broker.metadata.topic(t).partitions)]
+        else:
+            tps = list(dict.fromkeys((t.topic, p) for t in request.topic_partitions
+                                     for p in t.partitions))
+            asked = tps
+        top = Errors.NONE
+        results: dict[tuple[str, int], tuple[Errors, str | None]] = {}
+        if election_type not in (ELECTION_PREFERRED, ELECTION_UNCLEAN):
+            top = Errors.INVALID_REQUEST
+            results = dict.fromkeys(tps, (top, f"Unknown election type {election_type}"))
+        elif not authorize_cluster(ctx, ALTER):
+            top = Errors.CLUSTER_AUTHORIZATION_FAILED
+            results = dict.fromkeys(asked or [], (top, None))
+        elif broker.cluster is None:
+            # One node: the only replica leads every partition unless its log dir failed.
+            for t, p in tps:
+                state = broker.metadata.topic(t)
+                if state is None or p not in state.partitions:
+                    outcome = UNKNOWN_PARTITION
+                elif broker.replica_manager.is_offline(t, p):
+                    outcome = NOT_AVAILABLE
+                else:
+                    outcome = NOT_NEEDED
+                results[(t, p)] = _election_result(t, p, outcome, unclean)
+        else:
+            outcomes = await broker.elect_leaders(unclean, asked) if broker.is_controller() else None
+            if outcomes is None:
+                results = dict.fromkeys(tps, (Errors.NOT_CONTROLLER, None))
+            else:
+                results = {(t, p): _election_result(t, p, outcome, unclean)
+                           for (t, p), outcome in outcomes.items()}
+        if asked is None:
+            results = {tp: r for tp, r in results.items()
+                       if r[0] is not Errors.ELECTION_NOT_NEEDED}
+        by_topic: dict[str, list] = {}
+        for (t, p), (code, message) in results.items():
+            by_topic.setdefault(t, []).append(
+                {"partition_id": p, "error_code": code, "error_message": message})
+        return {"throttle_time_ms": 0, "error_code": top, "replica_election_results": [
+            {"topic": t, "partition_result": parts} for t, parts in by_topic.items()]}
+
+    # ------------------------------------------------------------------ DescribeLogDirs
+    async def handle_describe_log_dirs(self, ctx, request):
+        """Each of this broker's log dirs (KAFKA_STORAGE_ERROR when offline) with its
+        partitions (all, or those asked for): size on disk, offset lag (Kafka's max(HW -
+        log end, 0) of a current replica) and is_future_key (true for the copy of a
+        partition moving into the dir, AlterReplicaLogDirs, its lag what it has yet to
+        copy); v4 adds the file system's total and usable bytes. Needs
+        Describe on the cluster (else CLUSTER_AUTHORIZATION_FAILED and no dirs)."""
+        if not authorize_cluster(ctx, DESCRIBE):
+            return {"throttle_time_ms": 0, "error_code": Errors.CLUSTER_AUTHORIZATION_FAILED,
+                    "results": []}
+        lm = self.broker.log_manager
+        wanted = (None if request.topics is None else
+                  {(t.topic, p) for t in request.topics for p in t.partitions})
+        by_dir: dict[str, dict[str, list]] = {d: {} for d in lm.log_dirs}
+        for lg in lm.all_logs():
+            if wanted is not None and (lg.topic, lg.partition) not in wanted:
+                continue
+            by_dir.setdefault(os.path.dirname(lg.dir), {}).setdefault(lg.topic, []).append({
+                "partition_index": lg.partition, "partition_size": lg.size_in_bytes,
+                "offset_lag": max(lg.high_watermark - lg.log_end_offset, 0),
+                "is_future_key": False})
+        for lg, d in lm.future_logs():
+            current = lm.get_log(lg.topic, lg.partition)
+            if current is None or (wanted is not None and (lg.topic, lg.partition) not in wanted):
+                continue
+            by_dir.setdefault(d, {}).setdefault(lg.topic, []).append({
+                "partition_index": lg.partition, "partition_size": lg.size_in_bytes,
+                "offset_lag": max(current.log_end_offset - lg.log_end_offset, 0),
+                "is_future_key": True})
+        offline = lm.dir_failure_channel.offline
+        results = []
+        for d, topics in by_dir.items():
+            if d in offline:
+                results.append({"error_code": Errors.KAFKA_STORAGE_ERROR, "log_dir": d,
+                                "topics": []})
+                continue
+            total, usable = lm.disk_space(d)
+            results.append({
+                "error_code": Errors.NONE, "log_dir": d, "total_bytes": total,
+                "usable_bytes": usable,
+                "topics": [{"name": t, "partitions": sorted(ps, key=lambda x: x["partition_index"])}
+                           for t, ps in sorted(topics.items())]})
+        return {"throttle_time_ms": 0, "error_code": Errors.NONE, "results": results}
+
+    # ------------------------------------------------------------------ AlterReplicaLogDirs
+    async def handle_alter_replica_log_dirs(self, ctx, request):
+        """Move partitions hosted here into another of this broker's log dirs (absolute
+        paths, as DescribeLogDirs names them); the move runs in the background
+        (ReplicaManager.alter_log_dir) and DescribeLogDirs shows its future log until the
+        swap. LOG_DIR_NOT_FOUND, REPLICA_NOT_AVAILABLE or KAFKA_STORAGE_ERROR per
+        partition; needs Alter on the cluster."""
+        allowed = authorize_cluster(ctx, ALTER)
+        rm = self.broker.replica_manager
+        by_topic: dict[str, list] = {}
+        for d in request.dirs:
+            for t in d.topics:
+                for p in t.partitions:
+                    code = (rm.alter_log_dir(t.name, p, d.path) if allowed
+                            else Errors.CLUSTER_AUTHORIZATION_FAILED)
+                    by_topic.setdefault(t.name, []).append(
+                        {"partition_index": p, "error_code": code})
+        return {"throttle_time_ms": 0, "results": [
+            {"topic_name": t, "partitions": ps} for t, ps in by_topic.items()]}
 
     # ------------------------------------------------------------------ Produce
     async def handle_produce(self, ctx, request):
@@ -886,7 +1065,8 @@ class KafkaApis:
                     raise _ApiError(Errors.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
                 partitions, rf, assignment = self._creation_shape(t, v)
                 broker.check_partition_room(partitions, rf)
-                configs = self._parse_topic_configs({c.name: c.value for c in t.configs})
+                configs = self._parse_topic_configs({c.name: c.value for c in t.configs},
+                                                    name)
                 if not request.validate_only:
                     await broker.create_topic(name, partitions, rf, configs,
                                               assignment=assignment)
@@ -939,7 +1119,7 @@ class KafkaApis:
                             f"Replication factor: {rf} larger than available brokers: {len(live)}.")
         return partitions, rf, None
 
-    def _parse_topic_configs(self, raw: dict[str, str | None]) -> dict[str, str]:
+    def _parse_topic_configs(self, raw: dict[str, str | None], topic: str) -> dict[str, str]:
         out = {}
         for name, value in raw.items():
             try:
@@ -947,6 +1127,10 @@ class KafkaApis:
             except ConfigError as e:
                 raise _ApiError(Errors.INVALID_CONFIG, str(e)) from None
             out[name] = value.strip()
+        if "message.format.version" in out:
+            report_limited(log, logging.WARNING, ("message.format.version", topic), "%s",
+                           message_format_ignored("message.format.version",
+                                                  out["message.format.version"], topic))
         try:
             self.broker.build_log_config(out)
         except ValueError as e:
@@ -1230,7 +1414,7 @@ class KafkaApis:
                             f"Topic {res.resource_name} does not exist")
 
     async def _apply_topic_configs(self, topic: str, new: dict, validate_only: bool) -> None:
-        configs = self._parse_topic_configs(new)
+        configs = self._parse_topic_configs(new, topic)
         if not validate_only:
             await self.broker.set_topic_configs(topic, configs)
 

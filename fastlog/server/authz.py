@@ -128,6 +128,14 @@ def authorized_operations(ctx, resource_type: int, name: str) -> int:
     return authorizer.authorized_operations(principal, host, resource_type, name)
 
 
+def cluster_authorized_operations(ctx) -> int:
+    """Kafka's cluster_authorized_operations of Metadata v8 and DescribeCluster, when
+    asked: the cluster's bit field for a principal that may Describe it, else 0."""
+    if not authorize_cluster(ctx, DESCRIBE, log_denied=False):
+        return 0
+    return authorized_operations(ctx, CLUSTER, CLUSTER_NAME)
+
+
 def authorize_by_resource_type(ctx, operation: int, resource_type: int) -> bool:
     """Kafka's authorizeByResourceType: may the principal do `operation` on at least one
     resource of the type? An applying ALLOW of the operation (or All) on some pattern

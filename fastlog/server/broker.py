@@ -484,6 +484,20 @@ class BrokerServer:
         return self.cluster is not None and self.cluster.controller is not None \
             and self.cluster.controller.is_active
 
+    async def elect_leaders(self, unclean: bool, partitions=None
+                            ) -> dict[tuple[str, int], str] | None:
+        """ElectLeaders on the active controller (this broker): each partition's outcome
+        (fastlog.metadata.model's ELECTED, NOT_NEEDED, ...); all partitions when None.
+        None when this broker lost the controller office meanwhile. The controller
+        thread does the work; the loop only waits for it."""
+        from fastlog.zk.controller import NotControllerError
+
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                None, self.cluster.controller.elect_leaders, unclean, partitions)
+        except NotControllerError:
+            return None
+
     @property
     def session_expired(self) -> bool:
         """Cluster mode: the ZooKeeper session ended and no new one exists yet."""

@@ -293,6 +293,21 @@ def _check_connection_overrides(v: str) -> str | None:
 
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 _COMPRESSION = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
+# log.message.format.version / message.format.version: a Kafka release ("0.10.2", "2.8",
+# "3.0-IV1"). Kafka 3.x ignores it (every batch is v2) and warns that it is deprecated.
+_FORMAT_VERSION_RE = re.compile(r"^\d+\.\d+(\.\d+)?(-IV\d+)?$")
+MESSAGE_FORMAT_VERSION_DEFAULT = "3.0-IV1"
+
+
+def _format_version(v: str) -> str | None:
+    return None if _FORMAT_VERSION_RE.match(v) else "must be a Kafka version such as 2.8 or 3.0-IV1"
+
+
+def message_format_ignored(key: str, value: str, topic: str | None = None) -> str:
+    """Kafka 3.x's deprecation warning for a message format version it ignores."""
+    where = f" for topic {topic}" if topic is not None else ""
+    return (f"{key} with value {value}{where} is ignored: every record batch is written in "
+            f"format v2 (magic 2). {key} is deprecated and will be removed in Kafka 4.0")
 # Kafka's ranges for the levels of a topic's recompression (KIP-390).
 _GZIP_LEVEL = _between(1, 9, -1)
 _LZ4_LEVEL = _between(1, 17)
@@ -447,6 +462,9 @@ _KEYS: list[ConfigKey] = [
     ConfigKey("log.message.timestamp.before.max.ms", "long", LONG_MAX),
     ConfigKey("log.message.timestamp.after.max.ms", "long", 3600000),
     ConfigKey("log.message.downconversion.enable", "boolean", True, inert=True),
+    # Deprecated: a deprecation warning at startup (KafkaConfig.deprecation_warnings).
+    ConfigKey("log.message.format.version", "string", MESSAGE_FORMAT_VERSION_DEFAULT,
+              "Ignored (every batch is v2); deprecated.", _format_version),
     ConfigKey("num.recovery.threads.per.data.dir", "int", 1, inert=True),
     ConfigKey("compression.type", "string", "producer", "Topic codec; producer keeps the producer's.", _one_of(*_COMPRESSION)),
     ConfigKey("compression.gzip.level", "int", -1, "gzip level of batches the topic recompresses (-1: zlib's default).", _GZIP_LEVEL),
@@ -670,6 +688,13 @@ class KafkaConfig:
         on: the startup warns about each, so none is ignored in silence."""
         return sorted(name for name in self.explicit if CONFIG_KEYS[name].inert)
 
+    def deprecation_warnings(self) -> list[str]:
+        """Sentences about deprecated keys the user set, for the startup log."""
+        raw = self.explicit.get("log.message.format.version")
+        if raw is None:
+            return []
+        return [message_format_ignored("log.message.format.version", raw.strip())]
+
     def _validate(self) -> None:
         v = self.values
         if v["broker.id"] >= 0 and v["node.id"] >= 0 and v["broker.id"] != v["node.id"]:
@@ -880,6 +905,7 @@ class KafkaConfig:
             "max.compaction.lag.ms": v["log.cleaner.max.compaction.lag.ms"],
             "max.message.bytes": v["message.max.bytes"],
             "message.downconversion.enable": v["log.message.downconversion.enable"],
+            "message.format.version": v["log.message.format.version"],
             "message.timestamp.after.max.ms": v["log.message.timestamp.after.max.ms"],
             "message.timestamp.before.max.ms": v["log.message.timestamp.before.max.ms"],
             "message.timestamp.difference.max.ms": v["log.message.timestamp.difference.max.ms"],
@@ -913,6 +939,7 @@ TOPIC_CONFIG_SYNONYMS: dict[str, list[str]] = {
     "max.compaction.lag.ms": ["log.cleaner.max.compaction.lag.ms"],
     "max.message.bytes": ["message.max.bytes"],
     "message.downconversion.enable": ["log.message.downconversion.enable"],
+    "message.format.version": ["log.message.format.version"],
     "message.timestamp.after.max.ms": ["log.message.timestamp.after.max.ms"],
     "message.timestamp.before.max.ms": ["log.message.timestamp.before.max.ms"],
     "message.timestamp.difference.max.ms": ["log.message.timestamp.difference.max.ms"],
@@ -937,7 +964,8 @@ TOPIC_CONFIG_TYPES: dict[str, str] = {
     "compression.zstd.level": "int",
     "file.delete.delay.ms": "long", "flush.messages": "long", "flush.ms": "long",
     "index.interval.bytes": "int", "max.compaction.lag.ms": "long", "max.message.bytes": "int",
-    "message.downconversion.enable": "boolean", "message.timestamp.after.max.ms": "long",
+    "message.downconversion.enable": "boolean", "message.format.version": "string",
+    "message.timestamp.after.max.ms": "long",
     "message.timestamp.before.max.ms": "long", "message.timestamp.difference.max.ms": "long",
     "message.timestamp.type": "string", "min.cleanable.dirty.ratio": "double",
     "min.compaction.lag.ms": "long", "min.insync.replicas": "int", "preallocate": "boolean",
@@ -953,6 +981,7 @@ _TOPIC_CHECKS: dict[str, Callable[[Any], str | None]] = {
     "compression.lz4.level": _LZ4_LEVEL,
     "compression.zstd.level": _ZSTD_LEVEL,
     "message.timestamp.type": _one_of(*_TIMESTAMP_TYPES),
+    "message.format.version": _format_version,
     "segment.bytes": _at_least(14),
     "segment.ms": _at_least(1),
     "segment.index.bytes": _at_least(4),

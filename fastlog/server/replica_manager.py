@@ -25,6 +25,8 @@
 # handle_log_dir_failure stops their fetchers, answers their parked requests and marks
 # them `offline`; produce, fetch, ListOffsets and DeleteRecords then answer
 # KAFKA_STORAGE_ERROR for them, and nothing periodic touches them.
+# AlterReplicaLogDirs moves a partition to another log dir while it serves (alter_log_dir:
+# a task copies its batches into a future log there, then swaps it in; see _move_log).
 # Called from: the broker's asyncio API loop only (handlers, group coordinator, role
 # handler, fetchers); it touches files only for producer snapshots and the HW checkpoint.
 """Hosted partitions: append with validation and idempotence, fetch with long polling."""
@@ -81,6 +83,10 @@ _MAGIC_BYTE = 16
 _ATTR_TRANSACTIONAL = 0x10
 # Record bytes read per step when replaying the log tail into producer state.
 _REPLAY_CHUNK = 1 << 20
+# Moving a partition to another log dir: bytes copied per step on the loop, and flushes
+# of the copy in the background before the swap flushes the rest on the loop.
+MOVE_CHUNK_BYTES = 1 << 20
+MOVE_FLUSH_ROUNDS = 5
 
 
 def _now_ms() -> int:
@@ -171,18 +177,20 @@ def is_transactional_records(records) -> bool:
 
 
 def check_records(records, max_bytes: int, allow_zstd: bool, decompress_limit: int,
-                  off_loop: bool = False):
+                  off_loop: bool = False, require_keys: bool = False):
     """All of Kafka's checks of one partition's client record set, cheapest first: headers,
     sizes and CRCs; the one-batch rule; then the records (decompressed, capped at
-    decompress_limit). The batch headers when they pass, else the CodecError or the
-    rule's sentence. Any thread; off_loop: the walk over the records releases the GIL."""
+    decompress_limit; with require_keys — a compacted topic — each has a key, checked in
+    the same walk). The batch headers when they pass, else the CodecError or the rule's
+    sentence. Any thread; off_loop: the walk over the records releases the GIL."""
     try:
         batches = _codec.validate_record_set(records, max_batch_size=max_bytes,
                                              allow_zstd=allow_zstd)
         problem = _structure_problem(batches)
         if problem is not None:
             return problem
-        _codec.verify_batch_records(records, batches[0], decompress_limit, off_loop)
+        _codec.verify_batch_records(records, batches[0], decompress_limit, off_loop,
+                                    require_keys)
     except _codec.CodecError as e:
         return e
     return batches
@@ -262,6 +270,96 @@ class ReplicaManager:
         # (also a log whose partition was already stopped without deletion)
         if p is not None or self.broker.log_manager.get_log(topic, partition) is not None:
             self.broker.log_manager.delete_log(topic, partition)
+
+    # ------------------------------------------------------------------ moving between log dirs
+    def alter_log_dir(self, topic: str, partition: int, log_dir: str) -> Errors:
+        """AlterReplicaLogDirs for one partition (Kafka's alterReplicaLogDirs): start
+        moving it into `log_dir` (a future log there catches up with the current one in
+        the background, then takes over), or stop a move when `log_dir` is where it is."""
+        lm = self.broker.log_manager
+        dest = os.path.abspath(log_dir)
+        if dest not in lm.log_dirs:
+            return Errors.LOG_DIR_NOT_FOUND
+        p = self.partitions.get((topic, partition))
+        if lm.dir_failure_channel.is_offline(dest) or (p is not None and p.offline):
+            return Errors.KAFKA_STORAGE_ERROR
+        if p is None:
+            return Errors.REPLICA_NOT_AVAILABLE
+        if lm.log_dir_of(topic, partition) == dest:
+            lm.abort_future_log(topic, partition)
+            return Errors.NONE
+        if lm.dir_failure_channel.offline:
+            # (as Kafka: no future log while a dir is offline, so that none is made twice)
+            return Errors.KAFKA_STORAGE_ERROR
+        before = lm.future_log(topic, partition)
+        try:
+            future = lm.create_future_log(topic, partition, dest)
+        except OSError as e:
+            log.warning("%s: cannot start moving to %s: %s", p, dest, e)
+            return Errors.KAFKA_STORAGE_ERROR
+        if before is None or before[0] is not future:
+            log.info("%s: moving from %s to %s", p, lm.log_dir_of(topic, partition), dest)
+            self._spawn(self._move_log(p, future))
+        return Errors.NONE
+
+    async def _move_log(self, p: Partition, future) -> None:
+        """Copy the partition's batches into its future log (Kafka's
+        ReplicaAlterLogDirsThread, here a task on the loop copying MOVE_CHUNK_BYTES at a
+        time), following truncations and the log start; once level and flushed, swap."""
+        lm = self.broker.log_manager
+        key = p.key
+        flush_rounds = 0
+        try:
+            while True:
+                entry = lm.future_log(*key)
+                if entry is None or entry[0] is not future:
+                    return  # stopped, or another destination asked for
+                if self.partitions.get(key) is not p or p.offline or self._stopped:
+                    lm.abort_future_log(*key)
+                    return
+                current = p.log
+                if future.log_end_offset > current.log_end_offset:
+                    future.truncate_to(current.log_end_offset)
+                if future.log_end_offset < current.log_start_offset:
+                    # the copy begins at the batch holding the log start (or at the start
+                    # of an empty log)
+                    first = current.read(current.log_start_offset, 1).first_batch_offset
+                    start = first if first >= 0 else current.log_start_offset
+                    if future.log_end_offset != start:
+                        future.truncate_fully_and_start_at(start)
+                if future.log_end_offset == current.log_end_offset:
+                    if future.unflushed_messages > 0 and flush_rounds < MOVE_FLUSH_ROUNDS:
+                        flush_rounds += 1
+                        await asyncio.wrap_future(future.flush_async())
+                        continue
+                    future.flush()  # what arrived during the last round, if anything
+                    self._promote_future(p, current)
+                    return
+                info = current.read(max(future.log_end_offset, current.log_start_offset),
+                                    MOVE_CHUNK_BYTES)
+                data = b"".join(r.read() for r in info.regions)
+                batches = _codec.scan_batches(data, verify_crc=True).batches
+                if not batches:
+                    raise KafkaStorageError(f"no batch at offset {future.log_end_offset}")
+                future.append(data, batches, p.leader_epoch, assign_offsets=False)
+                await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a failed move leaves the partition as it was
+            report_limited(log, logging.WARNING, ("move", key), "%s: moving to another log "
+                           "dir failed, stopped: %s", p, e)
+            lm.abort_future_log(*key)
+
+    def _promote_future(self, p: Partition, current) -> None:
+        """The swap (loop thread, no await): the future log takes over with the current
+        one's high watermark and log start offset."""
+        new = self.broker.log_manager.promote_future_log(p.topic, p.partition)
+        new.hw_follows_leo = current.hw_follows_leo
+        new.update_high_watermark(current.high_watermark)
+        if current.log_start_offset > new.log_start_offset:
+            new.delete_records_before(current.log_start_offset)
+        p.log = new
+        log.info("%s: now in %s", p, os.path.dirname(new.dir))
 
     def is_offline(self, topic: str, partition: int) -> bool:
         """True when this broker's replica of the partition is in a failed log dir."""
@@ -889,11 +987,13 @@ class ReplicaManager:
             gzip = (len(records) > _ATTRIBUTES_LOW_BYTE
                     and records[_ATTRIBUTES_LOW_BYTE] & 0x07 == COMPRESSION_GZIP)
             checked = check_records(records, max_bytes, allow_zstd,
-                                    INLINE_GZIP_BYTES if gzip else INLINE_DECOMPRESS_BYTES)
+                                    INLINE_GZIP_BYTES if gzip else INLINE_DECOMPRESS_BYTES,
+                                    False, cfg.compact)
         if checked is None or isinstance(checked, _codec.DecompressionLimitError):
             checked = await loop.run_in_executor(self._verify_pool(), check_records, records,
                                                  max_bytes, allow_zstd,
-                                                 _codec.DEFAULT_DECOMPRESS_LIMIT, True)
+                                                 _codec.DEFAULT_DECOMPRESS_LIMIT, True,
+                                                 cfg.compact)
         if (type(checked) is list and cfg.target_codec is not None
                 and cfg.target_codec != checked[0].compression
                 and len(records) > INLINE_RECOMPRESS_BYTES):
@@ -931,9 +1031,20 @@ class ReplicaManager:
             return PartitionResult(Errors.NONE, -1, -1, p.log.log_start_offset)
         if checked is None:
             checked = check_records(records, topic_cfg.max_message_bytes, api_version >= 7,
-                                    _codec.DEFAULT_DECOMPRESS_LIMIT)
+                                    _codec.DEFAULT_DECOMPRESS_LIMIT,
+                                    require_keys=topic_cfg.compact)
         if isinstance(checked, str):
             return PartitionResult(Errors.INVALID_RECORD, error_message=checked)
+        if isinstance(checked, _codec.MissingKeyError):
+            # Kafka's LogValidator: the whole batch is refused, the record named.
+            message = (f"Compacted topic cannot accept message without key in topic "
+                       f"partition {p.topic}-{p.partition}.")
+            report_limited(log, logging.INFO, ("nokey", p.key), "%s: %s", p, message)
+            return PartitionResult(
+                Errors.INVALID_RECORD, error_message=message,
+                record_errors=[{"batch_index": checked.record_index,
+                                "batch_index_error_message": message}],
+                log_start_offset=p.log.log_start_offset)
         if isinstance(checked, _codec.CodecError):
             code = codec_error_code(checked)
             log.info("%s: rejected produce v%d: %s (%s)", p, api_version, checked, code.name)

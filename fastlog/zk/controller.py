@@ -6,7 +6,8 @@
 # the live ISR when brokers leave or return (offline, leader -1, when no ISR member is live
 # unless unclean election is allowed), runs preferred-leader and controlled-shutdown
 # elections (a stopping broker asks through its ephemeral /admin/controlled_shutdown/<id>,
-# answered in place), moves leadership off replicas in failed log dirs
+# answered in place) and the preferred or unclean elections an admin asks for
+# (ElectLeaders, elect_leaders), moves leadership off replicas in failed log dirs
 # (/log_dir_event_notification, with the replicas in /fastlog/offline_replicas/<id>), and
 # deletes topics. Every one of its writes is fenced by its controller epoch;
 # a ControllerMovedError makes it resign.
@@ -36,6 +37,7 @@ from kazoo.exceptions import (
 )
 from kazoo.retry import RetryFailedError
 
+from fastlog.metadata.model import ELECTED, NOT_AVAILABLE, NOT_NEEDED, UNKNOWN_PARTITION
 from fastlog.protocol.topics import validate_topic
 from fastlog.zk import paths
 from fastlog.zk.assignment import assign_replicas
@@ -759,15 +761,38 @@ class ZkController:
             self._emit(LeadershipChanged(dict(written)))
         return written
 
+    def _preferred_decision(self, tp: TopicPartition, st: LeaderAndIsr) -> LeaderAndIsr | None:
+        """The first replica leads when live and in the ISR (None: leave the partition)."""
+        replicas = self._replicas(tp)
+        if not replicas:
+            return None
+        pref = replicas[0]
+        if st.leader == pref or pref not in st.isr or not self._eligible_for(tp, pref):
+            return None
+        return st.new_leader_and_isr(pref, st.isr, self.epoch.epoch)
+
+    def _unclean_decision(self, tp: TopicPartition, st: LeaderAndIsr) -> LeaderAndIsr | None:
+        """A partition without a live leader gets one: a live ISR member if there is one,
+        else any live replica (acknowledged records may be lost). None: leave it."""
+        if st.leader != NO_LEADER and self._eligible_for(tp, st.leader):
+            return None
+        live = [r for r in self._replicas(tp) if self._eligible_for(tp, r)]
+        in_isr = [r for r in live if r in st.isr]
+        if in_isr:
+            leader = in_isr[0]
+            return st.new_leader_and_isr(leader, [leader] + [b for b in in_isr if b != leader],
+                                         self.epoch.epoch)
+        if not live:
+            return None
+        log.warning("unclean leader election for %s-%d asked for: %d leads without being in "
+                    "the ISR %s; acknowledged records may be lost", tp[0], tp[1], live[0],
+                    list(st.isr))
+        return st.new_leader_and_isr(live[0], [live[0]], self.epoch.epoch)
+
     def _preferred_election(self, tps) -> dict[TopicPartition, LeaderAndIsr]:
-        def decide(tp, st):
-            replicas = self._replicas(tp)
-            if not replicas:
-                return None
-            pref = replicas[0]
-            if st.leader == pref or pref not in st.isr or not self._eligible_for(tp, pref):
-                return None
-            return st.new_leader_and_isr(pref, st.isr, self.epoch.epoch)
+        return self._elect(tps, self._preferred_decision)
+
+    def _elect(self, tps, decide) -> dict[TopicPartition, LeaderAndIsr]:
         changes = {}
         for tp in tps:
             st = self._states.get(tp)
@@ -775,6 +800,31 @@ class ZkController:
             if new is not None:
                 changes[tp] = new
         return self._write_states(changes, decide)
+
+    def _admin_election(self, unclean: bool, tps) -> dict[TopicPartition, str]:
+        """Kafka's ReplicaLeaderElection asked by an admin: each partition's outcome,
+        ELECTED, NOT_NEEDED (the preferred replica leads already; for unclean, a live
+        leader does), NOT_AVAILABLE (no replica may lead) or UNKNOWN_PARTITION."""
+        decide = self._unclean_decision if unclean else self._preferred_decision
+        known = [tp for tp in tps if tp in self._states]
+        # The leaders change ISRs themselves and the controller hears of it a moment
+        # later (/isr_change_notification): decide on what ZooKeeper holds now.
+        self._states.update(self.zk.get_partition_states(known))
+        written = self._elect(known, decide)
+        out = {}
+        for tp in tps:
+            st = self._states.get(tp)
+            if st is None:
+                out[tp] = UNKNOWN_PARTITION
+            elif tp in written:
+                out[tp] = ELECTED
+            elif unclean:
+                out[tp] = (NOT_NEEDED if st.leader != NO_LEADER
+                           and self._eligible_for(tp, st.leader) else NOT_AVAILABLE)
+            else:
+                replicas = self._replicas(tp)
+                out[tp] = NOT_NEEDED if replicas and st.leader == replicas[0] else NOT_AVAILABLE
+        return out
 
     # -- public operations ---------------------------------------------------------------------------
 
@@ -789,6 +839,15 @@ class ZkController:
             self._require_active()
             return self._preferred_election(
                 list(self._states) if partitions is None else list(partitions))
+        return self._call(run)
+
+    def elect_leaders(self, unclean: bool, partitions=None) -> dict[TopicPartition, str]:
+        """ElectLeaders: a preferred (or unclean) election of these partitions (all when
+        None); each one's outcome (see _admin_election). Active controller only."""
+        def run():
+            self._require_active()
+            return self._admin_election(
+                unclean, list(self._states) if partitions is None else list(partitions))
         return self._call(run)
 
     def controlled_shutdown(self, broker_id: int) -> set[TopicPartition]:

@@ -119,7 +119,8 @@ def test_admin_lists_and_describes_an_active_group(bootstrap, topic_name, arun):
             c = Consumer(bootstrap, client_id="describe-me")
             try:
                 await c.subscribe([topic_name], group, auto_commit_interval_ms=None)
-                assert (group, "consumer") in await admin.list_groups()
+                assert (group, "consumer") in [(g.group_id, g.protocol_type)
+                                                for g in await admin.list_groups()]
                 (desc,) = await admin.describe_groups([group])
                 assert desc.state == "Stable" and desc.protocol_type == "consumer"
                 assert desc.protocol in ("range", "roundrobin")

@@ -17,8 +17,9 @@ def _ours(kind, key):
 
 
 def _their_names(key, kind, value):
-    # kafka-python renames Metadata's ClusterAuthorizedOperations to authorized_operations
-    if key == 3 and kind == "response" and "authorized_operations" in value:
+    # kafka-python renames Metadata's and DescribeCluster's ClusterAuthorizedOperations to
+    # authorized_operations
+    if key in (3, 60) and kind == "response" and "authorized_operations" in value:
         value["cluster_authorized_operations"] = value.pop("authorized_operations")
         for topic in value.get("topics") or ():
             if "authorized_operations" in topic:

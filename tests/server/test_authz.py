@@ -22,7 +22,7 @@ from tests.server.wire import Wire, batch, fetch_body
 
 TIMEOUT = 30
 ACL_AUTHORIZER = "kafka.security.authorizer.AclAuthorizer"
-USERS = {name: secrets.token_urlsafe(12) for name in ("admin", "alice", "bob")}
+USERS = {name: secrets.token_urlsafe(12) for name in ("admin", "alice", "bob", "carol")}
 AUTH_ERRORS = (Errors.TOPIC_AUTHORIZATION_FAILED, Errors.GROUP_AUTHORIZATION_FAILED,
                Errors.CLUSTER_AUTHORIZATION_FAILED)
 
@@ -298,6 +298,58 @@ def test_metadata_lists_only_described_topics_with_operations(authz_broker):
         assert r.cluster_authorized_operations != 0
     finally:
         w.close()
+
+
+def test_describe_cluster_authorized_operations_need_describe_on_the_cluster(authz_broker):
+    from confluent_kafka.admin import AclOperation
+
+    def cluster_ops(user):
+        admin = admin_client(authz_broker, user)  # alive until the future is done
+        got = admin.describe_cluster(include_authorized_operations=True).result(TIMEOUT)
+        assert got.cluster_id and [n.id for n in got.nodes] == [got.controller.id]
+        return set(got.authorized_operations or ())
+
+    # Kafka answers 0 to a principal that may not Describe the cluster
+    create_acls(authz_broker, [acl("CLUSTER", "kafka-cluster", "User:carol", "ALTER_CONFIGS")])
+    assert cluster_ops("carol") == set()
+    create_acls(authz_broker, [acl("CLUSTER", "kafka-cluster", "User:carol", "ALTER")])
+    # Alter implies Describe, AlterConfigs implies DescribeConfigs (Kafka's rules)
+    assert cluster_ops("carol") == {AclOperation.ALTER, AclOperation.DESCRIBE,
+                                    AclOperation.ALTER_CONFIGS, AclOperation.DESCRIBE_CONFIGS}
+    assert AclOperation.CLUSTER_ACTION in cluster_ops("admin")
+
+
+def test_elect_leaders_needs_alter_on_the_cluster(authz_broker):
+    body = {"election_type": 0, "timeout_ms": 1000,
+            "topic_partitions": [{"topic": "produce-literal", "partitions": [0]}]}
+    for user, top, code in (
+            ("alice", Errors.CLUSTER_AUTHORIZATION_FAILED, Errors.CLUSTER_AUTHORIZATION_FAILED),
+            ("admin", Errors.NONE, Errors.ELECTION_NOT_NEEDED)):
+        w = wire_as(authz_broker, user)
+        try:
+            r = call(w, ApiKey.ELECT_LEADERS, 2, body)
+            assert r.error_code == top
+            assert [p.error_code for p in r.replica_election_results[0].partition_result] == [
+                code]
+        finally:
+            w.close()
+
+
+def test_log_dir_apis_need_describe_or_alter_on_the_cluster(authz_broker):
+    move = {"dirs": [{"path": "/elsewhere", "topics": [
+        {"name": "produce-literal", "partitions": [0]}]}]}
+    for user, code, move_code in (
+            ("alice", Errors.CLUSTER_AUTHORIZATION_FAILED, Errors.CLUSTER_AUTHORIZATION_FAILED),
+            ("admin", Errors.NONE, Errors.LOG_DIR_NOT_FOUND)):
+        w = wire_as(authz_broker, user)
+        try:
+            r = call(w, ApiKey.DESCRIBE_LOG_DIRS, 4, {"topics": None})
+            assert r.error_code == code
+            assert bool(r.results) == (code == Errors.NONE)
+            r = call(w, ApiKey.ALTER_REPLICA_LOG_DIRS, 2, move)
+            assert [p.error_code for p in r.results[0].partitions] == [move_code]
+        finally:
+            w.close()
 
 
 def test_auto_creation_needs_create(authz_broker):

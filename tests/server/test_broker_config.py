@@ -182,3 +182,28 @@ def test_inert_keys_draw_one_startup_warning(tmp_path):
     assert len(lines) == 1
     assert "WARNING" in lines[0]
     assert "num.recovery.threads.per.data.dir, zookeeper.set.acl" in lines[0]
+
+
+def test_message_format_version_is_accepted_ignored_and_warned_about(broker_factory):
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+    assert KafkaConfig({"log.message.format.version": "2.8"})["log.message.format.version"] == "2.8"
+    with pytest.raises(ConfigError, match="log.message.format.version"):
+        KafkaConfig({"log.message.format.version": "v2"})
+    assert parse_topic_config("message.format.version", "0.10.2") == "0.10.2"
+    b = broker_factory({"log.message.format.version": "2.8"})
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("mfv", 1, 1, config={"message.format.version": "0.11.0"})]
+                        )["mfv"].result(15)
+    bad = admin.create_topics([NewTopic("mfv-bad", 1, 1,
+                                        config={"message.format.version": "new"})])["mfv-bad"]
+    with pytest.raises(KafkaException) as e:
+        bad.result(15)
+    assert e.value.args[0].code() == 40  # INVALID_CONFIG
+    res = ConfigResource(ConfigResource.Type.TOPIC, "mfv")
+    entries = admin.describe_configs([res])[res].result(15)
+    assert entries["message.format.version"].value == "0.11.0"
+    text = b.log_path.read_text(errors="replace")
+    assert "log.message.format.version with value 2.8 is ignored" in text
+    assert "message.format.version with value 0.11.0 for topic mfv is ignored" in text

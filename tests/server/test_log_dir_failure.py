@@ -99,6 +99,11 @@ def test_failed_dir_goes_offline_and_the_other_dir_is_served(tmp_path):
                     assert list(md[failing].offline_replicas) == [0]
                     assert md[healthy].error_code == Errors.NONE
                     assert md[healthy].leader_id == 0 and not md[healthy].offline_replicas
+                    # DescribeLogDirs: the failed dir answers KAFKA_STORAGE_ERROR
+                    ld = w.call(ApiKey.DESCRIBE_LOG_DIRS, 4, {"topics": None})
+                    codes = {r.log_dir: r.error_code for r in ld.results}
+                    assert codes == {str(disk): Errors.KAFKA_STORAGE_ERROR,
+                                     str(good_dir): Errors.NONE}
                     # The other dir: produce (a real client, too) and consume as before.
                     for _ in range(3):
                         assert produce(w, "ldf", batch([b"ok"]), partition=healthy).error_code == 0

@@ -7,7 +7,7 @@ the version lacks are ignored). The handlers only translate between the wire and
 ``ctx.broker.group_coordinator``; every decision is the coordinator's.
 
 FindCoordinator 0-2, JoinGroup 0-5, SyncGroup 0-3, Heartbeat 0-3, LeaveGroup 0-3,
-OffsetCommit 1-7, OffsetFetch 1-5, ListGroups 0-2, DescribeGroups 0-4, DeleteGroups 0-1,
+OffsetCommit 1-7, OffsetFetch 1-5, ListGroups 0-5, DescribeGroups 0-4, DeleteGroups 0-1,
 OffsetDelete 0. With an authorizer, each checks the principal as Kafka does (Read on the
 group to join, commit and fetch offsets, Describe to find its coordinator and describe it,
 Delete to delete it or its offsets; Read on each topic committed, Describe on each topic
@@ -39,6 +39,8 @@ from .offsets import GROUP_METADATA_TOPIC
 from .schemas import OffsetAndMetadata
 
 KEY_TYPE_GROUP = 0
+# ListGroups v5's type of the groups this coordinator runs (Kafka's GroupType.CLASSIC).
+GROUP_TYPE_CLASSIC = "classic"
 
 
 def _coordinator(ctx) -> GroupCoordinator | None:
@@ -228,6 +230,13 @@ async def handle_offset_commit(ctx, request):
             if not authorize(ctx, READ, TOPIC, t):
                 refused.update((tp, Errors.TOPIC_AUTHORIZATION_FAILED)
                                for tp in offsets if tp[0] == t)
+        # Kafka's KafkaApis: a partition the cluster does not have is not committed.
+        metadata = ctx.broker.metadata
+        for t, p in offsets:
+            if (t, p) not in refused:
+                state = metadata.topic(t)
+                if state is None or p not in state.partitions:
+                    refused[(t, p)] = Errors.UNKNOWN_TOPIC_OR_PARTITION
         for tp in refused:
             del offsets[tp]
     if c is None:
@@ -322,10 +331,20 @@ async def handle_list_groups(ctx, request):
         return {"throttle_time_ms": 0, "error_code": Errors.COORDINATOR_NOT_AVAILABLE,
                 "groups": []}
     err, groups = c.list_groups()
+    v = ctx.api_version
+    # v4 (KIP-518): only the groups in the asked states; v5 (KIP-848): of the asked types.
+    # Kafka compares both without regard to case; every group here is a classic group.
+    states = {s.lower() for s in request.states_filter} if v >= 4 else None
+    if states:
+        groups = [g for g in groups if g[2].lower() in states]
+    types = {t.lower() for t in request.types_filter} if v >= 5 else None
+    if types and GROUP_TYPE_CLASSIC not in types:
+        groups = []
     if not authorize_cluster(ctx, DESCRIBE, log_denied=False):
         groups = [g for g in groups if authorize(ctx, DESCRIBE, GROUP, g[0], log_denied=False)]
     return {"throttle_time_ms": 0, "error_code": err,
-            "groups": [{"group_id": g, "protocol_type": t, "group_state": s}
+            "groups": [{"group_id": g, "protocol_type": t, "group_state": s,
+                        "group_type": GROUP_TYPE_CLASSIC}
                        for g, t, s in groups]}
 
 

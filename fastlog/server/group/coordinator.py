@@ -409,21 +409,27 @@ class GroupCoordinator:
                                            protocol_type, protocols, fut)
             return
         # A known static member restarted: it takes over its old place under a new id, and
-        # whatever the old incarnation was waiting for is fenced.
+        # whatever the old incarnation was waiting for is fenced (FENCED_INSTANCE_ID).
         old = group.get(old_id)
         self._complete_join(old, JoinResult(Errors.FENCED_INSTANCE_ID, member_id=old_id))
         self._complete_sync(old, SyncResult(Errors.FENCED_INSTANCE_ID))
-        was_leader = group.is_leader(old_id)
+        current_leader = group.leader_id
         member = group.replace_static_member(instance_id, old_id, new_id)
         member.client_id = client_id
         member.client_host = client_host
-        unchanged = member.matches(protocols)
-        if group.is_(GroupState.STABLE) and unchanged and not was_leader:
+        if group.is_(GroupState.STABLE) and member.same_subscription(protocols,
+                                                                     group.protocol_type):
+            # Kafka's updateStaticMemberAndRebalance: a stable group keeps its generation
+            # and assignment; the answer names the leader as it was (the old id when the
+            # leader itself restarted), so the member does not assign again but syncs and
+            # gets its previous assignment. A changed subscription rebalances below.
+            member.protocols = list(protocols)
             member.rebalance_timeout_ms = rebalance_timeout_ms
             member.session_timeout_ms = session_timeout_ms
             self._schedule_heartbeat(group, member)
             self._spawn(self._store_group_quietly(group))
-            fut.set_result(self._join_result_for(group, member, with_members=False))
+            fut.set_result(JoinResult(Errors.NONE, group.generation_id, group.protocol_type,
+                                      group.protocol_name, current_leader or "", new_id, []))
             return
         self._update_member_and_rebalance(group, member, protocols, rebalance_timeout_ms,
                                           session_timeout_ms, fut)

@@ -108,6 +108,26 @@ class MemberMetadata:
         nothing need not trigger a rebalance)."""
         return [(n, bytes(m)) for n, m in protocols] == [(n, bytes(m)) for n, m in self.protocols]
 
+    def same_subscription(self, protocols: list[tuple[str, bytes]], protocol_type: str) -> bool:
+        """Whether a rejoin with these protocols asks for what this member has: the same
+        protocols in the same order and, for consumers, the same topics in each
+        subscription (owned partitions and user data may differ after a restart); other
+        protocol types compare their metadata bytes."""
+        if [n for n, _ in protocols] != self.protocol_names():
+            return False
+        for name, data in protocols:
+            mine = self.metadata(name)
+            if protocol_type == "consumer":
+                try:
+                    if set(parse_subscription_topics(data)) == set(
+                            parse_subscription_topics(mine)):
+                        continue
+                except ValueError:
+                    pass
+            if bytes(data) != bytes(mine):
+                return False
+        return True
+
     def vote(self, candidates: set[str]) -> str:
         """The first of this member's protocols that every member supports."""
         for name, _ in self.protocols:

@@ -126,9 +126,10 @@ class FetchDataInfo:
 
 
 def parse_topic_partition(dir_name: str) -> tuple[str, int]:
-    """`<topic>-<partition>` (optionally with a `.<uuid>-delete` suffix) → (topic, partition)."""
+    """`<topic>-<partition>` (optionally with a `.<uuid>-delete` or `.<uuid>-future`
+    suffix) → (topic, partition)."""
     name = os.path.basename(os.path.normpath(dir_name))
-    if name.endswith("-delete") and "." in name:
+    if (name.endswith("-delete") or name.endswith("-future")) and "." in name:
         name = name[: name.rindex(".")]
     topic, sep, part = name.rpartition("-")
     if not sep or not topic or not part.isdigit():

@@ -5,8 +5,9 @@
 # `log-start-offset-checkpoint` (Kafka's formats, see checkpoint.py), and one
 # `<topic>-<partition>` directory per hosted partition (renamed `<name>.<uuid>-delete`
 # when the partition is deleted, removed later as Kafka does; `<name>.<uuid>-stray` when
-# no topic claims it, kept). Directories holding anything but a log's files are never
-# opened or removed.
+# no topic claims it, kept; `<name>.<uuid>-future` while it moves to another dir,
+# AlterReplicaLogDirs). Directories holding anything but a log's files are never opened
+# or removed.
 #
 # A full disk must stay recoverable through Kafka's API: each dir also holds
 # `.fastlog-space-reserve`, SPACE_RESERVE_BYTES allocated with posix_fallocate at startup.
@@ -74,8 +75,10 @@ SPACE_RESERVE_FILE = ".fastlog-space-reserve"
 SPACE_RESERVE_BYTES = 1 << 20
 DELETE_DIR_SUFFIX = "-delete"
 STRAY_DIR_SUFFIX = "-stray"
-# `<topic>-<partition>.<hex id>-delete|-stray`: what delete_log and mark_stray name a dir.
-_RETIRED_DIR = re.compile(r"^.+-\d+\.[0-9a-f]+-(delete|stray)$")
+FUTURE_DIR_SUFFIX = "-future"
+# `<topic>-<partition>.<hex id>-delete|-stray`: what delete_log and mark_stray name a dir;
+# `-future`: a partition's copy while it moves to another log dir (create_future_log).
+_RETIRED_DIR = re.compile(r"^.+-\d+\.[0-9a-f]+-(delete|stray|future)$")
 # Every file a partition dir may hold: segments, indexes and producer snapshots (with the
 # suffixes of deletion, compaction and swaps), the epoch checkpoint, their temp files.
 _PARTITION_FILE = re.compile(
@@ -136,9 +139,13 @@ class LogManager:
         for d in self.log_dirs:
             os.makedirs(d, exist_ok=True)
             self._check_meta_properties(d, node_id, cluster_id)
+        # partitions moving to another log dir: (log, destination dir) (loop thread)
+        self._future_logs: dict[tuple[str, int], tuple[Log, str]] = {}
+        self._futures_found: list[str] = []
         for d in self.log_dirs:
             self._load_dir(d)
             self._allocate_space_reserve(d)
+        self._settle_futures_found()
         self.cleaner = LogCleaner(
             lambda: [(k, self._dir_of[k], lg) for k, lg in self._logs.items()
                      if not self.dir_failure_channel.is_offline(self._dir_of[k])],
@@ -184,6 +191,7 @@ class LogManager:
         recovery_points = self._read_checkpoint(log_dir, RECOVERY_POINT_CHECKPOINT)
         start_offsets = self._read_checkpoint(log_dir, LOG_START_OFFSET_CHECKPOINT)
         recovered: list[Log] = []
+        futures: list[str] = []
         for name in sorted(os.listdir(log_dir)):
             path = os.path.join(log_dir, name)
             if not os.path.isdir(path):
@@ -201,6 +209,8 @@ class LogManager:
             if retired is not None:
                 if retired.group(1) == "delete":
                     self.scheduler.submit(shutil.rmtree, path, True)
+                elif retired.group(1) == "future":
+                    futures.append(path)
                 else:
                     logger.warning("%s: stray log kept for the operator to remove", path)
                 continue
@@ -218,6 +228,7 @@ class LogManager:
             if log.load_report.recovered:
                 recovered.append(log)
         self._report_recovery(log_dir, clean, recovered)
+        self._futures_found.extend(futures)
         if clean:
             # From now on a crash must look unclean: the marker only lives between a clean
             # shutdown and the next startup.
@@ -340,6 +351,99 @@ class LogManager:
         offline = self.dir_failure_channel.offline
         return [d for d in self.log_dirs if d not in offline]
 
+    def disk_space(self, log_dir: str) -> tuple[int, int]:
+        """(total, usable) bytes of the file system holding log_dir (DescribeLogDirs v4);
+        (-1, -1) when it cannot be read. One statvfs call: any thread."""
+        try:
+            st = os.statvfs(log_dir)
+        except OSError:
+            return -1, -1
+        return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+
+    # ------------------------------------------------------------------ moving between dirs
+    # AlterReplicaLogDirs (Kafka's future logs): the partition's copy grows in the
+    # destination dir as `<topic>-<partition>.<uuid>-future` while the current log serves;
+    # promote_future_log swaps them once the copy has caught up. A move survives a crash
+    # only after the swap's first rename (see _settle_futures_found).
+
+    def _settle_futures_found(self) -> None:
+        """Startup: a future log whose current log is gone (a crash inside the swap, after
+        the current one was renamed for deletion) becomes the log; any other is an
+        unfinished move, removed (the client asks again)."""
+        for path in self._futures_found:
+            key = parse_topic_partition(path)
+            log_dir = os.path.dirname(path)
+            if key in self._logs or self.dir_failure_channel.is_offline(log_dir):
+                logger.warning("%s: unfinished move to another log dir, removed", path)
+                self.scheduler.submit(shutil.rmtree, path, True)
+                continue
+            final = os.path.join(log_dir, f"{key[0]}-{key[1]}")
+            os.rename(path, final)
+            fsync_dir(log_dir)
+            self._logs[key] = Log.open(final, self._config_for(key[0]), time_fn=self.time_fn,
+                                       scheduler=self.scheduler,
+                                       failure_channel=self.dir_failure_channel)
+            self._dir_of[key] = log_dir
+            logger.warning("%s: a move to this log dir was interrupted after the swap; "
+                           "completed", final)
+        self._futures_found = []
+
+    def future_log(self, topic: str, partition: int) -> tuple[Log, str] | None:
+        """(future log, destination dir) of a partition moving between dirs, or None."""
+        return self._future_logs.get((topic, partition))
+
+    def future_logs(self) -> list[tuple[Log, str]]:
+        return list(self._future_logs.values())
+
+    def create_future_log(self, topic: str, partition: int, log_dir: str) -> Log:
+        """An empty future log of the partition in `log_dir` (one of the online log dirs,
+        not the partition's own); an existing one for another dir is removed first."""
+        key = (topic, partition)
+        current = self._future_logs.get(key)
+        if current is not None:
+            if current[1] == log_dir:
+                return current[0]
+            self.abort_future_log(topic, partition)
+        path = os.path.join(log_dir, f"{topic}-{partition}.{uuid.uuid4().hex}{FUTURE_DIR_SUFFIX}")
+        log = Log.open(path, self._config_for(topic), time_fn=self.time_fn,
+                       scheduler=self.scheduler, failure_channel=self.dir_failure_channel)
+        self._future_logs[key] = (log, log_dir)
+        self.scheduler.submit(fsync_dir, log_dir)
+        return log
+
+    def abort_future_log(self, topic: str, partition: int) -> None:
+        """Stop a move: the future log's files go (on the I/O worker), unless its dir
+        failed (then they stay until a start with the dir readable drops them)."""
+        entry = self._future_logs.pop((topic, partition), None)
+        if entry is None:
+            return
+        if self.dir_failure_channel.is_offline(entry[1]):
+            entry[0].close_for_failure()  # nothing is written to a failed dir
+        else:
+            entry[0].closed = True
+            self.scheduler.submit(entry[0].delete)
+
+    def promote_future_log(self, topic: str, partition: int) -> Log:
+        """The swap, once the future log holds everything the current one does and is
+        flushed: the current log is renamed for deletion (in-flight reads keep their
+        files until file.delete.delay.ms), then the future one takes the partition's name
+        in its dir and serves from now on. Loop thread."""
+        key = (topic, partition)
+        future, log_dir = self._future_logs.pop(key)
+        source = self._dir_of.get(key)
+        self.delete_log(topic, partition)
+        # Each rename reaches the disk before the next (two directory fsyncs, on the loop:
+        # produce to the partition waits for them, as Kafka's swap holds its lock): a
+        # crash between them leaves a future log without a current one, which the next
+        # start completes; never two current logs.
+        if source is not None:
+            fsync_dir(source)
+        future.rename_dir(os.path.join(log_dir, f"{topic}-{partition}"))
+        fsync_dir(log_dir)
+        self._logs[key] = future
+        self._dir_of[key] = log_dir
+        return future
+
     def offline_dir_of(self, topic: str, partition: int) -> str | None:
         """The offline log dir holding the partition, or None."""
         return self._offline_logs.get((topic, partition))
@@ -360,6 +464,10 @@ class LogManager:
             if self.cleaner is not None:
                 self.cleaner.forget(key)
             log.close_for_failure()
+        # Moves into the dir or out of it stop (the dir is written no more).
+        for key, (_, dest) in list(self._future_logs.items()):
+            if dest == log_dir or key in keys:
+                self.abort_future_log(*key)
         logger.warning("%s: offline: %d partition(s) no longer served (%s)", log_dir, len(keys),
                        ", ".join(f"{t}-{p}" for t, p in keys[:10]) + (", ..." if len(keys) > 10
                                                                       else ""))
@@ -544,6 +652,8 @@ class LogManager:
                 log.close_for_failure()
             else:
                 clean &= log.close()
+        for log, _ in self._future_logs.values():  # unfinished moves: the next start drops them
+            log.close()
         if self._owns_scheduler:
             self.scheduler.shutdown()
         for d in self.online_dirs:

@@ -34,6 +34,9 @@ def join_body(group, member_id="", protocols=(("range", SUB),), session=6000, in
 
 def test_join_sync_heartbeat_leave_error_codes(group_broker):
     group = fresh("g-wire")
+    # Offsets are committed only for partitions that exist (Kafka's OffsetCommit).
+    create_topic(group_broker.bootstrap, "t", 2)
+    create_topic(group_broker.bootstrap, "u", 1)
 
     async def main():
         cluster, conn = await connect(group_broker.bootstrap)

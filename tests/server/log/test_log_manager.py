@@ -3,6 +3,7 @@ unclean restarts, partition deletion, periodic retention and flush."""
 
 import os
 
+from fastlog._codec import scan_batches
 from fastlog.server.log import CLEAN_SHUTDOWN_FILE, LogConfig, LogManager
 from fastlog.server.log.checkpoint import OffsetCheckpointFile, read_meta_properties
 from tests.server.log.conftest import append_n, read_all
@@ -236,3 +237,45 @@ def test_unclean_restart_of_many_partitions_is_one_warning(tmp_path, caplog):
         assert again.get_log("many", 8).log_end_offset == 6
     finally:
         again.shutdown()
+
+
+def test_future_log_swap_and_what_a_crash_leaves(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    mgr = _manager([a, b])
+    try:
+        log = mgr.get_or_create_log("mv", 0)
+        assert os.path.dirname(log.dir) == str(a)
+        append_n(log, 20)
+        future = mgr.create_future_log("mv", 0, str(b))
+        assert mgr.create_future_log("mv", 0, str(b)) is future  # the same move
+        assert os.path.basename(future.dir).endswith("-future")
+        while future.log_end_offset < log.log_end_offset:  # what the replica manager does
+            data = b"".join(r.read() for r in log.read(future.log_end_offset, 1 << 20).regions)
+            future.append(data, scan_batches(data).batches, 0, assign_offsets=False)
+        future.flush()
+        before = read_all(log)
+        new = mgr.promote_future_log("mv", 0)
+        assert mgr.get_log("mv", 0) is new and mgr.log_dir_of("mv", 0) == str(b)
+        assert new.dir == str(b / "mv-0") and not (a / "mv-0").exists()
+        assert read_all(new) == before
+        # An unfinished move (the current log still there): dropped at the next start.
+        mgr.create_future_log("mv", 0, str(a))
+    finally:
+        mgr.shutdown()
+    again = _manager([a, b])
+    try:
+        assert again.log_dir_of("mv", 0) == str(b) and again.future_log("mv", 0) is None
+        again.scheduler.drain(timeout=10)
+        assert [n for n in os.listdir(a) if n.startswith("mv-0")] == []
+        # A crash inside the swap, after the current log went: the future log completes it.
+        log = again.get_log("mv", 0)
+        again.shutdown()
+        os.rename(log.dir, str(a / "mv-0.0123abcd-future"))
+    finally:
+        again.shutdown()
+    third = _manager([a, b])
+    try:
+        assert third.log_dir_of("mv", 0) == str(a)
+        assert third.get_log("mv", 0).log_end_offset == 40
+    finally:
+        third.shutdown()
