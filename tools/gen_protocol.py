@@ -49,6 +49,8 @@ SERVED = {
     "DescribeAcls": (1, 3),
     "CreateAcls": (1, 3),
     "DeleteAcls": (1, 3),
+    "DescribeClientQuotas": (0, 1),
+    "AlterClientQuotas": (0, 1),
 }
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

@@ -6,7 +6,10 @@
 # Format: {"version": 1, "cluster_id", "next_producer_id_block", "topics": {name:
 # {"topic_id", "internal", "configs", "partitions": {p: {"replicas", "leader",
 # "leader_epoch", "isr"}}}}, "users": {name: {key: value}}} ("users" holds what Kafka keeps
-# in /config/users/<user>: SCRAM credentials, never a password; absent in older files).
+# in /config/users/<user>: SCRAM credentials, never a password, and quotas; absent in older
+# files), "clients": [{"user": name or null, "client_id", "config": {key: value}}] (what
+# Kafka keeps in /config/clients/<id> and /config/users/<user>/clients/<id>: client
+# quotas; "<default>" names a default entity; absent in older files).
 # Called from: the broker's asyncio API loop only (see fastlog/metadata/store.py).
 """The embedded single-node metadata store."""
 
@@ -34,6 +37,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self.controller_id = node_id
         self._topics: dict[str, TopicState] = {}
         self._users: dict[str, dict[str, str]] = {}
+        self._clients: dict[tuple, dict[str, str]] = {}
         self._next_producer_id = 0
         self.cluster_id = ""
         self._load()
@@ -65,6 +69,10 @@ class EmbeddedMetadataStore(MetadataStore):
                                                 bool(t.get("internal", False)))
             self._users = {str(name): {str(k): str(v) for k, v in config.items()}
                            for name, config in doc.get("users", {}).items()}
+            for c in doc.get("clients", []):
+                user = None if c["user"] is None else str(c["user"])
+                self._clients[(user, str(c["client_id"]))] = {
+                    str(k): str(v) for k, v in c["config"].items()}
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise MetadataError(f"metadata file {self.path} is malformed ({e!r})") from None
 
@@ -87,6 +95,9 @@ class EmbeddedMetadataStore(MetadataStore):
                 for name, t in sorted(self._topics.items())
             },
             "users": self._users,
+            "clients": [{"user": user, "client_id": client_id, "config": config}
+                        for (user, client_id), config in sorted(
+                            self._clients.items(), key=lambda kv: (kv[0][0] or "", kv[0][1]))],
         }
 
     def _write(self) -> None:
@@ -170,6 +181,25 @@ class EmbeddedMetadataStore(MetadataStore):
                 self._users.pop(name, None)
             else:
                 self._users[name] = old
+            raise
+
+    def client_configs(self):
+        return {entity: dict(config) for entity, config in self._clients.items()}
+
+    async def set_client_config(self, user, client_id, config):
+        entity = (user, client_id)
+        old = self._clients.get(entity)
+        if config:
+            self._clients[entity] = dict(config)
+        else:
+            self._clients.pop(entity, None)
+        try:
+            self._write()
+        except BaseException:
+            if old is None:
+                self._clients.pop(entity, None)
+            else:
+                self._clients[entity] = old
             raise
 
     async def allocate_producer_ids(self, block_size=PRODUCER_ID_BLOCK_SIZE):

@@ -5,7 +5,8 @@ from v0 although only v3+ is implemented (KAFKA-18659: librdkafka < 2.11.1 silen
 compression unless it sees Produce v0), OffsetCommit from v1 (librdkafka 2.0.2 needs a
 range overlapping 1-2), and nothing flexible except ApiVersions 3-4, InitProducerId 2-4,
 SaslAuthenticate 2, the SCRAM credential APIs (flexible from v0) and the ACL APIs
-DescribeAcls/CreateAcls/DeleteAcls 2-3 (served from v1, as Kafka 4: v0 has no pattern type). Pure data and small builders, any thread.
+DescribeAcls/CreateAcls/DeleteAcls 2-3 (served from v1, as Kafka 4: v0 has no pattern type)
+and DescribeClientQuotas/AlterClientQuotas 1. Pure data and small builders, any thread.
 """
 
 from .api_keys import ApiKey
@@ -44,6 +45,8 @@ SUPPORTED_VERSIONS = {
     ApiKey.DESCRIBE_ACLS: (1, 3),
     ApiKey.CREATE_ACLS: (1, 3),
     ApiKey.DELETE_ACLS: (1, 3),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),
+    ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
 }
 
 # Produce v0-2 are advertised and decodable, but a handler answers them with

@@ -2,7 +2,8 @@
 # MetadataStore) over Kafka's znodes, for cluster mode (zookeeper.connect set). It keeps an
 # in-memory cache of the cluster — live brokers, the controller id, every topic's
 # assignment, recorded leader/ISR/leader epoch and config overrides, users' configs (SCRAM
-# credentials, /config/users/<user>) — fed by ZooKeeper
+# credentials and quotas, /config/users/<user>), client quotas' configs (/config/clients/<id>,
+# /config/users/<user>/clients/<id>) — fed by ZooKeeper
 # watches, so every broker learns leadership changes within one notification (≈10 ms), not
 # only the controller. Mutations go to ZooKeeper the way Kafka's admin path writes them
 # (/brokers/topics, /config/topics + /config/changes, /admin/delete_topics,
@@ -52,6 +53,7 @@ class ZkMetadataStore(MetadataStore):
         self._lock = threading.Lock()
         self._topics: dict[str, TopicState] = {}
         self._users: dict[str, dict[str, str]] = {}
+        self._clients: dict[tuple, dict[str, str]] = {}
         self._brokers: dict[int, BrokerInfo] = {}
         self._watched_topics: set[str] = set()
         self._watched_partitions: set[tuple[str, int]] = set()
@@ -75,6 +77,10 @@ class ZkMetadataStore(MetadataStore):
         self._last_config_change = existing[-1] if existing else ""
         for user in zk.get_entity_names("users"):
             self._refresh_user(user)
+            for client_id in zk.get_user_client_names(user):
+                self._refresh_client((user, client_id))
+        for client_id in zk.get_entity_names("clients"):
+            self._refresh_client((None, client_id))
         zk.on_session_lost(self._on_session_lost)
         zk.on_new_session(self._on_new_session)
         kz = zk.kazoo
@@ -89,7 +95,8 @@ class ZkMetadataStore(MetadataStore):
     def add_listener(self, fn: Callable[[str, object], None]) -> None:
         """fn(kind, name): kind is "brokers", "controller", "topic" (name: topic; also on
         deletion), "partition" (name: (topic, partition)), "config" (name: topic), "user"
-        (name: user whose config changed) or
+        (name: user whose config changed), "client" (name: (user or None, client id) of a
+        client quota entity whose config changed) or
         "session" (name: "expired" — leadership recorded here may be stale, stop taking
         writes — or "renewed": registered again, the cache refreshes itself)."""
         self._listeners.append(fn)
@@ -298,6 +305,10 @@ class ZkMetadataStore(MetadataStore):
                 self._guard(self._refresh_config, entity[1])
             elif entity[0] == "users":
                 self._guard(self._refresh_user, entity[1])
+            elif entity[0] == "clients":
+                self._guard(self._refresh_client, (None, entity[1]))
+            elif entity[0] == "users/clients":
+                self._guard(self._refresh_client, entity[1])
 
     def _refresh_user(self, user: str) -> None:
         try:
@@ -313,6 +324,25 @@ class ZkMetadataStore(MetadataStore):
                 users.pop(user, None)
             self._users = users
         self._notify("user", user)
+
+    def _refresh_client(self, entity: tuple) -> None:
+        user, client_id = entity
+        try:
+            if user is None:
+                config = self.zk.get_entity_config("clients", client_id)
+            else:
+                config = self.zk.get_user_client_config(user, client_id)
+        except paths.ZkDataError:
+            log.warning("ignoring malformed config of %r", entity, exc_info=True)
+            config = {}
+        with self._lock:
+            clients = dict(self._clients)
+            if config:
+                clients[entity] = config
+            else:
+                clients.pop(entity, None)
+            self._clients = clients
+        self._notify("client", entity)
 
     def _refresh_config(self, topic: str) -> None:
         configs = self.zk.get_entity_config("topics", topic)
@@ -384,6 +414,18 @@ class ZkMetadataStore(MetadataStore):
         AdminZkClient does: every broker refreshes the user from the notification."""
         await self._run(self.zk.change_entity_config, "users", name, dict(config))
         await self._run(self._refresh_user, name)
+
+    def client_configs(self):
+        return dict(self._clients)
+
+    async def set_client_config(self, user, client_id, config):
+        """Write /config/clients/<id> or /config/users/<user>/clients/<id> and announce it
+        under /config/changes, as Kafka's AdminZkClient does."""
+        if user is None:
+            await self._run(self.zk.change_entity_config, "clients", client_id, dict(config))
+        else:
+            await self._run(self.zk.change_user_client_config, user, client_id, dict(config))
+        await self._run(self._refresh_client, (user, client_id))
 
     async def allocate_producer_ids(self, block_size=PRODUCER_ID_BLOCK_SIZE):
         return await self._run(self.zk.allocate_producer_id_block, self.node_id, block_size)
