@@ -403,7 +403,7 @@ cdef class Connection:
 
     cdef void _start_reading(self):
         if (not self.reading and not self.closed and not self.eof and not self.pool_waiting
-                and not self.gated):
+                and not self.gated and not self.throttled):
             self.reading = True
             self.proc.loop.add_reader(self.fd, self._on_readable)
             # Bytes already received and decrypted (or received, not yet decrypted) wait
@@ -855,7 +855,8 @@ cdef class Connection:
             return
         self.in_process = True
         try:
-            while not self.writing and self.ahead < self.proc.max_ahead and not self.closed:
+            while (not self.writing and self.ahead < self.proc.max_ahead and not self.closed
+                   and not self.throttled):
                 avail = self.rend - self.rstart
                 if avail < 4:
                     break
@@ -905,6 +906,46 @@ cdef class Connection:
             self._close(f"dispatch failed: {exc!r}")
         finally:
             self.in_process = False
+
+    def throttle(self, double delay_ms):
+        """Mute the connection for `delay_ms` (a client quota's throttle time, KIP-219):
+        the response being written still goes out, but no further request is read or
+        dispatched until the time is up; other connections are not affected. Callable
+        from the API loop (threaded mode: handed to the connection's processor)."""
+        if delay_ms <= 0 or self.closed:
+            return
+        if self.proc.threaded and threading.get_ident() != self.proc.thread.ident:
+            try:
+                self.proc.loop.call_soon_threadsafe(self._begin_throttle, delay_ms)
+            except RuntimeError:   # the processor loop is already closed
+                pass
+        else:
+            self._begin_throttle(delay_ms)
+
+    def _begin_throttle(self, double delay_ms):
+        cdef double until = _now() + delay_ms / 1000.0
+        if self.closed or until <= self.throttle_until:
+            return
+        self.throttle_until = until
+        if not self.throttled:
+            self.throttled = True
+            self._stop_reading()
+        self.proc.loop.call_later(delay_ms / 1000.0, self._end_throttle)
+
+    def _end_throttle(self):
+        if not self.throttled or self.closed:
+            return
+        if _now() < self.throttle_until - 0.0005:
+            return   # extended meanwhile: a later timer ends it
+        self.throttled = False
+        self.throttle_until = 0
+        if self.frame_start:
+            self.frame_start = _now()   # the wait was the broker's doing
+        self._unmute()   # dispatches what waits in rbuf, and reads again
+
+    @property
+    def is_throttled(self):
+        return self.throttled
 
     def _release_buffer(self):
         """All frames answered: give the pool back the memory of a grown buffer, keeping

@@ -43,6 +43,8 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_ACLS: (1, 1),
     ApiKey.CREATE_ACLS: (1, 1),
     ApiKey.DELETE_ACLS: (1, 1),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 0),
+    ApiKey.ALTER_CLIENT_QUOTAS: (0, 0),
 }
 
 

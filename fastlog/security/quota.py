@@ -72,7 +72,7 @@ def entity_from_parts(parts) -> Entity:
 def entity_parts(entity: Entity) -> list[tuple[str, str | None]]:
     """[(entity type, name or None for the default)] of an entity, user first."""
     out = []
-    for entity_type, value in zip(ENTITY_TYPES, entity):
+    for entity_type, value in zip(ENTITY_TYPES, entity, strict=True):
         if value is not None:
             out.append((entity_type, None if value == DEFAULT else value))
     return out
@@ -81,7 +81,7 @@ def entity_parts(entity: Entity) -> list[tuple[str, str | None]]:
 def describe_entity(entity: Entity) -> str:
     """The entity as kafka-configs prints it: user-principal 'alice', client-id 'c'."""
     words = []
-    for entity_type, value in zip(("user-principal", "client-id"), entity):
+    for entity_type, value in zip(("user-principal", "client-id"), entity, strict=True):
         if value == DEFAULT:
             words.append(f"the default {entity_type}")
         elif value is not None:
@@ -181,7 +181,7 @@ class Rate:
 
     def measure(self, now: float) -> float:
         n = int(now // self.window_s)
-        total = sum(v for i, v in zip(self._index, self._value) if n - self.samples < i <= n)
+        total = sum(v for i, v in zip(self._index, self._value, strict=True) if n - self.samples < i <= n)
         return total / self.window_size(now)
 
 
@@ -301,7 +301,7 @@ def match_entities(entities, components, strict: bool) -> list[Entity]:
     out = []
     for entity in entities:
         ok = True
-        for entity_type, value in zip(ENTITY_TYPES, entity):
+        for entity_type, value in zip(ENTITY_TYPES, entity, strict=True):
             want = wanted.get(entity_type)
             if want is None:
                 ok = value is None or not strict
