@@ -64,6 +64,9 @@ cdef class Connection:
     # until the timer ends it (Connection.throttle)
     cdef bint throttled
     cdef double throttle_until
+    # threaded mode, API loop only: the connection's queued requests wait until then
+    # (frames dispatched ahead before the processor muted it)
+    cdef double api_hold_until
     # threaded mode, touched only on the API loop: requests waiting for the one running
     cdef object api_queue
     cdef bint api_running

@@ -37,6 +37,9 @@
 #   - connections [max.connections, max.connections.per.ip(.overrides)]: a new socket
 #     over a limit is closed; open files: accepts pause while the connections would eat
 #     into the files kept for the broker's own use (segments, checkpoints);
+#   - client quotas: a handler calls conn.throttle(ms) for a client over its quota, and
+#     the connection reads and dispatches nothing more until a timer on its processor
+#     loop ends the throttle (KIP-219's muting; the response already queued is written);
 #   - time: connections.max.idle.ms, and a deadline for the rest of a request once it
 #     began to arrive [fastlog.request.receive.timeout.ms], so a client trickling bytes
 #     is closed although it is never idle.
@@ -915,6 +918,8 @@ cdef class Connection:
         if delay_ms <= 0 or self.closed:
             return
         if self.proc.threaded and threading.get_ident() != self.proc.thread.ident:
+            # frames already handed to the API loop wait too (SocketServer._handler_done)
+            self.api_hold_until = max(self.api_hold_until, _now() + delay_ms / 1000.0)
             try:
                 self.proc.loop.call_soon_threadsafe(self._begin_throttle, delay_ms)
             except RuntimeError:   # the processor loop is already closed
@@ -1721,9 +1726,18 @@ cdef class SocketServer:
             return
         if proc.threaded:
             proc._queue_response(conn, result)
+            if conn.api_hold_until:
+                delay = conn.api_hold_until - _now()
+                conn.api_hold_until = 0
+                if delay > 0:   # throttled: its next request waits (api_running stays)
+                    self.loop.call_later(delay, self._resume_api, conn)
+                    return
             self._run_next(conn)
         else:
             conn._respond(result)
+
+    def _resume_api(self, Connection conn):
+        self._run_next(conn)
 
     cdef void _run_next(self, Connection conn):
         """Threaded mode, API loop: start the connection's next queued request, if any."""
