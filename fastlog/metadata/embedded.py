@@ -169,37 +169,29 @@ class EmbeddedMetadataStore(MetadataStore):
         return sorted(self._users)
 
     async def set_user_config(self, name, config):
-        old = self._users.get(name)
-        if config:
-            self._users[name] = dict(config)
-        else:
-            self._users.pop(name, None)
-        try:
-            self._write()
-        except BaseException:
-            if old is None:
-                self._users.pop(name, None)
-            else:
-                self._users[name] = old
-            raise
+        self._set_config(self._users, name, config)
 
     def client_configs(self):
         return {entity: dict(config) for entity, config in self._clients.items()}
 
     async def set_client_config(self, user, client_id, config):
-        entity = (user, client_id)
-        old = self._clients.get(entity)
+        self._set_config(self._clients, (user, client_id), config)
+
+    def _set_config(self, table: dict, key, config: dict[str, str]) -> None:
+        """Replace table[key] (an empty config removes it) and write the file; the old
+        entry is restored if the write fails."""
+        old = table.get(key)
         if config:
-            self._clients[entity] = dict(config)
+            table[key] = dict(config)
         else:
-            self._clients.pop(entity, None)
+            table.pop(key, None)
         try:
             self._write()
         except BaseException:
             if old is None:
-                self._clients.pop(entity, None)
+                table.pop(key, None)
             else:
-                self._clients[entity] = old
+                table[key] = old
             raise
 
     async def allocate_producer_ids(self, block_size=PRODUCER_ID_BLOCK_SIZE):

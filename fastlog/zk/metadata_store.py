@@ -311,38 +311,34 @@ class ZkMetadataStore(MetadataStore):
                 self._guard(self._refresh_client, entity[1])
 
     def _refresh_user(self, user: str) -> None:
-        try:
-            config = self.zk.get_entity_config("users", user)
-        except paths.ZkDataError:
-            log.warning("ignoring malformed config of user %r", user, exc_info=True)
-            config = {}
-        with self._lock:
-            users = dict(self._users)
-            if config:
-                users[user] = config
-            else:
-                users.pop(user, None)
-            self._users = users
-        self._notify("user", user)
+        self._refresh_entity("_users", "user", user,
+                             lambda: self.zk.get_entity_config("users", user))
 
     def _refresh_client(self, entity: tuple) -> None:
         user, client_id = entity
+        if user is None:
+            self._refresh_entity("_clients", "client", entity,
+                                 lambda: self.zk.get_entity_config("clients", client_id))
+        else:
+            self._refresh_entity("_clients", "client", entity,
+                                 lambda: self.zk.get_user_client_config(user, client_id))
+
+    def _refresh_entity(self, attr: str, kind: str, key, read) -> None:
+        """Re-read one user's or client quota entity's config into the cache `attr`
+        (copy-on-write) and tell the listeners (`kind`, key)."""
         try:
-            if user is None:
-                config = self.zk.get_entity_config("clients", client_id)
-            else:
-                config = self.zk.get_user_client_config(user, client_id)
+            config = read()
         except paths.ZkDataError:
-            log.warning("ignoring malformed config of %r", entity, exc_info=True)
+            log.warning("ignoring malformed config of %s %r", kind, key, exc_info=True)
             config = {}
         with self._lock:
-            clients = dict(self._clients)
+            table = dict(getattr(self, attr))
             if config:
-                clients[entity] = config
+                table[key] = config
             else:
-                clients.pop(entity, None)
-            self._clients = clients
-        self._notify("client", entity)
+                table.pop(key, None)
+            setattr(self, attr, table)
+        self._notify(kind, key)
 
     def _refresh_config(self, topic: str) -> None:
         configs = self.zk.get_entity_config("topics", topic)
