@@ -228,8 +228,8 @@ async def handle_offset_commit(ctx, request):
             if not authorize(ctx, READ, TOPIC, t):
                 refused.update((tp, Errors.TOPIC_AUTHORIZATION_FAILED)
                                for tp in offsets if tp[0] == t)
-        for tp in refused:
-            del offsets[tp]
+    for tp in refused:   # nothing refused is committed
+        del offsets[tp]
     if c is None:
         result = dict.fromkeys(offsets, Errors.COORDINATOR_NOT_AVAILABLE)
     elif not offsets:
