@@ -17,6 +17,7 @@ from fastlog import protocol
 from fastlog.client.sync import SyncAdmin
 from fastlog.protocol import ApiKey, Errors
 from fastlog.security.quota import DEFAULT
+from tests.server.scrape import http_overrides, scrape
 from tests.server.wire import Wire, batch, create_topic, produce
 
 QUOTA = 200_000          # bytes per second
@@ -48,7 +49,8 @@ def probe(b) -> float:
 
 
 def test_produce_over_quota_is_appended_answered_with_throttle_and_muted(broker_factory):
-    b = broker_factory(WINDOWS)
+    http, http_port = http_overrides()
+    b = broker_factory({**WINDOWS, **http})
     create_topic(b, "raw-quota")
     set_quota(b, (None, "wire-test"), producer_byte_rate=1000)
     w = Wire(b)
@@ -81,6 +83,10 @@ def test_produce_over_quota_is_appended_answered_with_throttle_and_muted(broker_
         assert fetched.topics[0].partitions[0].offset == 2
     finally:
         w.close()
+    # the throttle time is counted per client (Kafka's Produce throttle-time)
+    samples = scrape(http_port)
+    labels = frozenset({"user": "ANONYMOUS", "client_id": "wire-test"}.items())
+    assert samples[("kafka_server_produce_throttle_time_ms_total", labels)] >= throttle_ms
 
 
 def _produce_for(b, client_id: str, seconds: float, stats: list | None = None) -> float:
