@@ -33,6 +33,9 @@
 # TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53). A topic the principal may not Describe is
 # answered with 29 whether it exists or not (its existence is not leaked).
 #
+# Client quotas (fastlog/security/quota.py): while any is configured, every request takes
+# the generic path and `_throttle` accounts it and mutes a client over its quota.
+#
 # Authentication comes first: a connection of a SASL listener reaches the handlers only
 # through fastlog/server/authenticator.py until it has authenticated (ApiVersions,
 # SaslHandshake, SaslAuthenticate; anything else closes it).
@@ -369,10 +372,12 @@ class KafkaApis:
     def _throttle(self, ctx, frame, request, response, handler_ms: float):
         """Kafka's quota checks after a request was handled (client quotas configured):
         Produce counts the request's bytes against producer_byte_rate, a consumer's Fetch
-        its response's bytes against consumer_byte_rate, every request but the exempt
-        ones its handler time against request_percentage (a Fetch's wait for data is not
-        handler time: it is not counted). Over a quota, the response carries the throttle
-        time and the connection is muted for it (KIP-219); the request was served."""
+        its response's bytes against consumer_byte_rate, every other request but the
+        exempt ones its handler time against request_percentage (a Fetch's time is mostly
+        its wait for data: it is not counted). Over a quota, the response carries the
+        throttle time and the connection is muted for it (KIP-219); the request was
+        served. While no quota is configured `handle` skips all this (one flag read), and
+        the compiled Produce path runs as before."""
         header = ctx.header
         api = header.api_key
         parts = None
