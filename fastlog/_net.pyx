@@ -938,10 +938,15 @@ cdef class Connection:
         self.proc.loop.call_later(delay_ms / 1000.0, self._end_throttle)
 
     def _end_throttle(self):
+        cdef double left
         if not self.throttled or self.closed:
             return
-        if _now() < self.throttle_until - 0.0005:
-            return   # extended meanwhile: a later timer ends it
+        left = self.throttle_until - _now()
+        if left > 0.001:
+            # extended meanwhile (a later timer ends it too), or this timer fired early
+            # (the loop's clock is coarser): wait for the rest, never stay muted
+            self.proc.loop.call_later(left, self._end_throttle)
+            return
         self.throttled = False
         self.throttle_until = 0
         if self.frame_start:

@@ -166,6 +166,11 @@ def test_throttled_connection_answers_then_waits_while_others_are_served(mode):
         # a throttle of 0 does nothing; the connection goes on as usual
         w.write(frame(b"T0:x") + frame(b"Ey"))
         assert [await read_frame(r), await read_frame(r)] == [b"x", b"y"]
+        # many short throttles in a row, pipelined: each one ends (a timer the loop fires
+        # a little early must not leave the connection muted for good)
+        w.write(b"".join(frame(b"T%d:%d" % (1 + i % 4, i)) for i in range(200)))
+        for i in range(200):
+            assert await read_frame(r) == str(i).encode()
         w.close()
         w2.close()
         await server.stop()

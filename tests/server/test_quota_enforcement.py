@@ -89,6 +89,49 @@ def test_produce_over_quota_is_appended_answered_with_throttle_and_muted(broker_
     assert samples[("kafka_server_produce_throttle_time_ms_total", labels)] >= throttle_ms
 
 
+def _metadata_throttle(w) -> int:
+    return w.call(ApiKey.METADATA, 8, {"topics": None, "allow_auto_topic_creation": False,
+                                       "include_cluster_authorized_operations": False,
+                                       "include_topic_authorized_operations": False}
+                  ).throttle_time_ms
+
+
+def test_the_most_specific_quota_wins_and_request_percentage_throttles(broker_factory):
+    b = broker_factory(WINDOWS)
+    create_topic(b, "precedence")
+    # a tight default for every client id, a generous one for this client id: the client
+    # id's own quota applies (KIP-55), so 40 kB in a second is within it
+    with SyncAdmin(b.bootstrap) as admin:
+        admin.alter_client_quotas([((None, DEFAULT), {"producer_byte_rate": 1000}),
+                                   ((None, "wire-test"), {"producer_byte_rate": 10**9}),
+                                   (("ANONYMOUS", None), {"request_percentage": 0.01})])
+    w = Wire(b)
+    try:
+        # request_percentage 0.01: 0.1 ms of handler time per second, which a few
+        # Metadata requests exceed: answered, with the throttle time
+        throttles = []
+        for _ in range(20):
+            throttles.append(_metadata_throttle(w))
+            if throttles[-1]:
+                break
+        assert throttles[-1] > 0, throttles
+    finally:
+        w.close()
+    with SyncAdmin(b.bootstrap) as admin:
+        admin.alter_client_quotas([(("ANONYMOUS", None), {"request_percentage": None})])
+    w = Wire(b)
+    try:
+        for _ in range(2):
+            resp = w.call(ApiKey.PRODUCE, 8, {
+                "transactional_id": None, "acks": 1, "timeout_ms": 5000,
+                "topic_data": [{"name": "precedence", "partition_data": [
+                    {"index": 0, "records": batch([b"p" * 20_000])}]}]})
+            assert resp.throttle_time_ms == 0
+        assert _metadata_throttle(w) == 0   # no request quota any more
+    finally:
+        w.close()
+
+
 def _produce_for(b, client_id: str, seconds: float, stats: list | None = None) -> float:
     """Bytes per second confluent-kafka delivered in `seconds` of producing flat out."""
     # Requests of at most 64 KiB: a throttle is bounded by the measured window (2 s with
