@@ -174,15 +174,26 @@ class Rate:
 
     def window_size(self, now: float) -> float:
         """The time (s) the rate is measured over (Kafka's Rate.windowSize)."""
-        n = int(now // self.window_s)
-        live = [i for i in self._index if n - self.samples < i <= n]
-        oldest = min(live) * self.window_s if live else now
-        return max(now - oldest, (self.samples - 1) * self.window_s)
+        return self.measure_with_window(now)[1]
 
     def measure(self, now: float) -> float:
-        n = int(now // self.window_s)
-        total = sum(v for i, v in zip(self._index, self._value, strict=True) if n - self.samples < i <= n)
-        return total / self.window_size(now)
+        return self.measure_with_window(now)[0]
+
+    def measure_with_window(self, now: float) -> tuple[float, float]:
+        """(rate, the time in s it is measured over) in one pass over the samples."""
+        window_s = self.window_s
+        n = int(now // window_s)
+        first = n - self.samples
+        total = 0.0
+        oldest = n + 1
+        for i, v in zip(self._index, self._value, strict=True):
+            if first < i:   # a slot never holds a window after n
+                total += v
+                if i < oldest:
+                    oldest = i
+        elapsed = now - oldest * window_s if oldest <= n else 0.0
+        elapsed = max(elapsed, (self.samples - 1) * window_s)
+        return total / elapsed, elapsed
 
 
 class ClientQuotas:
@@ -199,6 +210,8 @@ class ClientQuotas:
         self.clock = clock
         self._quotas: dict[Entity, dict[str, float]] = {}
         self._sensors: dict[tuple[str, str, str], Rate] = {}
+        # (kind, user, client id) -> what quota() found, until the quotas change
+        self._lookups: dict[tuple[str, str, str], tuple | None] = {}
         # throttle time (ms) given per (kind, user, client-id): Kafka's throttle-time metric
         self.throttle_ms_total: dict[tuple[str, str, str], float] = {}
         self.active = False
@@ -215,6 +228,7 @@ class ClientQuotas:
             # does when a quota's metric tags change.
             self._quotas = quotas
             self._sensors.clear()
+            self._lookups.clear()
         self.active = bool(quotas)
 
     def entities(self) -> dict[Entity, dict[str, float]]:
@@ -222,12 +236,21 @@ class ClientQuotas:
 
     def quota(self, kind: str, user: str, client_id: str):
         """(quota value, metric tags) that applies to the client for quota `kind`, or None."""
+        key = (kind, user, client_id)
+        found = self._lookups.get(key, self)
+        if found is not self:
+            return found
+        found = None
         quotas = self._quotas
         for entity, tags in precedence(user, client_id):
             values = quotas.get(entity)
             if values is not None and kind in values:
-                return values[kind], tags
-        return None
+                found = (values[kind], tags)
+                break
+        if len(self._lookups) >= MAX_SENSORS:
+            self._lookups.clear()
+        self._lookups[key] = found
+        return found
 
     def record(self, kind: str, user: str, client_id: str | None, value: float) -> int:
         """Account `value` (bytes, or handler milliseconds for request_percentage) to the
@@ -248,13 +271,13 @@ class ClientQuotas:
                 self._expire(now)
             sensor = self._sensors[key] = Rate(self.samples, self.window_s)
         sensor.record(value, now)
-        rate = sensor.measure(now)
+        rate, elapsed = sensor.measure_with_window(now)
         if rate <= bound:
             return 0
         # Kafka's QuotaUtils.throttleTime: how long until the rate over the window is back
         # at the quota; bounded by the whole measured window.
         window_ms = self.samples * self.window_s * 1000.0
-        throttle = (rate - bound) / bound * sensor.window_size(now) * 1000.0
+        throttle = (rate - bound) / bound * elapsed * 1000.0
         throttle_ms = int(min(throttle, window_ms))
         stat_key = (kind, user, client_id)
         totals = self.throttle_ms_total
