@@ -60,6 +60,13 @@ cdef class Connection:
     # at most 1 inline) or writing (output pending)
     cdef int ahead
     cdef bint reading, writing, eof, in_process
+    # muted for a client quota's throttle time (KIP-219): no frame is read or dispatched
+    # until the timer ends it (Connection.throttle)
+    cdef bint throttled
+    cdef double throttle_until
+    # threaded mode, API loop only: the connection's queued requests wait until then
+    # (frames dispatched ahead before the processor muted it)
+    cdef double api_hold_until
     # threaded mode, touched only on the API loop: requests waiting for the one running
     cdef object api_queue
     cdef bint api_running

@@ -37,6 +37,9 @@
 #   - connections [max.connections, max.connections.per.ip(.overrides)]: a new socket
 #     over a limit is closed; open files: accepts pause while the connections would eat
 #     into the files kept for the broker's own use (segments, checkpoints);
+#   - client quotas: a handler calls conn.throttle(ms) for a client over its quota, and
+#     the connection reads and dispatches nothing more until a timer on its processor
+#     loop ends the throttle (KIP-219's muting; the response already queued is written);
 #   - time: connections.max.idle.ms, and a deadline for the rest of a request once it
 #     began to arrive [fastlog.request.receive.timeout.ms], so a client trickling bytes
 #     is closed although it is never idle.
@@ -403,7 +406,7 @@ cdef class Connection:
 
     cdef void _start_reading(self):
         if (not self.reading and not self.closed and not self.eof and not self.pool_waiting
-                and not self.gated):
+                and not self.gated and not self.throttled):
             self.reading = True
             self.proc.loop.add_reader(self.fd, self._on_readable)
             # Bytes already received and decrypted (or received, not yet decrypted) wait
@@ -855,7 +858,8 @@ cdef class Connection:
             return
         self.in_process = True
         try:
-            while not self.writing and self.ahead < self.proc.max_ahead and not self.closed:
+            while (not self.writing and self.ahead < self.proc.max_ahead and not self.closed
+                   and not self.throttled):
                 avail = self.rend - self.rstart
                 if avail < 4:
                     break
@@ -905,6 +909,53 @@ cdef class Connection:
             self._close(f"dispatch failed: {exc!r}")
         finally:
             self.in_process = False
+
+    def throttle(self, double delay_ms):
+        """Mute the connection for `delay_ms` (a client quota's throttle time, KIP-219):
+        the response being written still goes out, but no further request is read or
+        dispatched until the time is up; other connections are not affected. Callable
+        from the API loop (threaded mode: handed to the connection's processor)."""
+        if delay_ms <= 0 or self.closed:
+            return
+        if self.proc.threaded and threading.get_ident() != self.proc.thread.ident:
+            # frames already handed to the API loop wait too (SocketServer._handler_done)
+            self.api_hold_until = max(self.api_hold_until, _now() + delay_ms / 1000.0)
+            try:
+                self.proc.loop.call_soon_threadsafe(self._begin_throttle, delay_ms)
+            except RuntimeError:   # the processor loop is already closed
+                pass
+        else:
+            self._begin_throttle(delay_ms)
+
+    def _begin_throttle(self, double delay_ms):
+        cdef double until = _now() + delay_ms / 1000.0
+        if self.closed or until <= self.throttle_until:
+            return
+        self.throttle_until = until
+        if not self.throttled:
+            self.throttled = True
+            self._stop_reading()
+        self.proc.loop.call_later(delay_ms / 1000.0, self._end_throttle)
+
+    def _end_throttle(self):
+        cdef double left
+        if not self.throttled or self.closed:
+            return
+        left = self.throttle_until - _now()
+        if left > 0.001:
+            # extended meanwhile (a later timer ends it too), or this timer fired early
+            # (the loop's clock is coarser): wait for the rest, never stay muted
+            self.proc.loop.call_later(left, self._end_throttle)
+            return
+        self.throttled = False
+        self.throttle_until = 0
+        if self.frame_start:
+            self.frame_start = _now()   # the wait was the broker's doing
+        self._unmute()   # dispatches what waits in rbuf, and reads again
+
+    @property
+    def is_throttled(self):
+        return self.throttled
 
     def _release_buffer(self):
         """All frames answered: give the pool back the memory of a grown buffer, keeping
@@ -1690,9 +1741,18 @@ cdef class SocketServer:
             return
         if proc.threaded:
             proc._queue_response(conn, result)
+            if conn.api_hold_until:
+                delay = conn.api_hold_until - _now()
+                conn.api_hold_until = 0
+                if delay > 0:   # throttled: its next request waits (api_running stays)
+                    self.loop.call_later(delay, self._resume_api, conn)
+                    return
             self._run_next(conn)
         else:
             conn._respond(result)
+
+    def _resume_api(self, Connection conn):
+        self._run_next(conn)
 
     cdef void _run_next(self, Connection conn):
         """Threaded mode, API loop: start the connection's next queued request, if any."""

@@ -57,6 +57,8 @@ SERVED = {
     "ElectLeaders": (0, 2),
     "DescribeLogDirs": (1, 4),
     "AlterReplicaLogDirs": (1, 2),
+    "DescribeClientQuotas": (0, 1),
+    "AlterClientQuotas": (0, 1),
 }
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

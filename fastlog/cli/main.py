@@ -29,7 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reassign-partitions": ("fastlog.cli.reassign_partitions",
                             "move partition replicas between brokers (JSON plan)"),
     "perf": ("fastlog.cli.perf", "produce/consume load tests"),
-    "configs": ("fastlog.cli.configs", "add, describe and delete SCRAM credentials of users"),
+    "configs": ("fastlog.cli.configs", "add, describe and delete SCRAM credentials and client quotas"),
     "acls": ("fastlog.cli.acls", "add, list and remove ACLs"),
     "console": ("fastlog.cli.web_console",
                 "web console: topics, messages, consumer groups, charts, ACLs"),

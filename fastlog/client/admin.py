@@ -7,7 +7,8 @@
 # the group requests the consumer-groups tool needs: ListGroups, DescribeGroups,
 # FindCoordinator, OffsetFetch, OffsetCommit, DeleteGroups; Describe/AlterUserScramCredentials
 # for SCRAM users; CreateAcls/DescribeAcls/DeleteAcls with fastlog.security.acl's bindings
-# and filters; ElectLeaders (to the controller). Answers become small Python
+# and filters; ElectLeaders (to the controller); Describe/AlterClientQuotas with
+# fastlog.security.quota's entities. Answers become small Python
 # values; a Kafka error code becomes KafkaError naming the topic, partition or group.
 #
 # Use from the event loop that created it; sync.SyncAdmin wraps it for threads.
@@ -23,6 +24,8 @@ from fastlog.client.cluster import DEFAULT_BOOTSTRAP, Cluster, TopicInfo, TopicP
 from fastlog.client.versions import ApiKey
 from fastlog.protocol.api_keys import SCRAM_MECHANISM_TYPES as SCRAM_MECHANISMS
 from fastlog.security.acl import AclBinding, AclBindingFilter, binding_from_wire
+from fastlog.security.quota import DEFAULT as DEFAULT_ENTITY
+from fastlog.security.quota import entity_parts
 from fastlog.security.scram import salted_password
 
 # ListOffsets special timestamps (Kafka's numbering).
@@ -573,6 +576,45 @@ class Admin:
         for r in resp.results:
             errors.raise_for(r.error_code, f"alter SCRAM credentials of user '{r.user}'",
                              r.error_message)
+
+    # -- client quotas ----------------------------------------------------------------
+
+    async def describe_client_quotas(self, components: list[tuple[str, int, str | None]] = (),
+                                     strict: bool = False) -> dict[tuple, dict[str, float]]:
+        """DescribeClientQuotas: {entity: {quota key: value}} of the entities the filter
+        matches, each component (entity type, match type, name) with match types
+        fastlog.security.quota.MATCH_EXACT/DEFAULT/SPECIFIED; an entity is (user, client
+        id), None for a part it lacks and "<default>" for a default one."""
+        conn = await self.cluster.bootstrap_connection()
+        resp = await conn.request(ApiKey.DESCRIBE_CLIENT_QUOTAS, {
+            "components": [{"entity_type": t, "match_type": m, "match": n}
+                           for t, m, n in components],
+            "strict": strict})
+        errors.raise_for(resp.error_code, "describe client quotas", resp.error_message)
+        out = {}
+        for entry in resp.entries or []:
+            entity = {e.entity_type: DEFAULT_ENTITY if e.entity_name is None else e.entity_name
+                      for e in entry.entity}
+            out[(entity.get("user"), entity.get("client-id"))] = {
+                v.key: v.value for v in entry.values}
+        return out
+
+    async def alter_client_quotas(self, changes: list[tuple[tuple, dict[str, float | None]]],
+                                  validate_only: bool = False) -> None:
+        """AlterClientQuotas: for each (entity, {key: value, or None to remove}) set or
+        remove those quotas; KafkaError for the first entity refused."""
+        body = {"entries": [
+            {"entity": [{"entity_type": t, "entity_name": n} for t, n in entity_parts(entity)],
+             "ops": [{"key": k, "value": 0.0 if v is None else float(v), "remove": v is None}
+                     for k, v in ops.items()]}
+            for entity, ops in changes], "validate_only": validate_only}
+        conn = await self.cluster.bootstrap_connection()
+        resp = await conn.request(ApiKey.ALTER_CLIENT_QUOTAS, body)
+        for entry in resp.entries:
+            names = ", ".join(f"{e.entity_type}={e.entity_name or DEFAULT_ENTITY}"
+                              for e in entry.entity)
+            errors.raise_for(entry.error_code, f"alter client quotas of {names}",
+                             entry.error_message)
 
     # -- ACLs -------------------------------------------------------------------------
 

@@ -47,6 +47,8 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.ELECT_LEADERS: (0, 1),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 0),
+    ApiKey.ALTER_CLIENT_QUOTAS: (0, 0),
 }
 
 

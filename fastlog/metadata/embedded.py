@@ -6,9 +6,12 @@
 # Format: {"version": 1, "cluster_id", "next_producer_id_block", "topics": {name:
 # {"topic_id", "internal", "configs", "partitions": {p: {"replicas", "leader",
 # "leader_epoch", "isr"}}}}, "users": {name: {key: value}}, "brokers": {entity: {key:
-# value}}} ("users" holds what Kafka keeps in /config/users/<user>: SCRAM credentials, never
-# a password; "brokers" the dynamic broker configs of /config/brokers/<id> and <default>;
-# both absent in older files).
+# value}}, "clients": [{"user": name or null, "client_id", "config": {key: value}}]
+# ("users" holds what Kafka keeps in /config/users/<user>: SCRAM credentials, never a
+# password, and quotas; "brokers" the dynamic broker configs of /config/brokers/<id> and
+# <default>; "clients" what Kafka keeps in /config/clients/<id> and
+# /config/users/<user>/clients/<id>: client quotas, "<default>" naming a default
+# entity; each absent in older files).
 # Called from: the broker's asyncio API loop only (see fastlog/metadata/store.py).
 """The embedded single-node metadata store."""
 
@@ -41,6 +44,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._topics: dict[str, TopicState] = {}
         self._users: dict[str, dict[str, str]] = {}
         self._brokers: dict[str, dict[str, str]] = {}
+        self._clients: dict[tuple, dict[str, str]] = {}
         self._next_producer_id = 0
         self.cluster_id = ""
         self._load()
@@ -74,6 +78,10 @@ class EmbeddedMetadataStore(MetadataStore):
                            for name, config in doc.get("users", {}).items()}
             self._brokers = {str(entity): {str(k): str(v) for k, v in config.items()}
                              for entity, config in doc.get("brokers", {}).items()}
+            for c in doc.get("clients", []):
+                user = None if c["user"] is None else str(c["user"])
+                self._clients[(user, str(c["client_id"]))] = {
+                    str(k): str(v) for k, v in c["config"].items()}
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise MetadataError(f"metadata file {self.path} is malformed ({e!r})") from None
 
@@ -97,6 +105,9 @@ class EmbeddedMetadataStore(MetadataStore):
             },
             "users": self._users,
             "brokers": self._brokers,
+            "clients": [{"user": user, "client_id": client_id, "config": config}
+                        for (user, client_id), config in sorted(
+                            self._clients.items(), key=lambda kv: (kv[0][0] or "", kv[0][1]))],
         }
 
     def _write(self) -> None:
@@ -168,28 +179,35 @@ class EmbeddedMetadataStore(MetadataStore):
         return sorted(self._users)
 
     async def set_user_config(self, name, config):
-        self._replace_entity(self._users, name, config)
+        self._set_config(self._users, name, config)
 
     def broker_config(self, entity):
         return dict(self._brokers.get(entity, {}))
 
     async def set_broker_config(self, entity, config):
-        self._replace_entity(self._brokers, entity, config)
+        self._set_config(self._brokers, entity, config)
 
-    def _replace_entity(self, entities: dict, name: str, config: dict[str, str]) -> None:
-        # An empty config removes the entity; the old one is back if the write fails.
-        old = entities.get(name)
+    def client_configs(self):
+        return {entity: dict(config) for entity, config in self._clients.items()}
+
+    async def set_client_config(self, user, client_id, config):
+        self._set_config(self._clients, (user, client_id), config)
+
+    def _set_config(self, table: dict, key, config: dict[str, str]) -> None:
+        """Replace table[key] (an empty config removes it) and write the file; the old
+        entry is restored if the write fails."""
+        old = table.get(key)
         if config:
-            entities[name] = dict(config)
+            table[key] = dict(config)
         else:
-            entities.pop(name, None)
+            table.pop(key, None)
         try:
             self._write()
         except BaseException:
             if old is None:
-                entities.pop(name, None)
+                table.pop(key, None)
             else:
-                entities[name] = old
+                table[key] = old
             raise
 
     async def alter_partition_reassignments(self, changes):

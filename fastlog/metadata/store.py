@@ -2,10 +2,11 @@
 #
 # Owns: MetadataStore, what the broker needs from cluster metadata whoever stores it —
 # topic reads, topic creation/deletion, added partitions, config overrides, producer-id
-# blocks, the cluster id, the controller id, users' configs (the SCRAM credentials,
-# Kafka's /config/users/<user> map) and dynamic broker configs (/config/brokers/<id> and
-# /config/brokers/<default>, KIP-226) and partition reassignments (KIP-455's Admin API
-# over what the controller moves). Implemented by EmbeddedMetadataStore
+# blocks, the cluster id, the controller id, users' configs (the SCRAM credentials and
+# quotas, Kafka's /config/users/<user> map), client quotas' configs (Kafka's
+# /config/clients/<id> and /config/users/<user>/clients/<id>), dynamic broker configs
+# (/config/brokers/<id> and /config/brokers/<default>, KIP-226) and partition
+# reassignments (KIP-455's Admin API over what the controller moves). Implemented by EmbeddedMetadataStore
 # (single node, fastlog/metadata/embedded.py) and ZkMetadataStore (cluster mode, Kafka's
 # znodes, fastlog/zk/metadata_store.py).
 # Called from: the broker's asyncio API loop only (reads are plain attribute reads of an
@@ -111,6 +112,38 @@ class MetadataStore(abc.ABC):
     ) -> dict[TopicPartition, tuple[list[int], list[int], list[int]]]:
         """(replicas, adding, removing) of each partition being moved (of `partitions`
         only, when given)."""
+
+    @abc.abstractmethod
+    def client_configs(self) -> dict[tuple, dict[str, str]]:
+        """The config maps of client-id and user + client-id entities (client quotas),
+        by (user or None, client id); "<default>" names a default entity."""
+
+    @abc.abstractmethod
+    async def set_client_config(self, user: str | None, client_id: str,
+                                config: dict[str, str]) -> None:
+        """Replace the config of a client-id (user None) or user + client-id entity (an
+        empty one removes it), durably and, in a cluster, for every broker."""
+
+    def quota_configs(self) -> dict[tuple, dict[str, str]]:
+        """Every client-quota entity's stored config by (user, client id), None for a part
+        the entity does not have. A user's map also holds its SCRAM credentials: the
+        quota model (fastlog/security/quota.py) reads only the quota keys."""
+        out: dict[tuple, dict[str, str]] = {(u, None): self.user_config(u)
+                                             for u in self.user_names()}
+        out.update(self.client_configs())
+        return out
+
+    async def set_quota_config(self, entity: tuple, config: dict[str, str],
+                               keys: tuple[str, ...]) -> None:
+        """Replace the `keys` of the entity's config by those of `config` (a user's other
+        keys, its SCRAM credentials, are kept)."""
+        user, client_id = entity
+        if client_id is None:
+            merged = {k: v for k, v in self.user_config(user).items() if k not in keys}
+            merged.update(config)
+            await self.set_user_config(user, merged)
+        else:
+            await self.set_client_config(user, client_id, dict(config))
 
     @abc.abstractmethod
     async def allocate_producer_ids(self, block_size: int = PRODUCER_ID_BLOCK_SIZE) -> tuple[int, int]:

@@ -934,6 +934,58 @@ ALTER_REPLICA_LOG_DIRS_RESPONSE = Message(34, 'response', 'AlterReplicaLogDirs',
     )),
 ))
 
+DESCRIBE_CLIENT_QUOTAS_REQUEST = Message(48, 'request', 'DescribeClientQuotas', valid=(0, 1), flexible=1, fields=(
+    F('components', '[]ComponentData', '0+', fields=(
+        F('entity_type', 'string', '0+'),
+        F('match_type', 'int8', '0+'),
+        F('match', 'string', '0+', nullable='0+'),
+    )),
+    F('strict', 'bool', '0+'),
+))
+
+DESCRIBE_CLIENT_QUOTAS_RESPONSE = Message(48, 'response', 'DescribeClientQuotas', valid=(0, 1), flexible=1, fields=(
+    F('throttle_time_ms', 'int32', '0+'),
+    F('error_code', 'int16', '0+'),
+    F('error_message', 'string', '0+', nullable='0+'),
+    F('entries', '[]EntryData', '0+', nullable='0+', fields=(
+        F('entity', '[]EntityData', '0+', fields=(
+            F('entity_type', 'string', '0+'),
+            F('entity_name', 'string', '0+', nullable='0+'),
+        )),
+        F('values', '[]ValueData', '0+', fields=(
+            F('key', 'string', '0+'),
+            F('value', 'float64', '0+'),
+        )),
+    )),
+))
+
+ALTER_CLIENT_QUOTAS_REQUEST = Message(49, 'request', 'AlterClientQuotas', valid=(0, 1), flexible=1, fields=(
+    F('entries', '[]EntryData', '0+', fields=(
+        F('entity', '[]EntityData', '0+', fields=(
+            F('entity_type', 'string', '0+'),
+            F('entity_name', 'string', '0+', nullable='0+'),
+        )),
+        F('ops', '[]OpData', '0+', fields=(
+            F('key', 'string', '0+'),
+            F('value', 'float64', '0+'),
+            F('remove', 'bool', '0+'),
+        )),
+    )),
+    F('validate_only', 'bool', '0+'),
+))
+
+ALTER_CLIENT_QUOTAS_RESPONSE = Message(49, 'response', 'AlterClientQuotas', valid=(0, 1), flexible=1, fields=(
+    F('throttle_time_ms', 'int32', '0+'),
+    F('entries', '[]EntryData', '0+', fields=(
+        F('error_code', 'int16', '0+'),
+        F('error_message', 'string', '0+', nullable='0+'),
+        F('entity', '[]EntityData', '0+', fields=(
+            F('entity_type', 'string', '0+'),
+            F('entity_name', 'string', '0+', nullable='0+'),
+        )),
+    )),
+))
+
 # fmt: on
 
 ALL = (
@@ -1017,4 +1069,8 @@ ALL = (
     DESCRIBE_LOG_DIRS_RESPONSE,
     ALTER_REPLICA_LOG_DIRS_REQUEST,
     ALTER_REPLICA_LOG_DIRS_RESPONSE,
+    DESCRIBE_CLIENT_QUOTAS_REQUEST,
+    DESCRIBE_CLIENT_QUOTAS_RESPONSE,
+    ALTER_CLIENT_QUOTAS_REQUEST,
+    ALTER_CLIENT_QUOTAS_RESPONSE,
 )

@@ -54,6 +54,8 @@ SUPPORTED_VERSIONS = {
     ApiKey.ELECT_LEADERS: (0, 2),
     ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
     ApiKey.ALTER_REPLICA_LOG_DIRS: (1, 2),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),
+    ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
 }
 
 # Produce v0-2 are advertised and decodable, but a handler answers them with

@@ -10,6 +10,8 @@
 # jaas       Kafka's sasl.jaas.config parser
 # sasl       the mechanism names and sasl.enabled.mechanisms
 # der        the subject and validity of an X.509 certificate (used by tls and principal)
+# quota      client quotas: keys, entities, KIP-55's precedence and the throttle accounting
+#            (the broker's ClientQuotas is per process state, kept on the request loop)
 # Nothing here keeps global state or does I/O beyond reading the files the ssl.* keys
 # name: startup builds contexts, mappers and user tables once, and each connection gets
 # its own ScramServer or PlainServer. Config problems raise SecurityConfigError (one

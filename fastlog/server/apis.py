@@ -33,6 +33,9 @@
 # TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53). A topic the principal may not Describe is
 # answered with 29 whether it exists or not (its existence is not leaked).
 #
+# Client quotas (fastlog/security/quota.py): while any is configured, every request takes
+# the generic path and `_throttle` accounts it and mutes a client over its quota.
+#
 # Authentication comes first: a connection of a SASL listener reaches the handlers only
 # through fastlog/server/authenticator.py until it has authenticated (ApiVersions,
 # SaslHandshake, SaslAuthenticate; anything else closes it).
@@ -54,8 +57,8 @@ import time
 
 from fastlog import protocol
 from fastlog._net import CloseConnection
-from fastlog.metadata import DEFAULT_BROKER_ENTITY
 from fastlog.logs import report_limited
+from fastlog.metadata import DEFAULT_BROKER_ENTITY
 from fastlog.metadata.model import ELECTED, NOT_AVAILABLE, NOT_NEEDED, UNKNOWN_PARTITION
 from fastlog.protocol import ApiKey, Errors, KafkaApiError
 from fastlog.protocol._produce import encode_produce_response, parse_produce_request
@@ -63,6 +66,21 @@ from fastlog.protocol.api_keys import SCRAM_MECHANISM_TYPES
 from fastlog.protocol.topics import INTERNAL_TOPICS
 from fastlog.security import ScramCredential
 from fastlog.security.acl import AclBindingFilter, binding_from_wire
+from fastlog.security.quota import (
+    CONSUMER_BYTE_RATE,
+    PRODUCER_BYTE_RATE,
+    QUOTA_KEYS,
+    REQUEST_PERCENTAGE,
+    QuotaError,
+    check_quota_value,
+    describe_entity,
+    entity_from_parts,
+    entity_parts,
+    format_quota_value,
+    match_entities,
+    principal_name,
+    quota_values,
+)
 from fastlog.security.scram import MAX_ITERATIONS, MIN_ITERATIONS
 from fastlog.security.scram import MECHANISMS as SCRAM_DIGESTS
 from fastlog.server import authz
@@ -103,6 +121,7 @@ from fastlog.server.dynamic_config import (
 )
 from fastlog.server.group import GROUP_HANDLERS
 from fastlog.server.replica_manager import PartitionResult, is_transactional_records
+from fastlog.server.request_metrics import response_size
 
 log = logging.getLogger("fastlog.server.apis")
 
@@ -142,6 +161,11 @@ def _election_result(topic: str, partition: int, outcome: str, unclean: bool
             f"Failed to elect leader for partition {topic}-{partition} under strategy "
             f"{_ELECTION_STRATEGY[unclean]}")
 
+
+# Requests no request_percentage quota applies to (Kafka's exempt ones that we serve:
+# the version and authentication handshakes).
+QUOTA_EXEMPT_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE,
+                               ApiKey.SASL_AUTHENTICATE})
 
 
 @dataclasses.dataclass
@@ -241,6 +265,27 @@ def _scram_change_problem(change) -> tuple[Errors, str] | None:
     return None
 
 
+def _altered_quotas(stored: dict[str, str], ops) -> dict[str, str]:
+    """An entity's quota keys after AlterClientQuotas' ops (set, or remove), as stored
+    strings; QuotaError for an unknown key, a bad value or a key named twice."""
+    values = quota_values(stored)
+    seen = set()
+    for op in ops:
+        if op.key in seen:
+            raise QuotaError(f"Duplicate quota key {op.key!r} in the entry")
+        seen.add(op.key)
+        if op.remove:
+            if op.key not in QUOTA_KEYS:
+                raise QuotaError(check_quota_value(op.key, 1.0))
+            values.pop(op.key, None)
+            continue
+        problem = check_quota_value(op.key, op.value)
+        if problem is not None:
+            raise QuotaError(problem)
+        values[op.key] = op.value
+    return {k: format_quota_value(k, v) for k, v in values.items()}
+
+
 def request_listener(ctx) -> str | None:
     """The name of the listener a request arrived on (None when not known)."""
     state = getattr(ctx.connection, "state", None)
@@ -252,6 +297,7 @@ class KafkaApis:
 
     def __init__(self, broker):
         self.broker = broker
+        self.quotas = broker.quotas
         self.handlers = {
             ApiKey.API_VERSIONS: self.handle_api_versions,
             ApiKey.METADATA: self.handle_metadata,
@@ -282,6 +328,8 @@ class KafkaApis:
             ApiKey.ELECT_LEADERS: self.handle_elect_leaders,
             ApiKey.DESCRIBE_LOG_DIRS: self.handle_describe_log_dirs,
             ApiKey.ALTER_REPLICA_LOG_DIRS: self.handle_alter_replica_log_dirs,
+            ApiKey.DESCRIBE_CLIENT_QUOTAS: self.handle_describe_client_quotas,
+            ApiKey.ALTER_CLIENT_QUOTAS: self.handle_alter_client_quotas,
         }
         # ---- group coordinator hook (issue 5): its handlers use the same contract.
         self.handlers.update(GROUP_HANDLERS)
@@ -301,6 +349,8 @@ class KafkaApis:
             if authenticator.raw_tokens:
                 return authenticator.raw_token(frame)
             return await self._dispatch(conn, frame)
+        if self.quotas.active:
+            return await self._dispatch(conn, frame, True)
         fast = parse_produce_request(frame)
         if fast is not None and (self.broker.authorizer is None
                                  or self._may_write_fast(conn, fast[5])):
@@ -320,8 +370,9 @@ class KafkaApis:
         return self.broker.authorizer.authorize(state["principal"], state["host"], WRITE,
                                                 TOPIC, topic)
 
-    async def _dispatch(self, conn, frame):
-        """Decode a request, run its handler and encode its response."""
+    async def _dispatch(self, conn, frame, quotas: bool = False):
+        """Decode a request, run its handler and encode its response (with `quotas`, the
+        client quotas in force are checked and applied: _throttle)."""
         try:
             header, body_offset = protocol.decode_request_header(frame)
         except protocol.UnsupportedVersionError as e:
@@ -343,6 +394,7 @@ class KafkaApis:
             log.info("closing %r (client %r): %s", conn, header.client_id, e)
             raise CloseConnection(str(e)) from None
         ctx = RequestContext(self.broker, header, conn)
+        started = time.perf_counter() if quotas else 0.0
         try:
             response = await handler(ctx, request)
         except CloseConnection:
@@ -351,10 +403,54 @@ class KafkaApis:
             log.exception("%s v%d from client %r failed", ApiKey(header.api_key).name,
                           header.api_version, header.client_id)
             raise CloseConnection("handler failed") from None
+        if quotas:
+            return self._throttle(ctx, frame, request, response,
+                                  (time.perf_counter() - started) * 1000.0)
         if response is None:
             return None
         return protocol.encode_response(header.api_key, header.api_version,
                                         header.correlation_id, response)
+
+    def _throttle(self, ctx, frame, request, response, handler_ms: float):
+        """Kafka's quota checks after a request was handled (client quotas configured):
+        Produce counts the request's bytes against producer_byte_rate, a consumer's Fetch
+        its response's bytes against consumer_byte_rate, every other request but the
+        exempt ones its handler time against request_percentage (a Fetch's time is mostly
+        its wait for data: it is not counted). Over a quota, the response carries the
+        throttle time and the connection is muted for it (KIP-219); the request was
+        served. While no quota is configured `handle` skips all this (one flag read), and
+        the compiled Produce path runs as before."""
+        header = ctx.header
+        api = header.api_key
+        parts = None
+        if response is not None:
+            parts = protocol.encode_response(api, header.api_version, header.correlation_id,
+                                             response)
+        quotas = self.quotas
+        user = principal_name(ctx.connection.state.get("principal"))
+        client_id = header.client_id
+        throttle_ms = 0
+        if api == ApiKey.PRODUCE:
+            throttle_ms = quotas.record(PRODUCER_BYTE_RATE, user, client_id, len(frame))
+        elif api == ApiKey.FETCH and request.replica_id < 0:
+            throttle_ms = quotas.record(CONSUMER_BYTE_RATE, user, client_id,
+                                        response_size(parts))
+        if api not in QUOTA_EXEMPT_APIS and not (api == ApiKey.FETCH and request.replica_id >= 0):
+            if api == ApiKey.FETCH:
+                handler_ms = 0.0
+            throttle_ms = max(throttle_ms, quotas.record(REQUEST_PERCENTAGE, user, client_id,
+                                                          handler_ms))
+        if throttle_ms <= 0:
+            return parts
+        ctx.connection.throttle(throttle_ms)
+        if response is None:
+            return None
+        if isinstance(response, dict):
+            response["throttle_time_ms"] = throttle_ms
+        else:
+            response.throttle_time_ms = throttle_ms
+        return protocol.encode_response(api, header.api_version, header.correlation_id,
+                                        response)
 
     # ------------------------------------------------------------------ leadership
     def _led_partition(self, topic: str, partition: int, write: bool = False):
@@ -553,6 +649,65 @@ class KafkaApis:
                  "permission_type": b.entry.permission_type}
                 for b, error, message in r.matching]}
             for r in results]}
+
+    # ------------------------------------------------------------------ client quotas
+    async def handle_describe_client_quotas(self, ctx, request):
+        if not authorize_cluster(ctx, DESCRIBE_CONFIGS):
+            return {"throttle_time_ms": 0, "error_code": Errors.CLUSTER_AUTHORIZATION_FAILED,
+                    "error_message": None, "entries": None}
+        quotas = {entity: quota_values(config)
+                  for entity, config in self.broker.metadata.quota_configs().items()}
+        try:
+            entities = match_entities(
+                [e for e, values in quotas.items() if values],
+                [(c.entity_type, c.match_type, c.match) for c in request.components],
+                request.strict)
+        except QuotaError as e:
+            return {"throttle_time_ms": 0, "error_code": Errors.INVALID_REQUEST,
+                    "error_message": str(e), "entries": None}
+        return {"throttle_time_ms": 0, "error_code": Errors.NONE, "error_message": None,
+                "entries": [
+                    {"entity": [{"entity_type": t, "entity_name": n}
+                                for t, n in entity_parts(entity)],
+                     "values": [{"key": k, "value": v} for k, v in sorted(quotas[entity].items())]}
+                    for entity in entities]}
+
+    async def handle_alter_client_quotas(self, ctx, request):
+        # Kafka's checks (ZkAdminManager.alterClientQuotas): each entry stands alone; a bad
+        # entity, key or value fails its entry with INVALID_REQUEST and a sentence.
+        md = self.broker.metadata
+        allowed = authorize_cluster(ctx, ALTER_CONFIGS)
+        results = []
+        changed = False
+        for entry in request.entries:
+            wire_entity = [{"entity_type": e.entity_type, "entity_name": e.entity_name}
+                           for e in entry.entity]
+            if not allowed:
+                results.append({"error_code": Errors.CLUSTER_AUTHORIZATION_FAILED,
+                                "error_message": None, "entity": wire_entity})
+                continue
+            try:
+                entity = entity_from_parts([(e.entity_type, e.entity_name) for e in entry.entity])
+                config = _altered_quotas(md.quota_configs().get(entity, {}), entry.ops)
+            except QuotaError as e:
+                results.append({"error_code": Errors.INVALID_REQUEST, "error_message": str(e),
+                                "entity": wire_entity})
+                continue
+            if not request.validate_only:
+                try:
+                    await md.set_quota_config(entity, config, tuple(QUOTA_KEYS))
+                    changed = True
+                except Exception as e:  # noqa: BLE001 - one entity's failure is its result
+                    log.warning("storing the quotas of %s failed: %s", describe_entity(entity), e)
+                    results.append({"error_code": Errors.UNKNOWN_SERVER_ERROR,
+                                    "error_message": "storing the quotas failed",
+                                    "entity": wire_entity})
+                    continue
+            results.append({"error_code": Errors.NONE, "error_message": None,
+                            "entity": wire_entity})
+        if changed:
+            self.broker.quotas_changed()
+        return {"throttle_time_ms": 0, "entries": results}
 
     # ------------------------------------------------------------------ Metadata
     async def handle_metadata(self, ctx, request):

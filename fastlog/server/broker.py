@@ -50,6 +50,7 @@ from fastlog.protocol import Errors, KafkaApiError
 from fastlog.protocol.topics import topic_name_problem
 from fastlog.security import SecurityConfigError, reload_keystore, server_context, tls_warnings
 from fastlog.security.acl import AclStoreError
+from fastlog.security.quota import ClientQuotas
 from fastlog.server.apis import KafkaApis
 from fastlog.server.authenticator import build_listener_security
 from fastlog.server.authz import build_authorizer
@@ -190,6 +191,10 @@ class BrokerServer:
         # with http.listener set, the HTTP endpoint (fastlog/server/http.py) serves them.
         self.topic_stats = BrokerTopicStats()
         self.request_metrics = RequestMetrics()
+        # Client quotas in force (fastlog/security/quota.py), from the metadata store at
+        # startup and on every change; the request path reads quotas.active first.
+        self.quotas = ClientQuotas(config["quota.window.num"],
+                                   float(config["quota.window.size.seconds"]))
         self.http_server = None
         # fastlog.client ClientSecurity of the connections to other brokers (cluster mode).
         self.inter_broker_security = None
@@ -217,6 +222,7 @@ class BrokerServer:
         self._reload_keystores(self._take_dynamic_configs())
         for name in self.metadata.topic_names():
             self._log_configs[name] = self._safe_log_config(name, self.metadata.topic(name).configs)
+        self.quotas_changed()
         try:
             # LogManager checks/writes meta.properties (broker.id, cluster.id) in each dir
             # and recovers the logs (unless the clean-shutdown marker is there).
@@ -400,6 +406,15 @@ class BrokerServer:
                 self._event_loop.call_soon_threadsafe(handle, name)
             except RuntimeError:  # loop closed while stopping
                 pass
+        elif kind in ("user", "client") and not self.stopping:
+            try:
+                self._event_loop.call_soon_threadsafe(self.quotas_changed)
+            except RuntimeError:  # loop closed while stopping
+                pass
+
+    def quotas_changed(self) -> None:
+        """Install the client quotas the metadata store holds now (API loop)."""
+        self.quotas.replace_all(self.metadata.quota_configs())
 
     def _topic_config_changed(self, topic: str) -> None:
         state = self.metadata.topic(topic)

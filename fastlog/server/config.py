@@ -401,6 +401,12 @@ _KEYS: list[ConfigKey] = [
               _check_super_users),
     ConfigKey("allow.everyone.if.no.acl.found", "boolean", False,
               "Allow an operation on a resource that no ACL applies to."),
+    # client quotas (fastlog/security/quota.py): the rate is measured over
+    # quota.window.num samples of quota.window.size.seconds each, as in Kafka
+    ConfigKey("quota.window.num", "int", 11,
+              "Samples a client quota's rate is measured over.", _at_least(1)),
+    ConfigKey("quota.window.size.seconds", "int", 1,
+              "Length of one client quota sample, in seconds.", _at_least(1)),
     *(ConfigKey(k, "password" if k.endswith((".password", ".key")) else "string", None,
                 "TLS setting of SSL and SASL_SSL listeners (Kafka's meaning).",
                 sensitive=k.endswith((".password", ".key")))

@@ -39,6 +39,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.samples import Sample
 
+from fastlog.security.quota import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE
 from fastlog.server.lag import RemoteHighWatermarks
 from fastlog.server.request_metrics import TIME_BUCKETS_MS, request_name
 from fastlog.server.topic_stats import BROKER_COUNTERS, TOPIC_COUNTERS
@@ -55,6 +56,9 @@ _GROUP_STATE_GAUGES = (
     ("Dead", "numgroupsdead"),
     ("Empty", "numgroupsempty"),
 )
+# Client quota -> the requests it throttles, as Kafka names its throttle-time sensors.
+QUOTA_FAMILIES = ((PRODUCER_BYTE_RATE, "produce"), (CONSUMER_BYTE_RATE, "fetch"),
+                  (REQUEST_PERCENTAGE, "request"))
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -164,6 +168,7 @@ class BrokerCollector:
             yield from self._log_metrics(b)
         if b.group_coordinator is not None:
             yield from self._group_metrics(b)
+        yield from self._quota_metrics(b.quotas)
 
     # ------------------------------------------------------------------ families
     @staticmethod
@@ -228,6 +233,19 @@ class BrokerCollector:
             buckets.append(("+Inf", cumulative))
             hist.add_metric([name], buckets, total_ms)
         yield hist
+
+    def _quota_metrics(self, quotas):
+        totals = dict(quotas.throttle_ms_total)
+        for kind, family in QUOTA_FAMILIES:
+            c = CounterMetricFamily(
+                f"kafka_server_{family}_throttle_time_ms",
+                f"Time in ms {family} requests of a client were throttled by its "
+                f"{kind} quota (Kafka's {family.capitalize()} throttle-time), per user and "
+                "client id.", labels=["user", "client_id"])
+            for (k, user, client_id), ms in sorted(totals.items()):
+                if k == kind:
+                    c.add_metric([user, client_id], ms)
+            yield c
 
     def _network_metrics(self, b):
         servers = list(b.socket_servers)

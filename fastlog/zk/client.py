@@ -821,12 +821,16 @@ class KafkaZkClient:
     # -- configs ---------------------------------------------------------------------------------
 
     def get_entity_config(self, entity_type: str, name: str) -> dict[str, str]:
-        path = paths.config_entity_path(entity_type, name)
+        return self._config_at(paths.config_entity_path(entity_type, name))
+
+    def _config_at(self, path: str) -> dict[str, str]:
         got = self._get_or_none(path)
         return paths.decode_entity_config(path, got[0]) if got else {}
 
     def set_entity_config(self, entity_type: str, name: str, config: dict[str, str]) -> None:
-        path = paths.config_entity_path(entity_type, name)
+        self._set_config_at(paths.config_entity_path(entity_type, name), config)
+
+    def _set_config_at(self, path: str, config: dict[str, str]) -> None:
         data = paths.encode_entity_config(config)
         try:
             self._kz.set(path, data)
@@ -840,10 +844,32 @@ class KafkaZkClient:
         """Replace an entity's config and announce it (/config/changes/config_change_N), as
         Kafka's AdminZkClient.changeConfigs does; every broker applies it from the notice."""
         self.set_entity_config(entity_type, name, config)
-        entity = f"{entity_type}/{paths.config_entity_name(entity_type, name)}"
+        return self._announce_config(
+            f"{entity_type}/{paths.config_entity_name(entity_type, name)}")
+
+    def _announce_config(self, entity: str) -> str:
         return self._kz.create(f"{paths.CONFIG_CHANGES}/{paths.CONFIG_CHANGE_PREFIX}",
                                paths.encode_config_change(entity),
                                sequence=True, makepath=True)
+
+    def get_user_client_config(self, user: str, client_id: str) -> dict[str, str]:
+        """The config of /config/users/<user>/clients/<client id> (a user + client-id
+        quota; either may be "<default>")."""
+        return self._config_at(f"{paths.CONFIG}/{paths.user_client_entity(user, client_id)}")
+
+    def change_user_client_config(self, user: str, client_id: str,
+                                  config: dict[str, str]) -> str:
+        """Replace /config/users/<user>/clients/<client id> and announce it, as Kafka's
+        AdminZkClient.changeUserOrUserClientIdConfig."""
+        entity = paths.user_client_entity(user, client_id)
+        self._set_config_at(f"{paths.CONFIG}/{entity}", config)
+        return self._announce_config(entity)
+
+    def get_user_client_names(self, user: str) -> list[str]:
+        """The client ids with a config under /config/users/<user>/clients (desanitized)."""
+        children = self._children_or_empty(
+            f"{paths.CONFIG}/users/{paths.config_entity_name('users', user)}/clients")
+        return sorted(paths.desanitize(c) for c in children)
 
     def get_entity_names(self, entity_type: str) -> list[str]:
         """The entities that have a config node under /config/<type> (user and client ids
@@ -857,13 +883,17 @@ class KafkaZkClient:
         return sorted(c for c in self._children_or_empty(paths.CONFIG_CHANGES, watch)
                       if c.startswith(paths.CONFIG_CHANGE_PREFIX))
 
-    def read_config_change(self, name: str) -> tuple[str, str] | None:
-        """(entity type, entity name) a notification names, or None if it is gone."""
+    def read_config_change(self, name: str) -> tuple[str, object] | None:
+        """(entity type, entity name) a notification names, or None if it is gone; a
+        user + client-id entity is ("users/clients", (user, client id))."""
         path = f"{paths.CONFIG_CHANGES}/{name}"
         got = self._get_or_none(path)
         if not got:
             return None
         entity_type, entity_name = paths.decode_config_change(path, got[0]).split("/", 1)
+        user, sep, client_id = entity_name.partition("/clients/")
+        if entity_type == "users" and sep:
+            return "users/clients", (paths.desanitize(user), paths.desanitize(client_id))
         if entity_type in paths.SANITIZED_TYPES:
             entity_name = paths.desanitize(entity_name)
         return entity_type, entity_name

@@ -2,7 +2,8 @@
 # MetadataStore) over Kafka's znodes, for cluster mode (zookeeper.connect set). It keeps an
 # in-memory cache of the cluster — live brokers, the controller id, every topic's
 # assignment, recorded leader/ISR/leader epoch and config overrides, users' configs (SCRAM
-# credentials, /config/users/<user>), the dynamic configs of this broker and of the
+# credentials and quotas, /config/users/<user>), client quotas' configs (/config/clients/<id>,
+# /config/users/<user>/clients/<id>), the dynamic configs of this broker and of the
 # cluster default (/config/brokers/<id>, /config/brokers/<default>) — fed by ZooKeeper
 # watches, so every broker learns leadership changes within one notification (≈10 ms), not
 # only the controller. Mutations go to ZooKeeper the way Kafka's admin path writes them
@@ -64,6 +65,7 @@ class ZkMetadataStore(MetadataStore):
         self._topics: dict[str, TopicState] = {}
         self._users: dict[str, dict[str, str]] = {}
         self._broker_configs: dict[str, dict[str, str]] = {}
+        self._clients: dict[tuple, dict[str, str]] = {}
         self._brokers: dict[int, BrokerInfo] = {}
         self._watched_topics: set[str] = set()
         self._watched_partitions: set[tuple[str, int]] = set()
@@ -87,6 +89,10 @@ class ZkMetadataStore(MetadataStore):
         self._last_config_change = existing[-1] if existing else ""
         for user in zk.get_entity_names("users"):
             self._refresh_user(user)
+            for client_id in zk.get_user_client_names(user):
+                self._refresh_client((user, client_id))
+        for client_id in zk.get_entity_names("clients"):
+            self._refresh_client((None, client_id))
         for entity in (DEFAULT_BROKER_ENTITY, str(self.node_id)):
             self._refresh_broker_config(entity)
         zk.on_session_lost(self._on_session_lost)
@@ -103,8 +109,9 @@ class ZkMetadataStore(MetadataStore):
     def add_listener(self, fn: Callable[[str, object], None]) -> None:
         """fn(kind, name): kind is "brokers", "controller", "topic" (name: topic; also on
         deletion), "partition" (name: (topic, partition)), "config" (name: topic), "user"
-        (name: user whose config changed), "broker-config" (name: "<default>" or this
-        broker's id, whose dynamic configs changed) or
+        (name: user whose config changed), "client" (name: (user or None, client id) of a
+        client quota entity whose config changed), "broker-config" (name: "<default>" or
+        this broker's id, whose dynamic configs changed) or
         "session" (name: "expired" — leadership recorded here may be stale, stop taking
         writes — or "renewed": registered again, the cache refreshes itself)."""
         self._listeners.append(fn)
@@ -316,29 +323,44 @@ class ZkMetadataStore(MetadataStore):
             elif entity[0] == "brokers" and entity[1] in (DEFAULT_BROKER_ENTITY,
                                                           str(self.node_id)):
                 self._guard(self._refresh_broker_config, entity[1])
+            elif entity[0] == "clients":
+                self._guard(self._refresh_client, (None, entity[1]))
+            elif entity[0] == "users/clients":
+                self._guard(self._refresh_client, entity[1])
 
     def _refresh_user(self, user: str) -> None:
-        self._refresh_entity("users", user, "_users", "user")
+        self._refresh_entity("_users", "user", user,
+                             lambda: self.zk.get_entity_config("users", user))
 
     def _refresh_broker_config(self, entity: str) -> None:
-        self._refresh_entity("brokers", entity, "_broker_configs", "broker-config")
+        self._refresh_entity("_broker_configs", "broker-config", entity,
+                             lambda: self.zk.get_entity_config("brokers", entity))
 
-    def _refresh_entity(self, entity_type: str, name: str, cache: str, kind: str) -> None:
-        """Read /config/<entity_type>/<name> into the cache attribute `cache` (replaced,
-        never mutated) and tell the listeners `kind`."""
+    def _refresh_client(self, entity: tuple) -> None:
+        user, client_id = entity
+        if user is None:
+            self._refresh_entity("_clients", "client", entity,
+                                 lambda: self.zk.get_entity_config("clients", client_id))
+        else:
+            self._refresh_entity("_clients", "client", entity,
+                                 lambda: self.zk.get_user_client_config(user, client_id))
+
+    def _refresh_entity(self, attr: str, kind: str, key, read) -> None:
+        """Re-read one user's, broker's or client quota entity's config into the cache `attr`
+        (copy-on-write) and tell the listeners (`kind`, key)."""
         try:
-            config = self.zk.get_entity_config(entity_type, name)
+            config = read()
         except paths.ZkDataError:
-            log.warning("ignoring malformed config of %s %r", entity_type, name, exc_info=True)
+            log.warning("ignoring malformed config of %s %r", kind, key, exc_info=True)
             config = {}
         with self._lock:
-            entities = dict(getattr(self, cache))
+            table = dict(getattr(self, attr))
             if config:
-                entities[name] = config
+                table[key] = config
             else:
-                entities.pop(name, None)
-            setattr(self, cache, entities)
-        self._notify(kind, name)
+                table.pop(key, None)
+            setattr(self, attr, table)
+        self._notify(kind, key)
 
     def _refresh_config(self, topic: str) -> None:
         configs = self.zk.get_entity_config("topics", topic)
@@ -516,6 +538,18 @@ class ZkMetadataStore(MetadataStore):
                 if adding or removing:
                     out[(topic, p)] = (list(replicas), adding, removing)
         return out
+
+    def client_configs(self):
+        return dict(self._clients)
+
+    async def set_client_config(self, user, client_id, config):
+        """Write /config/clients/<id> or /config/users/<user>/clients/<id> and announce it
+        under /config/changes, as Kafka's AdminZkClient does."""
+        if user is None:
+            await self._run(self.zk.change_entity_config, "clients", client_id, dict(config))
+        else:
+            await self._run(self.zk.change_user_client_config, user, client_id, dict(config))
+        await self._run(self._refresh_client, (user, client_id))
 
     async def allocate_producer_ids(self, block_size=PRODUCER_ID_BLOCK_SIZE):
         return await self._run(self.zk.allocate_producer_id_block, self.node_id, block_size)

@@ -130,9 +130,22 @@ def desanitize(name: str) -> str:
     return urllib.parse.unquote(name, errors="strict")
 
 
+# Kafka's ConfigEntityName.Default: the default user or client id, never sanitized.
+DEFAULT_ENTITY = "<default>"
+
+
 def config_entity_name(entity_type: str, name: str) -> str:
     """The znode name of an entity under /config/<type> (and in change notifications)."""
-    return sanitize(name) if entity_type in SANITIZED_TYPES else name
+    if entity_type in SANITIZED_TYPES and name != DEFAULT_ENTITY:
+        return sanitize(name)
+    return name
+
+
+def user_client_entity(user: str, client_id: str) -> str:
+    """The entity path ("<type>/<name>" under /config, as change notifications name it)
+    of a user + client-id quota: users/<user>/clients/<client id>."""
+    return (f"users/{config_entity_name('users', user)}/clients/"
+            f"{config_entity_name('clients', client_id)}")
 
 
 def config_entity_path(entity_type: str, name: str) -> str:
@@ -447,7 +460,8 @@ def encode_config_change(entity_path: str) -> bytes:
 
 
 def decode_config_change(path: str, data: bytes | None) -> str:
-    """The changed entity, "<type>/<name>" (version 2; Kafka's v1 form is not supported)."""
+    """The changed entity, "<type>/<name>", or "users/<user>/clients/<client id>" (version
+    2; Kafka's v1 form is not supported)."""
     obj = _loads(path, data)
     version = _get(path, obj, "version", int)
     if version != 2:

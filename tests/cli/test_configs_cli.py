@@ -1,5 +1,5 @@
-"""`fastlog configs` for users' SCRAM credentials against a real broker with a
-SASL_PLAINTEXT listener, and the client settings (-X, --command-config) that every
+"""`fastlog configs` for users' SCRAM credentials and for client quotas (user, client id,
+user + client id, defaults) against a real broker with a SASL_PLAINTEXT listener, and the client settings (-X, --command-config) that every
 `fastlog` client command takes to authenticate: a user created with the CLI produces and
 consumes through the CLI, loses access when its credential is deleted, and bad input is
 one sentence with exit status 2."""
@@ -59,10 +59,56 @@ def test_scram_user_created_described_used_and_deleted(fastlog, sasl_broker, tmp
     assert r.returncode == 0 and "cli-sasl" in r.stdout.split()
 
 
+def test_client_quotas_like_kafka_configs(fastlog, sasl_broker):
+    admin = ["--bootstrap-server", sasl_broker.bootstrap]
+    r = fastlog("configs", *admin, "--alter", "--entity-type", "users", "--entity-name", "erin",
+                "--entity-type", "clients", "--entity-name", "app",
+                "--add-config", "producer_byte_rate=1024,consumer_byte_rate=2048")
+    assert r.returncode == 0, r.stderr
+    assert "Completed updating config for user-principal 'erin', client-id 'app'." in r.stdout
+    r = fastlog("configs", *admin, "--alter", "--entity-type", "clients", "--entity-default",
+                "--add-config", "request_percentage=12.5")
+    assert r.returncode == 0, r.stderr
+    r = fastlog("configs", *admin, "--alter", "--entity-type", "users", "--entity-name", "erin",
+                "--add-config", "producer_byte_rate=4096")
+    assert r.returncode == 0, r.stderr
+    assert "Completed updating config for user erin." in r.stdout
+    r = fastlog("configs", *admin, "--describe", "--entity-type", "users",
+                "--entity-name", "erin", "--entity-type", "clients", "--entity-name", "app")
+    assert r.stdout.strip() == ("Quota configs for user-principal 'erin', client-id 'app' are "
+                                "consumer_byte_rate=2048.0, producer_byte_rate=1024.0")
+    r = fastlog("configs", *admin, "--describe", "--entity-type", "clients")
+    assert r.stdout.strip() == ("Quota configs for the default client-id are "
+                                "request_percentage=12.5")
+    r = fastlog("configs", *admin, "--describe", "--entity-type", "users",
+                "--entity-name", "erin")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "Quota configs for user-principal 'erin' are producer_byte_rate=4096.0"
+    r = fastlog("configs", *admin, "--alter", "--entity-type", "clients", "--entity-default",
+                "--delete-config", "request_percentage")
+    assert r.returncode == 0, r.stderr
+    r = fastlog("configs", *admin, "--describe", "--entity-type", "clients")
+    assert r.returncode == 0 and r.stdout.strip() == ""
+
+
 @pytest.mark.parametrize("args, needle", [
+    (["--entity-type", "clients", "--alter", "--entity-name", "c", "--add-config",
+      "producer_byte_rate=1.5"], "producer_byte_rate must be a whole number"),
+    (["--entity-type", "clients", "--alter", "--entity-name", "c", "--add-config",
+      "producer_byte_rate=fast"], "producer_byte_rate needs a number"),
+    (["--entity-type", "clients", "--alter", "--entity-name", "c", "--add-config",
+      "SCRAM-SHA-256=[password=p]"], "--add-config takes consumer_byte_rate"),
+    (["--entity-type", "users", "--alter", "--entity-name", "c", "--add-config",
+      "connection_creation_rate=5"], "is not supported"),
+    (["--entity-type", "clients", "--alter", "--entity-name", "c", "--delete-config",
+      "retention.ms"], "--delete-config takes"),
+    (["--entity-type", "users", "--entity-type", "clients", "--alter", "--entity-name", "u",
+      "--add-config", "producer_byte_rate=5"], "one --entity-name or --entity-default per"),
+    (["--entity-type", "users", "--entity-type", "users", "--describe"], "given once"),
+
     (["--entity-type", "topics", "--describe"], "is not served"),
     (["--entity-type", "users", "--alter", "--entity-name", "x", "--add-config",
-      "SCRAM-SHA-1=[password=p]"], "takes only SCRAM-SHA-256 and SCRAM-SHA-512"),
+      "SCRAM-SHA-1=[password=p]"], "takes SCRAM-SHA-256, SCRAM-SHA-512, consumer_byte_rate"),
     (["--entity-type", "users", "--alter", "--entity-name", "x", "--add-config",
       "SCRAM-SHA-256=[iterations=10,password=p]"], "iterations must be between 4096"),
     (["--entity-type", "users", "--alter", "--entity-name", "x", "--add-config",

@@ -1,5 +1,6 @@
 """fastlog._net.SocketServer over real sockets on 127.0.0.1: framing, order, bad frames,
-file regions, acks=0, handler errors, idle timeout, max connections and shutdown.
+file regions, acks=0, handler errors, idle timeout, max connections, a throttled
+(muted) connection, and shutdown.
 
 Every test runs in both processor modes (inline on the API loop, and two processor
 threads); every wait is bounded by asyncio.wait_for.
@@ -57,6 +58,10 @@ class Echo:
             ms, payload = body.split(b":", 1)
             await asyncio.sleep(int(ms) / 1000)
             return [memoryview(payload)]
+        if op == b"T":               # T<ms>:<payload>: throttle the connection, echo
+            ms, payload = body.split(b":", 1)
+            conn.throttle(int(ms))
+            return [payload]
         if op == b"N":
             return None
         if op == b"X":
@@ -138,6 +143,36 @@ def test_pipelined_frames_round_trip_in_order(mode):
         for p in payloads:
             assert await read_frame(r) == p[1:]
         w.close()
+        await server.stop()
+    run(main())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_throttled_connection_answers_then_waits_while_others_are_served(mode):
+    async def main():
+        server = await start(Echo(), **mode)
+        loop = asyncio.get_running_loop()
+        r, w = await connect(server)
+        r2, w2 = await connect(server)
+        start_t = loop.time()
+        w.write(frame(b"T400:first") + frame(b"Esecond"))
+        assert await read_frame(r) == b"first"     # the throttled request is answered
+        second = asyncio.ensure_future(read_frame(r))
+        w2.write(frame(b"Eother"))
+        assert await read_frame(r2) == b"other"    # another connection is served meanwhile
+        assert not second.done()
+        assert await second == b"second"           # the muted one resumes by itself
+        assert loop.time() - start_t >= 0.35
+        # a throttle of 0 does nothing; the connection goes on as usual
+        w.write(frame(b"T0:x") + frame(b"Ey"))
+        assert [await read_frame(r), await read_frame(r)] == [b"x", b"y"]
+        # many short throttles in a row, pipelined: each one ends (a timer the loop fires
+        # a little early must not leave the connection muted for good)
+        w.write(b"".join(frame(b"T%d:%d" % (1 + i % 4, i)) for i in range(200)))
+        for i in range(200):
+            assert await read_frame(r) == str(i).encode()
+        w.close()
+        w2.close()
         await server.stop()
     run(main())
 

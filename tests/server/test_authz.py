@@ -1,5 +1,6 @@
 """ACL authorization on a real fastlog-server (authorizer.class.name set), with clients
-authenticated over SASL_PLAINTEXT (PLAIN): a matrix of APIs x {no ACL, allow literal,
+authenticated over SASL_PLAINTEXT (PLAIN): a matrix of APIs (CreateTopics, DeleteTopics,
+OffsetCommit and OffsetDelete among them) x {no ACL, allow literal,
 allow prefixed, deny over allow, wildcard principal, super user} answered with Kafka's
 error codes over raw wire requests; confluent-kafka producing, consuming in a group (which
 needs both group and topic Read) and managing ACLs; Metadata filtering and
@@ -198,6 +199,39 @@ def _delete_group(w, group):
     return r.results[0].error_code
 
 
+def _create_topics(w, topic):
+    r = call(w, ApiKey.CREATE_TOPICS, 4, {"timeout_ms": 10000, "validate_only": True,
+                                          "topics": [{"name": topic, "num_partitions": 1,
+                                                      "replication_factor": 1,
+                                                      "assignments": [], "configs": []}]})
+    return r.topics[0].error_code
+
+
+def _delete_topics(w, topic):
+    r = call(w, ApiKey.DELETE_TOPICS, 3, {"topic_names": [topic], "timeout_ms": 10000})
+    return r.responses[0].error_code
+
+
+# a topic alice may Read (the fetch row's literal ACL): the group is what is asked about
+READABLE_TOPIC = "fetch-literal"
+
+
+def _offset_commit(w, group, topic=READABLE_TOPIC):
+    r = call(w, ApiKey.OFFSET_COMMIT, 7, {
+        "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+        "group_instance_id": None, "topics": [{"name": topic, "partitions": [
+            {"partition_index": 0, "committed_offset": 0, "committed_metadata": None}]}]})
+    return r.topics[0].partitions[0].error_code
+
+
+def _offset_delete(w, group, topic=READABLE_TOPIC):
+    r = call(w, ApiKey.OFFSET_DELETE, 0, {"group_id": group, "topics": [
+        {"name": topic, "partitions": [{"partition_index": 0}]}]})
+    if r.error_code:
+        return r.error_code
+    return r.topics[0].partitions[0].error_code
+
+
 # api -> (request, resource type, operation, the refusal, what an allowed request answers)
 TOPIC_DENIED = Errors.TOPIC_AUTHORIZATION_FAILED
 GROUP_DENIED = Errors.GROUP_AUTHORIZATION_FAILED
@@ -219,7 +253,16 @@ APIS = {
     # a group nobody joined: allowed means the coordinator's own answer
     "deletegroup": (_delete_group, "GROUP", "DELETE", GROUP_DENIED,
                     (Errors.GROUP_ID_NOT_FOUND, Errors.NONE)),
+    # validate_only on a topic that does not exist (Create on the topic; the cluster's
+    # Create would allow every name)
+    "createtopics": (_create_topics, "TOPIC", "CREATE", TOPIC_DENIED, (Errors.NONE,)),
+    "deletetopics": (_delete_topics, "TOPIC", "DELETE", TOPIC_DENIED, (Errors.NONE,)),
+    "offsetcommit": (_offset_commit, "GROUP", "READ", GROUP_DENIED, (Errors.NONE,)),
+    # no offsets stored for the group: allowed means the coordinator's own answer
+    "offsetdelete": (_offset_delete, "GROUP", "DELETE", GROUP_DENIED,
+                     (Errors.GROUP_ID_NOT_FOUND, Errors.NONE)),
 }
+NOT_CREATED = {"createtopics"}
 
 
 @pytest.fixture(scope="module")
@@ -228,7 +271,8 @@ def authz_broker(tmp_path_factory):
     b.start()
     from confluent_kafka.admin import NewTopic
     admin = admin_client(b)
-    topics = [f"{api}-{suffix}" for api, spec in APIS.items() if spec[1] == "TOPIC"
+    topics = [f"{api}-{suffix}" for api, spec in APIS.items()
+              if spec[1] == "TOPIC" and api not in NOT_CREATED
               for suffix in ("none", "literal", "prefixed", "deny", "wildcard")]
     for f in admin.create_topics([NewTopic(t, 1, 1) for t in topics]).values():
         f.result(TIMEOUT)
@@ -255,6 +299,38 @@ def test_api_matrix(authz_broker, api, kind):
         assert code in allowed_codes, f"{api} as {user} ({kind}): error {code}"
     else:
         assert code == refusal, f"{api} as {user} ({kind}): error {code}"
+
+
+def test_offsets_of_a_readable_group_need_the_topic_too(authz_broker):
+    # alice may Read/Delete the groups of the literal rows, not the topic "produce-none"
+    w = wire_as(authz_broker, "alice")
+    try:
+        assert _offset_commit(w, "offsetcommit-literal", "produce-none") == TOPIC_DENIED
+        assert _offset_commit(w, "offsetcommit-literal") == Errors.NONE
+        assert _offset_delete(w, "offsetdelete-literal", "produce-none") in (
+            TOPIC_DENIED, Errors.GROUP_ID_NOT_FOUND)
+    finally:
+        w.close()
+
+
+def test_list_groups_lists_only_groups_the_principal_may_describe(authz_broker):
+    admin = wire_as(authz_broker, "admin")
+    try:
+        for group in ("listed-visible", "listed-hidden"):
+            assert _offset_commit(admin, group) == Errors.NONE
+        create_acls(authz_broker, [acl("GROUP", "listed-visible", "User:alice", "DESCRIBE")])
+        everything = call(admin, ApiKey.LIST_GROUPS, 2, {})
+        assert {"listed-visible", "listed-hidden"} <= {g.group_id for g in everything.groups}
+    finally:
+        admin.close()
+    w = wire_as(authz_broker, "alice")
+    try:
+        resp = call(w, ApiKey.LIST_GROUPS, 2, {})
+        assert resp.error_code == Errors.NONE
+        names = {g.group_id for g in resp.groups}
+        assert "listed-visible" in names and "listed-hidden" not in names
+    finally:
+        w.close()
 
 
 def test_unknown_topic_not_leaked(authz_broker):

@@ -237,8 +237,8 @@ async def handle_offset_commit(ctx, request):
                 state = metadata.topic(t)
                 if state is None or p not in state.partitions:
                     refused[(t, p)] = Errors.UNKNOWN_TOPIC_OR_PARTITION
-        for tp in refused:
-            del offsets[tp]
+    for tp in refused:   # nothing refused is committed
+        del offsets[tp]
     if c is None:
         result = dict.fromkeys(offsets, Errors.COORDINATOR_NOT_AVAILABLE)
     elif not offsets:
