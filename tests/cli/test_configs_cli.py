@@ -121,7 +121,7 @@ def test_client_quotas_like_kafka_configs(fastlog, sasl_broker):
     (["--entity-type", "brokers", "--describe", "--entity-name", "one"], "is a broker id"),
     (["--entity-type", "brokers", "--alter", "--entity-default", "--add-config", "a"],
      "takes key=value items"),
-    (["--entity-type", "users", "--describe", "--entity-default"], "go with --entity-type brokers"),
+    (["--entity-type", "users", "--describe", "--all"], "--all goes with --entity-type brokers"),
     (["--entity-type", "users", "--describe", "-X", "security.protocol=SSL",
       "-X", "ssl.ca.location=/nonexistent/ca.pem"], "cannot read /nonexistent/ca.pem"),
     (["--entity-type", "users", "--describe", "-X", "ssl.ca.location=x"],
