@@ -49,6 +49,13 @@ SERVED = {
     "DescribeAcls": (1, 3),
     "CreateAcls": (1, 3),
     "DeleteAcls": (1, 3),
+    "AddPartitionsToTxn": (0, 3),
+    "AddOffsetsToTxn": (0, 3),
+    "EndTxn": (0, 3),
+    "TxnOffsetCommit": (0, 3),
+    "WriteTxnMarkers": (0, 1),
+    "DescribeTransactions": (0, 0),
+    "ListTransactions": (0, 1),
 }
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -124,8 +131,11 @@ def parse_default(ftype, raw):
     raise ValueError(f"unhandled default {raw!r} for {ftype}")
 
 
-def emit_fields(fields, served, indent, out):
+def emit_fields(fields, served, indent, out, common=None):
+    """Emit F(...) lines; an array of a struct the spec shares (its "commonStructs",
+    e.g. AddPartitionsToTxnTopic) takes that struct's fields."""
     pad = " " * indent
+    common = common or {}
     for f in fields:
         versions = clip(parse_range(f["versions"]), served)
         if versions is None:
@@ -146,9 +156,12 @@ def emit_fields(fields, served, indent, out):
         default = parse_default(ftype, f.get("default"))
         if default is not None:
             args.append(f"default={default}" if default == "None" else f"default={default!r}")
-        if "fields" in f:
+        sub = f.get("fields")
+        if sub is None and ftype.startswith("[]"):
+            sub = common.get(ftype[2:])
+        if sub is not None:
             out.append(f"{pad}F({', '.join(args)}, fields=(")
-            emit_fields(f["fields"], served, indent + 4, out)
+            emit_fields(sub, served, indent + 4, out, common)
             out.append(f"{pad})),")
         else:
             out.append(f"{pad}F({', '.join(args)}),")
@@ -187,7 +200,8 @@ def render():
                 f"{const} = Message({spec['apiKey']}, {kind.lower()!r}, {stem!r}, "
                 f"valid={served!r}, flexible={flex_from!r}, fields=("
             )
-            emit_fields(spec["fields"], served, 4, out)
+            common = {c["name"]: c["fields"] for c in spec.get("commonStructs", [])}
+            emit_fields(spec["fields"], served, 4, out, common)
             out.append("))")
     out.append("")
     out.append("# fmt: on")

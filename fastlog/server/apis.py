@@ -90,6 +90,7 @@ from fastlog.server.config import (
     parse_topic_config,
 )
 from fastlog.server.group import GROUP_HANDLERS
+from fastlog.server.txn import TXN_HANDLERS, handle_init_transactional_producer
 from fastlog.server.replica_manager import PartitionResult
 
 log = logging.getLogger("fastlog.server.apis")
@@ -243,6 +244,8 @@ class KafkaApis:
         }
         # ---- group coordinator hook (issue 5): its handlers use the same contract.
         self.handlers.update(GROUP_HANDLERS)
+        # ---- transaction coordinator hook (issue 20).
+        self.handlers.update(TXN_HANDLERS)
 
     # ------------------------------------------------------------------ dispatch
     async def handle(self, conn, frame):
@@ -1180,8 +1183,7 @@ class KafkaApis:
     # ------------------------------------------------------------------ InitProducerId
     async def handle_init_producer_id(self, ctx, request):
         if request.transactional_id is not None:
-            return {"throttle_time_ms": 0, "error_code": Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                    "producer_id": -1, "producer_epoch": -1}
+            return await handle_init_transactional_producer(ctx, request)
         # KIP-679: an idempotent producer needs IdempotentWrite on the cluster or Write
         # on some topic.
         if not (authorize_cluster(ctx, IDEMPOTENT_WRITE, log_denied=False)

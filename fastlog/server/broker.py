@@ -52,6 +52,7 @@ from fastlog.server.config import (
     parse_properties,
 )
 from fastlog.server.group import GroupCoordinator
+from fastlog.server.txn import TXN_STATE_TOPIC, TransactionCoordinator
 from fastlog.server.inter_broker import inter_broker_security
 from fastlog.server.log import KafkaStorageError, LogConfig, LogManager
 from fastlog.server.log.config import TOPIC_CONFIG_KEYS as STORAGE_TOPIC_KEYS
@@ -139,6 +140,7 @@ class BrokerServer:
         self.replica_manager: ReplicaManager | None = None
         self.producer_id_manager: ProducerIdManager | None = None
         self.group_coordinator = None
+        self.txn_coordinator = None
         self.apis: KafkaApis | None = None
         self.listener_security = {}   # listener name -> authenticator.ListenerSecurity
         # fastlog.security.authorizer.AclAuthorizer when authorizer.class.name is set
@@ -221,6 +223,9 @@ class BrokerServer:
         # ---- group coordinator hook (issue 5): groups and committed offsets.
         self.group_coordinator = GroupCoordinator(self)
         await self.group_coordinator.startup()
+        # ---- transaction coordinator hook (issue 20): transactional ids.
+        self.txn_coordinator = TransactionCoordinator(self)
+        await self.txn_coordinator.startup()
         self.listener_security = build_listener_security(self.config, self.metadata)
         try:
             self.authorizer = await _off_loop(
@@ -681,6 +686,8 @@ class BrokerServer:
         await self._stop_servers()
         if self.leadership is not None:
             self.leadership.stop()
+        if self.txn_coordinator is not None:
+            await self.txn_coordinator.shutdown()
         if self.group_coordinator is not None:
             await self.group_coordinator.shutdown()
         if self.replica_manager is not None:
@@ -847,7 +854,9 @@ class BrokerServer:
             if state is not None:
                 return state
             partitions, configs = self._internal_topic_specs[name]
-            rf = int(self.config["offsets.topic.replication.factor"])
+            rf = int(self.config["transaction.state.log.replication.factor"
+                                 if name == TXN_STATE_TOPIC else
+                                 "offsets.topic.replication.factor"])
             live = len(self.live_brokers())
             if live < rf:
                 log.info("not creating %s yet: %d live broker(s), "
@@ -964,11 +973,15 @@ class _ReplicaRoles:
                                         list(state.replicas), state.partition_epoch)
         if topic == GROUP_METADATA_TOPIC and b.group_coordinator is not None:
             b.group_coordinator.on_elected(partition)
+        if topic == TXN_STATE_TOPIC and b.txn_coordinator is not None:
+            b.txn_coordinator.on_elected(partition)
 
     def become_follower(self, topic: str, partition: int, state: PartitionState) -> None:
         b = self.broker
         if topic == GROUP_METADATA_TOPIC and b.group_coordinator is not None:
             b.group_coordinator.on_resigned(partition)
+        if topic == TXN_STATE_TOPIC and b.txn_coordinator is not None:
+            b.txn_coordinator.on_resigned(partition)
         b.replica_manager.become_follower(topic, partition, state.leader, state.leader_epoch,
                                           list(state.replicas))
 
@@ -976,6 +989,8 @@ class _ReplicaRoles:
         b = self.broker
         if topic == GROUP_METADATA_TOPIC and b.group_coordinator is not None:
             b.group_coordinator.on_resigned(partition)
+        if topic == TXN_STATE_TOPIC and b.txn_coordinator is not None:
+            b.txn_coordinator.on_resigned(partition)
         b.replica_manager.stop_replica(topic, partition, delete)
         if delete:
             b._log_configs.pop(topic, None)

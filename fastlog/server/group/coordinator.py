@@ -42,6 +42,7 @@ from .offsets import (
     GroupStore,
     LogGroupStore,
     StoreError,
+    TxnControl,
     partition_for,
 )
 from .schemas import (
@@ -240,16 +241,29 @@ class GroupCoordinator:
         if election is None:
             election = self._elections.get(partition, 0)
         offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
+        # TxnOffsetCommit records per producer, per group, until the producer's marker.
+        pending: dict[int, dict[str, dict[tuple[str, int], OffsetAndMetadata]]] = {}
         records: dict[str, Any] = {}
         decoded = 0
         async for chunk in self.store.load(partition):
-            for key, value in chunk:
+            for item in chunk:
                 decoded += 1
                 if decoded % LOAD_YIELD_RECORDS == 0:
                     await asyncio.sleep(0)   # let requests in: decoding is Python per record
+                if isinstance(item, TxnControl):
+                    for group_id, tps in pending.pop(item.producer_id, {}).items():
+                        if item.committed:
+                            offsets.setdefault(group_id, {}).update(tps)
+                    continue
+                key, value = item[0], item[1]
                 try:
                     k = decode_key(key)
-                    if isinstance(k, OffsetKey):
+                    if isinstance(k, OffsetKey) and len(item) == 3:
+                        om = decode_offset_value(value)
+                        if om is not None:
+                            pending.setdefault(item[2], {}).setdefault(k.group, {})[
+                                (k.topic, k.partition)] = om
+                    elif isinstance(k, OffsetKey):
                         om = decode_offset_value(value)
                         tps = offsets.setdefault(k.group, {})
                         if om is None:
@@ -266,6 +280,8 @@ class GroupCoordinator:
                      partition)
             return None
         installed = 0
+        for group_id in {g for by_group in pending.values() for g in by_group}:
+            offsets.setdefault(group_id, {})   # a group with only pending offsets
         for group_id in set(offsets) | set(records):
             rec = records.get(group_id)
             tps = offsets.get(group_id, {})
@@ -278,6 +294,9 @@ class GroupCoordinator:
             else:
                 group = GroupMetadata(group_id)
             group.offsets.update(tps)
+            for producer_id, by_group in pending.items():
+                if group_id in by_group:
+                    group.pending_txn_offsets[producer_id] = by_group[group_id]
             old = self.groups.get(group_id)
             if old is not None and old.members:
                 continue  # a live group already formed here (cannot happen while loading)
@@ -814,6 +833,71 @@ class GroupCoordinator:
                     group.commit_offset(tp[0], tp[1], om)
             result.update(dict.fromkeys(accepted, Errors.NONE))
         return result
+
+    async def commit_txn_offsets(self, group_id: str, producer_id: int, producer_epoch: int,
+                                 member_id: str, group_instance_id: str | None,
+                                 generation_id: int,
+                                 offsets: dict[tuple[str, int], OffsetAndMetadata]
+                                 ) -> dict[tuple[str, int], Errors]:
+        """TxnOffsetCommit: the offsets go to the log in a transactional batch of the
+        producer and stay pending (OffsetFetch does not see them) until the marker of the
+        producer's transaction reaches this group's partition (complete_txn_offsets).
+        A member id or generation (v3, KIP-447) is checked against the group's."""
+        err = self._check_status(group_id)
+        if err is not Errors.NONE:
+            return dict.fromkeys(offsets, err)
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = GroupMetadata(group_id)
+        if group.is_(GroupState.DEAD):
+            return dict.fromkeys(offsets, Errors.COORDINATOR_NOT_AVAILABLE)
+        if group_instance_id is not None:
+            known = group.static_member_id(group_instance_id)
+            if known is not None and known != member_id:
+                return dict.fromkeys(offsets, Errors.FENCED_INSTANCE_ID)
+        if member_id and not group.has(member_id):
+            return dict.fromkeys(offsets, Errors.UNKNOWN_MEMBER_ID)
+        if generation_id >= 0 and generation_id != group.generation_id:
+            return dict.fromkeys(offsets, Errors.ILLEGAL_GENERATION)
+        result: dict[tuple[str, int], Errors] = {}
+        accepted = {}
+        now = now_ms()
+        for tp, om in offsets.items():
+            if om.metadata is not None and len(om.metadata.encode()) > self.offset_metadata_max_bytes:
+                result[tp] = Errors.OFFSET_METADATA_TOO_LARGE
+                continue
+            om.commit_timestamp = now
+            accepted[tp] = om
+        if not accepted:
+            return result
+        try:
+            await self.store.append(self.partition_for(group_id), [
+                (encode_offset_key(group_id, t, p), encode_offset_value(om))
+                for (t, p), om in accepted.items()], producer=(producer_id, producer_epoch))
+        except StoreError as e:
+            result.update(dict.fromkeys(accepted, e.error))
+            return result
+        group.pending_txn_offsets.setdefault(producer_id, {}).update(accepted)
+        result.update(dict.fromkeys(accepted, Errors.NONE))
+        return result
+
+    def complete_txn_offsets(self, producer_id: int, partitions: list[int],
+                             committed: bool) -> None:
+        """A transaction marker of the producer reached these __consumer_offsets
+        partitions: its pending offsets in their groups become visible or are dropped."""
+        wanted = set(partitions)
+        for group in list(self.groups.values()):
+            if producer_id in group.pending_txn_offsets \
+                    and self.partition_for(group.group_id) in wanted:
+                group.complete_txn_offsets(producer_id, committed)
+
+    def unstable_offsets(self, group_id: str, partitions) -> set[tuple[str, int]]:
+        """Which of the partitions have a transactional commit still pending: what an
+        OffsetFetch with require_stable (KIP-447) answers UNSTABLE_OFFSET_COMMIT for."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return set()
+        return {tp for tp in partitions if group.has_pending_txn_offset(*tp)}
 
     async def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
                             ) -> tuple[Errors, dict[tuple[str, int], OffsetAndMetadata | None]]:
