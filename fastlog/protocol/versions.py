@@ -5,7 +5,10 @@ from v0 although only v3+ is implemented (KAFKA-18659: librdkafka < 2.11.1 silen
 compression unless it sees Produce v0), OffsetCommit from v1 (librdkafka 2.0.2 needs a
 range overlapping 1-2), and nothing flexible except ApiVersions 3-4, InitProducerId 2-4,
 SaslAuthenticate 2, the SCRAM credential APIs (flexible from v0) and the ACL APIs
-DescribeAcls/CreateAcls/DeleteAcls 2-3 (served from v1, as Kafka 4: v0 has no pattern type). Pure data and small builders, any thread.
+DescribeAcls/CreateAcls/DeleteAcls 2-3 (served from v1, as Kafka 4: v0 has no pattern type),
+the transaction APIs AddPartitionsToTxn/AddOffsetsToTxn/EndTxn/TxnOffsetCommit 3 and
+DescribeTransactions/ListTransactions (flexible from v0), and WriteTxnMarkers 1 (v0 is
+what Kafka brokers before 2.8 send). Pure data and small builders, any thread.
 """
 
 from .api_keys import ApiKey
@@ -50,6 +53,7 @@ SUPPORTED_VERSIONS = {
     ApiKey.TXN_OFFSET_COMMIT: (0, 3),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 1),
+    ApiKey.WRITE_TXN_MARKERS: (0, 1),
 }
 
 # Produce v0-2 are advertised and decodable, but a handler answers them with

@@ -76,6 +76,7 @@ from fastlog.server.authz import (
     OPERATIONS_NOT_ASKED,
     READ,
     TOPIC,
+    TRANSACTIONAL_ID,
     WRITE,
     authorize,
     authorize_cluster,
@@ -90,8 +91,9 @@ from fastlog.server.config import (
     parse_topic_config,
 )
 from fastlog.server.group import GROUP_HANDLERS
+from fastlog.server.replica_manager import PartitionResult, is_transactional_records
 from fastlog.server.txn import TXN_HANDLERS, handle_init_transactional_producer
-from fastlog.server.replica_manager import PartitionResult
+from fastlog.server.txn.markers import complete_group_offsets
 
 log = logging.getLogger("fastlog.server.apis")
 
@@ -241,6 +243,7 @@ class KafkaApis:
             ApiKey.DESCRIBE_ACLS: self.handle_describe_acls,
             ApiKey.CREATE_ACLS: self.handle_create_acls,
             ApiKey.DELETE_ACLS: self.handle_delete_acls,
+            ApiKey.WRITE_TXN_MARKERS: self.handle_write_txn_markers,
         }
         # ---- group coordinator hook (issue 5): its handlers use the same contract.
         self.handlers.update(GROUP_HANDLERS)
@@ -604,15 +607,17 @@ class KafkaApis:
             if acks == 0:
                 raise CloseConnection("Produce below v3 is not supported")
             return {"responses": responses, "throttle_time_ms": 0}
-        if request.transactional_id is not None:
+        # Kafka: transactional batches need the request's transactional id and Write on it
+        if any(is_transactional_records(p.records) for t in request.topic_data for p in t.partition_data) \
+                and (request.transactional_id is None
+                     or not authorize(ctx, WRITE, TRANSACTIONAL_ID, request.transactional_id)):
             err = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
             for t in request.topic_data:
                 responses.append({"name": t.name, "partition_responses": [
-                    {"index": p.index, "error_code": err, "base_offset": -1,
-                     "error_message": "transactions are not supported"}
+                    {"index": p.index, "error_code": err, "base_offset": -1}
                     for p in t.partition_data]})
             if acks == 0:
-                raise CloseConnection("transactional produce")
+                raise CloseConnection("transactional produce refused")
             return {"responses": responses, "throttle_time_ms": 0}
         results = {}
         for t in request.topic_data:
@@ -665,7 +670,10 @@ class KafkaApis:
         fastlog.protocol._produce read it from the frame: the same steps as
         handle_produce, answered in compiled code when the append succeeded. Returns
         the response parts (None for acks=0)."""
-        r = await self._append_led(topic, partition, records, acks, api_version)
+        if is_transactional_records(records):   # (no transactional id on this path)
+            r = PartitionResult(Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        else:
+            r = await self._append_led(topic, partition, records, acks, api_version)
         wait = self.broker.replica_manager.completion({(topic, partition): r}, acks, timeout_ms)
         if wait is not None:
             await wait
@@ -1203,6 +1211,46 @@ class KafkaApis:
             epoch = 0
         return {"throttle_time_ms": 0, "error_code": Errors.NONE, "producer_id": pid,
                 "producer_epoch": epoch}
+
+    # ------------------------------------------------------------------ WriteTxnMarkers
+    async def handle_write_txn_markers(self, ctx, request):
+        """Transaction markers from a transaction coordinator (ClusterAction on the
+        cluster): ReplicaManager.append_txn_markers on the partitions led here, Kafka's
+        per-partition codes for the others."""
+        allowed = authorize_cluster(ctx, CLUSTER_ACTION)
+        rm = self.broker.replica_manager
+        refused: list[dict] = []
+        markers = []
+        for m in request.markers:
+            errors = {}
+            led = []
+            for t in m.topics:
+                for index in t.partition_indexes:
+                    err = Errors.CLUSTER_AUTHORIZATION_FAILED
+                    if allowed:
+                        _, err = self._led_partition(t.name, index, write=True)
+                    if err == Errors.NONE:
+                        led.append((t.name, index))
+                    else:
+                        errors[(t.name, index)] = err
+            refused.append(errors)
+            markers.append((m.producer_id, m.producer_epoch, m.transaction_result,
+                            m.coordinator_epoch, led))
+        written = await rm.append_txn_markers(markers)
+        out = []
+        for m, errors, done in zip(request.markers, refused, written, strict=True):
+            errors.update(done)
+            # A marker on __consumer_offsets ends the producer's pending offsets there.
+            complete_group_offsets(self.broker, m.producer_id,
+                                   [tp for tp, e in done.items() if e == Errors.NONE],
+                                   m.transaction_result)
+            topics = []
+            for t in m.topics:
+                topics.append({"name": t.name, "partitions": [
+                    {"partition_index": i, "error_code": errors[(t.name, i)]}
+                    for i in t.partition_indexes]})
+            out.append({"producer_id": m.producer_id, "topics": topics})
+        return {"markers": out}
 
     # ------------------------------------------------------------------ OffsetForLeaderEpoch
     async def handle_offset_for_leader_epoch(self, ctx, request):

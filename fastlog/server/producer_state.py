@@ -1,18 +1,25 @@
 # fastlog/server/producer_state.py — idempotent-producer state.
 #
-# Owns: per partition, for each producer id: its epoch and the metadata of its last 5
+# Owns: per partition, for each producer id: its epoch, its open transaction, the
+# coordinator epoch of its last marker, and the metadata of its last 5
 # batches (first/last sequence, first/last offset, max timestamp) — what Kafka keeps to
 # spot a retried duplicate (answer with the original offsets) and a sequence gap
 # (OUT_OF_ORDER_SEQUENCE_NUMBER). Also the producer-id allocator for InitProducerId,
 # which reserves ids in durable blocks through the metadata store.
 # Snapshot file: `<partition dir>/<20-digit offset>.snapshot` (Kafka's name), our own
 # binary layout: b"FLPS", int16 version, uint32 CRC-32C of the rest, int32 producer count,
-# then per producer: int64 pid, int16 epoch, int64 last timestamp, int8 batch count and per
+# then per producer: int64 pid, int16 epoch, int64 last timestamp, (v2: int32 coordinator
+# epoch, int64 first offset of its open transaction or -1), int8 batch count and per
 # batch int32 first_seq, int32 last_seq, int64 first_offset, int64 last_offset, int64 ts.
+# Version 2 is written; version 1 (no transaction fields) is still read.
+# Transactions (KIP-98): a transactional batch opens the producer's transaction at its
+# offset, a marker (control batch) ends it; the last stable offset is the first offset
+# of an open transaction, or of an ended one whose marker the high watermark has not
+# passed, else the high watermark.
 # The offset in the name is the log end offset the state covers; on open the broker loads
 # the newest snapshot at or below the log end and replays the batches after it.
 # Called from: the broker's asyncio API loop only (ReplicaManager).
-"""Idempotent producer state per partition, snapshots, and producer-id allocation."""
+"""Idempotent and transactional producer state per partition, snapshots, producer ids."""
 
 from __future__ import annotations
 
@@ -22,6 +29,8 @@ import struct
 
 import crc32c
 
+from fastlog import _codec
+
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
@@ -30,9 +39,11 @@ BATCHES_KEPT = 5
 
 SNAPSHOT_SUFFIX = ".snapshot"
 _MAGIC = b"FLPS"
-_VERSION = 1
+_VERSION = 2
 _HEAD = struct.Struct(">4shI")
-_PRODUCER = struct.Struct(">qhqb")
+_PRODUCER_V1 = struct.Struct(">qhqb")
+# v2 adds the coordinator epoch and the open transaction's first offset (-1: none)
+_PRODUCER = struct.Struct(">qhqiqb")
 _BATCH = struct.Struct(">iiqqq")
 
 
@@ -65,6 +76,33 @@ class UnknownProducerId(ProducerStateError):
     code = "UNKNOWN_PRODUCER_ID"
 
 
+class InvalidTxnState(ProducerStateError):
+    code = "INVALID_TXN_STATE"
+
+
+class TransactionCoordinatorFenced(ProducerStateError):
+    code = "TRANSACTION_COORDINATOR_FENCED"
+
+
+class CompletedTxn:
+    """A transaction a marker ended (Kafka's CompletedTxn): its first data offset, the
+    marker's offset, and whether it was aborted."""
+
+    __slots__ = ("producer_id", "first_offset", "last_offset", "aborted", "last_stable_offset")
+
+    def __init__(self, producer_id: int, first_offset: int, last_offset: int, aborted: bool,
+                 last_stable_offset: int = -1):
+        self.producer_id = producer_id
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.aborted = aborted
+        self.last_stable_offset = last_stable_offset
+
+    def __repr__(self) -> str:
+        return (f"CompletedTxn(producer_id={self.producer_id}, first_offset={self.first_offset}, "
+                f"last_offset={self.last_offset}, aborted={self.aborted})")
+
+
 class BatchMetadata:
     __slots__ = ("first_seq", "last_seq", "first_offset", "last_offset", "timestamp")
 
@@ -77,13 +115,18 @@ class BatchMetadata:
 
 
 class ProducerStateEntry:
-    __slots__ = ("producer_id", "epoch", "batches", "last_timestamp")
+    __slots__ = ("producer_id", "epoch", "batches", "last_timestamp", "coordinator_epoch",
+                 "current_txn_first_offset")
 
     def __init__(self, producer_id: int, epoch: int):
         self.producer_id = producer_id
         self.epoch = epoch
         self.batches: collections.deque[BatchMetadata] = collections.deque(maxlen=BATCHES_KEPT)
         self.last_timestamp = -1
+        # epoch of the transaction coordinator that wrote this producer's last marker
+        self.coordinator_epoch = -1
+        # first offset of the producer's open transaction here, -1 when none is open
+        self.current_txn_first_offset = -1
 
     @property
     def last_seq(self) -> int:
@@ -105,12 +148,21 @@ class ProducerStateManager:
         self.producers: dict[int, ProducerStateEntry] = {}
         # log end offset the in-memory state covers (for snapshots and replay)
         self.map_end_offset = 0
+        # open transactions: first offset -> producer id (Kafka's ongoingTxns)
+        self.ongoing: dict[int, int] = {}
+        # ended transactions whose marker is not yet below the high watermark, by first
+        # offset (Kafka's unreplicatedTxns): they still hold the last stable offset back
+        self.unreplicated: dict[int, CompletedTxn] = {}
 
     # -------------------------------------------------------------- client appends
-    def check(self, producer_id: int, epoch: int, first_seq: int, record_count: int) -> BatchMetadata | None:
+    def check(self, producer_id: int, epoch: int, first_seq: int, record_count: int,
+              is_transactional: bool = False) -> BatchMetadata | None:
         """Validate an incoming client batch. Returns the original batch metadata for a
         retried duplicate (the caller answers with its offsets and appends nothing),
-        None when the batch may be appended, or raises ProducerStateError."""
+        None when the batch may be appended, or raises ProducerStateError: an older
+        epoch (INVALID_PRODUCER_EPOCH, fenced by a newer producer or marker), a sequence
+        gap, or a plain batch while the producer's transaction is open here
+        (INVALID_TXN_STATE)."""
         if producer_id == NO_PRODUCER_ID:
             return None
         last_seq = increment_sequence(first_seq, record_count - 1)
@@ -129,30 +181,136 @@ class ProducerStateManager:
             if first_seq != 0:
                 raise OutOfOrderSequence(
                     f"producer {producer_id} new epoch {epoch} must start at sequence 0, not {first_seq}")
-            return None
-        dup = entry.find_duplicate(first_seq, last_seq)
-        if dup is not None:
-            return dup
-        if entry.batches and not _in_sequence(entry.last_seq, first_seq):
-            raise OutOfOrderSequence(
-                f"producer {producer_id} sent sequence {first_seq} to {self.topic}-{self.partition} "
-                f"after {entry.last_seq}")
+        else:
+            dup = entry.find_duplicate(first_seq, last_seq)
+            if dup is not None:
+                return dup
+            if entry.batches and not _in_sequence(entry.last_seq, first_seq):
+                raise OutOfOrderSequence(
+                    f"producer {producer_id} sent sequence {first_seq} to "
+                    f"{self.topic}-{self.partition} after {entry.last_seq}")
+        if entry.current_txn_first_offset >= 0 and not is_transactional:
+            raise InvalidTxnState(
+                f"producer {producer_id} sent a non-transactional batch to "
+                f"{self.topic}-{self.partition} while its transaction from offset "
+                f"{entry.current_txn_first_offset} is open")
         return None
 
     def update(self, producer_id: int, epoch: int, first_seq: int, record_count: int,
-               first_offset: int, last_offset: int, timestamp: int) -> None:
-        """Record an appended batch (client append or log replay)."""
+               first_offset: int, last_offset: int, timestamp: int,
+               is_transactional: bool = False) -> None:
+        """Record an appended batch (client append or log replay). A transactional batch
+        of a producer with no open transaction here opens one at first_offset."""
         if producer_id == NO_PRODUCER_ID or first_seq < 0:
             return
-        entry = self.producers.get(producer_id)
-        if entry is None or epoch > entry.epoch:
-            entry = ProducerStateEntry(producer_id, epoch)
-            self.producers[producer_id] = entry
-        elif epoch < entry.epoch:
+        entry = self._entry_at_epoch(producer_id, epoch)
+        if entry is None:
             return  # a fenced producer's batch found in replay: keep the newer epoch
         last_seq = increment_sequence(first_seq, record_count - 1)
         entry.batches.append(BatchMetadata(first_seq, last_seq, first_offset, last_offset, timestamp))
         entry.last_timestamp = max(entry.last_timestamp, timestamp)
+        if is_transactional and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = first_offset
+            self.ongoing[first_offset] = producer_id
+
+    def _entry_at_epoch(self, producer_id: int, epoch: int) -> ProducerStateEntry | None:
+        """The producer's entry moved to `epoch` (a new epoch forgets the old sequences,
+        not an open transaction or the coordinator epoch); None for an older epoch."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            entry = self.producers[producer_id] = ProducerStateEntry(producer_id, epoch)
+        elif epoch > entry.epoch:
+            entry.epoch = epoch
+            entry.batches.clear()
+        elif epoch < entry.epoch:
+            return None
+        return entry
+
+    # -------------------------------------------------------------- transaction markers
+    def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int) -> None:
+        """Refuse a marker from a coordinator or producer epoch older than one already
+        seen here (Kafka's appendEndTxnMarker checks): TRANSACTION_COORDINATOR_FENCED,
+        INVALID_PRODUCER_EPOCH."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return
+        if epoch < entry.epoch:
+            raise InvalidProducerEpoch(
+                f"marker for producer {producer_id} at epoch {epoch} is older than {entry.epoch}")
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFenced(
+                f"marker for producer {producer_id} from coordinator epoch {coordinator_epoch}, "
+                f"older than {entry.coordinator_epoch}")
+
+    def complete_txn(self, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int,
+                     offset: int, timestamp: int) -> CompletedTxn | None:
+        """Apply a marker appended at `offset` (client path after check_marker, or replay):
+        the producer takes the marker's epoch (fencing older writes), and its open
+        transaction, if any, ends: returned as a CompletedTxn whose last_stable_offset
+        is what Kafka records in the aborted-transaction index (the first offset of
+        another producer's open transaction, else the marker's offset + 1)."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            entry = self.producers[producer_id] = ProducerStateEntry(producer_id, epoch)
+        elif epoch != entry.epoch:
+            entry.epoch = epoch
+            entry.batches.clear()
+        completed = None
+        first = entry.current_txn_first_offset
+        if first >= 0:
+            completed = CompletedTxn(producer_id, first, offset, not commit)
+            self.ongoing.pop(first, None)
+            completed.last_stable_offset = min(self.ongoing) if self.ongoing else offset + 1
+            self.unreplicated[first] = completed
+        entry.current_txn_first_offset = -1
+        entry.coordinator_epoch = coordinator_epoch
+        entry.last_timestamp = max(entry.last_timestamp, timestamp)
+        return completed
+
+    def has_ongoing_txn(self, producer_id: int) -> bool:
+        entry = self.producers.get(producer_id)
+        return entry is not None and entry.current_txn_first_offset >= 0
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of an open transaction, or of an ended one whose marker the
+        high watermark has not passed yet; None when there is neither."""
+        low = None
+        if self.ongoing:
+            low = min(self.ongoing)
+        if self.unreplicated:
+            u = min(self.unreplicated)
+            low = u if low is None else min(low, u)
+        return low
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        if self.unreplicated:
+            for first, txn in list(self.unreplicated.items()):
+                if txn.last_offset < high_watermark:
+                    del self.unreplicated[first]
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """Kafka's LSO: read_committed consumers read below it."""
+        self.on_high_watermark_updated(high_watermark)
+        low = self.first_unstable_offset()
+        return high_watermark if low is None else min(low, high_watermark)
+
+    def load_batch(self, buf, h) -> CompletedTxn | None:
+        """Replay one batch already in the log (recovery, a follower's append): data
+        batches as update(), markers as complete_txn() without the client checks. `h`
+        is its BatchHeader at h.position in buf."""
+        if h.producer_id == NO_PRODUCER_ID:
+            return None
+        if h.is_control:
+            marker = read_end_txn_marker(buf, h)
+            if marker is None:
+                return None
+            commit, coordinator_epoch = marker
+            return self.complete_txn(h.producer_id, h.producer_epoch, commit, coordinator_epoch,
+                                     h.base_offset, h.max_timestamp)
+        # (sequence span from last_offset_delta: compaction may drop records)
+        self.update(h.producer_id, h.producer_epoch, h.base_sequence, h.last_offset_delta + 1,
+                    h.base_offset, h.last_offset, h.max_timestamp, h.is_transactional)
+        return None
 
     def update_map_end_offset(self, offset: int) -> None:
         self.map_end_offset = offset
@@ -160,11 +318,15 @@ class ProducerStateManager:
     # -------------------------------------------------------------- maintenance
     def truncate_and_reload(self) -> None:
         self.producers.clear()
+        self.ongoing.clear()
+        self.unreplicated.clear()
         self.map_end_offset = 0
 
     def remove_expired(self, now_ms: int, expiration_ms: int) -> None:
+        # (a producer with an open transaction stays until its marker, as in Kafka)
         dead = [pid for pid, e in self.producers.items()
-                if e.last_timestamp >= 0 and now_ms - e.last_timestamp > expiration_ms]
+                if e.last_timestamp >= 0 and now_ms - e.last_timestamp > expiration_ms
+                and e.current_txn_first_offset < 0]
         for pid in dead:
             del self.producers[pid]
 
@@ -172,7 +334,8 @@ class ProducerStateManager:
     def encode_snapshot(self) -> bytes:
         body = bytearray(struct.pack(">i", len(self.producers)))
         for e in self.producers.values():
-            body += _PRODUCER.pack(e.producer_id, e.epoch, e.last_timestamp, len(e.batches))
+            body += _PRODUCER.pack(e.producer_id, e.epoch, e.last_timestamp, e.coordinator_epoch,
+                                   e.current_txn_first_offset, len(e.batches))
             for b in e.batches:
                 body += _BATCH.pack(b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp)
         return _HEAD.pack(_MAGIC, _VERSION, crc32c.crc32c(bytes(body))) + bytes(body)
@@ -182,8 +345,9 @@ class ProducerStateManager:
         if len(data) < _HEAD.size + 4:
             raise ValueError("snapshot too short")
         magic, version, crc = _HEAD.unpack_from(data, 0)
-        if magic != _MAGIC or version != _VERSION:
+        if magic != _MAGIC or version not in (1, _VERSION):
             raise ValueError("not a fastlog producer snapshot")
+        head = _PRODUCER if version >= 2 else _PRODUCER_V1
         body = memoryview(data)[_HEAD.size:]
         if crc32c.crc32c(body) != crc:
             raise ValueError("snapshot CRC mismatch")
@@ -191,12 +355,18 @@ class ProducerStateManager:
         pos = 4
         producers: dict[int, ProducerStateEntry] = {}
         for _ in range(count):
-            if pos + _PRODUCER.size > len(body):
+            if pos + head.size > len(body):
                 raise ValueError("snapshot truncated")
-            pid, epoch, last_ts, nb = _PRODUCER.unpack_from(body, pos)
-            pos += _PRODUCER.size
+            if version >= 2:
+                pid, epoch, last_ts, coordinator_epoch, txn_first, nb = head.unpack_from(body, pos)
+            else:
+                (pid, epoch, last_ts, nb), coordinator_epoch, txn_first = \
+                    head.unpack_from(body, pos), -1, -1
+            pos += head.size
             e = ProducerStateEntry(pid, epoch)
             e.last_timestamp = last_ts
+            e.coordinator_epoch = coordinator_epoch
+            e.current_txn_first_offset = txn_first
             for _ in range(nb):
                 if pos + _BATCH.size > len(body):
                     raise ValueError("snapshot truncated")
@@ -204,6 +374,9 @@ class ProducerStateManager:
                 pos += _BATCH.size
             producers[pid] = e
         self.producers = producers
+        self.ongoing = {e.current_txn_first_offset: e.producer_id for e in producers.values()
+                        if e.current_txn_first_offset >= 0}
+        self.unreplicated = {}
 
     def write_snapshot(self, directory: str) -> str:
         """Write `<map_end_offset>.snapshot` atomically and drop older snapshots."""
@@ -247,6 +420,27 @@ class ProducerStateManager:
             return offset
         self.producers.clear()
         return -1
+
+
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+
+
+def read_end_txn_marker(buf, h) -> tuple[bool, int] | None:
+    """(commit, coordinator epoch) of the control batch `h` in buf (Kafka's control record:
+    key int16 version + int16 type, 0 ABORT / 1 COMMIT; value int16 version + int32
+    coordinator epoch); None for another control type or an unreadable record."""
+    try:
+        for rec in _codec.iter_records(buf, h.position, verify_crc=False):
+            _, kind = _codec.parse_control_record(rec)
+            if kind not in (CONTROL_ABORT, CONTROL_COMMIT):
+                return None
+            value = rec.value
+            epoch = int.from_bytes(value[2:6], "big", signed=True) if value and len(value) >= 6 else -1
+            return kind == CONTROL_COMMIT, epoch
+    except (_codec.CodecError, ValueError):
+        return None
+    return None
 
 
 def list_snapshots(directory: str) -> list[tuple[int, str]]:

@@ -69,6 +69,8 @@ INLINE_RECOMPRESS_BYTES = 64 << 10
 COMPRESSION_GZIP = 1
 # Where a v2 batch header keeps the low byte of its attributes (the codec's three bits).
 _ATTRIBUTES_LOW_BYTE = 22
+_MAGIC_BYTE = 16
+_ATTR_TRANSACTIONAL = 0x10
 # Record bytes read per step when replaying the log tail into producer state.
 _REPLAY_CHUNK = 1 << 20
 
@@ -144,11 +146,17 @@ def _structure_problem(batches) -> str | None:
     b = batches[0]
     if b.is_control:
         return "clients may not send control batches"
-    if b.is_transactional:
-        return "transactions are not supported"
     if b.producer_id != NO_PRODUCER_ID and b.base_sequence < 0:
         return "an idempotent batch needs a base sequence"
     return None
+
+
+def is_transactional_records(records) -> bool:
+    """Whether a Produce record set starts with a transactional v2 batch (magic byte and
+    the attributes' low byte; a Produce request carries one batch per partition)."""
+    return (records is not None and len(records) > _ATTRIBUTES_LOW_BYTE
+            and records[_MAGIC_BYTE] == 2
+            and records[_ATTRIBUTES_LOW_BYTE] & _ATTR_TRANSACTIONAL != 0)
 
 
 def check_records(records, max_bytes: int, allow_zstd: bool, decompress_limit: int,
@@ -475,12 +483,7 @@ class ReplicaManager:
                 for b in batches:
                     if b.compression == COMPRESSION_ZSTD:
                         p.has_zstd = True
-                    if b.producer_id != NO_PRODUCER_ID and not b.is_control:
-                        # last_offset_delta + 1, not record_count: a compacted batch
-                        # keeps its last sequence with fewer (or no) records.
-                        ps.update(b.producer_id, b.producer_epoch, b.base_sequence,
-                                  b.last_offset_delta + 1, b.base_offset, b.last_offset,
-                                  b.max_timestamp)
+                    ps.load_batch(buf, b)
                 ps.update_map_end_offset(info.last_offset + 1)
                 appended = scan.valid_end
                 self.broker.topic_stats.all_topics.replication_bytes_in += appended
@@ -712,11 +715,7 @@ class ReplicaManager:
                     p.has_zstd = True
                 if b.last_offset < offset:
                     continue
-                if b.producer_id != NO_PRODUCER_ID and not b.is_control:
-                    # (sequence span from last_offset_delta: compaction may drop records)
-                    ps.update(b.producer_id, b.producer_epoch, b.base_sequence,
-                              b.last_offset_delta + 1,
-                              b.base_offset, b.last_offset, b.max_timestamp)
+                ps.load_batch(data, b)
                 last = b.last_offset + 1
             if last <= offset:
                 break
@@ -947,7 +946,8 @@ class ReplicaManager:
         idempotent = b.producer_id != NO_PRODUCER_ID
         if idempotent:
             try:
-                dup = ps.check(b.producer_id, b.producer_epoch, b.base_sequence, b.record_count)
+                dup = ps.check(b.producer_id, b.producer_epoch, b.base_sequence, b.record_count,
+                               b.is_transactional)
             except ProducerStateError as e:
                 return PartitionResult(Errors[e.code], error_message=str(e),
                                        log_start_offset=p.log.log_start_offset)
@@ -992,7 +992,7 @@ class ReplicaManager:
             p.has_zstd = True
         if idempotent:
             ps.update(b.producer_id, b.producer_epoch, b.base_sequence, b.record_count,
-                      info.first_offset, info.last_offset, b.max_timestamp)
+                      info.first_offset, info.last_offset, b.max_timestamp, b.is_transactional)
         ps.update_map_end_offset(info.last_offset + 1)
         self._after_append(p)
         return PartitionResult(Errors.NONE, info.first_offset, info.log_append_time,
@@ -1040,6 +1040,85 @@ class ReplicaManager:
             if r.error != Errors.NONE:
                 raise ReplicationError(r.error, r.error_message or r.error.name)
         return info
+
+    # ------------------------------------------------------------------ transactions
+    async def append_txn_markers(self, markers, timeout_ms: int | None = None
+                                 ) -> list[dict[tuple[str, int], Errors]]:
+        """Write transaction markers (WriteTxnMarkers; the transaction coordinator).
+        `markers`: (producer_id, producer_epoch, committed, coordinator_epoch,
+        [(topic, partition), ...]) each. On every listed partition this broker leads, a
+        control batch (one COMMIT or ABORT record carrying the coordinator epoch) is
+        appended and ends the producer's transaction there; an ABORT goes into the
+        aborted-transaction index. Returns, per marker in order, {(topic, partition):
+        Errors}: NONE once the ISR has the marker (acks=all, at most timeout_ms,
+        request.timeout.ms by default), else UNKNOWN_TOPIC_OR_PARTITION,
+        NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR, NOT_ENOUGH_REPLICAS(_AFTER_APPEND),
+        INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED, REQUEST_TIMED_OUT."""
+        out: list[dict[tuple[str, int], Errors]] = []
+        waits: dict[tuple[str, int], PartitionResult] = {}
+        for producer_id, epoch, committed, coordinator_epoch, partitions in markers:
+            errors = {}
+            for topic, partition in partitions:
+                r = self._append_marker(topic, partition, producer_id, epoch, bool(committed),
+                                        coordinator_epoch)
+                errors[(topic, partition)] = r
+                if r.error == Errors.NONE:
+                    waits[(topic, partition)] = r   # the later marker covers the earlier
+            out.append(errors)
+        if waits:
+            if timeout_ms is None:
+                timeout_ms = int(self._cfg("request.timeout.ms", 30000))
+            done = self.completion(waits, -1, timeout_ms)
+            if done is not None:
+                await done
+        return [{key: (waits[key].error if r.error == Errors.NONE else r.error)
+                 for key, r in errors.items()} for errors in out]
+
+    def _append_marker(self, topic: str, partition: int, producer_id: int, epoch: int,
+                       committed: bool, coordinator_epoch: int) -> PartitionResult:
+        p = self.partitions.get((topic, partition))
+        if p is None:
+            return PartitionResult(Errors.UNKNOWN_TOPIC_OR_PARTITION)
+        if p.offline:
+            return PartitionResult(Errors.KAFKA_STORAGE_ERROR)
+        if not p.can_accept_writes:
+            return PartitionResult(Errors.NOT_LEADER_OR_FOLLOWER)
+        min_isr = self.broker.log_config(topic).min_insync_replicas
+        if p.replicated and len(p.isr) < min_isr:
+            return PartitionResult(Errors.NOT_ENOUGH_REPLICAS)
+        ps = p.producer_state
+        try:
+            ps.check_marker(producer_id, epoch, coordinator_epoch)
+        except ProducerStateError as e:
+            log.info("%s: refused a %s marker: %s", p, "COMMIT" if committed else "ABORT", e)
+            return PartitionResult(Errors[e.code], error_message=str(e))
+        now = _now_ms()
+        buf = bytearray(_codec.build_control_batch(
+            committed, producer_id, epoch, 0, now, coordinator_epoch=coordinator_epoch,
+            partition_leader_epoch=p.leader_epoch))
+        batches = _codec.scan_batches(buf, verify_crc=False).batches
+        try:
+            info = p.log.append(buf, batches, p.leader_epoch, now_ms=now)
+        except (OSError, KafkaStorageError) as e:
+            report_limited(log, logging.ERROR, ("append", p.key), "%s: marker append failed: %s",
+                           p, e)
+            return PartitionResult(Errors.KAFKA_STORAGE_ERROR, error_message=str(e))
+        ps.complete_txn(producer_id, epoch, committed, coordinator_epoch, info.first_offset, now)
+        ps.update_map_end_offset(info.last_offset + 1)
+        self._after_append(p)
+        return PartitionResult(Errors.NONE, info.first_offset, -1, p.log.log_start_offset,
+                               flush_future=info.flush_future,
+                               required_offset=info.last_offset + 1)
+
+    def has_ongoing_txn(self, topic: str, partition: int, producer_id: int) -> bool:
+        """Whether the producer has an open transaction (data without a marker yet) on
+        this broker's replica of the partition (False when it is not hosted here)."""
+        p = self.partitions.get((topic, partition))
+        return p is not None and p.producer_state.has_ongoing_txn(producer_id)
+
+    def last_stable_offset(self, p: Partition) -> int:
+        """Kafka's LSO: read_committed consumers read below it."""
+        return p.producer_state.last_stable_offset(p.high_watermark)
 
     # ------------------------------------------------------------------ fetch
     def check_replica_fetch(self, p: Partition, replica_id: int) -> Errors:

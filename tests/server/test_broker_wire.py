@@ -91,7 +91,11 @@ def test_bad_crc_is_corrupt_message(broker, wire):
 def test_structurally_invalid_and_control_batches_are_invalid_record(broker, wire):
     create_topic(broker, "wire-invalid")
     ctrl = _codec.build_control_batch(True, 5, 0, 0, int(time.time() * 1000))
-    assert produce(wire, "wire-invalid", ctrl).error_code == Errors.INVALID_RECORD
+    # (a control batch is transactional: without a transactional id Kafka refuses that first)
+    assert produce(wire, "wire-invalid", ctrl).error_code == \
+        Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert produce(wire, "wire-invalid", ctrl, transactional_id="tx").error_code == \
+        Errors.INVALID_RECORD
     two = batch([b"a"]) + batch([b"b"])
     assert produce(wire, "wire-invalid", two).error_code == Errors.INVALID_RECORD
 

@@ -29,9 +29,9 @@ def batch(values, compression=0, producer_id=-1, epoch=-1, seq=-1, **kw):
                               base_sequence=seq, **kw)
 
 
-def produce(w, topic, records, version=7, acks=-1, partition=0):
+def produce(w, topic, records, version=7, acks=-1, partition=0, transactional_id=None):
     resp = w.call(ApiKey.PRODUCE, version, {
-        "transactional_id": None, "acks": acks, "timeout_ms": 5000,
+        "transactional_id": transactional_id, "acks": acks, "timeout_ms": 5000,
         "topic_data": [{"name": topic, "partition_data": [{"index": partition,
                                                           "records": records}]}]})
     return resp.responses[0].partition_responses[0]
