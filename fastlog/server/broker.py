@@ -52,7 +52,6 @@ from fastlog.server.config import (
     parse_properties,
 )
 from fastlog.server.group import GroupCoordinator
-from fastlog.server.txn import TXN_STATE_TOPIC, TransactionCoordinator
 from fastlog.server.inter_broker import inter_broker_security
 from fastlog.server.log import KafkaStorageError, LogConfig, LogManager
 from fastlog.server.log.config import TOPIC_CONFIG_KEYS as STORAGE_TOPIC_KEYS
@@ -60,6 +59,7 @@ from fastlog.server.producer_state import ProducerIdManager
 from fastlog.server.replica_manager import Partition, ReplicaManager
 from fastlog.server.request_metrics import RequestMetrics
 from fastlog.server.topic_stats import BrokerTopicStats
+from fastlog.server.txn import TXN_STATE_TOPIC, TransactionCoordinator
 
 log = logging.getLogger("fastlog.server.broker")
 
