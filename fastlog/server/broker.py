@@ -828,7 +828,8 @@ class BrokerServer:
 
     async def create_internal_topic(self, name: str, partitions: int,
                                     configs: dict[str, str]) -> TopicState:
-        """For the group coordinator (__consumer_offsets): create once, open, return."""
+        """For the coordinators (__consumer_offsets, __transaction_state): create once,
+        open, return."""
         state = self.metadata.topic(name)
         if state is not None:
             return state
@@ -843,9 +844,10 @@ class BrokerServer:
             raise BrokerStartupError(f"cannot create {name}: {e.message}") from None
 
     async def ensure_internal_topic(self, name: str) -> TopicState | None:
-        """Cluster mode: create an internal topic the group coordinator asked for, with
-        offsets.topic.replication.factor replicas; None while fewer brokers are live (Kafka
-        answers COORDINATOR_NOT_AVAILABLE then)."""
+        """Cluster mode: create an internal topic a coordinator asked for, with
+        offsets.topic.replication.factor (transaction.state.log.replication.factor for
+        __transaction_state) replicas; None while fewer brokers are live (Kafka answers
+        COORDINATOR_NOT_AVAILABLE then)."""
         state = self.metadata.topic(name)
         if state is not None or name not in self._internal_topic_specs:
             return state
@@ -961,8 +963,9 @@ class BrokerServer:
 
 class _ReplicaRoles:
     """The LeadershipTracker's handler (fastlog.zk.leadership.ReplicaRoleHandler): recorded
-    leadership -> ReplicaManager roles, and __consumer_offsets leadership -> the group
-    coordinator's elections. Runs on the broker loop."""
+    leadership -> ReplicaManager roles, and __consumer_offsets (__transaction_state)
+    leadership -> the group (transaction) coordinator's elections. Runs on the broker
+    loop."""
 
     def __init__(self, broker: BrokerServer):
         self.broker = broker
