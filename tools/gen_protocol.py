@@ -22,7 +22,7 @@ SERVED = {
     "ListOffsets": (1, 5),
     "Metadata": (0, 8),
     "OffsetCommit": (1, 7),
-    "OffsetFetch": (1, 5),
+    "OffsetFetch": (1, 7),
     "FindCoordinator": (0, 2),
     "JoinGroup": (0, 5),
     "Heartbeat": (0, 3),

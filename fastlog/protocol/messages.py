@@ -184,15 +184,16 @@ OFFSET_COMMIT_RESPONSE = Message(8, 'response', 'OffsetCommit', valid=(1, 7), fl
     )),
 ))
 
-OFFSET_FETCH_REQUEST = Message(9, 'request', 'OffsetFetch', valid=(1, 5), flexible=6, fields=(
+OFFSET_FETCH_REQUEST = Message(9, 'request', 'OffsetFetch', valid=(1, 7), flexible=6, fields=(
     F('group_id', 'string', '1+'),
     F('topics', '[]OffsetFetchRequestTopic', '1+', nullable='2+', fields=(
         F('name', 'string', '1+'),
         F('partition_indexes', '[]int32', '1+'),
     )),
+    F('require_stable', 'bool', '7+', default=False),
 ))
 
-OFFSET_FETCH_RESPONSE = Message(9, 'response', 'OffsetFetch', valid=(1, 5), flexible=6, fields=(
+OFFSET_FETCH_RESPONSE = Message(9, 'response', 'OffsetFetch', valid=(1, 7), flexible=6, fields=(
     F('throttle_time_ms', 'int32', '3+'),
     F('topics', '[]OffsetFetchResponseTopic', '1+', fields=(
         F('name', 'string', '1+'),

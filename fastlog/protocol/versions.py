@@ -6,7 +6,7 @@ compression unless it sees Produce v0), OffsetCommit from v1 (librdkafka 2.0.2 n
 range overlapping 1-2), and nothing flexible except ApiVersions 3-4, InitProducerId 2-4,
 SaslAuthenticate 2, the SCRAM credential APIs (flexible from v0) and the ACL APIs
 DescribeAcls/CreateAcls/DeleteAcls 2-3 (served from v1, as Kafka 4: v0 has no pattern type),
-the transaction APIs AddPartitionsToTxn/AddOffsetsToTxn/EndTxn/TxnOffsetCommit 3 and
+OffsetFetch 6-7 (7: require_stable, KIP-447), the transaction APIs AddPartitionsToTxn/AddOffsetsToTxn/EndTxn/TxnOffsetCommit 3 and
 DescribeTransactions/ListTransactions (flexible from v0), and WriteTxnMarkers 1 (v0 is
 what Kafka brokers before 2.8 send). Pure data and small builders, any thread.
 """
@@ -20,7 +20,7 @@ SUPPORTED_VERSIONS = {
     ApiKey.LIST_OFFSETS: (1, 5),
     ApiKey.METADATA: (0, 8),
     ApiKey.OFFSET_COMMIT: (1, 7),
-    ApiKey.OFFSET_FETCH: (1, 5),
+    ApiKey.OFFSET_FETCH: (1, 7),
     ApiKey.FIND_COORDINATOR: (0, 2),
     ApiKey.JOIN_GROUP: (0, 5),
     ApiKey.HEARTBEAT: (0, 3),

@@ -8,7 +8,8 @@ the version lacks are ignored). The handlers only translate between the wire and
 
 FindCoordinator 0-2 (key type 1, transactional ids, points at the transaction
 coordinator the same way), JoinGroup 0-5, SyncGroup 0-3, Heartbeat 0-3, LeaveGroup 0-3,
-OffsetCommit 1-7, OffsetFetch 1-5, ListGroups 0-2, DescribeGroups 0-4, DeleteGroups 0-1,
+OffsetCommit 1-7, OffsetFetch 1-7 (v7's require_stable answers UNSTABLE_OFFSET_COMMIT for a
+partition with a transactional commit pending), ListGroups 0-2, DescribeGroups 0-4, DeleteGroups 0-1,
 OffsetDelete 0. With an authorizer, each checks the principal as Kafka does (Read on the
 group to join, commit and fetch offsets, Describe to find its coordinator and describe it,
 Delete to delete it or its offsets; Read on each topic committed, Describe on each topic
@@ -41,6 +42,7 @@ from .offsets import GROUP_METADATA_TOPIC
 from .schemas import OffsetAndMetadata
 
 KEY_TYPE_GROUP = 0
+_UNSTABLE = object()   # OffsetFetch v7: a partition whose transactional commit is pending
 KEY_TYPE_TRANSACTION = 1
 # FindCoordinator key type -> (the broker's coordinator attribute, its internal topic, the
 # ACL resource type checked with Describe, the refusal and how Kafka words it).
@@ -297,6 +299,13 @@ async def handle_offset_fetch(ctx, request):
     def refused(p, _):
         return {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1,
                 "metadata": "", "error_code": Errors.TOPIC_AUTHORIZATION_FAILED}
+
+    def part_or_unstable(p, om):
+        if om is _UNSTABLE:
+            return {"partition_index": p, "committed_offset": -1,
+                    "committed_leader_epoch": -1, "metadata": "",
+                    "error_code": Errors.UNSTABLE_OFFSET_COMMIT}
+        return part(p, om)
     # Topics the principal may not Describe: refused when asked for by name, left out
     # when all were asked for (Kafka's OffsetFetch).
     topics: dict[str, bool] = {}
@@ -305,7 +314,12 @@ async def handle_offset_fetch(ctx, request):
             topics[t] = authorize(ctx, DESCRIBE, TOPIC, t, log_denied=wanted is not None)
     denied = {tp: om for tp, om in got.items() if not topics[tp[0]]}
     allowed = {tp: om for tp, om in got.items() if topics[tp[0]]}
-    out = _by_topic(allowed, part)
+    # v7 require_stable (KIP-447): a partition with a transactional commit still pending
+    # answers UNSTABLE_OFFSET_COMMIT (the client retries) instead of the older offset.
+    if v >= 7 and request.require_stable:
+        for tp in c.unstable_offsets(request.group_id, allowed):
+            allowed[tp] = _UNSTABLE
+    out = _by_topic(allowed, part_or_unstable)
     if wanted is not None:
         out += _by_topic(denied, refused)
     return {"throttle_time_ms": 0, "error_code": Errors.NONE, "topics": out}

@@ -248,11 +248,25 @@ def test_offsets_sent_in_a_transaction_are_visible_after_commit_only(txn_broker)
     names = topics(txn_broker, 1)
     group = fresh("g-txn")
     tp = TopicPartition(names[0], 0)
+    # read_uncommitted: librdkafka's OffsetFetch then does not ask for stable offsets
     meta_consumer = Consumer({"bootstrap.servers": txn_broker.bootstrap, "group.id": group,
-                              "enable.auto.commit": False})
+                              "enable.auto.commit": False,
+                              "isolation.level": "read_uncommitted"})
     try:
         def committed():
             return meta_consumer.committed([tp], timeout=10)[0].offset
+
+        def stable_fetch():
+            """OffsetFetch v7 with require_stable (KIP-447): (error, offset)."""
+            w = Wire(txn_broker)
+            try:
+                r = w.call(ApiKey.OFFSET_FETCH, 7, {
+                    "group_id": group, "require_stable": True,
+                    "topics": [{"name": names[0], "partition_indexes": [0]}]})
+                part = r.topics[0].partitions[0]
+                return part.error_code, part.committed_offset
+            finally:
+                w.close()
 
         p = producer(txn_broker, fresh("tx-offsets"))
         for offset, commit in ((5, False), (7, True)):
@@ -262,11 +276,13 @@ def test_offsets_sent_in_a_transaction_are_visible_after_commit_only(txn_broker)
                                           meta_consumer.consumer_group_metadata(), 20)
             assert p.flush(10) == 0
             assert committed() < 0        # pending: not visible before the end
+            assert stable_fetch() == (Errors.UNSTABLE_OFFSET_COMMIT, -1)
             if commit:
                 p.commit_transaction(30)
             else:
                 p.abort_transaction(30)
         wait_until(lambda: committed() == 7, timeout=10, what="the committed offset")
+        assert stable_fetch() == (Errors.NONE, 7)
     finally:
         meta_consumer.close()
 
