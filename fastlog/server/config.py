@@ -730,6 +730,14 @@ class KafkaConfig:
                 "segment.bytes": self.values["offsets.topic.segment.bytes"]})
         except LogConfigError as e:
             raise ConfigError(self._server_key_message(e, "offsets.topic.segment.bytes")) from None
+        try:
+            # __transaction_state: what the transaction coordinator creates it with.
+            LogConfig.from_props(defaults, {
+                "cleanup.policy": "compact",
+                "segment.bytes": self.values["transaction.state.log.segment.bytes"]})
+        except LogConfigError as e:
+            raise ConfigError(self._server_key_message(
+                e, "transaction.state.log.segment.bytes")) from None
 
     def _server_key_message(self, error, server_key: str | None = None) -> str:
         """A LogConfigError about a topic key, told with the broker key the user set."""
