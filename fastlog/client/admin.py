@@ -350,17 +350,7 @@ class Admin:
     # -- groups -----------------------------------------------------------------------
 
     async def find_coordinator(self, group_id: str) -> int:
-        async def attempt():
-            conn = await self.cluster.bootstrap_connection()
-            resp = await conn.request(ApiKey.FIND_COORDINATOR, {"key": group_id, "key_type": 0})
-            errors.raise_for(resp.error_code, f"find coordinator of group '{group_id}'",
-                             getattr(resp, "error_message", None))
-            return resp.node_id
-
-        node = await self.cluster.retry(attempt, what="FindCoordinator")
-        if node not in self.cluster.brokers:
-            await self.cluster.refresh_metadata([])
-        return node
+        return await self.cluster.find_coordinator(group_id, 0)
 
     async def list_groups(self) -> list[tuple[str, str]]:
         """[(group_id, protocol_type)] over every broker, sorted by group id."""
