@@ -56,6 +56,7 @@ SERVED = {
     "WriteTxnMarkers": (0, 1),
     "DescribeTransactions": (0, 0),
     "ListTransactions": (0, 1),
+    "DescribeProducers": (0, 0),
 }
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

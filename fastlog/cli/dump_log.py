@@ -1,8 +1,9 @@
 # fastlog/cli/dump_log.py — `fastlog dump-log`: print segment and index files, like
 # Kafka's DumpLogSegments, and check them (--verify).
 #
-# Reads `.log` (v2 record batches), `.index` (8-byte entries) and `.timeindex` (12-byte
-# entries) files read-only; never modifies them. Run by hand, single-threaded; the
+# Reads `.log` (v2 record batches; a transaction marker's type and coordinator epoch with
+# --deep-iteration), `.index` (8-byte entries), `.timeindex` (12-byte entries) and
+# `.txnindex` (34-byte aborted transactions) files read-only; never modifies them. Run by hand, single-threaded; the
 # `fastlog` dispatcher calls add_parser() and run().
 """Dump and verify log segments and indexes."""
 
@@ -14,6 +15,7 @@ import sys
 
 from fastlog._codec import CodecError, iter_records, scan_batches
 from fastlog._index import CorruptIndexError, OffsetIndex, TimeIndex
+from fastlog.server.log.txn_index import ENTRY, ENTRY_SIZE, decode_entries, end_txn_marker
 
 _CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 
@@ -21,7 +23,8 @@ _CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 def add_parser(subparsers):
     p = subparsers.add_parser(
         "dump-log", help="print the contents of log segments and indexes",
-        description="Print .log/.index/.timeindex files like Kafka's DumpLogSegments.")
+        description="Print .log/.index/.timeindex/.txnindex files like Kafka's "
+                    "DumpLogSegments.")
     p.add_argument("files", nargs="+", metavar="FILE", help="segment or index files")
     p.add_argument("--deep-iteration", action="store_true",
                    help="print every record inside each batch")
@@ -82,6 +85,11 @@ def dump_log_file(path: str, deep: bool, print_data: bool, verify: bool, out) ->
                             f"keySize: {-1 if rec.key is None else len(rec.key)} "
                             f"valueSize: {-1 if rec.value is None else len(rec.value)} "
                             f"headerKeys: [{','.join(k for k, _ in rec.headers)}]")
+                    if h.is_control:
+                        marker = end_txn_marker(rec)
+                        if marker is not None:
+                            line += (f" endTxnMarker: {'COMMIT' if marker[0] else 'ABORT'} "
+                                     f"coordinatorEpoch: {marker[1]}")
                     if print_data:
                         line += f" key: {_show(rec.key)} payload: {_show(rec.value)}"
                     out.write(line + "\n")
@@ -157,13 +165,34 @@ def dump_time_index_file(path: str, verify: bool, out) -> int:
     return problems
 
 
+def dump_txn_index_file(path: str, verify: bool, out) -> int:
+    """Print a .txnindex's aborted transactions (Kafka's lines), each whole entry as it
+    is; --verify checks them (version, offsets within the segment and increasing)."""
+    base = _base_offset(path)
+    with open(path, "rb") as f:
+        data = f.read()
+    out.write(f"Dumping {path}\n")
+    for pos in range(0, len(data) - len(data) % ENTRY_SIZE, ENTRY_SIZE):
+        version, pid, first, last, lso = ENTRY.unpack_from(data, pos)
+        out.write(f"version: {version} producerId: {pid} firstOffset: {first} "
+                  f"lastOffset: {last} lastStableOffset: {lso}\n")
+    if not verify:
+        return 0
+    try:
+        decode_entries(data, base)
+    except CorruptIndexError as exc:
+        out.write(f"Corrupt transaction index: {exc}\n")
+        return 1
+    return 0
+
+
 def run(args, out=None) -> int:
     """0: all good; 1: --verify found corruption; 2: a file could not be read."""
     out = out or sys.stdout
     problems = 0
     for path in args.files:
         try:
-            if path.endswith((".log", ".index", ".timeindex")):
+            if path.endswith((".log", ".index", ".timeindex", ".txnindex")):
                 open(path, "rb").close()  # a missing file is reported as such, not by its name
             if path.endswith(".log"):
                 problems += dump_log_file(path, args.deep_iteration, args.print_data,
@@ -172,9 +201,11 @@ def run(args, out=None) -> int:
                 problems += dump_index_file(path, args.verify, out)
             elif path.endswith(".timeindex"):
                 problems += dump_time_index_file(path, args.verify, out)
+            elif path.endswith(".txnindex"):
+                problems += dump_txn_index_file(path, args.verify, out)
             else:
-                print(f"fastlog dump-log: {path} is not a .log, .index or .timeindex file",
-                      file=sys.stderr)
+                print(f"fastlog dump-log: {path} is not a .log, .index, .timeindex or "
+                      f".txnindex file", file=sys.stderr)
                 return 2
         except (OSError, ValueError) as exc:
             # strerror alone: str(OSError) repeats the path and shows the errno.

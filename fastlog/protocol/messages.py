@@ -878,6 +878,33 @@ LIST_TRANSACTIONS_RESPONSE = Message(66, 'response', 'ListTransactions', valid=(
     )),
 ))
 
+DESCRIBE_PRODUCERS_REQUEST = Message(61, 'request', 'DescribeProducers', valid=(0, 0), flexible=0, fields=(
+    F('topics', '[]TopicRequest', '0+', fields=(
+        F('name', 'string', '0+'),
+        F('partition_indexes', '[]int32', '0+'),
+    )),
+))
+
+DESCRIBE_PRODUCERS_RESPONSE = Message(61, 'response', 'DescribeProducers', valid=(0, 0), flexible=0, fields=(
+    F('throttle_time_ms', 'int32', '0+'),
+    F('topics', '[]TopicResponse', '0+', fields=(
+        F('name', 'string', '0+'),
+        F('partitions', '[]PartitionResponse', '0+', fields=(
+            F('partition_index', 'int32', '0+'),
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+', default=None),
+            F('active_producers', '[]ProducerState', '0+', fields=(
+                F('producer_id', 'int64', '0+'),
+                F('producer_epoch', 'int32', '0+'),
+                F('last_sequence', 'int32', '0+', default=-1),
+                F('last_timestamp', 'int64', '0+', default=-1),
+                F('coordinator_epoch', 'int32', '0+'),
+                F('current_txn_start_offset', 'int64', '0+', default=-1),
+            )),
+        )),
+    )),
+))
+
 # fmt: on
 
 ALL = (
@@ -959,4 +986,6 @@ ALL = (
     DESCRIBE_TRANSACTIONS_RESPONSE,
     LIST_TRANSACTIONS_REQUEST,
     LIST_TRANSACTIONS_RESPONSE,
+    DESCRIBE_PRODUCERS_REQUEST,
+    DESCRIBE_PRODUCERS_RESPONSE,
 )

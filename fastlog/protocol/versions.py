@@ -6,9 +6,11 @@ compression unless it sees Produce v0), OffsetCommit from v1 (librdkafka 2.0.2 n
 range overlapping 1-2), and nothing flexible except ApiVersions 3-4, InitProducerId 2-4,
 SaslAuthenticate 2, the SCRAM credential APIs (flexible from v0) and the ACL APIs
 DescribeAcls/CreateAcls/DeleteAcls 2-3 (served from v1, as Kafka 4: v0 has no pattern type),
-OffsetFetch 6-7 (7: require_stable, KIP-447), the transaction APIs AddPartitionsToTxn/AddOffsetsToTxn/EndTxn/TxnOffsetCommit 3 and
-DescribeTransactions/ListTransactions (flexible from v0), and WriteTxnMarkers 1 (v0 is
-what Kafka brokers before 2.8 send). Pure data and small builders, any thread.
+OffsetFetch 6-7 (7: require_stable, KIP-447), the transaction APIs
+AddPartitionsToTxn/AddOffsetsToTxn/EndTxn/TxnOffsetCommit 3 and
+DescribeTransactions/ListTransactions (flexible from v0), WriteTxnMarkers 1 (v0 is what
+Kafka brokers before 2.8 send) and DescribeProducers 0. Pure data and small builders, any
+thread.
 """
 
 from .api_keys import ApiKey
@@ -54,6 +56,7 @@ SUPPORTED_VERSIONS = {
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 1),
     ApiKey.WRITE_TXN_MARKERS: (0, 1),
+    ApiKey.DESCRIBE_PRODUCERS: (0, 0),
 }
 
 # Produce v0-2 are advertised and decodable, but a handler answers them with

@@ -244,6 +244,7 @@ class KafkaApis:
             ApiKey.CREATE_ACLS: self.handle_create_acls,
             ApiKey.DELETE_ACLS: self.handle_delete_acls,
             ApiKey.WRITE_TXN_MARKERS: self.handle_write_txn_markers,
+            ApiKey.DESCRIBE_PRODUCERS: self.handle_describe_producers,
         }
         # ---- group coordinator hook (issue 5): its handlers use the same contract.
         self.handlers.update(GROUP_HANDLERS)
@@ -772,7 +773,8 @@ class KafkaApis:
                 res = rm.read_partition(p, fp.fetch_offset, max(budget, 0),
                                         min_one_batch=(total == 0), from_follower=from_follower,
                                         api_version=v, replica_id=request.replica_id,
-                                        client_rack=request.rack_id if v >= 11 else None)
+                                        client_rack=request.rack_id if v >= 11 else None,
+                                        read_committed=read_committed)
                 entry["error_code"] = res.error
                 entry["preferred_read_replica"] = res.preferred_read_replica
                 entry["high_watermark"] = res.high_watermark
@@ -783,12 +785,17 @@ class KafkaApis:
                 elif res.regions:
                     entry["records"] = (res.regions, res.size)
                     total += res.size
+                    if res.aborted_transactions:
+                        entry["aborted_transactions"] = [
+                            {"producer_id": pid, "first_offset": first}
+                            for pid, first in res.aborted_transactions]
             responses.append({"topic": t.topic, "partitions": parts})
         return responses, total, errored
 
     # ------------------------------------------------------------------ ListOffsets
     async def handle_list_offsets(self, ctx, request):
         v = ctx.api_version
+        read_committed = v >= 2 and request.isolation_level == 1
         topics = []
         for t in request.topics:
             parts = []
@@ -810,6 +817,10 @@ class KafkaApis:
                     continue
                 log_ = p.log
                 ts = lp.timestamp
+                # read_committed sees up to the last stable offset (the high watermark
+                # without open transactions); read_uncommitted up to the high watermark.
+                visible = (self.broker.replica_manager.last_stable_offset(p) if read_committed
+                           else p.high_watermark)
                 if ts == LIST_OFFSETS_EARLIEST:
                     entry["offset"] = log_.log_start_offset
                     entry["leader_epoch"] = p.leader_epoch
@@ -818,9 +829,7 @@ class KafkaApis:
                         # a new leader still learning the committed end: clients retry
                         entry["error_code"] = Errors.OFFSET_NOT_AVAILABLE
                         continue
-                    # read_committed sees up to the last stable offset (= high watermark
-                    # without transactions); read_uncommitted up to the high watermark.
-                    entry["offset"] = p.high_watermark
+                    entry["offset"] = visible
                     entry["leader_epoch"] = p.leader_epoch
                 elif ts < 0 and ts != LIST_OFFSETS_MAX_TIMESTAMP:
                     entry["error_code"] = Errors.INVALID_REQUEST
@@ -830,7 +839,7 @@ class KafkaApis:
                         off, found_ts, epoch = _timestamp_offset(found, p.leader_epoch)
                         cached = log_.leader_epoch_cache.epoch_for_offset(off)
                         epoch = cached if cached >= 0 else epoch
-                        if off < p.high_watermark:
+                        if off < visible:
                             entry["offset"] = off
                             entry["timestamp"] = found_ts
                             entry["leader_epoch"] = epoch
@@ -1251,6 +1260,33 @@ class KafkaApis:
                     for i in t.partition_indexes]})
             out.append({"producer_id": m.producer_id, "topics": topics})
         return {"markers": out}
+
+    # ------------------------------------------------------------------ DescribeProducers
+    async def handle_describe_producers(self, ctx, request):
+        """The active producers of each partition led here (Read on the topic)."""
+        topics = []
+        for t in request.topics:
+            may_read = authorize(ctx, READ, TOPIC, t.name)
+            parts = []
+            for index in t.partition_indexes:
+                entry = {"partition_index": index, "error_code": Errors.NONE,
+                         "active_producers": []}
+                parts.append(entry)
+                if not may_read:
+                    entry["error_code"] = Errors.TOPIC_AUTHORIZATION_FAILED
+                    continue
+                p, err = self._led_partition(t.name, index)
+                if p is None:
+                    entry["error_code"] = err
+                    continue
+                entry["active_producers"] = [
+                    {"producer_id": e.producer_id, "producer_epoch": e.epoch,
+                     "last_sequence": e.last_seq, "last_timestamp": e.last_timestamp,
+                     "coordinator_epoch": e.coordinator_epoch,
+                     "current_txn_start_offset": e.current_txn_first_offset}
+                    for e in p.producer_state.producers.values()]
+            topics.append({"name": t.name, "partitions": parts})
+        return {"throttle_time_ms": 0, "topics": topics}
 
     # ------------------------------------------------------------------ OffsetForLeaderEpoch
     async def handle_offset_for_leader_epoch(self, ctx, request):

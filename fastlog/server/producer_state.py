@@ -29,7 +29,7 @@ import struct
 
 import crc32c
 
-from fastlog import _codec
+from fastlog.server.log.txn_index import read_end_txn_marker
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -420,27 +420,6 @@ class ProducerStateManager:
             return offset
         self.producers.clear()
         return -1
-
-
-CONTROL_ABORT = 0
-CONTROL_COMMIT = 1
-
-
-def read_end_txn_marker(buf, h) -> tuple[bool, int] | None:
-    """(commit, coordinator epoch) of the control batch `h` in buf (Kafka's control record:
-    key int16 version + int16 type, 0 ABORT / 1 COMMIT; value int16 version + int32
-    coordinator epoch); None for another control type or an unreadable record."""
-    try:
-        for rec in _codec.iter_records(buf, h.position, verify_crc=False):
-            _, kind = _codec.parse_control_record(rec)
-            if kind not in (CONTROL_ABORT, CONTROL_COMMIT):
-                return None
-            value = rec.value
-            epoch = int.from_bytes(value[2:6], "big", signed=True) if value and len(value) >= 6 else -1
-            return kind == CONTROL_COMMIT, epoch
-    except (_codec.CodecError, ValueError):
-        return None
-    return None
 
 
 def list_snapshots(directory: str) -> list[tuple[int, str]]:

@@ -41,6 +41,7 @@ from fastlog.server.log.checkpoint import (
     CorruptCheckpointError,
     OffsetCheckpointFile,
 )
+from fastlog.server.log.txn_index import AbortedTxn
 from fastlog.server.partition import NO_LEADER, Partition
 from fastlog.server.producer_state import (
     NO_PRODUCER_ID,
@@ -103,6 +104,9 @@ class FetchPartitionResult:
     regions: list | None = None
     size: int = 0
     preferred_read_replica: int = -1
+    # read_committed: (producer_id, first_offset) of the aborted transactions overlapping
+    # the records returned (Kafka's abortedTransactions), else None
+    aborted_transactions: list | None = None
 
 
 __all__ = ["FetchPartitionResult", "Partition", "PartitionResult", "ReplicaManager",
@@ -483,7 +487,7 @@ class ReplicaManager:
                 for b in batches:
                     if b.compression == COMPRESSION_ZSTD:
                         p.has_zstd = True
-                    ps.load_batch(buf, b)
+                    self._index_txn(p, ps.load_batch(buf, b))
                 ps.update_map_end_offset(info.last_offset + 1)
                 appended = scan.valid_end
                 self.broker.topic_stats.all_topics.replication_bytes_in += appended
@@ -715,7 +719,7 @@ class ReplicaManager:
                     p.has_zstd = True
                 if b.last_offset < offset:
                     continue
-                ps.load_batch(data, b)
+                self._index_txn(p, ps.load_batch(data, b))
                 last = b.last_offset + 1
             if last <= offset:
                 break
@@ -1099,16 +1103,26 @@ class ReplicaManager:
         batches = _codec.scan_batches(buf, verify_crc=False).batches
         try:
             info = p.log.append(buf, batches, p.leader_epoch, now_ms=now)
+            ps.update_map_end_offset(info.last_offset + 1)
+            self._index_txn(p, ps.complete_txn(producer_id, epoch, committed, coordinator_epoch,
+                                               info.first_offset, now))
         except (OSError, KafkaStorageError) as e:
             report_limited(log, logging.ERROR, ("append", p.key), "%s: marker append failed: %s",
                            p, e)
             return PartitionResult(Errors.KAFKA_STORAGE_ERROR, error_message=str(e))
-        ps.complete_txn(producer_id, epoch, committed, coordinator_epoch, info.first_offset, now)
-        ps.update_map_end_offset(info.last_offset + 1)
         self._after_append(p)
         return PartitionResult(Errors.NONE, info.first_offset, -1, p.log.log_start_offset,
                                flush_future=info.flush_future,
                                required_offset=info.last_offset + 1)
+
+    @staticmethod
+    def _index_txn(p: Partition, completed) -> None:
+        """An aborted transaction goes into the txn index of its marker's segment (the
+        leader's append, a follower's, or a replay: an entry already there is kept)."""
+        if completed is not None and completed.aborted:
+            p.log.append_aborted_txn(AbortedTxn(completed.producer_id, completed.first_offset,
+                                                completed.last_offset,
+                                                completed.last_stable_offset))
 
     def has_ongoing_txn(self, topic: str, partition: int, producer_id: int) -> bool:
         """Whether the producer has an open transaction (data without a marker yet) on
@@ -1117,8 +1131,10 @@ class ReplicaManager:
         return p is not None and p.producer_state.has_ongoing_txn(producer_id)
 
     def last_stable_offset(self, p: Partition) -> int:
-        """Kafka's LSO: read_committed consumers read below it."""
-        return p.producer_state.last_stable_offset(p.high_watermark)
+        """Kafka's LSO: read_committed consumers read below it (never below the log start,
+        which DeleteRecords may have moved past an open transaction's first offset)."""
+        return max(p.log.log_start_offset,
+                   p.producer_state.last_stable_offset(p.high_watermark))
 
     # ------------------------------------------------------------------ fetch
     def check_replica_fetch(self, p: Partition, replica_id: int) -> Errors:
@@ -1167,7 +1183,11 @@ class ReplicaManager:
     def read_partition(self, p: Partition, fetch_offset: int, max_bytes: int, *,
                        min_one_batch: bool, from_follower: bool, api_version: int,
                        replica_id: int | None = None,
-                       client_rack: str | None = None) -> FetchPartitionResult:
+                       client_rack: str | None = None,
+                       read_committed: bool = False) -> FetchPartitionResult:
+        """Regions of `p` from fetch_offset: up to the log end for a follower, the high
+        watermark for a consumer, the last stable offset for a read_committed one (with
+        the aborted transactions among what it returns, from the txn indexes)."""
         log_ = p.log
         if p.offline:
             return FetchPartitionResult(Errors.KAFKA_STORAGE_ERROR)
@@ -1188,15 +1208,18 @@ class ReplicaManager:
             preferred = self.preferred_read_replica(p, client_rack)
             if preferred >= 0:
                 hw = log_.high_watermark
-                return FetchPartitionResult(Errors.NONE, hw, hw, log_.log_start_offset,
+                return FetchPartitionResult(Errors.NONE, hw, self.last_stable_offset(p),
+                                            log_.log_start_offset,
                                             preferred_read_replica=preferred)
         hw = log_.high_watermark
-        res = FetchPartitionResult(Errors.NONE, hw, hw, log_.log_start_offset)
+        lso = self.last_stable_offset(p)
+        res = FetchPartitionResult(Errors.NONE, hw, lso, log_.log_start_offset)
         if api_version < 10 and (p.has_zstd or p.log.config.compression_type == "zstd"):
             res.error = Errors.UNSUPPORTED_COMPRESSION_TYPE
             return res
-        # Consumers see up to the high watermark only; followers up to the log end.
-        limit = log_.log_end_offset if from_follower else hw
+        # Consumers see up to the high watermark (read_committed: the last stable offset)
+        # only; followers up to the log end.
+        limit = log_.log_end_offset if from_follower else (lso if read_committed else hw)
         if fetch_offset == limit and fetch_offset >= log_.log_start_offset:
             return res
         if fetch_offset > limit and fetch_offset <= log_.log_end_offset:
@@ -1214,6 +1237,10 @@ class ReplicaManager:
             return res
         res.regions = info.regions
         res.size = info.size
+        if read_committed and not from_follower and info.regions:
+            res.aborted_transactions = [
+                (t.producer_id, t.first_offset)
+                for t in log_.collect_aborted_txns(fetch_offset, limit)]
         return res
 
     @staticmethod

@@ -145,6 +145,12 @@ def _epoch(w, topic):
     return r.topics[0].partitions[0].error_code
 
 
+def _describe_producers(w, topic):
+    r = call(w, ApiKey.DESCRIBE_PRODUCERS, 0, {"topics": [
+        {"name": topic, "partition_indexes": [0]}]})
+    return r.topics[0].partitions[0].error_code
+
+
 def _delete_records(w, topic):
     r = call(w, ApiKey.DELETE_RECORDS, 1, {"timeout_ms": 10000, "topics": [
         {"name": topic, "partitions": [{"partition_index": 0, "offset": 0}]}]})
@@ -217,6 +223,7 @@ APIS = {
     "listoffsets": (_list_offsets, "TOPIC", "DESCRIBE", TOPIC_DENIED, (Errors.NONE,)),
     "metadata": (_metadata, "TOPIC", "DESCRIBE", TOPIC_DENIED, (Errors.NONE,)),
     "epoch": (_epoch, "TOPIC", "DESCRIBE", TOPIC_DENIED, (Errors.NONE,)),
+    "descproducers": (_describe_producers, "TOPIC", "READ", TOPIC_DENIED, (Errors.NONE,)),
     "deleterecords": (_delete_records, "TOPIC", "DELETE", TOPIC_DENIED, (Errors.NONE,)),
     "createparts": (_create_partitions, "TOPIC", "ALTER", TOPIC_DENIED, (Errors.NONE,)),
     "descconfigs": (_describe_configs, "TOPIC", "DESCRIBE_CONFIGS", TOPIC_DENIED,
@@ -371,6 +378,30 @@ def test_cluster_apis_refused_without_cluster_acls(authz_broker):
                                                  "transaction_timeout_ms": 60000,
                                                  "producer_id": -1, "producer_epoch": -1})
         assert r.error_code == Errors.NONE  # KIP-679: Write on some topic is enough
+        # transaction markers come from brokers: ClusterAction on the cluster
+        r = call(w, ApiKey.WRITE_TXN_MARKERS, 1, {"markers": [{
+            "producer_id": 1, "producer_epoch": 0, "transaction_result": False,
+            "coordinator_epoch": 0, "topics": [{"name": "produce-literal",
+                                                "partition_indexes": [0]}]}]})
+        assert r.markers[0].topics[0].partitions[0].error_code == \
+            Errors.CLUSTER_AUTHORIZATION_FAILED
+        # transactional batches need Write on the transactional id (alice may write the topic)
+        txn = batch([b"t"], producer_id=1, epoch=0, seq=0, is_transactional=True)
+        r = call(w, ApiKey.PRODUCE, 8, {"transactional_id": "alice-txn", "acks": 1,
+                                        "timeout_ms": 10000, "topic_data": [{
+                                            "name": "produce-literal", "partition_data": [
+                                                {"index": 0, "records": txn}]}]})
+        assert r.responses[0].partition_responses[0].error_code == \
+            Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    finally:
+        w.close()
+    w = wire_as(authz_broker, "admin")
+    try:
+        r = call(w, ApiKey.WRITE_TXN_MARKERS, 1, {"markers": [{
+            "producer_id": 1, "producer_epoch": 0, "transaction_result": False,
+            "coordinator_epoch": 0, "topics": [{"name": "produce-literal",
+                                                "partition_indexes": [0]}]}]})
+        assert r.markers[0].topics[0].partitions[0].error_code == Errors.NONE
     finally:
         w.close()
     # bob may Write to the topics that allow User:*, unless a DENY covers every topic
@@ -396,7 +427,8 @@ def test_anonymous_plaintext_client_is_refused(authz_broker):
                                               "listoffsets-wildcard", "metadata-wildcard",
                                               "epoch-wildcard", "deleterecords-wildcard",
                                               "createparts-wildcard", "descconfigs-wildcard",
-                                              "alterconfigs-wildcard"}
+                                              "alterconfigs-wildcard",
+                                              "descproducers-wildcard"}
     finally:
         w.close()
 

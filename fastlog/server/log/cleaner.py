@@ -9,9 +9,11 @@
 # leaves gaps); a batch whose records all survive is copied byte for byte, one that lost
 # some is rebuilt with fastlog._codec.BatchBuilder (same base offset, offsets via offset
 # deltas, last offset delta, timestamps, codec, producer id/epoch/base sequence). Kept
-# as they are: control batches, transactional batches (fastlog has no transaction index,
-# so aborted data cannot be told apart: such records neither supersede nor are removed),
-# records without a key. A batch of an idempotent producer that loses every record is
+# as they are: control batches (so a marker never goes while its transaction's data may be
+# in the log), committed transactional batches (their records neither supersede nor are
+# removed), records without a key. Batches of aborted transactions (found through the
+# segments' transaction indexes, taken on the loop thread with the task) go, as in
+# Kafka; the transaction index of a cleaned segment is its originals'. A batch of an idempotent producer that loses every record is
 # kept as an empty batch (header only, last offset delta kept) when it is that producer's
 # last batch in the cleaned range, so its last sequence survives a reload; so is the last
 # batch of each output segment, so that the cleaned segment ends at the offset where its
@@ -135,6 +137,9 @@ class CleanTask:
     end_offset: int  # first uncleanable offset (a segment boundary)
     delete_horizon_ms: int
     generation: int  # the log's truncation count: a truncation voids the pass
+    # producer id -> [(first offset, marker offset)] of the aborted transactions overlapping
+    # the segments (their data batches are dropped)
+    aborted: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -316,7 +321,13 @@ class LogCleaner:
             rank = (due, ratio)
             if best is None or rank > best[0]:
                 best = (rank, task)
-        return None if best is None else best[1]
+        if best is None:
+            return None
+        task = best[1]
+        for txn in task.log.collect_aborted_txns(task.segments[0].base_offset, task.end_offset):
+            task.aborted.setdefault(txn.producer_id, []).append((txn.first_offset,
+                                                                 txn.last_offset))
+        return task
 
     def maybe_clean(self, now_ms: int | None = None) -> Future | None:
         """Periodic entry point (loop thread): finish a completed pass, or start one on
@@ -493,7 +504,7 @@ class LogCleaner:
                     self._check_abort()
                     last_src = h
                     kept = self._filter_batch(buf, h, omap, map_end, drop_tombstones,
-                                              last_batch, res)
+                                              last_batch, res, task.aborted)
                     if kept is None:
                         continue
                     last_kept = h
@@ -511,6 +522,7 @@ class LogCleaner:
                 out.delete_files()
                 out.close()
                 return None
+            out.txn_index.reset([e for i in group for e in task.segments[i].txn_index.entries])
             out.on_become_inactive_segment()
             out.flush()
             res.bytes_written += out.size
@@ -522,11 +534,17 @@ class LogCleaner:
 
     @staticmethod
     def _filter_batch(buf, h, omap: OffsetMap, map_end: int, drop_tombstones: bool,
-                      last_batch: dict, res: CleanResult):
+                      last_batch: dict, res: CleanResult, aborted: dict):
         """The bytes to keep of batch h (the original bytes when nothing goes), or None."""
         whole = memoryview(buf)[h.position:h.end]
-        if h.is_control or h.is_transactional:
+        if h.is_control:
             return whole
+        if h.is_transactional:
+            if not any(first <= h.base_offset < last
+                       for first, last in aborted.get(h.producer_id, ())):
+                return whole
+            res.records_read += h.record_count
+            return _sequence_keeper(h, last_batch)
         # Decide from (offset, key, tombstone) alone; decode whole records only for a batch
         # that loses some and has to be rebuilt.
         keys = record_keys(buf, h.position)
@@ -553,10 +571,15 @@ class LogCleaner:
                 b.append_with_offset_delta(rec.offset - h.base_offset, rec.timestamp,
                                            rec.key, rec.value, rec.headers)
             return b.build(last_offset_delta=h.last_offset_delta)
-        if h.producer_id >= 0 and last_batch.get(h.producer_id, h.base_offset) == h.base_offset:
-            # The producer's last batch: keep its header so its sequence survives a reload.
-            return _empty_batch(h)
-        return None
+        return _sequence_keeper(h, last_batch)
+
+
+def _sequence_keeper(h, last_batch: dict) -> bytes | None:
+    """What stays of a batch that loses every record: its header alone when it is its
+    producer's last batch (so the producer's sequence survives a reload), else nothing."""
+    if h.producer_id >= 0 and last_batch.get(h.producer_id, h.base_offset) == h.base_offset:
+        return _empty_batch(h)
+    return None
 
 
 def _empty_batch(h) -> bytes:

@@ -51,12 +51,14 @@ from .segment import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
+    SEGMENT_SUFFIXES,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     LogSegment,
     file_name,
     offset_from_file_name,
 )
+from .txn_index import TXN_INDEX_SUFFIX, AbortedTxn
 
 logger = logging.getLogger(__name__)
 
@@ -197,6 +199,7 @@ class Log:
         self._remove_temp_files()
         self.leader_epoch_cache = LeaderEpochFileCache(
             os.path.join(self.dir, LEADER_EPOCH_CHECKPOINT))
+        self._recovered_bases: set[int] = set()
         segments = []
         for name in sorted(os.listdir(self.dir)):
             if not name.endswith(LOG_SUFFIX):
@@ -217,6 +220,7 @@ class Log:
                 logger.debug("%s: rebuilding indexes of segment %d: %s", self.dir, base, exc)
                 self.load_report.rebuilt_segments += 1
                 seg.recover(None, self.config.max_message_bytes)
+                self._recovered_bases.add(base)
                 self._note_loss(seg)
             segments.append(seg)
         segments.sort(key=lambda s: s.base_offset)
@@ -233,6 +237,7 @@ class Log:
         if not segments:
             start = log_start_offset or 0
             segments = [LogSegment.open(self.dir, start, self.config, now)]
+        self._check_txn_indexes(segments)
         for seg in segments:
             seg.init_bytes_since_last_index_entry()
             seg.release_read_map()
@@ -270,7 +275,7 @@ class Log:
             path = os.path.join(self.dir, name)
             if name.endswith(SWAP_SUFFIX):
                 os.unlink(path)  # an index .swap whose .log was lost: rebuilt at load
-            elif name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX)):
+            elif name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)):
                 stem = name.rsplit(".", 1)[0]
                 if stem + LOG_SUFFIX not in names:
                     os.unlink(path)
@@ -303,10 +308,10 @@ class Log:
                 if base < obase < end:
                     logger.info("%s: segment %d replaced by the interrupted compaction swap",
                                 self.dir, obase)
-                    for sfx in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                    for sfx in SEGMENT_SUFFIXES:
                         with contextlib.suppress(FileNotFoundError):
                             os.unlink(file_name(self.dir, obase, sfx))
-            for sfx in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            for sfx in SEGMENT_SUFFIXES:
                 src = file_name(self.dir, base, sfx + SWAP_SUFFIX)
                 if os.path.exists(src):
                     os.replace(src, file_name(self.dir, base, sfx))
@@ -326,6 +331,7 @@ class Log:
         for i in range(first, len(segments)):
             seg = segments[i]
             truncated = seg.recover(self.leader_epoch_cache, self.config.max_message_bytes)
+            self._recovered_bases.add(seg.base_offset)
             self.load_report.recovered_segments += 1
             if truncated:
                 self._note_loss(seg)
@@ -345,6 +351,59 @@ class Log:
             segments[-1].close()
             segments.pop()
         return segments
+
+    def _check_txn_indexes(self, segments: list[LogSegment]) -> None:
+        """Load step after the segments: a `.txnindex` that is damaged, missing beside a
+        non-empty segment, has entries past its segment's end, or (for a segment just
+        recovered) lacks an ABORT marker's entry, is rebuilt from the log with every
+        later one (one WARNING)."""
+        bad = []
+        for seg in segments:
+            ti = seg.txn_index
+            problem = ti.problem
+            if problem == "missing" and seg.size == 0:
+                ti.reset()
+                problem = None
+            if problem is None and ti.entries and ti.entries[-1].last_offset >= seg.next_offset:
+                problem = (f"an entry for offset {ti.entries[-1].last_offset}, past the "
+                           f"segment's end {seg.next_offset}")
+            if problem is None and seg.base_offset in self._recovered_bases \
+                    and self._unindexed_abort(seg):
+                problem = "an aborted transaction of the recovered segment is missing"
+            if problem is not None:
+                bad.append((seg, problem))
+        if not bad:
+            return
+        first, why = bad[0]
+        logger.warning("%s: rebuilding the transaction index of %d segment(s) from %d on "
+                       "from the log: %s: %s", self.dir, len(bad), first.base_offset,
+                       os.path.basename(first.txn_index.path), why)
+        self.load_report.rebuilt_segments += 1
+        self._rebuild_txn_indexes(segments, first.base_offset)
+
+    def _unindexed_abort(self, seg: LogSegment) -> bool:
+        return any(commit is False and not seg.txn_index.has(h.base_offset)
+                   for h, commit in seg.txn_batches())
+
+    def _rebuild_txn_indexes(self, segments: list[LogSegment], from_offset: int) -> None:
+        """Replay the transactions of the whole log (batch headers and markers only) and
+        rewrite the `.txnindex` of every segment from from_offset on. A transaction
+        begun before the log start (deleted data) is not known: its abort is not listed."""
+        open_txns: dict[int, int] = {}   # producer id -> first offset
+        for seg in segments:
+            found = []
+            for h, commit in seg.txn_batches():
+                pid = h.producer_id
+                if commit is None:
+                    open_txns.setdefault(pid, h.base_offset)
+                    continue
+                first = open_txns.pop(pid, None)
+                if first is not None and not commit:
+                    lso = min(open_txns.values()) if open_txns else h.base_offset + 1
+                    found.append(AbortedTxn(pid, first, h.base_offset, lso))
+            if seg.base_offset >= from_offset:
+                seg.txn_index.reset(found)
+            seg.release_read_map()
 
     def _note_loss(self, seg: LogSegment) -> None:
         loss = seg.last_loss
@@ -449,6 +508,28 @@ class Log:
             num_messages=count, valid_bytes=valid_bytes,
             log_start_offset=self.log_start_offset, flush_future=flush_future)
 
+    # ------------------------------------------------------------------ transactions
+
+    @_reports_failure
+    def append_aborted_txn(self, txn: AbortedTxn) -> None:
+        """Record an aborted transaction in the `.txnindex` of the segment holding its
+        marker (txn.last_offset, just appended: the active segment as a rule)."""
+        segs, bases = self._view
+        i = bisect.bisect_right(bases, txn.last_offset) - 1
+        if i >= 0:
+            segs[i].txn_index.append(txn)
+
+    def collect_aborted_txns(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """Kafka's collectAbortedTxns: the aborted transactions overlapping
+        [fetch_offset, upper_bound), from the txn indexes of the segment holding
+        fetch_offset and those after it, as far as they can hold one."""
+        segs, bases = self._view
+        out: list[AbortedTxn] = []
+        for seg in segs[max(0, bisect.bisect_right(bases, fetch_offset) - 1):]:
+            if seg.txn_index.collect(fetch_offset, upper_bound, out):
+                break
+        return out
+
     def report_failure(self, what: str, exc: BaseException) -> bool:
         """Tell the log dir's failure channel that `what` failed with `exc`; True when
         that takes the dir offline (an I/O error, not a full disk). Any thread."""
@@ -470,7 +551,7 @@ class Log:
         if active.base_offset == new_base and active.size == 0:
             return active  # already an empty segment there
         now = self._now_ms()
-        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        for suffix in SEGMENT_SUFFIXES:
             stale = file_name(self.dir, new_base, suffix)
             if os.path.exists(stale):
                 logger.warning("%s: removing stale file %s before roll", self.dir, stale)
@@ -773,6 +854,7 @@ class Log:
             seg.file.path = os.path.join(self.dir, os.path.basename(seg.file.path))
             seg.offset_index.update_parent_dir(self.dir)
             seg.time_index.update_parent_dir(self.dir)
+            seg.txn_index.path = os.path.join(self.dir, os.path.basename(seg.txn_index.path))
         if self.leader_epoch_cache.path:
             self.leader_epoch_cache.path = os.path.join(self.dir, LEADER_EPOCH_CHECKPOINT)
 

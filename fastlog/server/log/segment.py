@@ -1,8 +1,9 @@
-# fastlog/server/log/segment.py — LogSegment: one `.log` file and its two indexes.
+# fastlog/server/log/segment.py — LogSegment: one `.log` file and its indexes.
 #
 # Files (Kafka's names and formats): `<20-digit base offset>.log` holds v2 record batches
 # back to back, exactly as producers sent them but for baseOffset/partitionLeaderEpoch;
-# `.index` and `.timeindex` are fastlog._index mmap indexes. Suffixes `.deleted` (awaiting
+# `.index` and `.timeindex` are fastlog._index mmap indexes; `.txnindex` lists the
+# aborted transactions whose markers the segment holds (txn_index.py). Suffixes `.deleted` (awaiting
 # asynchronous removal) and `.cleaned`/`.swap` (compaction, see cleaner.py; at load a
 # `.cleaned` is discarded and a `.swap` completed, see Log._complete_swaps) may follow.
 #
@@ -34,9 +35,13 @@ from fastlog._index import (
     TimeIndex,
 )
 
+from .txn_index import TXN_INDEX_SUFFIX, TransactionIndex, read_end_txn_marker
+
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+# every file of a segment, the data file first
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
@@ -201,12 +206,14 @@ class LogSegment:
 
     def __init__(self, dir_path: str, base_offset: int, file: SegmentFile,
                  offset_index: OffsetIndex, time_index: TimeIndex, size: int,
-                 index_interval_bytes: int, roll_jitter_ms: int, created_ms: int):
+                 index_interval_bytes: int, roll_jitter_ms: int, created_ms: int,
+                 txn_index: TransactionIndex):
         self.dir = dir_path
         self.base_offset = base_offset
         self.file = file
         self.offset_index = offset_index
         self.time_index = time_index
+        self.txn_index = txn_index
         self.size = size
         self.index_interval_bytes = index_interval_bytes
         self.roll_jitter_ms = roll_jitter_ms
@@ -241,12 +248,15 @@ class LogSegment:
                                    base_offset, config.segment_index_bytes)
         time_index = TimeIndex(file_name(dir_path, base_offset, TIME_INDEX_SUFFIX + suffix),
                                base_offset, config.segment_index_bytes)
+        # (a new segment gets an empty .txnindex, so that a missing one is noticed)
+        txn_index = TransactionIndex(file_name(dir_path, base_offset, TXN_INDEX_SUFFIX + suffix),
+                                     base_offset, create=not file_already_exists)
         jitter = 0
         if config.segment_jitter_ms > 0:
             jitter = (hash((dir_path, base_offset)) & 0x7FFFFFFF) % min(
                 config.segment_jitter_ms, config.segment_ms)
         return cls(dir_path, base_offset, seg_file, offset_index, time_index, size,
-                   config.index_interval_bytes, jitter, now_ms)
+                   config.index_interval_bytes, jitter, now_ms, txn_index)
 
     @property
     def log_path(self) -> str:
@@ -274,6 +284,19 @@ class LogSegment:
     def batches(self, start: int = 0, verify_crc: bool = False) -> BatchWalk:
         """A walk over the batches from byte `start` (tools, tests, recovery)."""
         return BatchWalk(self._mapped(), start, self.size, verify_crc)
+
+    def txn_batches(self):
+        """Each transactional batch of the segment in order: (BatchHeader, None) for data,
+        (BatchHeader, commit) for a COMMIT/ABORT marker (a txn index rebuild)."""
+        buf = self._mapped()
+        for chunk in self.batches():
+            for h in chunk:
+                if h.is_control:
+                    marker = read_end_txn_marker(buf, h)
+                    if marker is not None:
+                        yield h, marker[0]
+                elif h.is_transactional:
+                    yield h, None
 
     def translate_offset(self, offset: int, starting_position: int = 0):
         """The first batch whose last offset is >= offset, at or after starting_position
@@ -541,6 +564,7 @@ class LogSegment:
             self.last_loss = _tail_loss(buf, valid_end, self.size, prev_last + 1, reason)
             self._truncate_file(valid_end)
         self._next_offset = prev_last + 1
+        self.txn_index.truncate_to(self._next_offset)
         return truncated
 
     def check_tail(self):
@@ -571,6 +595,7 @@ class LogSegment:
         self.offset_index.resize(self.offset_index.max_index_size)
         self.time_index.resize(self.time_index.max_index_size)
         removed = self.size - h.position
+        self.txn_index.truncate_to(h.base_offset)
         self._truncate_file(h.position)
         self._next_offset = None
         self._rebuild_max_timestamp_tail()
@@ -598,13 +623,14 @@ class LogSegment:
     # ---- durability and lifecycle ----
 
     def flush(self) -> None:
-        """fsync the data file and both indexes (I/O worker or owner thread)."""
+        """fsync the data file and the indexes (I/O worker or owner thread)."""
         self.file.fsync()
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def change_suffix(self, old: str, new: str) -> None:
-        """Rename the three files, e.g. '' -> '.deleted'."""
+        """Rename the segment's files, e.g. '' -> '.deleted'."""
         def renamed(path):
             base = path[: -len(old)] if old and path.endswith(old) else path
             return base + new
@@ -616,12 +642,14 @@ class LogSegment:
         self.file.path = new_log
         self.offset_index.rename_to(renamed(self.offset_index.path))
         self.time_index.rename_to(renamed(self.time_index.path))
+        self.txn_index.rename_to(renamed(self.txn_index.path))
 
     def delete_files(self) -> None:
         """Unlink the files. Descriptors and mappings stay valid for anyone still reading
         and are released with the last reference."""
         self.deleted = True
-        for path in (self.file.path, self.offset_index.path, self.time_index.path):
+        for path in (self.file.path, self.offset_index.path, self.time_index.path,
+                     self.txn_index.path):
             try:
                 os.unlink(path)
             except FileNotFoundError:

@@ -8,7 +8,13 @@ import time
 
 import pytest
 
-from fastlog._codec import BatchBuilder, iter_records, scan_batches, validate_record_set
+from fastlog._codec import (
+    BatchBuilder,
+    build_control_batch,
+    iter_records,
+    scan_batches,
+    validate_record_set,
+)
 from fastlog.server.log import InlineScheduler, Log, LogConfig, LogManager
 from fastlog.server.log.checkpoint import OffsetCheckpointFile
 from fastlog.server.log.cleaner import (
@@ -18,6 +24,7 @@ from fastlog.server.log.cleaner import (
     LogCleaner,
 )
 from fastlog.server.log.segment import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX
+from fastlog.server.log.txn_index import AbortedTxn
 from tests.server.log.conftest import read_all
 
 HOUR_MS = 3_600_000
@@ -585,3 +592,43 @@ def test_max_compaction_lag_forces_a_pass_below_the_dirty_ratio(tmp_path, clock)
     inactive = [k for o, k, _ in records(log) if o < log.active_segment.base_offset]
     assert len(inactive) == len(set(inactive))
     lm.shutdown()
+
+
+def test_compaction_drops_aborted_data_keeps_markers_committed_data_and_the_index(
+        tmp_path, clock):
+    """Aborted transactional batches go (Kafka's cleaner does the same); markers and
+    committed transactional batches stay; the cleaned segment carries the aborted
+    transactions of its originals in its .txnindex (and a reopen agrees)."""
+    lm = _manager(tmp_path, clock, _config())
+    log = lm.get_or_create_log("c", 0)
+    ts = int(clock() * 1000)
+
+    def txn(pid, value):
+        b = BatchBuilder(0, 0, pid, 0, 0, True)
+        b.append(ts, b"a", value)
+        buf = bytearray(b.build())
+        return log.append(buf, scan_batches(buf).batches, leader_epoch=0).first_offset
+
+    def marker(pid, commit):
+        mk = bytearray(build_control_batch(commit, pid, 0, 0, ts, coordinator_epoch=2))
+        return log.append(mk, scan_batches(mk).batches, leader_epoch=0).first_offset
+
+    aborted_at = txn(5, b"aborted")
+    committed_at = txn(6, b"committed")
+    end5 = marker(5, False)
+    end6 = marker(6, True)
+    aborted = AbortedTxn(5, aborted_at, end5, committed_at)
+    log.append_aborted_txn(aborted)
+    fill(log, clock, rounds=6, keys=3)
+    clean_all(lm)
+    assert lm.cleaner.passes >= 1
+    kept = [h for _, data in read_all(log) for h in scan_batches(data).batches]
+    assert [(h.base_offset, h.is_control) for h in kept if h.producer_id in (5, 6)] == [
+        (committed_at, False), (end5, True), (end6, True)]
+    assert log.collect_aborted_txns(0, log.log_end_offset) == [aborted]
+    first_index = os.path.join(log.dir, f"{log.segments[0].base_offset:020d}.txnindex")
+    assert os.path.getsize(first_index) == 34
+    lm.shutdown()
+    lm2 = _manager(tmp_path, clock, _config())
+    assert lm2.get_or_create_log("c", 0).collect_aborted_txns(0, 1 << 40) == [aborted]
+    lm2.shutdown()

@@ -5,7 +5,9 @@ import io
 import subprocess
 import sys
 
+from fastlog._codec import build_batch, build_control_batch, scan_batches
 from fastlog.cli import dump_log
+from fastlog.server.log.txn_index import AbortedTxn
 from tests.server.log.conftest import append_n, open_log
 
 
@@ -75,4 +77,34 @@ def test_bad_file_name_is_one_clear_error(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "fastlog.cli.dump_log", str(tmp_path / "x.txt")],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
-    assert "is not a .log, .index or .timeindex file" in proc.stderr
+    assert "is not a .log, .index, .timeindex or .txnindex file" in proc.stderr
+
+
+def test_dump_transaction_markers_and_txn_index(tmp_path):
+    log = open_log(tmp_path / "t-0")
+    data = bytearray(build_batch([(1000, None, b"x")], producer_id=7, producer_epoch=2,
+                                 base_sequence=0, is_transactional=True))
+    log.append(data, scan_batches(data).batches, leader_epoch=0)
+    for commit in (False, True):
+        mk = bytearray(build_control_batch(commit, 7, 2, 0, 1001, coordinator_epoch=4))
+        log.append(mk, scan_batches(mk).batches, leader_epoch=0)
+    log.append_aborted_txn(AbortedTxn(7, 0, 1, 2))
+    log.close()
+    stem = tmp_path / "t-0" / "00000000000000000000"
+    code, out = _run(f"{stem}.log", "--deep-iteration")
+    assert code == 0
+    records = [ln for ln in out.splitlines() if ln.startswith("| offset:")]
+    assert records[0].endswith("headerKeys: []")
+    assert records[1].endswith("endTxnMarker: ABORT coordinatorEpoch: 4")
+    assert records[2].endswith("endTxnMarker: COMMIT coordinatorEpoch: 4")
+    assert "isTransactional: true isControl: true" in out
+    code, out = _run(f"{stem}.txnindex", "--verify")
+    assert code == 0
+    assert out.splitlines() == [
+        f"Dumping {stem}.txnindex",
+        "version: 0 producerId: 7 firstOffset: 0 lastOffset: 1 lastStableOffset: 2",
+        "No corruption found"]
+    with open(f"{stem}.txnindex", "ab") as f:
+        f.write(b"\x00\x01")
+    code, out = _run(f"{stem}.txnindex", "--verify")
+    assert code == 1 and "Corrupt transaction index" in out

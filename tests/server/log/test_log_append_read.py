@@ -142,7 +142,8 @@ def test_truncate_fully_and_start_at(tmp_path):
     assert read_all(log)[0][0] == 500
     assert sorted(os.listdir(tmp_path / "t-0")) == [
         "00000000000000000500.index", "00000000000000000500.log",
-        "00000000000000000500.timeindex", "leader-epoch-checkpoint"]
+        "00000000000000000500.timeindex", "00000000000000000500.txnindex",
+        "leader-epoch-checkpoint"]
 
 
 def test_delete_records_before_moves_start_offset(tmp_path):

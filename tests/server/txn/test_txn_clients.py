@@ -186,9 +186,6 @@ def test_abort_writes_abort_markers_to_every_partition(txn_broker):
         for t in names for q in range(PARTITIONS)}
 
 
-@pytest.mark.xfail(reason="read_committed fetches stop at the last stable offset and leave "
-                          "aborted data out only once the log side answers Fetch with them "
-                          "(LSO bound, .txnindex aborted_transactions)", strict=False)
 def test_read_committed_consumers_skip_aborted_and_open_records(txn_broker):
     names = topics(txn_broker)
     p = producer(txn_broker, fresh("tx-mixed"))
