@@ -71,8 +71,7 @@ def test_commit_and_abort(bootstrap, topic_name, arun):
             await p.commit_transaction()
             await _until_state(p, txn_id, "CompleteCommit")
             await p.begin_transaction()
-            await _create(bootstrap, topic_name + "-aborted", 1)
-            await p.send(topic_name + "-aborted", b"gone", partition=0)
+            await p.send(topic_name, b"gone", partition=0)
             await p.abort_transaction()
             await _until_state(p, txn_id, "CompleteAbort")
             await p.begin_transaction()       # nothing sent: ends without the coordinator

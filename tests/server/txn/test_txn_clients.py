@@ -184,6 +184,8 @@ def test_abort_writes_abort_markers_to_every_partition(txn_broker):
     assert markers(txn_broker, names) == {
         (t, q): ["ABORT", "COMMIT"] if q == 0 else ["ABORT"]
         for t in names for q in range(PARTITIONS)}
+    assert read_confluent(txn_broker, names, expect=2) == expected(names, [b"kept"])
+    assert read_kafka_python(txn_broker, names, expect=2) == expected(names, [b"kept"])
 
 
 def test_read_committed_consumers_skip_aborted_and_open_records(txn_broker):
@@ -225,6 +227,7 @@ def test_second_producer_fences_the_first(txn_broker):
     found = markers(txn_broker, names)
     assert found == {(names[0], 0): ["ABORT", "COMMIT"], (names[0], 1): ["ABORT"],
                      (names[0], 2): ["ABORT"]}
+    assert read_confluent(txn_broker, names, expect=1) == [(names[0], b"alive")]
 
 
 def test_transaction_past_its_timeout_is_aborted(txn_broker):
@@ -239,6 +242,7 @@ def test_transaction_past_its_timeout_is_aborted(txn_broker):
     with pytest.raises(KafkaException):
         p.commit_transaction(20)
     assert markers(txn_broker, names) == {(names[0], q): ["ABORT"] for q in range(PARTITIONS)}
+    assert read_confluent(txn_broker, names, expect=0, timeout=5) == []
 
 
 def test_offsets_sent_in_a_transaction_are_visible_after_commit_only(txn_broker):
