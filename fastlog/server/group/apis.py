@@ -9,8 +9,8 @@ the version lacks are ignored). The handlers only translate between the wire and
 FindCoordinator 0-2 (key type 1, transactional ids, points at the transaction
 coordinator the same way), JoinGroup 0-5, SyncGroup 0-3, Heartbeat 0-3, LeaveGroup 0-3,
 OffsetCommit 1-7, OffsetFetch 1-7 (v7's require_stable answers UNSTABLE_OFFSET_COMMIT for a
-partition with a transactional commit pending), ListGroups 0-2, DescribeGroups 0-4, DeleteGroups 0-1,
-OffsetDelete 0. With an authorizer, each checks the principal as Kafka does (Read on the
+partition with a transactional commit pending), ListGroups 0-2, DescribeGroups 0-4,
+DeleteGroups 0-1, OffsetDelete 0. With an authorizer, each checks the principal as Kafka does (Read on the
 group to join, commit and fetch offsets, Describe to find its coordinator and describe it,
 Delete to delete it or its offsets; Read on each topic committed, Describe on each topic
 fetched; ListGroups lists the groups the principal may Describe) and answers

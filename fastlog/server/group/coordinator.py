@@ -809,19 +809,9 @@ class GroupCoordinator:
             if err is not Errors.NONE:
                 return dict.fromkeys(offsets, err)
             self._schedule_heartbeat(group, group.get(member_id))
-        result: dict[tuple[str, int], Errors] = {}
-        records = []
-        accepted = {}
-        now = now_ms()
-        for tp, om in offsets.items():
-            if om.metadata is not None and len(om.metadata.encode()) > self.offset_metadata_max_bytes:
-                result[tp] = Errors.OFFSET_METADATA_TOO_LARGE
-                continue
-            if om.commit_timestamp < 0:
-                om.commit_timestamp = now
-            om.metadata = om.metadata or ""
-            records.append((encode_offset_key(group_id, tp[0], tp[1]), encode_offset_value(om)))
-            accepted[tp] = om
+        result, accepted = self._accept_offsets(offsets)
+        records = [(encode_offset_key(group_id, t, p), encode_offset_value(om))
+                   for (t, p), om in accepted.items()]
         if records:
             try:
                 await self.store.append(self.partition_for(group_id), records)
@@ -859,15 +849,7 @@ class GroupCoordinator:
             return dict.fromkeys(offsets, Errors.UNKNOWN_MEMBER_ID)
         if generation_id >= 0 and generation_id != group.generation_id:
             return dict.fromkeys(offsets, Errors.ILLEGAL_GENERATION)
-        result: dict[tuple[str, int], Errors] = {}
-        accepted = {}
-        now = now_ms()
-        for tp, om in offsets.items():
-            if om.metadata is not None and len(om.metadata.encode()) > self.offset_metadata_max_bytes:
-                result[tp] = Errors.OFFSET_METADATA_TOO_LARGE
-                continue
-            om.commit_timestamp = now
-            accepted[tp] = om
+        result, accepted = self._accept_offsets(offsets)
         if not accepted:
             return result
         try:
@@ -880,6 +862,26 @@ class GroupCoordinator:
         group.pending_txn_offsets.setdefault(producer_id, {}).update(accepted)
         result.update(dict.fromkeys(accepted, Errors.NONE))
         return result
+
+    def _accept_offsets(self, offsets: dict[tuple[str, int], OffsetAndMetadata]
+                        ) -> tuple[dict[tuple[str, int], Errors],
+                                   dict[tuple[str, int], OffsetAndMetadata]]:
+        """(refused, accepted): metadata longer than offset.metadata.max.bytes is
+        OFFSET_METADATA_TOO_LARGE; the rest get the commit time now unless they carry
+        one, and "" for no metadata."""
+        refused: dict[tuple[str, int], Errors] = {}
+        accepted = {}
+        now = now_ms()
+        for tp, om in offsets.items():
+            if om.metadata is not None and \
+                    len(om.metadata.encode()) > self.offset_metadata_max_bytes:
+                refused[tp] = Errors.OFFSET_METADATA_TOO_LARGE
+                continue
+            if om.commit_timestamp < 0:
+                om.commit_timestamp = now
+            om.metadata = om.metadata or ""
+            accepted[tp] = om
+        return refused, accepted
 
     def complete_txn_offsets(self, producer_id: int, partitions: list[int],
                              committed: bool) -> None:

@@ -68,6 +68,8 @@ async def handle_init_transactional_producer(ctx, request):
     if c is None:
         return answer(Errors.COORDINATOR_NOT_AVAILABLE)
     pid, epoch = (request.producer_id, request.producer_epoch) if v >= 3 else (-1, -1)
+    if (pid >= 0) != (epoch >= 0):
+        return answer(Errors.INVALID_REQUEST)   # a producer id needs its epoch (KIP-360)
     res = await c.init_producer_id(request.transactional_id, request.transaction_timeout_ms,
                                    pid, epoch)
     return answer(res.error, res.producer_id, res.producer_epoch)

@@ -36,6 +36,7 @@ import logging
 import time
 from typing import Any
 
+from fastlog.logs import report_limited
 from fastlog.protocol.errors import Errors
 from fastlog.server.group.coordinator import LOAD_YIELD_RECORDS, _maybe_await
 from fastlog.server.group.offsets import LogGroupStore, StoreError, TxnControl, partition_for
@@ -157,8 +158,15 @@ class TransactionCoordinator:
         first use, as Kafka does (a broker nobody uses transactions on never has it):
         by the first state write on one node, by FindCoordinator in cluster mode."""
         md = getattr(self.broker, "metadata", None)
-        if getattr(self.broker, "cluster", None) is not None or (
-                md is not None and md.topic(TXN_STATE_TOPIC) is not None):
+        existing = md.topic(TXN_STATE_TOPIC) if md is not None else None
+        if existing is not None and len(existing.partitions) != self.num_partitions:
+            # As Kafka: the topic's own partition count routes ids (changing the key
+            # later would send every id to another partition).
+            log.warning("%s has %d partitions: transaction.state.log.num.partitions=%d "
+                        "is not used", TXN_STATE_TOPIC, len(existing.partitions),
+                        self.num_partitions)
+            self.num_partitions = len(existing.partitions)
+        if getattr(self.broker, "cluster", None) is not None or existing is not None:
             await self._create_topic()   # (cluster mode: records how to create it)
         self.active = True
         partitions = [p for p in range(self.num_partitions) if self._leads(p)]
@@ -505,13 +513,18 @@ class TransactionCoordinator:
             while pending:
                 if self.txns.get(txn_id) is not txn or not self.active:
                     return
-                results = await self.markers.write(
-                    txn.producer_id, txn.producer_epoch, commit,
-                    self.coordinator_epoch(partition), sorted(pending))
+                try:
+                    results = await self.markers.write(
+                        txn.producer_id, txn.producer_epoch, commit,
+                        self.coordinator_epoch(partition), sorted(pending))
+                except Exception:  # noqa: BLE001 - never give up on a prepared transaction
+                    log.exception("transactional id %s: writing markers failed", txn_id)
+                    results = {}
                 for tp, err in results.items():
                     if err is Errors.NONE:
                         pending.discard(tp)
-                    elif err in (Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.INVALID_TOPIC_EXCEPTION) \
+                    elif err in (Errors.UNKNOWN_TOPIC_OR_PARTITION,
+                                 Errors.INVALID_TOPIC_EXCEPTION) \
                             and not self.markers.partition_exists(*tp):
                         pending.discard(tp)    # deleted meanwhile: nothing to mark
                     elif err in (Errors.INVALID_PRODUCER_EPOCH, Errors.PRODUCER_FENCED,
@@ -521,6 +534,12 @@ class TransactionCoordinator:
                                     txn_id, tp[0], tp[1], err.name)
                         pending.discard(tp)
                 if pending:
+                    why = {results.get(tp, Errors.UNKNOWN_SERVER_ERROR).name for tp in pending}
+                    report_limited(log, logging.WARNING, ("txn-markers", txn_id),
+                                   "transactional id %s: %s markers not yet written to %s: %s",
+                                   txn_id, "COMMIT" if commit else "ABORT",
+                                   ", ".join(f"{t}-{q}" for t, q in sorted(pending)),
+                                   ", ".join(sorted(why)))
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, MARKER_BACKOFF[1])
             target = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from fastlog.logs import report_limited
 from fastlog.protocol import ApiKey
 from fastlog.protocol.errors import Errors
 from fastlog.server.group.coordinator import _maybe_await
@@ -150,7 +151,8 @@ class MarkerWriter:
                 "coordinator_epoch": coordinator_epoch}]},
                 version=WRITE_TXN_MARKERS_VERSION)
         except Exception as e:  # noqa: BLE001 - unreachable leader: retried later
-            log.info("writing transaction markers to broker %d failed: %s", leader, e)
+            report_limited(log, logging.INFO, ("txn-markers-to", leader),
+                           "writing transaction markers to broker %d failed: %s", leader, e)
             self._conns.pop(leader, None)
             if conn is not None:
                 await conn.close()
