@@ -16,7 +16,8 @@ we park an asyncio future and use loop timers:
 Offsets and group metadata are acknowledged only after the record reached the log (the
 ``GroupStore``); the in-memory cache is then updated and serves OffsetFetch. At startup
 the cache is rebuilt from the topic; groups in a partition being loaded answer
-COORDINATOR_LOAD_IN_PROGRESS. A load hands the loop back every LOAD_YIELD_RECORDS records
+COORDINATOR_LOAD_IN_PROGRESS (the partitions owned and loading, and leadership changes:
+fastlog/server/partitioned_coordinator.py, shared with the transaction coordinator). A load hands the loop back every LOAD_YIELD_RECORDS records
 (and the store between reads), so a large partition never stalls the broker; a load that
 the partition's leadership moved under is dropped.
 
@@ -30,11 +31,11 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import time
 import uuid
 from typing import Any
 
 from fastlog.protocol.errors import Errors
+from fastlog.server.partitioned_coordinator import PartitionedCoordinator
 
 from .group import GroupMetadata, GroupState, MemberMetadata, now_ms
 from .offsets import (
@@ -101,12 +102,15 @@ class GroupSummary:
         default_factory=list)
 
 
-class GroupCoordinator:
+class GroupCoordinator(PartitionedCoordinator):
     """See the module comment. ``broker`` provides ``config`` (KafkaConfig) and, for the
     default store and topic creation, ``replica_manager`` and ``create_internal_topic``."""
 
+    TOPIC = GROUP_METADATA_TOPIC
+    LOADED = "group"
+
     def __init__(self, broker: Any, store: GroupStore | None = None):
-        self.broker = broker
+        super().__init__(broker)
         cfg = broker.config
         self.num_partitions = int(cfg["offsets.topic.num.partitions"])
         self.initial_rebalance_delay_ms = int(cfg["group.initial.rebalance.delay.ms"])
@@ -118,13 +122,6 @@ class GroupCoordinator:
         self.retention_check_ms = int(_cfg(cfg, "offsets.retention.check.interval.ms", 600_000))
         self.store: GroupStore = store if store is not None else LogGroupStore(broker)
         self.groups: dict[str, GroupMetadata] = {}
-        self.owned: set[int] = set()
-        self.loading: set[int] = set()
-        # Bumped at every election and resignation: a load finishes only if its own
-        # election is still the current one.
-        self._elections: dict[int, int] = {}
-        self.active = False
-        self._tasks: set[asyncio.Task] = set()
 
     # ================================================================ lifecycle
     async def startup(self, load: bool = True) -> None:
@@ -138,63 +135,16 @@ class GroupCoordinator:
                 "segment.bytes": str(_cfg(self.broker.config, "offsets.topic.segment.bytes",
                                           104857600)),
             }))
-        self.active = True
-        partitions = [p for p in range(self.num_partitions) if self._leads(p)]
-        self.owned.update(partitions)
-        if load:
-            self._start_loading(partitions)
+        self._own_led_partitions(load)
         self._spawn(self._expire_offsets_loop())
 
     async def shutdown(self) -> None:
-        self.active = False
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(BaseException):
-                await task
-        for p in list(self.owned):
-            self.on_resigned(p)
+        await self._stop()
         self.groups.clear()
 
-    def _spawn(self, coro) -> asyncio.Task:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    def _leads(self, partition: int) -> bool:
-        """Whether this broker leads the __consumer_offsets partition (always, on one node)."""
-        rm = getattr(self.broker, "replica_manager", None)
-        if rm is None:
-            return True
-        fn = getattr(rm, "is_leader", None)
-        try:
-            if fn is not None:
-                return bool(fn(GROUP_METADATA_TOPIC, partition))
-            get = getattr(rm, "get_partition", None)
-            if get is None:
-                return True
-            p = get(GROUP_METADATA_TOPIC, partition)
-            if p is None:
-                return False
-            leader = getattr(p, "is_leader", True)
-            return bool(leader() if callable(leader) else leader)
-        except Exception:  # noqa: BLE001 - unknown partition: not ours
-            return False
-
-    # Leadership changes of __consumer_offsets partitions (cluster mode): the replica
-    # manager calls these, as Kafka's onElection / onResignation.
-    def on_elected(self, partition: int) -> None:
-        if not self.active or partition in self.owned:
-            return
-        self._elections[partition] = self._elections.get(partition, 0) + 1
-        self.owned.add(partition)
-        self._start_loading([partition])
-
-    def on_resigned(self, partition: int) -> None:
-        self._elections[partition] = self._elections.get(partition, 0) + 1
-        self.owned.discard(partition)
-        self.loading.discard(partition)
+    def _forget_partition(self, partition: int) -> None:
+        """Resigned (PartitionedCoordinator.on_resigned): its groups go, their waiting
+        members answered NOT_COORDINATOR."""
         for group_id in [g for g in self.groups if self.partition_for(g) == partition]:
             group = self.groups.pop(group_id)
             self._cancel_join_timer(group)
@@ -203,34 +153,6 @@ class GroupCoordinator:
                 m.heartbeat_timer = None
                 self._complete_join(m, JoinResult(Errors.NOT_COORDINATOR, member_id=m.member_id))
                 self._complete_sync(m, SyncResult(Errors.NOT_COORDINATOR))
-
-    def _start_loading(self, partitions: list[int]) -> None:
-        """Mark the partitions loading and load them in the background, each under the
-        election current now (a later resignation or election voids that load)."""
-        self.loading.update(partitions)
-        self._spawn(self._load_partitions({p: self._elections.get(p, 0) for p in partitions}))
-
-    async def _load_partitions(self, elections: dict[int, int]) -> None:
-        """Load each partition in turn; one INFO line for the lot (each partition's own
-        line is DEBUG: a fresh broker would otherwise print one per partition, 50)."""
-        started = time.monotonic()
-        loaded = groups = 0
-        for p, election in elections.items():
-            try:
-                installed = await self.load_partition(p, election)
-            except Exception:
-                log.exception("loading %s-%d failed", GROUP_METADATA_TOPIC, p)
-            else:
-                if installed is not None:
-                    loaded += 1
-                    groups += installed
-            finally:
-                if self._elections.get(p, 0) == election:   # else a newer load owns it
-                    self.loading.discard(p)
-        if loaded:
-            log.info("loaded %d %s partition%s (%d group%s) in %.1f s", loaded,
-                     GROUP_METADATA_TOPIC, "" if loaded == 1 else "s", groups,
-                     "" if groups == 1 else "s", time.monotonic() - started)
 
     async def load_partition(self, partition: int, election: int | None = None) -> int | None:
         """Rebuild the groups of one partition from its records (last record per key wins,

@@ -30,7 +30,6 @@ Event-loop thread only: every method runs on the broker's asyncio loop; nothing 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import time
@@ -41,6 +40,7 @@ from fastlog.protocol.errors import Errors
 from fastlog.server.group.coordinator import LOAD_YIELD_RECORDS, _maybe_await
 from fastlog.server.group.offsets import LogGroupStore, StoreError, TxnControl, partition_for
 from fastlog.server.group.schemas import SchemaError
+from fastlog.server.partitioned_coordinator import PartitionedCoordinator
 
 from .markers import MarkerWriter
 from .schemas import (
@@ -125,13 +125,16 @@ class InitResult:
     producer_epoch: int = NO_PRODUCER_EPOCH
 
 
-class TransactionCoordinator:
+class TransactionCoordinator(PartitionedCoordinator):
     """See the module comment. ``broker`` provides ``config``, ``replica_manager``,
     ``producer_id_manager`` and ``create_internal_topic`` (a test may pass ``store`` and
     ``markers`` stand-ins)."""
 
+    TOPIC = TXN_STATE_TOPIC
+    LOADED = "transactional id"
+
     def __init__(self, broker: Any, store: Any = None, markers: Any = None):
-        self.broker = broker
+        super().__init__(broker)
         cfg = broker.config
         self.num_partitions = int(cfg["transaction.state.log.num.partitions"])
         self.max_timeout_ms = int(cfg["transaction.max.timeout.ms"])
@@ -143,12 +146,7 @@ class TransactionCoordinator:
         self.store = store if store is not None else LogGroupStore(broker, TXN_STATE_TOPIC)
         self.markers = markers if markers is not None else MarkerWriter(broker)
         self.txns: dict[str, TxnMetadata] = {}
-        self.owned: set[int] = set()
-        self.loading: set[int] = set()
-        self._elections: dict[int, int] = {}
         self._completing: set[str] = set()   # ids whose markers are being written
-        self.active = False
-        self._tasks: set[asyncio.Task] = set()
         self._create_lock = asyncio.Lock()
 
     # ================================================================ lifecycle
@@ -166,25 +164,16 @@ class TransactionCoordinator:
                         "is not used", TXN_STATE_TOPIC, len(existing.partitions),
                         self.num_partitions)
             self.num_partitions = len(existing.partitions)
-        if getattr(self.broker, "cluster", None) is not None or existing is not None:
+        cluster = getattr(self.broker, "cluster", None) is not None
+        if cluster or existing is not None:
             await self._create_topic()   # (cluster mode: records how to create it)
-        self.active = True
-        partitions = [p for p in range(self.num_partitions) if self._leads(p)]
-        self.owned.update(partitions)
-        if load:
-            self._start_loading(partitions)
+        # (one node without the topic yet: every partition is ours, with nothing to load)
+        self._own_led_partitions(load and (cluster or existing is not None or md is None))
         self._spawn(self._every(self.abort_interval_ms, self.abort_timed_out_transactions))
         self._spawn(self._every(self.remove_interval_ms, self.expire_transactional_ids))
 
     async def shutdown(self) -> None:
-        self.active = False
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(BaseException):
-                await task
-        for p in list(self.owned):
-            self.on_resigned(p)
+        await self._stop()
         self.txns.clear()
         await self.markers.close()
 
@@ -207,12 +196,6 @@ class TransactionCoordinator:
                 log.warning("cannot create %s: %s", TXN_STATE_TOPIC, e)
                 raise StoreError(Errors.COORDINATOR_NOT_AVAILABLE, str(e)) from None
 
-    def _spawn(self, coro) -> asyncio.Task:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
     async def _every(self, interval_ms: int, fn) -> None:
         while True:
             await asyncio.sleep(interval_ms / 1000)
@@ -221,59 +204,17 @@ class TransactionCoordinator:
             except Exception:
                 log.exception("%s failed", fn.__name__)
 
-    def _leads(self, partition: int) -> bool:
-        rm = getattr(self.broker, "replica_manager", None)
-        if rm is None or getattr(self.broker, "cluster", None) is None:
-            return True
-        try:
-            return bool(rm.is_leader(TXN_STATE_TOPIC, partition))
-        except Exception:  # noqa: BLE001 - unknown partition: not ours
-            return False
-
     def coordinator_epoch(self, partition: int) -> int:
         """The leader epoch of the state partition (Kafka's coordinator epoch)."""
         rm = getattr(self.broker, "replica_manager", None)
         p = rm.get_partition(TXN_STATE_TOPIC, partition) if rm is not None else None
         return max(int(getattr(p, "leader_epoch", 0) or 0), 0)
 
-    # Leadership changes of __transaction_state partitions (cluster mode).
-    def on_elected(self, partition: int) -> None:
-        if not self.active or partition in self.owned:
-            return
-        self._elections[partition] = self._elections.get(partition, 0) + 1
-        self.owned.add(partition)
-        self._start_loading([partition])
-
-    def on_resigned(self, partition: int) -> None:
-        self._elections[partition] = self._elections.get(partition, 0) + 1
-        self.owned.discard(partition)
-        self.loading.discard(partition)
+    def _forget_partition(self, partition: int) -> None:
+        """Resigned (PartitionedCoordinator.on_resigned): its ids go (their markers stop
+        being retried here; the new coordinator completes them)."""
         for txn_id in [t for t in self.txns if self.partition_for(t) == partition]:
             del self.txns[txn_id]
-
-    def _start_loading(self, partitions: list[int]) -> None:
-        self.loading.update(partitions)
-        self._spawn(self._load_partitions({p: self._elections.get(p, 0) for p in partitions}))
-
-    async def _load_partitions(self, elections: dict[int, int]) -> None:
-        started = time.monotonic()
-        loaded = ids = 0
-        for p, election in elections.items():
-            try:
-                installed = await self.load_partition(p, election)
-            except Exception:
-                log.exception("loading %s-%d failed", TXN_STATE_TOPIC, p)
-            else:
-                if installed is not None:
-                    loaded += 1
-                    ids += installed
-            finally:
-                if self._elections.get(p, 0) == election:
-                    self.loading.discard(p)
-        if ids:
-            log.info("loaded %d %s partition%s (%d transactional id%s) in %.1f s", loaded,
-                     TXN_STATE_TOPIC, "" if loaded == 1 else "s", ids,
-                     "" if ids == 1 else "s", time.monotonic() - started)
 
     async def load_partition(self, partition: int, election: int | None = None) -> int | None:
         """Rebuild the ids of one partition (last record per id wins, a tombstone removes
