@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from fastlog import _codec
 from fastlog.protocol import ApiKey, Errors
 from fastlog.server.group.offsets import partition_for
 from fastlog.testing import wait_until
-from tests.server.wire import Wire, fetch_body
+from tests.server.wire import Wire, markers
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Producer  # noqa: E402
@@ -27,17 +26,10 @@ TXN_OVERRIDES = {
 
 
 def controls(broker, topic, partition):
-    """COMMIT/ABORT of the control records of one partition, read from its leader."""
+    """COMMIT/ABORT of the transaction markers of one partition, read from its leader."""
     w = Wire(broker)
     try:
-        body = fetch_body(topic, 0, 0, min_bytes=0, partition=partition)
-        body["isolation_level"] = 0
-        part = w.call(ApiKey.FETCH, 11, body).responses[0].partitions[0]
-        assert part.error_code == Errors.NONE
-        recs = _codec.read_records(bytes(part.records or b""), include_control=True)
-        return ["COMMIT" if _codec.parse_control_record(r)[1] == 1 else "ABORT"
-                for r in recs if r.key is not None and len(r.key) == 4
-                and r.value is not None and len(r.value) == 6]
+        return markers(w, topic, partition)
     finally:
         w.close()
 

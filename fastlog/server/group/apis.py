@@ -223,6 +223,23 @@ async def handle_leave_group(ctx, request):
 
 
 # ------------------------------------------------------------------ offsets
+def refuse_offset_commits(ctx, group_id: str, offsets: dict) -> dict[tuple[str, int], Errors]:
+    """Kafka's checks of an offset commit (OffsetCommit, TxnOffsetCommit): Read on the
+    group, then on each topic. The refused partitions leave ``offsets``; returns them with
+    their codes."""
+    refused: dict[tuple[str, int], Errors] = {}
+    if not authorize(ctx, READ, GROUP, group_id):
+        refused = dict.fromkeys(offsets, Errors.GROUP_AUTHORIZATION_FAILED)
+    else:
+        for t in {t for t, _ in offsets}:
+            if not authorize(ctx, READ, TOPIC, t):
+                refused.update((tp, Errors.TOPIC_AUTHORIZATION_FAILED)
+                               for tp in offsets if tp[0] == t)
+    for tp in refused:
+        del offsets[tp]
+    return refused
+
+
 async def handle_offset_commit(ctx, request):
     c = _coordinator(ctx)
     v = ctx.api_version
@@ -236,16 +253,7 @@ async def handle_offset_commit(ctx, request):
                 metadata=p.committed_metadata,
                 commit_timestamp=p.commit_timestamp if v == 1 else -1)
             offsets[(t.name, p.partition_index)] = om
-    refused = {}
-    if not authorize(ctx, READ, GROUP, request.group_id):
-        refused = dict.fromkeys(offsets, Errors.GROUP_AUTHORIZATION_FAILED)
-    else:
-        for t in {t for t, _ in offsets}:
-            if not authorize(ctx, READ, TOPIC, t):
-                refused.update((tp, Errors.TOPIC_AUTHORIZATION_FAILED)
-                               for tp in offsets if tp[0] == t)
-        for tp in refused:
-            del offsets[tp]
+    refused = refuse_offset_commits(ctx, request.group_id, offsets)
     if c is None:
         result = dict.fromkeys(offsets, Errors.COORDINATOR_NOT_AVAILABLE)
     elif not offsets:

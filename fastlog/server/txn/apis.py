@@ -30,7 +30,7 @@ from fastlog.server.authz import (
     WRITE,
     authorize,
 )
-from fastlog.server.group.apis import _by_topic
+from fastlog.server.group.apis import _by_topic, refuse_offset_commits
 from fastlog.server.group.offsets import GROUP_METADATA_TOPIC
 from fastlog.server.group.schemas import OffsetAndMetadata
 
@@ -152,21 +152,14 @@ async def handle_txn_offset_commit(ctx, request):
                 offset=p.committed_offset,
                 leader_epoch=p.committed_leader_epoch if v >= 2 else -1,
                 metadata=p.committed_metadata or "")
-    refused: dict[tuple[str, int], Errors] = {}
     if not authorize(ctx, WRITE, TRANSACTIONAL_ID, request.transactional_id):
         refused = dict.fromkeys(offsets, Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    elif not authorize(ctx, READ, GROUP, request.group_id):
-        refused = dict.fromkeys(offsets, Errors.GROUP_AUTHORIZATION_FAILED)
+        offsets = {}
     else:
-        for t in {t for t, _ in offsets}:
-            if not authorize(ctx, READ, TOPIC, t):
-                refused.update((tp, Errors.TOPIC_AUTHORIZATION_FAILED)
-                               for tp in offsets if tp[0] == t)
-            elif ctx.broker.metadata.topic(t) is None:
-                refused.update((tp, Errors.UNKNOWN_TOPIC_OR_PARTITION)
-                               for tp in offsets if tp[0] == t)
-    for tp in refused:
-        del offsets[tp]
+        refused = refuse_offset_commits(ctx, request.group_id, offsets)
+        for tp in [tp for tp in offsets if ctx.broker.metadata.topic(tp[0]) is None]:
+            refused[tp] = Errors.UNKNOWN_TOPIC_OR_PARTITION
+            del offsets[tp]
     if not offsets:
         result = {}
     elif gc is None:

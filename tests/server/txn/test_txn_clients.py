@@ -17,6 +17,7 @@ from fastlog.protocol import ApiKey, Errors
 from fastlog.server.group.offsets import partition_for
 from fastlog.testing import BrokerProcess, Wire
 from tests.server.group.clients import create_topic, wait_until
+from tests.server.wire import markers as wire_markers
 
 OVERRIDES = {
     "transaction.state.log.num.partitions": "4",
@@ -124,24 +125,11 @@ def describe(broker, txn_id):
 
 
 def markers(broker, names):
-    """The control records of the topics' partitions, in log order: {(topic, partition):
-    ["COMMIT" | "ABORT", ...]} (read_uncommitted, straight from the log)."""
-    from fastlog import _codec
-    from tests.server.wire import fetch_body
-
+    """The transaction markers of the topics' partitions, in log order: {(topic,
+    partition): ["COMMIT" | "ABORT", ...]}."""
     w = Wire(broker)
     try:
-        out = {}
-        for t in names:
-            for p in range(PARTITIONS):
-                body = fetch_body(t, 0, 0, min_bytes=0, partition=p)
-                body["isolation_level"] = 0
-                part = w.call(ApiKey.FETCH, 11, body).responses[0].partitions[0]
-                recs = _codec.read_records(bytes(part.records or b""), include_control=True)
-                out[(t, p)] = [("COMMIT" if _codec.parse_control_record(r)[1] == 1 else "ABORT")
-                               for r in recs if r.key is not None and len(r.key) == 4
-                               and r.value is not None and len(r.value) == 6]
-        return out
+        return {(t, p): wire_markers(w, t, p) for t in names for p in range(PARTITIONS)}
     finally:
         w.close()
 
