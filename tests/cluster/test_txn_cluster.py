@@ -12,6 +12,7 @@ import pytest
 from fastlog.protocol import ApiKey, Errors
 from fastlog.server.group.offsets import partition_for
 from fastlog.testing import wait_until
+from tests.server.txn.test_txn_clients import describe
 from tests.server.wire import Wire, markers
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -30,15 +31,6 @@ def controls(broker, topic, partition):
     w = Wire(broker)
     try:
         return markers(w, topic, partition)
-    finally:
-        w.close()
-
-
-def describe(broker, txn_id):
-    w = Wire(broker)
-    try:
-        return w.call(ApiKey.DESCRIBE_TRANSACTIONS, 0,
-                      {"transactional_ids": [txn_id]}).transaction_states[0]
     finally:
         w.close()
 
