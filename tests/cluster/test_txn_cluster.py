@@ -2,8 +2,9 @@
 the leader of its __transaction_state partition (created on first FindCoordinator), and
 its COMMIT/ABORT markers reach partitions led by the other brokers through
 WriteTxnMarkers over the inter-broker listener; a transaction whose markers cannot be
-written stays in PrepareCommit, across a restart of its coordinator, and completes once
-the partition's leader is back."""
+written stays in PrepareCommit (other requests for it answer CONCURRENT_TRANSACTIONS or
+INVALID_TXN_STATE meanwhile, as Kafka's), across a restart of its coordinator, and
+completes once the partition's leader is back."""
 
 from __future__ import annotations
 
@@ -93,7 +94,29 @@ def test_prepare_commit_survives_a_coordinator_restart_and_completes(fresh_clust
     assert p.flush(20) == 0
     cluster.kill(data_leader)            # the marker has nowhere to go now
     p.commit_transaction(30)             # answered once PrepareCommit is durable
-    assert describe(cluster.brokers[coordinator], txn_id).transaction_state == "PrepareCommit"
+    d = describe(cluster.brokers[coordinator], txn_id)
+    assert d.transaction_state == "PrepareCommit"
+    # while its markers are pending, as Kafka answers:
+    w = Wire(cluster.brokers[coordinator])
+    try:
+        ids = {"transactional_id": txn_id, "producer_id": d.producer_id,
+               "producer_epoch": d.producer_epoch}
+        assert w.call(ApiKey.END_TXN, 3, {**ids, "committed": True}
+                      ).error_code == Errors.CONCURRENT_TRANSACTIONS
+        assert w.call(ApiKey.END_TXN, 3, {**ids, "committed": False}
+                      ).error_code == Errors.INVALID_TXN_STATE
+        added = w.call(ApiKey.ADD_PARTITIONS_TO_TXN, 3, {
+            "v3_and_below_transactional_id": txn_id,
+            "v3_and_below_producer_id": d.producer_id,
+            "v3_and_below_producer_epoch": d.producer_epoch,
+            "v3_and_below_topics": [{"name": "txr", "partitions": [0]}]})
+        assert added.results_by_topic_v3_and_below[0].results_by_partition[0] \
+            .partition_error_code == Errors.CONCURRENT_TRANSACTIONS
+        assert w.call(ApiKey.INIT_PRODUCER_ID, 4, {
+            "transactional_id": txn_id, "transaction_timeout_ms": 60000, "producer_id": -1,
+            "producer_epoch": -1}).error_code == Errors.CONCURRENT_TRANSACTIONS
+    finally:
+        w.close()
     assert cluster.stop(coordinator) == 0
     cluster.start_broker(coordinator)
     wait_until(lambda: describe(cluster.brokers[coordinator], txn_id).error_code
