@@ -2,8 +2,9 @@
 transactional producer committing and aborting over two topics of several partitions,
 read_committed consumers (confluent-kafka, kafka-python) seeing exactly the committed
 records, zombie fencing, the transaction timeout, offsets sent in a transaction, the
-coordinator's state across a restart; and the coordinator's APIs on the wire with the
-error codes Kafka gives bad requests."""
+coordinator's state across a restart; kafka-python's and aiokafka's transactional
+producers; and the coordinator's APIs on the wire with the error codes Kafka gives bad
+requests."""
 
 from __future__ import annotations
 
@@ -393,3 +394,47 @@ def test_coordinator_apis_and_error_codes_on_the_wire(txn_broker):
         assert call(w, ApiKey.API_VERSIONS, 2, {}).error_code == Errors.NONE   # still served
     finally:
         w.close()
+
+
+# ------------------------------------------------------------------ other clients
+def test_kafka_python_and_aiokafka_transactional_producers(txn_broker):
+    """kafka-python's and aiokafka's transactional producers (their own API versions:
+    aiokafka sends v0 of every transaction API) commit and abort."""
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+    from kafka import KafkaProducer
+
+    names = topics(txn_broker, 1)
+    kp = KafkaProducer(bootstrap_servers=txn_broker.bootstrap,
+                       transactional_id=fresh("tx-kafka-python"))
+    try:
+        kp.init_transactions()
+        kp.begin_transaction()
+        kp.send(names[0], b"kp-committed", partition=0)
+        kp.commit_transaction()
+        kp.begin_transaction()
+        kp.send(names[0], b"kp-aborted", partition=1).get(timeout=10)
+        kp.abort_transaction()
+    finally:
+        kp.close(timeout=10)
+
+    async def aio():
+        p = AIOKafkaProducer(bootstrap_servers=txn_broker.bootstrap,
+                             transactional_id=fresh("tx-aiokafka"))
+        await p.start()
+        try:
+            async with p.transaction():
+                await p.send_and_wait(names[0], b"aio-committed", partition=2)
+            await p.begin_transaction()
+            await p.send_and_wait(names[0], b"aio-aborted", partition=0)
+            await p.abort_transaction()
+        finally:
+            await p.stop()
+
+    asyncio.run(asyncio.wait_for(aio(), 60))
+    assert read_confluent(txn_broker, names, expect=2) == expected(
+        names, [b"aio-committed", b"kp-committed"])
+    assert markers(txn_broker, names) == {(names[0], 0): ["COMMIT", "ABORT"],
+                                          (names[0], 1): ["ABORT"],
+                                          (names[0], 2): ["COMMIT"]}
