@@ -438,3 +438,47 @@ def test_kafka_python_and_aiokafka_transactional_producers(txn_broker):
     assert markers(txn_broker, names) == {(names[0], 0): ["COMMIT", "ABORT"],
                                           (names[0], 1): ["ABORT"],
                                           (names[0], 2): ["COMMIT"]}
+
+
+def test_odd_values_get_kafka_codes_and_leave_the_broker_serving(txn_broker):
+    names = topics(txn_broker, 1)
+    w = Wire(txn_broker)
+    try:
+        assert init(w, "").error_code == Errors.INVALID_REQUEST
+        assert init(w, fresh("tx-odd"), pid=5, epoch=-1).error_code == Errors.INVALID_REQUEST
+        assert init(w, fresh("tx-odd"), timeout_ms=-(1 << 31)).error_code == \
+            Errors.INVALID_TRANSACTION_TIMEOUT
+        assert end(w, "", 1, 0, True) == Errors.INVALID_REQUEST
+        assert end(w, fresh("tx-never"), -1, -1, False) == Errors.INVALID_PRODUCER_ID_MAPPING
+        txn_id = fresh("tx-odd")
+        r = init(w, txn_id)
+        assert add_partitions(w, txn_id, r.producer_id, r.producer_epoch,
+                              [(names[0], -1), (names[0], 1 << 30)]) == {
+            (names[0], -1): Errors.UNKNOWN_TOPIC_OR_PARTITION,
+            (names[0], 1 << 30): Errors.UNKNOWN_TOPIC_OR_PARTITION}
+        assert describe(txn_broker, txn_id).transaction_state == "Empty"   # nothing added
+        commit = call(w, ApiKey.TXN_OFFSET_COMMIT, 3, {
+            "transactional_id": txn_id, "group_id": fresh("g-odd"),
+            "producer_id": r.producer_id, "producer_epoch": r.producer_epoch,
+            "generation_id": 7, "member_id": "nobody", "group_instance_id": None,
+            "topics": [{"name": names[0], "partitions": [
+                {"partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1,
+                 "committed_metadata": "m" * 5000}]},
+                {"name": "txn-no-such-topic", "partitions": [
+                    {"partition_index": 0, "committed_offset": 1,
+                     "committed_leader_epoch": -1, "committed_metadata": None}]}]})
+        codes = {(t.name, p.partition_index): p.error_code
+                 for t in commit.topics for p in t.partitions}
+        assert codes == {(names[0], 0): Errors.UNKNOWN_MEMBER_ID,
+                         ("txn-no-such-topic", 0): Errors.UNKNOWN_TOPIC_OR_PARTITION}
+        many = call(w, ApiKey.DESCRIBE_TRANSACTIONS, 0,
+                    {"transactional_ids": [f"nope-{i}" for i in range(500)] + [""]})
+        assert {s.error_code for s in many.transaction_states} == {
+            Errors.TRANSACTIONAL_ID_NOT_FOUND, Errors.INVALID_REQUEST}
+        lt = call(w, ApiKey.LIST_TRANSACTIONS, 1, {"state_filters": ["x" * 1000],
+                                                    "producer_id_filters": [-5],
+                                                    "duration_filter": 1 << 62})
+        assert lt.error_code == Errors.NONE and list(lt.transaction_states) == []
+    finally:
+        w.close()
+    assert "Traceback" not in txn_broker.log_tail(400)
