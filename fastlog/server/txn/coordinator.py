@@ -32,12 +32,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import time
 from typing import Any
 
 from fastlog.logs import report_limited
 from fastlog.protocol.errors import Errors
 from fastlog.server.group.coordinator import LOAD_YIELD_RECORDS, _maybe_await
+from fastlog.server.group.group import now_ms
 from fastlog.server.group.offsets import LogGroupStore, StoreError, TxnControl, partition_for
 from fastlog.server.group.schemas import SchemaError
 from fastlog.server.partitioned_coordinator import PartitionedCoordinator
@@ -63,10 +63,6 @@ MARKER_BACKOFF = (0.05, 1.0)
 
 _PREPARE = (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
 _COMPLETE = (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def epoch_exhausted(epoch: int) -> bool:
