@@ -856,13 +856,13 @@ class BrokerServer:
             if state is not None:
                 return state
             partitions, configs = self._internal_topic_specs[name]
-            rf = int(self.config["transaction.state.log.replication.factor"
-                                 if name == TXN_STATE_TOPIC else
-                                 "offsets.topic.replication.factor"])
+            rf_key = ("transaction.state.log.replication.factor" if name == TXN_STATE_TOPIC
+                      else "offsets.topic.replication.factor")
+            rf = int(self.config[rf_key])
             live = len(self.live_brokers())
             if live < rf:
-                log.info("not creating %s yet: %d live broker(s), "
-                         "offsets.topic.replication.factor is %d", name, live, rf)
+                log.info("not creating %s yet: %d live broker(s), %s is %d", name, live,
+                         rf_key, rf)
                 return None
             try:
                 return await self.create_topic(name, partitions, rf, configs, internal=True)
