@@ -202,15 +202,12 @@ class GroupCoordinator(PartitionedCoordinator):
                      partition)
             return None
         installed = 0
-        for group_id in {g for by_group in pending.values() for g in by_group}:
-            offsets.setdefault(group_id, {})   # a group with only pending offsets
-        for group_id in set(offsets) | set(records):
+        with_pending = {g for by_group in pending.values() for g in by_group}
+        for group_id in set(offsets) | set(records) | with_pending:
             rec = records.get(group_id)
             tps = offsets.get(group_id, {})
-            if rec is None and group_id in records and not tps:
-                continue  # deleted group
-            if rec is None and not tps:
-                continue
+            if rec is None and not tps and group_id not in with_pending:
+                continue  # deleted group, or nothing left of it
             if rec is not None:
                 group = GroupMetadata.from_record(group_id, rec)
             else:

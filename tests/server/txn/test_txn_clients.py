@@ -307,6 +307,49 @@ def test_coordinator_state_survives_restart(tmp_path):
             b.stop()
 
 
+def test_pending_offsets_survive_a_restart_and_commit_after_it(tmp_path):
+    """Offsets sent in a transaction still open at a restart are pending again after it
+    (rebuilt from the transactional batch in __consumer_offsets), and become visible when
+    the producer commits afterwards."""
+    b = BrokerProcess(tmp_path / "data", overrides=OVERRIDES)
+    b.start()
+    try:
+        names = topics(b, 1)
+        group = fresh("g-restart")
+
+        def stable_fetch():
+            w = Wire(b)
+            try:
+                r = w.call(ApiKey.OFFSET_FETCH, 7, {
+                    "group_id": group, "require_stable": True,
+                    "topics": [{"name": names[0], "partition_indexes": [0]}]})
+                part = r.topics[0].partitions[0]
+                return part.error_code, part.committed_offset
+            finally:
+                w.close()
+
+        txn_id = fresh("tx-offsets-restart")
+        p = producer(b, txn_id)
+        meta = Consumer({"bootstrap.servers": b.bootstrap, "group.id": group})
+        p.begin_transaction()
+        send(p, names, [b"x"])
+        p.send_offsets_to_transaction([TopicPartition(names[0], 0, 42)],
+                                      meta.consumer_group_metadata(), 20)
+        assert p.flush(10) == 0
+        meta.close()
+        assert stable_fetch() == (Errors.UNSTABLE_OFFSET_COMMIT, -1)
+        b.restart()
+        wait_until(lambda: stable_fetch()[0] != Errors.COORDINATOR_LOAD_IN_PROGRESS, 10,
+                   what="the group loaded")
+        assert stable_fetch() == (Errors.UNSTABLE_OFFSET_COMMIT, -1)
+        assert describe(b, txn_id).transaction_state == "Ongoing"
+        p.commit_transaction(30)
+        wait_until(lambda: stable_fetch() == (Errors.NONE, 42), 10, what="the offset")
+    finally:
+        if b.alive():
+            b.stop()
+
+
 # ------------------------------------------------------------------ the wire
 def call(w, api, version, body):
     return w.call(api, version, body)
