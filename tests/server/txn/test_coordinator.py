@@ -1,8 +1,8 @@
 """TransactionCoordinator driven directly (no network) over an in-memory
 __transaction_state and a marker writer the test releases: Kafka's state machine and
 error codes, KIP-360 epoch bumps, fencing, markers before Complete*, reload of a
-transaction caught in PrepareCommit, timeouts, expiry, and failed writes leaving
-nothing behind."""
+transaction caught in PrepareCommit, timeouts, expiry, failed writes leaving nothing
+behind, and partitions loading, resigned and elected again."""
 
 import asyncio
 
@@ -257,4 +257,41 @@ def test_list_and_describe():
         assert len(c.list_transactions(None, None)[1]) == 2
         err, txn = c.describe("l1")
         assert txn.state is TxnState.ONGOING and txn.partitions == {("a", 0)}
+    run(main())
+
+
+class GatedStore(MemoryGroupStore):
+    """Loads wait until ``loaded`` is set (a partition being loaded)."""
+
+    def __init__(self):
+        super().__init__()
+        self.loaded = asyncio.Event()
+
+    async def load(self, partition):
+        await self.loaded.wait()
+        async for chunk in super().load(partition):
+            yield chunk
+
+
+def test_loading_resigned_and_elected_partitions_answer_kafkas_codes():
+    async def main():
+        store = GatedStore()
+        c = TransactionCoordinator(FakeBroker(), store, Markers())
+        await c.startup()
+        p = c.partition_for("t10")
+        assert (await c.init_producer_id("t10", TIMEOUT)).error == \
+            Errors.COORDINATOR_LOAD_IN_PROGRESS
+        store.loaded.set()
+        await until(lambda: not c.loading, "the load")
+        r = await c.init_producer_id("t10", TIMEOUT)
+        assert r.error == Errors.NONE
+        c.on_resigned(p)                       # leadership moved away
+        assert "t10" not in c.txns
+        assert await c.add_partitions("t10", r.producer_id, 0, {("a", 0)}) == \
+            Errors.NOT_COORDINATOR
+        assert c.describe("t10")[0] == Errors.NOT_COORDINATOR
+        c.on_elected(p)                        # and back: the id is read from the log again
+        await until(lambda: not c.loading, "the reload")
+        assert await c.add_partitions("t10", r.producer_id, 0, {("a", 0)}) == Errors.NONE
+        await c.shutdown()
     run(main())
