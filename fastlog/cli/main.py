@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "perf": ("fastlog.cli.perf", "produce/consume load tests"),
     "configs": ("fastlog.cli.configs", "add, describe and delete SCRAM credentials of users"),
     "acls": ("fastlog.cli.acls", "add, list and remove ACLs"),
+    "transactions": ("fastlog.cli.transactions", "list and describe transactions"),
 }
 
 
