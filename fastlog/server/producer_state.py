@@ -140,7 +140,7 @@ class ProducerStateEntry:
 
 
 class ProducerStateManager:
-    """Idempotence bookkeeping for one partition."""
+    """Idempotence and transaction bookkeeping for one partition."""
 
     def __init__(self, topic: str, partition: int):
         self.topic = topic
@@ -148,7 +148,9 @@ class ProducerStateManager:
         self.producers: dict[int, ProducerStateEntry] = {}
         # log end offset the in-memory state covers (for snapshots and replay)
         self.map_end_offset = 0
-        # open transactions: first offset -> producer id (Kafka's ongoingTxns)
+        # open transactions: first offset -> producer id (Kafka's ongoingTxns), in
+        # increasing first offset (a transaction opens at the log end), so the first key
+        # is the lowest
         self.ongoing: dict[int, int] = {}
         # ended transactions whose marker is not yet below the high watermark, by first
         # offset (Kafka's unreplicatedTxns): they still hold the last stable offset back
@@ -260,7 +262,7 @@ class ProducerStateManager:
         if first >= 0:
             completed = CompletedTxn(producer_id, first, offset, not commit)
             self.ongoing.pop(first, None)
-            completed.last_stable_offset = min(self.ongoing) if self.ongoing else offset + 1
+            completed.last_stable_offset = next(iter(self.ongoing), offset + 1)
             self.unreplicated[first] = completed
         entry.current_txn_first_offset = -1
         entry.coordinator_epoch = coordinator_epoch
@@ -276,7 +278,7 @@ class ProducerStateManager:
         high watermark has not passed yet; None when there is neither."""
         low = None
         if self.ongoing:
-            low = min(self.ongoing)
+            low = next(iter(self.ongoing))
         if self.unreplicated:
             u = min(self.unreplicated)
             low = u if low is None else min(low, u)
@@ -374,8 +376,9 @@ class ProducerStateManager:
                 pos += _BATCH.size
             producers[pid] = e
         self.producers = producers
-        self.ongoing = {e.current_txn_first_offset: e.producer_id for e in producers.values()
-                        if e.current_txn_first_offset >= 0}
+        self.ongoing = dict(sorted((e.current_txn_first_offset, e.producer_id)
+                                   for e in producers.values()
+                                   if e.current_txn_first_offset >= 0))
         self.unreplicated = {}
 
     def write_snapshot(self, directory: str) -> str:

@@ -9,7 +9,13 @@
 # (a flush.messages fsync; with acks=all on a replicated partition, the ISR having the
 # batch). `append_records` does both for several partitions. `read_partition` reads file
 # regions (never copies record bytes); a follower's fetch moves its known position, the
-# high watermark and the ISR.
+# high watermark and the ISR; a read_committed consumer's stops at the last stable offset
+# and lists the aborted transactions from the txn indexes.
+# Transactions (KIP-98): `append_txn_markers` (WriteTxnMarkers, the transaction
+# coordinator) appends COMMIT/ABORT control batches and ends the producer's transaction in
+# producer state; an abort goes into the segment's .txnindex (also when a follower
+# appends the marker or a load replays it). `has_ongoing_txn` and `last_stable_offset`
+# answer from producer state.
 # Single node (no ZooKeeper): partitions come from make_leader, this broker leads alone
 # and the high watermark is the log end after every append. Cluster mode: the role
 # handler calls become_leader / become_follower / stop_replica / session_changed; ISR
@@ -70,6 +76,7 @@ INLINE_RECOMPRESS_BYTES = 64 << 10
 COMPRESSION_GZIP = 1
 # Where a v2 batch header keeps the low byte of its attributes (the codec's three bits).
 _ATTRIBUTES_LOW_BYTE = 22
+# ... its magic byte, and the attributes' transactional bit
 _MAGIC_BYTE = 16
 _ATTR_TRANSACTIONAL = 0x10
 # Record bytes read per step when replaying the log tail into producer state.
@@ -1055,7 +1062,8 @@ class ReplicaManager:
         appended and ends the producer's transaction there; an ABORT goes into the
         aborted-transaction index. Returns, per marker in order, {(topic, partition):
         Errors}: NONE once the ISR has the marker (acks=all, at most timeout_ms,
-        request.timeout.ms by default), else UNKNOWN_TOPIC_OR_PARTITION,
+        request.timeout.ms by default), else INVALID_REQUEST (no producer id or epoch),
+        UNKNOWN_TOPIC_OR_PARTITION,
         NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR, NOT_ENOUGH_REPLICAS(_AFTER_APPEND),
         INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED, REQUEST_TIMED_OUT."""
         out: list[dict[tuple[str, int], Errors]] = []
@@ -1080,6 +1088,9 @@ class ReplicaManager:
 
     def _append_marker(self, topic: str, partition: int, producer_id: int, epoch: int,
                        committed: bool, coordinator_epoch: int) -> PartitionResult:
+        if producer_id < 0 or epoch < 0:
+            return PartitionResult(Errors.INVALID_REQUEST,
+                                   error_message="a marker needs a producer id and epoch")
         p = self.partitions.get((topic, partition))
         if p is None:
             return PartitionResult(Errors.UNKNOWN_TOPIC_OR_PARTITION)
@@ -1240,7 +1251,7 @@ class ReplicaManager:
         if read_committed and not from_follower and info.regions:
             res.aborted_transactions = [
                 (t.producer_id, t.first_offset)
-                for t in log_.collect_aborted_txns(fetch_offset, limit)]
+                for t in log_.collect_aborted_txns(fetch_offset, info.upper_bound_offset)]
         return res
 
     @staticmethod

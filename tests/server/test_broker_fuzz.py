@@ -23,6 +23,10 @@ def _frames(rng):
                              {"index": 0, "records": batch([b"fuzz" * 20])}]}]},
         ApiKey.LIST_OFFSETS: {"replica_id": -1, "topics": [
             {"name": "fz", "partitions": [{"partition_index": 0, "timestamp": -1}]}]},
+        ApiKey.WRITE_TXN_MARKERS: {"markers": [{
+            "producer_id": 1, "producer_epoch": 0, "transaction_result": False,
+            "coordinator_epoch": 0, "topics": [{"name": "fz", "partition_indexes": [0]}]}]},
+        ApiKey.DESCRIBE_PRODUCERS: {"topics": [{"name": "fz", "partition_indexes": [0]}]},
     }
     for key, (lo, hi) in sorted(protocol.SUPPORTED_VERSIONS.items()):
         for version in range(lo, hi + 1):

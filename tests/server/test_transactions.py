@@ -70,6 +70,10 @@ def test_markers_are_fenced_by_older_epochs(broker, wire):
     assert r.error_code == Errors.INVALID_PRODUCER_EPOCH
     assert write_markers(wire, [(pid, epoch, True, 5, {topic: [0]})]) == {
         (pid, topic, 0): Errors.INVALID_PRODUCER_EPOCH}
+    # a marker without a producer id or epoch is refused; the broker goes on
+    assert write_markers(wire, [(-1, 0, True, 5, {topic: [0]}),
+                                (pid, -1, True, 5, {topic: [0]})]) == {
+        (-1, topic, 0): Errors.INVALID_REQUEST, (pid, topic, 0): Errors.INVALID_REQUEST}
     # a coordinator older than the last one that wrote a marker here is fenced
     assert write_markers(wire, [(pid, epoch + 1, True, 4, {topic: [0]})]) == {
         (pid, topic, 0): Errors.TRANSACTION_COORDINATOR_FENCED}
@@ -288,3 +292,25 @@ def test_describe_producers(broker, wire):
                            s.current_txn_start_offset) for s in p0.active_producers}
     assert got == {a: (ea, 0, -1, 2), b: (eb, 1, 3, -1)}
     assert all(s.last_timestamp > 0 for s in p0.active_producers)
+
+
+def test_delete_records_past_an_open_transaction_moves_the_lso_with_the_log_start(broker, wire):
+    topic = "txn-delete-records"
+    create_topic(broker, topic)
+    a, ea = init_pid(wire)
+    assert produce(wire, topic, txn_batch([b"t"], a, ea, 0), transactional_id="ta").base_offset == 0
+    assert produce(wire, topic, batch([b"x", b"y"])).base_offset == 1
+    assert list_offset(wire, topic, 1) == 0
+    r = wire.call(ApiKey.DELETE_RECORDS, 1, {"timeout_ms": 5000, "topics": [
+        {"name": topic, "partitions": [{"partition_index": 0, "offset": 2}]}]})
+    assert r.topics[0].partitions[0].error_code == Errors.NONE
+    assert list_offset(wire, topic, 1) == 2
+    part, batches, _ = fetch_batches(wire, topic, offset=2, isolation=1)
+    assert part.error_code == Errors.NONE and part.last_stable_offset == 2 and batches == []
+    assert write_markers(wire, [(a, ea, False, 0, {topic: [0]})])[(a, topic, 0)] == Errors.NONE
+    assert list_offset(wire, topic, 1) == 4
+    part, batches, _ = fetch_batches(wire, topic, offset=2, isolation=1)
+    # (the batch holding offset 2, then the marker) the aborted transaction began before
+    # the log start: still listed for the client
+    assert [b.base_offset for b in batches] == [1, 3]
+    assert [(t.producer_id, t.first_offset) for t in part.aborted_transactions] == [(a, 0)]

@@ -113,13 +113,16 @@ class LoadReport:
 class FetchDataInfo:
     """A read: file regions ready for sendfile, their total size, and the base offset of
     the first batch they start with (-1 when empty). first_entry_incomplete means the
-    only batch returned is cut short by max_bytes (min_one_batch=False)."""
+    only batch returned is cut short by max_bytes (min_one_batch=False).
+    upper_bound_offset: no record returned is at or above it (the end of the segment read
+    or the read's bound; Kafka's fetchUpperBoundOffset, for the aborted transactions)."""
 
     start_offset: int
     regions: list
     size: int
     first_batch_offset: int = -1
     first_entry_incomplete: bool = False
+    upper_bound_offset: int = -1
 
 
 def parse_topic_partition(dir_name: str) -> tuple[str, int]:
@@ -356,7 +359,8 @@ class Log:
         """Load step after the segments: a `.txnindex` that is damaged, missing beside a
         non-empty segment, has entries past its segment's end, or (for a segment just
         recovered) lacks an ABORT marker's entry, is rebuilt from the log with every
-        later one (one WARNING)."""
+        later one (one WARNING; one INFO line when no segment has one, as in a log written
+        before transactions)."""
         bad = []
         for seg in segments:
             ti = seg.txn_index
@@ -375,10 +379,16 @@ class Log:
         if not bad:
             return
         first, why = bad[0]
-        logger.warning("%s: rebuilding the transaction index of %d segment(s) from %d on "
-                       "from the log: %s: %s", self.dir, len(bad), first.base_offset,
-                       os.path.basename(first.txn_index.path), why)
-        self.load_report.rebuilt_segments += 1
+        if all(why == "missing" for _, why in bad) and len(bad) == sum(
+                1 for s in segments if s.size):
+            # (no .txnindex at all: a log written before fastlog took transactions)
+            logger.info("%s: creating the transaction indexes of %d segment(s) from the log",
+                        self.dir, len(bad))
+        else:
+            logger.warning("%s: rebuilding the transaction index of %d segment(s) from %d "
+                           "on from the log: %s: %s", self.dir, len(bad), first.base_offset,
+                           os.path.basename(first.txn_index.path), why)
+            self.load_report.rebuilt_segments += len(bad)
         self._rebuild_txn_indexes(segments, first.base_offset)
 
     def _unindexed_abort(self, seg: LogSegment) -> bool:
@@ -603,8 +613,10 @@ class Log:
                 if r.length == 0:
                     return FetchDataInfo(start_offset, [], 0, r.first_batch_offset,
                                          r.first_entry_incomplete)
+                upper = min(max_offset, bases[i + 1] if i + 1 < len(segs) else end)
                 return FetchDataInfo(start_offset, [FileRegion(r.file, r.position, r.length)],
-                                     r.length, r.first_batch_offset, r.first_entry_incomplete)
+                                     r.length, r.first_batch_offset, r.first_entry_incomplete,
+                                     upper)
             i += 1
         return FetchDataInfo(start_offset, [], 0)
 

@@ -10,6 +10,7 @@ import pytest
 from fastlog._index import CorruptIndexError
 
 from fastlog._codec import build_batch, build_control_batch, scan_batches
+from fastlog.server.log import Log, LogConfig
 from fastlog.server.log.txn_index import AbortedTxn, decode_entries
 from tests.server.log.conftest import append_n, open_log
 
@@ -112,3 +113,42 @@ def test_truncation_and_retention_keep_the_index_consistent(tmp_path):
     assert log.delete_old_segments() >= 1
     assert log.collect_aborted_txns(log.log_start_offset, log.log_end_offset) == []
     assert not os.path.exists(index_path(log, first))
+
+
+def test_a_log_from_before_transactions_gets_empty_indexes(tmp_path, caplog):
+    log = open_log(tmp_path / "t-0", segment_bytes=300)
+    append_n(log, 12)
+    bases = [s.base_offset for s in log.segments]
+    assert len(bases) > 2
+    log.close()
+    for base in bases:
+        os.unlink(index_path(log, base))
+    with caplog.at_level(logging.INFO, logger="fastlog.server.log.log"):
+        back = open_log(tmp_path / "t-0", segment_bytes=300)
+    lines = [r for r in caplog.records if "transaction index" in r.getMessage()]
+    assert [r.levelno for r in lines] == [logging.INFO]
+    assert back.load_report.rebuilt_segments == 0
+    assert all(os.path.getsize(index_path(back, b)) == 0 for b in bases)
+
+
+def test_a_read_bounds_the_aborted_transactions_it_needs(tmp_path):
+    log, expected = aborted_log(tmp_path)
+    segs = log.segments
+    info = log.read(0, 1 << 20)
+    assert info.upper_bound_offset == segs[1].base_offset
+    want = [t for t in expected if t.first_offset < info.upper_bound_offset]
+    assert log.collect_aborted_txns(0, info.upper_bound_offset) == want
+    # bounded by the read's own limit too (the last stable offset for read_committed)
+    assert log.read(0, 1 << 20, max_position=2).upper_bound_offset == 2
+    last = log.read(segs[-1].base_offset, 1 << 20)
+    assert last.upper_bound_offset == log.log_end_offset
+
+
+def test_recovery_after_an_unclean_shutdown_restores_a_lost_entry(tmp_path):
+    log, expected = aborted_log(tmp_path)
+    active = log.segments[-1].base_offset
+    log.close()
+    open(index_path(log, active), "wb").close()   # the entry's write never reached the disk
+    back = Log.open(str(tmp_path / "t-0"), LogConfig(segment_bytes=400), recovery_point=active,
+                    clean_shutdown=False)
+    assert back.collect_aborted_txns(0, back.log_end_offset) == expected
