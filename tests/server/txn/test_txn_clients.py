@@ -125,6 +125,19 @@ def describe(broker, txn_id):
         w.close()
 
 
+def stable_offset(broker, group, topic, partition=0):
+    """OffsetFetch v7 with require_stable (KIP-447): (error, committed offset)."""
+    w = Wire(broker)
+    try:
+        r = w.call(ApiKey.OFFSET_FETCH, 7, {
+            "group_id": group, "require_stable": True,
+            "topics": [{"name": topic, "partition_indexes": [partition]}]})
+        part = r.topics[0].partitions[0]
+        return part.error_code, part.committed_offset
+    finally:
+        w.close()
+
+
 def markers(broker, names):
     """The transaction markers of the topics' partitions, in log order: {(topic,
     partition): ["COMMIT" | "ABORT", ...]}."""
@@ -247,16 +260,7 @@ def test_offsets_sent_in_a_transaction_are_visible_after_commit_only(txn_broker)
             return meta_consumer.committed([tp], timeout=10)[0].offset
 
         def stable_fetch():
-            """OffsetFetch v7 with require_stable (KIP-447): (error, offset)."""
-            w = Wire(txn_broker)
-            try:
-                r = w.call(ApiKey.OFFSET_FETCH, 7, {
-                    "group_id": group, "require_stable": True,
-                    "topics": [{"name": names[0], "partition_indexes": [0]}]})
-                part = r.topics[0].partitions[0]
-                return part.error_code, part.committed_offset
-            finally:
-                w.close()
+            return stable_offset(txn_broker, group, names[0])
 
         p = producer(txn_broker, fresh("tx-offsets"))
         for offset, commit in ((5, False), (7, True)):
@@ -318,15 +322,7 @@ def test_pending_offsets_survive_a_restart_and_commit_after_it(tmp_path):
         group = fresh("g-restart")
 
         def stable_fetch():
-            w = Wire(b)
-            try:
-                r = w.call(ApiKey.OFFSET_FETCH, 7, {
-                    "group_id": group, "require_stable": True,
-                    "topics": [{"name": names[0], "partition_indexes": [0]}]})
-                part = r.topics[0].partitions[0]
-                return part.error_code, part.committed_offset
-            finally:
-                w.close()
+            return stable_offset(b, group, names[0])
 
         txn_id = fresh("tx-offsets-restart")
         p = producer(b, txn_id)
