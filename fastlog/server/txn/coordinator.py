@@ -142,7 +142,9 @@ class TransactionCoordinator(PartitionedCoordinator):
         self.store = store if store is not None else LogGroupStore(broker, TXN_STATE_TOPIC)
         self.markers = markers if markers is not None else MarkerWriter(broker)
         self.txns: dict[str, TxnMetadata] = {}
-        self._completing: set[str] = set()   # ids whose markers are being written
+        # id -> the metadata whose markers are being written (a reload's new metadata
+        # for the same id gets its own completion)
+        self._completing: dict[str, TxnMetadata] = {}
         self._create_lock = asyncio.Lock()
 
     # ================================================================ lifecycle
@@ -440,9 +442,9 @@ class TransactionCoordinator(PartitionedCoordinator):
         until each took it or the partition is gone), then CompleteCommit/CompleteAbort
         (retried likewise). Stops when this broker no longer owns the id."""
         txn_id = txn.transactional_id
-        if txn_id in self._completing:
+        if self._completing.get(txn_id) is txn:
             return
-        self._completing.add(txn_id)
+        self._completing[txn_id] = txn
         try:
             partition = self.partition_for(txn_id)
             pending = set(txn.partitions)
@@ -489,7 +491,8 @@ class TransactionCoordinator(PartitionedCoordinator):
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, MARKER_BACKOFF[1])
         finally:
-            self._completing.discard(txn_id)
+            if self._completing.get(txn_id) is txn:
+                del self._completing[txn_id]
 
     # ================================================================ views
     def describe(self, transactional_id: str) -> tuple[Errors, TxnMetadata | None]:

@@ -295,3 +295,23 @@ def test_loading_resigned_and_elected_partitions_answer_kafkas_codes():
         assert await c.add_partitions("t10", r.producer_id, 0, {("a", 0)}) == Errors.NONE
         await c.shutdown()
     run(main())
+
+
+def test_a_reelected_partition_completes_a_transaction_whose_old_completion_was_cut():
+    async def main():
+        markers = Markers()
+        c = await started(markers=markers)
+        r = await c.init_producer_id("t11", TIMEOUT)
+        assert await c.add_partitions("t11", r.producer_id, 0, {("a", 0)}) == Errors.NONE
+        markers.open.clear()                   # the markers hang...
+        assert await c.end_transaction("t11", r.producer_id, 0, True) == Errors.NONE
+        await asyncio.sleep(0.05)              # (its completion now waits in the write)
+        p = c.partition_for("t11")
+        c.on_resigned(p)                       # ...leadership goes and comes back
+        c.on_elected(p)
+        await until(lambda: not c.loading and "t11" in c.txns, "the reload")
+        assert c.txns["t11"].state is TxnState.PREPARE_COMMIT
+        markers.open.set()
+        await until(lambda: c.txns["t11"].state is TxnState.COMPLETE_COMMIT, "CompleteCommit")
+        await c.shutdown()
+    run(main())
