@@ -330,8 +330,8 @@ class TransactionCoordinator(PartitionedCoordinator):
         if state is TxnState.ONGOING:
             # Fence the producer of the ongoing transaction and abort it; the client
             # retries and, once the abort completed, gets the next epoch.
-            await self._fence_and_abort(txn)
-            return InitResult(Errors.CONCURRENT_TRANSACTIONS)
+            err = await self._fence_and_abort(txn)
+            return InitResult(Errors.CONCURRENT_TRANSACTIONS if err is Errors.NONE else err)
         if epoch_exhausted(txn.producer_epoch) and (not expected
                                                     or expected_epoch == txn.producer_epoch):
             new_pid = await self.broker.producer_id_manager.generate_producer_id()
