@@ -22,7 +22,7 @@ SERVED = {
     "ListOffsets": (1, 5),
     "Metadata": (0, 8),
     "OffsetCommit": (1, 7),
-    "OffsetFetch": (1, 5),
+    "OffsetFetch": (1, 7),
     "FindCoordinator": (0, 2),
     "JoinGroup": (0, 5),
     "Heartbeat": (0, 3),
@@ -51,7 +51,13 @@ SERVED = {
     "DeleteAcls": (1, 3),
     "AlterPartitionReassignments": (0, 0),
     "ListPartitionReassignments": (0, 0),
+    "AddPartitionsToTxn": (0, 3),
+    "AddOffsetsToTxn": (0, 3),
+    "EndTxn": (0, 3),
+    "TxnOffsetCommit": (0, 3),
     "WriteTxnMarkers": (0, 1),
+    "DescribeTransactions": (0, 0),
+    "ListTransactions": (0, 1),
     "DescribeProducers": (0, 0),
     "DescribeCluster": (0, 1),
     "ElectLeaders": (0, 2),
@@ -134,8 +140,11 @@ def parse_default(ftype, raw):
     raise ValueError(f"unhandled default {raw!r} for {ftype}")
 
 
-def emit_fields(fields, served, indent, out):
+def emit_fields(fields, served, indent, out, common=None):
+    """Emit F(...) lines; an array of a struct the spec shares (its "commonStructs",
+    e.g. AddPartitionsToTxnTopic) takes that struct's fields."""
     pad = " " * indent
+    common = common or {}
     for f in fields:
         versions = clip(parse_range(f["versions"]), served)
         if versions is None:
@@ -156,9 +165,12 @@ def emit_fields(fields, served, indent, out):
         default = parse_default(ftype, f.get("default"))
         if default is not None:
             args.append(f"default={default}" if default == "None" else f"default={default!r}")
-        if "fields" in f:
+        sub = f.get("fields")
+        if sub is None and ftype.startswith("[]"):
+            sub = common.get(ftype[2:])
+        if sub is not None:
             out.append(f"{pad}F({', '.join(args)}, fields=(")
-            emit_fields(f["fields"], served, indent + 4, out)
+            emit_fields(sub, served, indent + 4, out, common)
             out.append(f"{pad})),")
         else:
             out.append(f"{pad}F({', '.join(args)}),")
@@ -197,7 +209,8 @@ def render():
                 f"{const} = Message({spec['apiKey']}, {kind.lower()!r}, {stem!r}, "
                 f"valid={served!r}, flexible={flex_from!r}, fields=("
             )
-            emit_fields(spec["fields"], served, 4, out)
+            common = {c["name"]: c["fields"] for c in spec.get("commonStructs", [])}
+            emit_fields(spec["fields"], served, 4, out, common)
             out.append("))")
     out.append("")
     out.append("# fmt: on")

@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                 "web console: topics, messages, consumer groups, charts, ACLs"),
     "leader-election": ("fastlog.cli.leader_election",
                         "elect preferred (or unclean) partition leaders"),
+    "transactions": ("fastlog.cli.transactions", "list and describe transactions"),
 }
 
 

@@ -93,6 +93,26 @@ class GroupDescription:
     coordinator: int
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class TransactionListing:
+    transactional_id: str
+    coordinator: int
+    producer_id: int
+    state: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TransactionDescription:
+    transactional_id: str
+    coordinator: int
+    producer_id: int
+    producer_epoch: int
+    state: str
+    timeout_ms: int
+    start_time_ms: int      # -1: no transaction open
+    partitions: list[TopicPartition]
+
+
 def _tp_tree(tps):
     """{tp: x} or [tp] grouped by topic -> {topic: [(partition, x)]}."""
     tree = collections.defaultdict(list)
@@ -438,20 +458,44 @@ class Admin:
                     result[tp] = p.low_watermark
         return result
 
+    # -- transactions -----------------------------------------------------------------
+
+    async def list_transactions(self, states: list[str] | None = None,
+                                producer_ids: list[int] | None = None
+                                ) -> list[TransactionListing]:
+        """The transactional ids every broker coordinates (ListTransactions on each),
+        optionally only those in these states (Kafka's names: Ongoing, CompleteCommit...)
+        or of these producer ids."""
+        await self.cluster.refresh_metadata([])
+        out = []
+        for node in sorted(self.cluster.brokers):
+            conn = await self.cluster.connection(node)
+            resp = await conn.request(ApiKey.LIST_TRANSACTIONS, {
+                "state_filters": list(states or []),
+                "producer_id_filters": list(producer_ids or []), "duration_filter": -1})
+            errors.raise_for(resp.error_code, f"list the transactions of broker {node}")
+            out.extend(TransactionListing(s.transactional_id, node, s.producer_id,
+                                          s.transaction_state)
+                       for s in resp.transaction_states)
+        return sorted(out, key=lambda t: t.transactional_id)
+
+    async def describe_transaction(self, transactional_id: str) -> TransactionDescription:
+        """The state of a transactional id, from its transaction coordinator."""
+        node = await self.cluster.find_coordinator(transactional_id, 1)
+        conn = await self.cluster.connection(node)
+        resp = await conn.request(ApiKey.DESCRIBE_TRANSACTIONS,
+                                  {"transactional_ids": [transactional_id]})
+        s = resp.transaction_states[0]
+        errors.raise_for(s.error_code, f"describe transactional id '{transactional_id}'")
+        return TransactionDescription(
+            s.transactional_id, node, s.producer_id, s.producer_epoch, s.transaction_state,
+            s.transaction_timeout_ms, s.transaction_start_time_ms,
+            sorted(TopicPartition(t.topic, p) for t in s.topics for p in t.partitions))
+
     # -- groups -----------------------------------------------------------------------
 
     async def find_coordinator(self, group_id: str) -> int:
-        async def attempt():
-            conn = await self.cluster.bootstrap_connection()
-            resp = await conn.request(ApiKey.FIND_COORDINATOR, {"key": group_id, "key_type": 0})
-            errors.raise_for(resp.error_code, f"find coordinator of group '{group_id}'",
-                             getattr(resp, "error_message", None))
-            return resp.node_id
-
-        node = await self.cluster.retry(attempt, what="FindCoordinator")
-        if node not in self.cluster.brokers:
-            await self.cluster.refresh_metadata([])
-        return node
+        return await self.cluster.find_coordinator(group_id, 0)
 
     async def list_groups(self, states: list[str] | None = None) -> list[ListedGroup]:
         """Every group over every broker, sorted by group id. With states (even empty),

@@ -291,6 +291,24 @@ class Cluster:
                     except errors.FastlogError:
                         pass  # the next attempt reports the real problem
 
+    async def find_coordinator(self, key: str, key_type: int = 0) -> int:
+        """The node id of the coordinator of a group (key_type 0) or a transactional id
+        (1), as FindCoordinator answers it (retried while it is not available)."""
+        what = "group" if key_type == 0 else "transactional id"
+
+        async def attempt():
+            conn = await self.bootstrap_connection()
+            resp = await conn.request(ApiKey.FIND_COORDINATOR, {"key": key,
+                                                               "key_type": key_type})
+            errors.raise_for(resp.error_code, f"find coordinator of {what} '{key}'",
+                             getattr(resp, "error_message", None))
+            return resp.node_id
+
+        node = await self.retry(attempt, what="FindCoordinator")
+        if node not in self.brokers:
+            await self.refresh_metadata([])
+        return node
+
     async def close(self) -> None:
         self._closed = True
         conns = list(self._conns.values())

@@ -12,6 +12,18 @@
 # Idempotence (enable_idempotence=True): one InitProducerId at start, then per partition a
 # sequence counter starting at 0 that each built batch advances by its record count.
 #
+# Transactions (transactional_id=...; idempotent, acks=all): start() finds the id's
+# transaction coordinator (FindCoordinator key type 1) and gets the producer id and epoch
+# from it (InitProducerId, retried while an older transaction of the id is aborted);
+# begin_transaction() opens a transaction locally; the sender adds each partition to it
+# (AddPartitionsToTxn) before the first batch for that partition goes out, batches are
+# marked transactional and Produce carries the id; send_offsets_to_transaction() adds the
+# group (AddOffsetsToTxn) and commits the offsets through the group's coordinator
+# (TxnOffsetCommit); commit_transaction() flushes and ends it (EndTxn), and
+# abort_transaction() ends it the other way. A fenced producer (PRODUCER_FENCED,
+# INVALID_PRODUCER_EPOCH: another producer took the id) is unusable from then on; a
+# failed send only makes the transaction abortable.
+#
 # Use from the event loop that created the producer; sync.SyncProducer wraps it for
 # threads.
 
@@ -31,6 +43,7 @@ from fastlog.client.partitioner import StickyPartitioner, partition_for_key
 from fastlog.client.versions import ApiKey
 
 COMPRESSION = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+_FENCED = frozenset((errors.PRODUCER_FENCED, errors.INVALID_PRODUCER_EPOCH))
 # Bytes a record adds beyond key and value inside a batch (length, attributes, deltas,
 # header count varints): used only to decide when a batch is full.
 _RECORD_OVERHEAD = 12
@@ -131,7 +144,8 @@ class Producer:
                  delivery_timeout_ms: int = 120000, max_buffered_bytes: int = 64 << 20,
                  allow_auto_create_topics: bool = True, cluster: Cluster | None = None,
                  security=None,
-                 on_delivery_error=None):
+                 on_delivery_error=None, transactional_id: str | None = None,
+                 transaction_timeout_ms: int = 60000):
         if acks in ("all", -1, "-1"):
             acks = -1
         try:
@@ -140,8 +154,17 @@ class Producer:
             acks = 99
         if acks not in (-1, 0, 1):
             raise errors.FastlogError("acks must be 0, 1 or all")
+        if transactional_id is not None and acks != -1:
+            raise errors.FastlogError("a transactional producer needs acks=all")
+        enable_idempotence = enable_idempotence or transactional_id is not None
         if enable_idempotence and acks != -1:
             raise errors.FastlogError("an idempotent producer needs acks=all")
+        self.transactional_id = transactional_id
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self._in_txn = False
+        self._txn_partitions: set[TopicPartition] = set()   # added to the open transaction
+        self._txn_groups: set[str] = set()
+        self._txn_error: Exception | None = None   # a send failed: only abort may follow
         self.acks = acks
         self.compression = compression_code(compression)
         self.linger = max(0.0, linger_ms / 1000.0)
@@ -195,7 +218,13 @@ class Producer:
         self._wake = asyncio.Event()
         self._space = asyncio.Event()
         await self.cluster.refresh_metadata([])
-        if self.idempotent:
+        if self.transactional_id is not None:
+            resp = await self._txn_request(ApiKey.INIT_PRODUCER_ID, {
+                "transactional_id": self.transactional_id,
+                "transaction_timeout_ms": self.transaction_timeout_ms,
+                "producer_id": -1, "producer_epoch": -1}, "InitProducerId")
+            self.producer_id, self.producer_epoch = resp.producer_id, resp.producer_epoch
+        elif self.idempotent:
             await self._init_producer_id()
         self._sender = asyncio.get_running_loop().create_task(self._send_loop())
         self._started = True
@@ -219,6 +248,9 @@ class Producer:
         """Queue one record; the returned handle resolves when the broker acknowledged it."""
         if self._closed or self._fatal is not None or not self._started:
             await self._check_usable()
+        if self.transactional_id is not None and not self._in_txn:
+            raise errors.FastlogError("a transactional producer sends inside a transaction: "
+                                      "call begin_transaction() first")
         tps = self._topic_partitions.get(topic)
         if tps is None or time.monotonic() > tps[0]:
             tps = await self._load_topic(topic)
@@ -310,6 +342,9 @@ class Producer:
         batch. Returns a future of the batch's base offset (-1 with acks=0).
         """
         await self._check_usable()
+        if self.transactional_id is not None and not self._in_txn:
+            raise errors.FastlogError("a transactional producer sends inside a transaction: "
+                                      "call begin_transaction() first")
         tps = self._topic_partitions.get(topic)
         if tps is None or time.monotonic() > tps[0]:
             tps = await self._load_topic(topic)
@@ -347,7 +382,8 @@ class Producer:
             state.next_sequence = (state.next_sequence + batch.count) & 0x7FFFFFFF
         try:
             batch.data = build_batch(batch.records, self.compression, self.producer_id,
-                                     self.producer_epoch, batch.base_sequence)
+                                     self.producer_epoch, batch.base_sequence,
+                                     self.transactional_id is not None)
         except Exception as exc:  # noqa: BLE001 - e.g. a codec library missing: fail these records
             batch.data = None
             failure = errors.FastlogError(f"cannot build a record batch: {exc}")
@@ -411,6 +447,9 @@ class Producer:
                 self._dispatching.append(batch)
                 by_node[leader].append((taken, batch))
                 taken += 1
+        if self.transactional_id is not None and by_node and \
+                not await self._add_to_transaction(by_node):
+            return
         for node, rounds in by_node.items():
             # The k-th batch of every partition goes in the k-th request (stable sort).
             rounds.sort(key=lambda item: item[0])
@@ -450,7 +489,8 @@ class Producer:
             topics[b.tp.topic].append({"index": b.tp.partition, "records": b.data})
             b.attempts += 1
         request = {
-            "transactional_id": None, "acks": self.acks, "timeout_ms": self.request_timeout_ms,
+            "transactional_id": self.transactional_id, "acks": self.acks,
+            "timeout_ms": self.request_timeout_ms,
             "topic_data": [{"name": t, "partition_data": parts} for t, parts in topics.items()],
         }
         try:
@@ -521,6 +561,8 @@ class Producer:
         return isinstance(exc, errors.BrokerUnavailable | errors.ClientTimeout)
 
     def _fail_batch(self, batch: _Batch, exc: Exception) -> None:
+        if self._in_txn and self._txn_error is None:
+            self._txn_error = exc
         self._buffered -= batch.size
         if not batch.future.done():
             batch.future.set_exception(exc)
@@ -539,6 +581,144 @@ class Producer:
         for b in self._dispatching:
             self._fail_batch(b, exc)
         self._dispatching.clear()
+
+    # -- transactions -----------------------------------------------------------------
+
+    async def begin_transaction(self) -> None:
+        await self._check_usable()
+        if self.transactional_id is None:
+            raise errors.FastlogError("begin_transaction() needs a transactional_id")
+        if self._in_txn:
+            raise errors.FastlogError("a transaction is already open")
+        self._in_txn = True
+        self._txn_error = None
+        self._txn_partitions.clear()
+        self._txn_groups.clear()
+
+    async def send_offsets_to_transaction(self, offsets: dict[TopicPartition, int],
+                                          group_id: str) -> None:
+        """Commit a consumer group's offsets as part of the open transaction: visible to
+        the group only if the transaction commits."""
+        self._check_txn_open()
+        if group_id not in self._txn_groups:
+            await self._txn_request(ApiKey.ADD_OFFSETS_TO_TXN, {
+                "transactional_id": self.transactional_id, "producer_id": self.producer_id,
+                "producer_epoch": self.producer_epoch, "group_id": group_id},
+                "AddOffsetsToTxn")
+            self._txn_groups.add(group_id)
+        topics: dict[str, list] = collections.defaultdict(list)
+        for tp, offset in offsets.items():
+            topics[tp.topic].append({"partition_index": tp.partition,
+                                     "committed_offset": offset,
+                                     "committed_leader_epoch": -1, "committed_metadata": ""})
+        body = {"transactional_id": self.transactional_id, "group_id": group_id,
+                "producer_id": self.producer_id, "producer_epoch": self.producer_epoch,
+                "generation_id": -1, "member_id": "", "group_instance_id": None,
+                "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
+
+        async def attempt():
+            conn = await self.cluster.connection(
+                await self.cluster.find_coordinator(group_id, 0))
+            resp = await conn.request(ApiKey.TXN_OFFSET_COMMIT, body)
+            for t in resp.topics:
+                for p in t.partitions:
+                    self._raise_txn(p.error_code, f"TxnOffsetCommit of {t.name}-"
+                                                  f"{p.partition_index}")
+        await self.cluster.retry(attempt, what="TxnOffsetCommit")
+
+    async def commit_transaction(self) -> None:
+        """Send everything of the transaction, then commit it. Raises (and leaves the
+        transaction open for abort_transaction()) when a record of it failed."""
+        self._check_txn_open()
+        try:
+            await self.flush()
+        except errors.FastlogError as exc:
+            self._txn_error = self._txn_error or exc
+        if self._txn_error is not None:
+            raise errors.FastlogError(
+                f"the transaction cannot commit, abort it: {self._txn_error}")
+        await self._end_transaction(True)
+
+    async def abort_transaction(self) -> None:
+        """End the open transaction without its records and offsets (records already
+        written stay in the log, skipped by read_committed consumers)."""
+        self._check_txn_open()
+        try:
+            await self.flush()
+        except errors.FastlogError:
+            pass   # aborted anyway
+        await self._end_transaction(False)
+
+    async def _end_transaction(self, commit: bool) -> None:
+        if self._txn_partitions or self._txn_groups:   # else the coordinator has nothing
+            await self._txn_request(ApiKey.END_TXN, {
+                "transactional_id": self.transactional_id, "producer_id": self.producer_id,
+                "producer_epoch": self.producer_epoch, "committed": commit}, "EndTxn")
+        self._in_txn = False
+        self._txn_error = None
+        self._txn_partitions.clear()
+        self._txn_groups.clear()
+
+    def _check_txn_open(self) -> None:
+        if self._fatal is not None:
+            raise self._fatal
+        if self.transactional_id is None or not self._in_txn:
+            raise errors.FastlogError("no transaction is open: call begin_transaction() first")
+
+    def _raise_txn(self, code: int, context: str) -> None:
+        """Raise for an error code of a transaction API; fencing makes the producer
+        unusable (another producer of the same transactional id took over)."""
+        if code in _FENCED:
+            self._fatal = errors.KafkaError(code, f"{context}: the producer was fenced")
+            raise self._fatal
+        errors.raise_for(code, context)
+
+    async def _txn_request(self, api: int, body: dict, what: str):
+        """One request to the transaction coordinator, retried (with a fresh coordinator
+        after NOT_COORDINATOR) while the answer is retriable (CONCURRENT_TRANSACTIONS,
+        COORDINATOR_LOAD_IN_PROGRESS, ...)."""
+        async def attempt():
+            node = await self.cluster.find_coordinator(self.transactional_id, 1)
+            resp = await (await self.cluster.connection(node)).request(api, body)
+            self._raise_txn(resp.error_code, what)
+            return resp
+        return await self.cluster.retry(attempt, what=what)
+
+    async def _add_to_transaction(self, by_node) -> bool:
+        """AddPartitionsToTxn for the partitions of these batches not yet in the
+        transaction; False (the batches failed) when that was refused."""
+        new = {b.tp for rounds in by_node.values() for _, b in rounds} - self._txn_partitions
+        if not new:
+            return True
+        topics: dict[str, list[int]] = collections.defaultdict(list)
+        for tp in new:
+            topics[tp.topic].append(tp.partition)
+        body = {"v3_and_below_transactional_id": self.transactional_id,
+                "v3_and_below_producer_id": self.producer_id,
+                "v3_and_below_producer_epoch": self.producer_epoch,
+                "v3_and_below_topics": [{"name": t, "partitions": ps}
+                                        for t, ps in topics.items()]}
+
+        async def attempt():
+            node = await self.cluster.find_coordinator(self.transactional_id, 1)
+            resp = await (await self.cluster.connection(node)).request(
+                ApiKey.ADD_PARTITIONS_TO_TXN, body)
+            for t in resp.results_by_topic_v3_and_below:
+                for r in t.results_by_partition:
+                    if r.partition_error_code != errors.OPERATION_NOT_ATTEMPTED:
+                        self._raise_txn(r.partition_error_code,
+                                        f"AddPartitionsToTxn of {t.name}-{r.partition_index}")
+        try:
+            await self.cluster.retry(attempt, what="AddPartitionsToTxn")
+        except errors.FastlogError as exc:
+            for rounds in by_node.values():
+                for _, b in rounds:
+                    self._dispatching.remove(b)
+                    self._partitions[b.tp].in_flight -= 1
+                    self._fail_batch(b, exc)
+            return False
+        self._txn_partitions.update(new)
+        return True
 
     # -- flushing and closing ---------------------------------------------------------
 
@@ -596,10 +776,11 @@ class Producer:
 
 
 def build_batch(records, compression: int, producer_id: int = -1, producer_epoch: int = -1,
-                base_sequence: int = -1) -> bytes:
+                base_sequence: int = -1, is_transactional: bool = False) -> bytes:
     """One v2 record batch (base offset 0) from [(timestamp_ms, key, value, headers)].
 
     A single compiled call encodes every record, compresses and computes the CRC.
     """
     return _codec.build_batch(records, compression=compression, producer_id=producer_id,
-                              producer_epoch=producer_epoch, base_sequence=base_sequence)
+                              producer_epoch=producer_epoch, base_sequence=base_sequence,
+                              is_transactional=is_transactional)

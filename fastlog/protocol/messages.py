@@ -184,15 +184,16 @@ OFFSET_COMMIT_RESPONSE = Message(8, 'response', 'OffsetCommit', valid=(1, 7), fl
     )),
 ))
 
-OFFSET_FETCH_REQUEST = Message(9, 'request', 'OffsetFetch', valid=(1, 5), flexible=6, fields=(
+OFFSET_FETCH_REQUEST = Message(9, 'request', 'OffsetFetch', valid=(1, 7), flexible=6, fields=(
     F('group_id', 'string', '1+'),
     F('topics', '[]OffsetFetchRequestTopic', '1+', nullable='2+', fields=(
         F('name', 'string', '1+'),
         F('partition_indexes', '[]int32', '1+'),
     )),
+    F('require_stable', 'bool', '7+', default=False),
 ))
 
-OFFSET_FETCH_RESPONSE = Message(9, 'response', 'OffsetFetch', valid=(1, 5), flexible=6, fields=(
+OFFSET_FETCH_RESPONSE = Message(9, 'response', 'OffsetFetch', valid=(1, 7), flexible=6, fields=(
     F('throttle_time_ms', 'int32', '3+'),
     F('topics', '[]OffsetFetchResponseTopic', '1+', fields=(
         F('name', 'string', '1+'),
@@ -790,6 +791,81 @@ LIST_PARTITION_REASSIGNMENTS_RESPONSE = Message(46, 'response', 'ListPartitionRe
     )),
 ))
 
+ADD_PARTITIONS_TO_TXN_REQUEST = Message(24, 'request', 'AddPartitionsToTxn', valid=(0, 3), flexible=3, fields=(
+    F('v3_and_below_transactional_id', 'string', '0+'),
+    F('v3_and_below_producer_id', 'int64', '0+'),
+    F('v3_and_below_producer_epoch', 'int16', '0+'),
+    F('v3_and_below_topics', '[]AddPartitionsToTxnTopic', '0+', fields=(
+        F('name', 'string', '0+'),
+        F('partitions', '[]int32', '0+'),
+    )),
+))
+
+ADD_PARTITIONS_TO_TXN_RESPONSE = Message(24, 'response', 'AddPartitionsToTxn', valid=(0, 3), flexible=3, fields=(
+    F('throttle_time_ms', 'int32', '0+'),
+    F('results_by_topic_v3_and_below', '[]AddPartitionsToTxnTopicResult', '0+', fields=(
+        F('name', 'string', '0+'),
+        F('results_by_partition', '[]AddPartitionsToTxnPartitionResult', '0+', fields=(
+            F('partition_index', 'int32', '0+'),
+            F('partition_error_code', 'int16', '0+'),
+        )),
+    )),
+))
+
+ADD_OFFSETS_TO_TXN_REQUEST = Message(25, 'request', 'AddOffsetsToTxn', valid=(0, 3), flexible=3, fields=(
+    F('transactional_id', 'string', '0+'),
+    F('producer_id', 'int64', '0+'),
+    F('producer_epoch', 'int16', '0+'),
+    F('group_id', 'string', '0+'),
+))
+
+ADD_OFFSETS_TO_TXN_RESPONSE = Message(25, 'response', 'AddOffsetsToTxn', valid=(0, 3), flexible=3, fields=(
+    F('throttle_time_ms', 'int32', '0+'),
+    F('error_code', 'int16', '0+'),
+))
+
+END_TXN_REQUEST = Message(26, 'request', 'EndTxn', valid=(0, 3), flexible=3, fields=(
+    F('transactional_id', 'string', '0+'),
+    F('producer_id', 'int64', '0+'),
+    F('producer_epoch', 'int16', '0+'),
+    F('committed', 'bool', '0+'),
+))
+
+END_TXN_RESPONSE = Message(26, 'response', 'EndTxn', valid=(0, 3), flexible=3, fields=(
+    F('throttle_time_ms', 'int32', '0+'),
+    F('error_code', 'int16', '0+'),
+))
+
+TXN_OFFSET_COMMIT_REQUEST = Message(28, 'request', 'TxnOffsetCommit', valid=(0, 3), flexible=3, fields=(
+    F('transactional_id', 'string', '0+'),
+    F('group_id', 'string', '0+'),
+    F('producer_id', 'int64', '0+'),
+    F('producer_epoch', 'int16', '0+'),
+    F('generation_id', 'int32', '3+', default=-1),
+    F('member_id', 'string', '3+', default=''),
+    F('group_instance_id', 'string', '3+', nullable='3+', default=None),
+    F('topics', '[]TxnOffsetCommitRequestTopic', '0+', fields=(
+        F('name', 'string', '0+'),
+        F('partitions', '[]TxnOffsetCommitRequestPartition', '0+', fields=(
+            F('partition_index', 'int32', '0+'),
+            F('committed_offset', 'int64', '0+'),
+            F('committed_leader_epoch', 'int32', '2+', default=-1),
+            F('committed_metadata', 'string', '0+', nullable='0+'),
+        )),
+    )),
+))
+
+TXN_OFFSET_COMMIT_RESPONSE = Message(28, 'response', 'TxnOffsetCommit', valid=(0, 3), flexible=3, fields=(
+    F('throttle_time_ms', 'int32', '0+'),
+    F('topics', '[]TxnOffsetCommitResponseTopic', '0+', fields=(
+        F('name', 'string', '0+'),
+        F('partitions', '[]TxnOffsetCommitResponsePartition', '0+', fields=(
+            F('partition_index', 'int32', '0+'),
+            F('error_code', 'int16', '0+'),
+        )),
+    )),
+))
+
 WRITE_TXN_MARKERS_REQUEST = Message(27, 'request', 'WriteTxnMarkers', valid=(0, 1), flexible=1, fields=(
     F('markers', '[]WritableTxnMarker', '0+', fields=(
         F('producer_id', 'int64', '0+'),
@@ -813,6 +889,44 @@ WRITE_TXN_MARKERS_RESPONSE = Message(27, 'response', 'WriteTxnMarkers', valid=(0
                 F('error_code', 'int16', '0+'),
             )),
         )),
+    )),
+))
+
+DESCRIBE_TRANSACTIONS_REQUEST = Message(65, 'request', 'DescribeTransactions', valid=(0, 0), flexible=0, fields=(
+    F('transactional_ids', '[]string', '0+'),
+))
+
+DESCRIBE_TRANSACTIONS_RESPONSE = Message(65, 'response', 'DescribeTransactions', valid=(0, 0), flexible=0, fields=(
+    F('throttle_time_ms', 'int32', '0+'),
+    F('transaction_states', '[]TransactionState', '0+', fields=(
+        F('error_code', 'int16', '0+'),
+        F('transactional_id', 'string', '0+'),
+        F('transaction_state', 'string', '0+'),
+        F('transaction_timeout_ms', 'int32', '0+'),
+        F('transaction_start_time_ms', 'int64', '0+'),
+        F('producer_id', 'int64', '0+'),
+        F('producer_epoch', 'int16', '0+'),
+        F('topics', '[]TopicData', '0+', fields=(
+            F('topic', 'string', '0+'),
+            F('partitions', '[]int32', '0+'),
+        )),
+    )),
+))
+
+LIST_TRANSACTIONS_REQUEST = Message(66, 'request', 'ListTransactions', valid=(0, 1), flexible=0, fields=(
+    F('state_filters', '[]string', '0+'),
+    F('producer_id_filters', '[]int64', '0+'),
+    F('duration_filter', 'int64', '1+', default=-1),
+))
+
+LIST_TRANSACTIONS_RESPONSE = Message(66, 'response', 'ListTransactions', valid=(0, 1), flexible=0, fields=(
+    F('throttle_time_ms', 'int32', '0+'),
+    F('error_code', 'int16', '0+'),
+    F('unknown_state_filters', '[]string', '0+'),
+    F('transaction_states', '[]TransactionState', '0+', fields=(
+        F('transactional_id', 'string', '0+'),
+        F('producer_id', 'int64', '0+'),
+        F('transaction_state', 'string', '0+'),
     )),
 ))
 
@@ -1057,8 +1171,20 @@ ALL = (
     ALTER_PARTITION_REASSIGNMENTS_RESPONSE,
     LIST_PARTITION_REASSIGNMENTS_REQUEST,
     LIST_PARTITION_REASSIGNMENTS_RESPONSE,
+    ADD_PARTITIONS_TO_TXN_REQUEST,
+    ADD_PARTITIONS_TO_TXN_RESPONSE,
+    ADD_OFFSETS_TO_TXN_REQUEST,
+    ADD_OFFSETS_TO_TXN_RESPONSE,
+    END_TXN_REQUEST,
+    END_TXN_RESPONSE,
+    TXN_OFFSET_COMMIT_REQUEST,
+    TXN_OFFSET_COMMIT_RESPONSE,
     WRITE_TXN_MARKERS_REQUEST,
     WRITE_TXN_MARKERS_RESPONSE,
+    DESCRIBE_TRANSACTIONS_REQUEST,
+    DESCRIBE_TRANSACTIONS_RESPONSE,
+    LIST_TRANSACTIONS_REQUEST,
+    LIST_TRANSACTIONS_RESPONSE,
     DESCRIBE_PRODUCERS_REQUEST,
     DESCRIBE_PRODUCERS_RESPONSE,
     DESCRIBE_CLUSTER_REQUEST,

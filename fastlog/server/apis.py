@@ -122,6 +122,8 @@ from fastlog.server.dynamic_config import (
 from fastlog.server.group import GROUP_HANDLERS
 from fastlog.server.replica_manager import PartitionResult, is_transactional_records
 from fastlog.server.request_metrics import response_size
+from fastlog.server.txn import TXN_HANDLERS, handle_init_transactional_producer
+from fastlog.server.txn.markers import complete_group_offsets
 
 log = logging.getLogger("fastlog.server.apis")
 
@@ -333,6 +335,8 @@ class KafkaApis:
         }
         # ---- group coordinator hook (issue 5): its handlers use the same contract.
         self.handlers.update(GROUP_HANDLERS)
+        # ---- transaction coordinator hook (issue 20).
+        self.handlers.update(TXN_HANDLERS)
 
     # ------------------------------------------------------------------ dispatch
     async def handle(self, conn, frame):
@@ -1630,8 +1634,7 @@ class KafkaApis:
     # ------------------------------------------------------------------ InitProducerId
     async def handle_init_producer_id(self, ctx, request):
         if request.transactional_id is not None:
-            return {"throttle_time_ms": 0, "error_code": Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                    "producer_id": -1, "producer_epoch": -1}
+            return await handle_init_transactional_producer(ctx, request)
         # KIP-679: an idempotent producer needs IdempotentWrite on the cluster or Write
         # on some topic.
         if not (authorize_cluster(ctx, IDEMPOTENT_WRITE, log_denied=False)
@@ -1680,6 +1683,10 @@ class KafkaApis:
         out = []
         for m, errors, done in zip(request.markers, refused, written, strict=True):
             errors.update(done)
+            # A marker on __consumer_offsets ends the producer's pending offsets there.
+            complete_group_offsets(self.broker, m.producer_id,
+                                   [tp for tp, e in done.items() if e == Errors.NONE],
+                                   m.transaction_result)
             topics = []
             for t in m.topics:
                 topics.append({"name": t.name, "partitions": [

@@ -76,6 +76,7 @@ from fastlog.server.producer_state import ProducerIdManager
 from fastlog.server.replica_manager import Partition, ReplicaManager
 from fastlog.server.request_metrics import RequestMetrics
 from fastlog.server.topic_stats import BrokerTopicStats
+from fastlog.server.txn import TXN_STATE_TOPIC, TransactionCoordinator
 
 log = logging.getLogger("fastlog.server.broker")
 
@@ -158,6 +159,7 @@ class BrokerServer:
         self.replica_manager: ReplicaManager | None = None
         self.producer_id_manager: ProducerIdManager | None = None
         self.group_coordinator = None
+        self.txn_coordinator = None
         self.apis: KafkaApis | None = None
         self.listener_security = {}   # listener name -> authenticator.ListenerSecurity
         # fastlog.security.authorizer.AclAuthorizer when authorizer.class.name is set
@@ -248,6 +250,9 @@ class BrokerServer:
         # ---- group coordinator hook (issue 5): groups and committed offsets.
         self.group_coordinator = GroupCoordinator(self)
         await self.group_coordinator.startup()
+        # ---- transaction coordinator hook (issue 20): transactional ids.
+        self.txn_coordinator = TransactionCoordinator(self)
+        await self.txn_coordinator.startup()
         self.listener_security = build_listener_security(self.config, self.metadata)
         try:
             self.authorizer = await _off_loop(
@@ -745,6 +750,8 @@ class BrokerServer:
         await self._stop_servers()
         if self.leadership is not None:
             self.leadership.stop()
+        if self.txn_coordinator is not None:
+            await self.txn_coordinator.shutdown()
         if self.group_coordinator is not None:
             await self.group_coordinator.shutdown()
         if self.replica_manager is not None:
@@ -885,7 +892,8 @@ class BrokerServer:
 
     async def create_internal_topic(self, name: str, partitions: int,
                                     configs: dict[str, str]) -> TopicState:
-        """For the group coordinator (__consumer_offsets): create once, open, return."""
+        """For the coordinators (__consumer_offsets, __transaction_state): create once,
+        open, return."""
         state = self.metadata.topic(name)
         if state is not None:
             return state
@@ -900,9 +908,10 @@ class BrokerServer:
             raise BrokerStartupError(f"cannot create {name}: {e.message}") from None
 
     async def ensure_internal_topic(self, name: str) -> TopicState | None:
-        """Cluster mode: create an internal topic the group coordinator asked for, with
-        offsets.topic.replication.factor replicas; None while fewer brokers are live (Kafka
-        answers COORDINATOR_NOT_AVAILABLE then)."""
+        """Cluster mode: create an internal topic a coordinator asked for, with
+        offsets.topic.replication.factor (transaction.state.log.replication.factor for
+        __transaction_state) replicas; None while fewer brokers are live (Kafka answers
+        COORDINATOR_NOT_AVAILABLE then)."""
         state = self.metadata.topic(name)
         if state is not None or name not in self._internal_topic_specs:
             return state
@@ -911,11 +920,13 @@ class BrokerServer:
             if state is not None:
                 return state
             partitions, configs = self._internal_topic_specs[name]
-            rf = int(self.config["offsets.topic.replication.factor"])
+            rf_key = ("transaction.state.log.replication.factor" if name == TXN_STATE_TOPIC
+                      else "offsets.topic.replication.factor")
+            rf = int(self.config[rf_key])
             live = len(self.live_brokers())
             if live < rf:
-                log.info("not creating %s yet: %d live broker(s), "
-                         "offsets.topic.replication.factor is %d", name, live, rf)
+                log.info("not creating %s yet: %d live broker(s), %s is %d", name, live,
+                         rf_key, rf)
                 return None
             try:
                 return await self.create_topic(name, partitions, rf, configs, internal=True)
@@ -1091,8 +1102,9 @@ class BrokerServer:
 
 class _ReplicaRoles:
     """The LeadershipTracker's handler (fastlog.zk.leadership.ReplicaRoleHandler): recorded
-    leadership -> ReplicaManager roles, and __consumer_offsets leadership -> the group
-    coordinator's elections. Runs on the broker loop."""
+    leadership -> ReplicaManager roles, and __consumer_offsets (__transaction_state)
+    leadership -> the group (transaction) coordinator's elections. Runs on the broker
+    loop."""
 
     def __init__(self, broker: BrokerServer):
         self.broker = broker
@@ -1103,11 +1115,15 @@ class _ReplicaRoles:
                                         list(state.replicas), state.partition_epoch)
         if topic == GROUP_METADATA_TOPIC and b.group_coordinator is not None:
             b.group_coordinator.on_elected(partition)
+        if topic == TXN_STATE_TOPIC and b.txn_coordinator is not None:
+            b.txn_coordinator.on_elected(partition)
 
     def become_follower(self, topic: str, partition: int, state: PartitionState) -> None:
         b = self.broker
         if topic == GROUP_METADATA_TOPIC and b.group_coordinator is not None:
             b.group_coordinator.on_resigned(partition)
+        if topic == TXN_STATE_TOPIC and b.txn_coordinator is not None:
+            b.txn_coordinator.on_resigned(partition)
         b.replica_manager.become_follower(topic, partition, state.leader, state.leader_epoch,
                                           list(state.replicas))
 
@@ -1115,6 +1131,8 @@ class _ReplicaRoles:
         b = self.broker
         if topic == GROUP_METADATA_TOPIC and b.group_coordinator is not None:
             b.group_coordinator.on_resigned(partition)
+        if topic == TXN_STATE_TOPIC and b.txn_coordinator is not None:
+            b.txn_coordinator.on_resigned(partition)
         b.replica_manager.stop_replica(topic, partition, delete)
         if delete:
             b._log_configs.pop(topic, None)

@@ -480,10 +480,15 @@ _KEYS: list[ConfigKey] = [
     ConfigKey("unclean.leader.election.enable", "boolean", False),
     ConfigKey("fetch.max.bytes", "int", 57671680, "Largest Fetch response.", _at_least(0)),
     ConfigKey("producer.id.expiration.ms", "int", 86400000, check=_at_least(1)),
-    ConfigKey("transactional.id.expiration.ms", "int", 604800000, inert=True),
-    ConfigKey("transaction.state.log.num.partitions", "int", 50, inert=True),
-    ConfigKey("transaction.state.log.replication.factor", "short", 3, inert=True),
-    ConfigKey("transaction.state.log.min.isr", "int", 2, inert=True),
+    # transactions (fastlog/server/txn/coordinator.py reads these)
+    ConfigKey("transactional.id.expiration.ms", "int", 604800000, "A transactional id idle this long is forgotten.", _at_least(1)),
+    ConfigKey("transaction.max.timeout.ms", "int", 900000, "Longest transaction.timeout.ms a producer may ask for.", _at_least(1)),
+    ConfigKey("transaction.state.log.num.partitions", "int", 50, "Partitions of __transaction_state.", _at_least(1)),
+    ConfigKey("transaction.state.log.replication.factor", "short", 3, "Replication factor of __transaction_state.", _at_least(1)),
+    ConfigKey("transaction.state.log.min.isr", "int", 2, "min.insync.replicas of __transaction_state.", _at_least(1)),
+    ConfigKey("transaction.state.log.segment.bytes", "int", 104857600, check=_at_least(1)),
+    ConfigKey("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000, "How often transactions past their timeout are aborted.", _at_least(1)),
+    ConfigKey("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000, "How often expired transactional ids are removed.", _at_least(1)),
     # replication (cluster mode; fastlog/server/replica_manager.py, replica_fetcher.py)
     ConfigKey("replica.lag.time.max.ms", "long", 30000, "A follower not caught up for this long leaves the ISR.", _at_least(1)),
     ConfigKey("replica.fetch.max.bytes", "int", 1048576, "Bytes a follower asks for per partition.", _at_least(1)),
@@ -756,6 +761,14 @@ class KafkaConfig:
                 "segment.bytes": self.values["offsets.topic.segment.bytes"]})
         except LogConfigError as e:
             raise ConfigError(self._server_key_message(e, "offsets.topic.segment.bytes")) from None
+        try:
+            # __transaction_state: what the transaction coordinator creates it with.
+            LogConfig.from_props(defaults, {
+                "cleanup.policy": "compact",
+                "segment.bytes": self.values["transaction.state.log.segment.bytes"]})
+        except LogConfigError as e:
+            raise ConfigError(self._server_key_message(
+                e, "transaction.state.log.segment.bytes")) from None
 
     def _server_key_message(self, error, server_key: str | None = None) -> str:
         """A LogConfigError about a topic key, told with the broker key the user set."""

@@ -2,7 +2,8 @@
 authenticated over SASL_PLAINTEXT (PLAIN): a matrix of APIs (CreateTopics, DeleteTopics,
 OffsetCommit and OffsetDelete among them) x {no ACL, allow literal,
 allow prefixed, deny over allow, wildcard principal, super user} answered with Kafka's
-error codes over raw wire requests; confluent-kafka producing, consuming in a group (which
+error codes over raw wire requests (topics, groups and transactional ids); the transaction
+APIs' topic and group checks; confluent-kafka producing, consuming in a group (which
 needs both group and topic Read) and managing ACLs; Metadata filtering and
 authorized_operations; a client claiming to be a replica refused; the ACL, broker-config
 and partition-reassignment APIs refused without Alter/Describe on the cluster; ACLs of the
@@ -232,9 +233,25 @@ def _offset_delete(w, group, topic=READABLE_TOPIC):
     return r.topics[0].partitions[0].error_code
 
 
+def _init_txn_producer(w, txn_id):
+    return call(w, ApiKey.INIT_PRODUCER_ID, 4, {
+        "transactional_id": txn_id, "transaction_timeout_ms": 60000, "producer_id": -1,
+        "producer_epoch": -1}).error_code
+
+
+def _find_txn_coordinator(w, txn_id):
+    return call(w, ApiKey.FIND_COORDINATOR, 2, {"key": txn_id, "key_type": 1}).error_code
+
+
+def _describe_txn(w, txn_id):
+    r = call(w, ApiKey.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [txn_id]})
+    return r.transaction_states[0].error_code
+
+
 # api -> (request, resource type, operation, the refusal, what an allowed request answers)
 TOPIC_DENIED = Errors.TOPIC_AUTHORIZATION_FAILED
 GROUP_DENIED = Errors.GROUP_AUTHORIZATION_FAILED
+TXN_DENIED = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 APIS = {
     "produce": (_produce, "TOPIC", "WRITE", TOPIC_DENIED, (Errors.NONE,)),
     "fetch": (_fetch, "TOPIC", "READ", TOPIC_DENIED, (Errors.NONE,)),
@@ -261,6 +278,12 @@ APIS = {
     # no offsets stored for the group: allowed means the coordinator's own answer
     "offsetdelete": (_offset_delete, "GROUP", "DELETE", GROUP_DENIED,
                      (Errors.GROUP_ID_NOT_FOUND, Errors.NONE)),
+    "inittxn": (_init_txn_producer, "TRANSACTIONAL_ID", "WRITE", TXN_DENIED, (Errors.NONE,)),
+    "findtxn": (_find_txn_coordinator, "TRANSACTIONAL_ID", "DESCRIBE", TXN_DENIED,
+                (Errors.NONE,)),
+    # an id nobody initialized: allowed means the coordinator's own answer
+    "desctxn": (_describe_txn, "TRANSACTIONAL_ID", "DESCRIBE", TXN_DENIED,
+                (Errors.TRANSACTIONAL_ID_NOT_FOUND,)),
 }
 NOT_CREATED = {"createtopics"}
 
@@ -560,6 +583,52 @@ def test_denials_are_logged_with_principal_and_host(authz_broker):
             return
         time.sleep(0.2)
     pytest.fail(f"no denial line in the log:\n{authz_broker.log_tail()}")
+
+
+def test_transaction_apis_check_topic_write_and_group_read(authz_broker):
+    """AddPartitionsToTxn needs Write on each topic (nothing is added when one is refused),
+    AddOffsetsToTxn and TxnOffsetCommit Read on the group, all Write on the id."""
+    import confluent_kafka
+    from confluent_kafka.admin import NewTopic
+    b = authz_broker
+    ok, refused, txn_id, group = "txn-acl-ok", "txn-acl-no", "txn-acl-id", "txn-acl-group"
+    admin = admin_client(b)
+    for f in admin.create_topics([NewTopic(t, 1, 1) for t in (ok, refused)]).values():
+        f.result(TIMEOUT)
+    create_acls(b, [acl("TRANSACTIONAL_ID", txn_id, "User:alice", "WRITE"),
+                    acl("TOPIC", ok, "User:alice", "WRITE")])
+    w = wire_as(b, "alice")
+    try:
+        r = call(w, ApiKey.INIT_PRODUCER_ID, 4, {
+            "transactional_id": txn_id, "transaction_timeout_ms": 60000, "producer_id": -1,
+            "producer_epoch": -1})
+        assert r.error_code == Errors.NONE
+        added = call(w, ApiKey.ADD_PARTITIONS_TO_TXN, 3, {
+            "v3_and_below_transactional_id": txn_id, "v3_and_below_producer_id": r.producer_id,
+            "v3_and_below_producer_epoch": r.producer_epoch, "v3_and_below_topics": [
+                {"name": ok, "partitions": [0]}, {"name": refused, "partitions": [0]}]})
+        assert {t.name: t.results_by_partition[0].partition_error_code
+                for t in added.results_by_topic_v3_and_below} == {
+            ok: Errors.OPERATION_NOT_ATTEMPTED, refused: TOPIC_DENIED}
+        offsets = call(w, ApiKey.ADD_OFFSETS_TO_TXN, 3, {
+            "transactional_id": txn_id, "producer_id": r.producer_id,
+            "producer_epoch": r.producer_epoch, "group_id": group})
+        assert offsets.error_code == GROUP_DENIED
+        commit = call(w, ApiKey.TXN_OFFSET_COMMIT, 3, {
+            "transactional_id": txn_id, "group_id": group, "producer_id": r.producer_id,
+            "producer_epoch": r.producer_epoch, "generation_id": -1, "member_id": "",
+            "group_instance_id": None, "topics": [{"name": ok, "partitions": [
+                {"partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1,
+                 "committed_metadata": ""}]}]})
+        assert commit.topics[0].partitions[0].error_code == GROUP_DENIED
+    finally:
+        w.close()
+    # with those ACLs confluent-kafka's transactional producer commits to the allowed topic
+    p = confluent_kafka.Producer({**client_conf(b, "alice"), "transactional.id": txn_id})
+    p.init_transactions(TIMEOUT)
+    p.begin_transaction()
+    p.produce(ok, b"in a transaction")
+    p.commit_transaction(TIMEOUT)
 
 
 # --------------------------------------------------------------------------- real clients

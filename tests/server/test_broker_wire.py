@@ -326,7 +326,9 @@ def test_init_producer_id_v3_bumps_the_epoch(broker, wire):
     assert (r2.producer_id, r2.producer_epoch) == (r.producer_id, 1)
     r3 = wire.call(ApiKey.INIT_PRODUCER_ID, 1, {"transactional_id": "txn",
                                                 "transaction_timeout_ms": 60000})
-    assert r3.error_code != 0  # no transactions on this broker
+    # a transactional id: the transaction coordinator hands out its own producer id
+    assert r3.error_code == 0 and r3.producer_epoch == 0
+    assert r3.producer_id not in (r.producer_id, -1)
 
 
 def test_timestamps_too_far_in_the_future_are_invalid(broker, wire):

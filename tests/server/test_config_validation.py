@@ -56,6 +56,8 @@ def test_distinct_log_dirs_are_accepted():
     ("log.cleaner.max.compaction.lag.ms=0",
      "log.cleaner.max.compaction.lag.ms must be at least 1, not 0"),
     ("offsets.topic.segment.bytes=1", "offsets.topic.segment.bytes must be at least 14, not 1"),
+    ("transaction.state.log.segment.bytes=1",
+     "transaction.state.log.segment.bytes must be at least 14, not 1"),
 ])
 def test_storage_rules_are_checked_at_parse_time_under_the_broker_key(override, message):
     assert _refused([override]) == message
@@ -71,6 +73,9 @@ def test_storage_rules_are_checked_at_parse_time_under_the_broker_key(override, 
     ("log.cleaner.min.cleanable.ratio=nan", "log.cleaner.min.cleanable.ratio must be in [0, 1]"),
     ("log.cleaner.min.cleanable.ratio=-1", "log.cleaner.min.cleanable.ratio must be in [0, 1]"),
     ("group.initial.rebalance.delay.ms=-1", "group.initial.rebalance.delay.ms must be at least 0"),
+    ("transaction.max.timeout.ms=0", "transaction.max.timeout.ms must be at least 1"),
+    ("transaction.state.log.num.partitions=0",
+     "transaction.state.log.num.partitions must be at least 1"),
 ])
 def test_values_outside_kafkas_ranges_are_refused(override, needle):
     assert needle in _refused([override])

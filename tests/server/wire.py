@@ -1,6 +1,7 @@
 """Raw Kafka-protocol helpers for the broker tests: one framed connection (Wire, from
 fastlog.testing), batch building, and the few requests many tests send (create topic,
-produce, fetch body, InitProducerId, a health check)."""
+produce, fetch body, InitProducerId, a health check, the transaction markers of a
+partition)."""
 
 import time
 
@@ -62,3 +63,16 @@ def fetch_body(topic, offset, max_wait_ms, min_bytes=1, partition=0):
                 "partition": partition, "current_leader_epoch": -1, "fetch_offset": offset,
                 "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
             "forgotten_topics_data": [], "rack_id": ""}
+
+
+def markers(w, topic, partition=0):
+    """"COMMIT" / "ABORT" for each transaction marker of the partition, in log order
+    (a read_uncommitted fetch from offset 0 on this connection's broker)."""
+    body = fetch_body(topic, 0, 0, min_bytes=0, partition=partition)
+    body["isolation_level"] = 0
+    part = w.call(ApiKey.FETCH, 11, body).responses[0].partitions[0]
+    assert part.error_code == Errors.NONE, part.error_code
+    recs = _codec.read_records(bytes(part.records or b""), include_control=True)
+    return ["COMMIT" if _codec.parse_control_record(r)[1] == 1 else "ABORT"
+            for r in recs if r.key is not None and len(r.key) == 4
+            and r.value is not None and len(r.value) == 6]

@@ -6,9 +6,11 @@ the return value a dict that fastlog.protocol encodes for ``ctx.api_version`` (f
 the version lacks are ignored). The handlers only translate between the wire and
 ``ctx.broker.group_coordinator``; every decision is the coordinator's.
 
-FindCoordinator 0-2, JoinGroup 0-5, SyncGroup 0-3, Heartbeat 0-3, LeaveGroup 0-3,
-OffsetCommit 1-7, OffsetFetch 1-5, ListGroups 0-5, DescribeGroups 0-4, DeleteGroups 0-1,
-OffsetDelete 0. With an authorizer, each checks the principal as Kafka does (Read on the
+FindCoordinator 0-2 (key type 1, transactional ids, points at the transaction
+coordinator the same way), JoinGroup 0-5, SyncGroup 0-3, Heartbeat 0-3, LeaveGroup 0-3,
+OffsetCommit 1-7, OffsetFetch 1-7 (v7's require_stable answers UNSTABLE_OFFSET_COMMIT for a
+partition with a transactional commit pending), ListGroups 0-5, DescribeGroups 0-4,
+DeleteGroups 0-1, OffsetDelete 0. With an authorizer, each checks the principal as Kafka does (Read on the
 group to join, commit and fetch offsets, Describe to find its coordinator and describe it,
 Delete to delete it or its offsets; Read on each topic committed, Describe on each topic
 fetched; ListGroups lists the groups the principal may Describe) and answers
@@ -29,6 +31,7 @@ from fastlog.server.authz import (
     OPERATIONS_NOT_ASKED,
     READ,
     TOPIC,
+    TRANSACTIONAL_ID,
     authorize,
     authorize_cluster,
     authorized_operations,
@@ -41,6 +44,17 @@ from .schemas import OffsetAndMetadata
 KEY_TYPE_GROUP = 0
 # ListGroups v5's type of the groups this coordinator runs (Kafka's GroupType.CLASSIC).
 GROUP_TYPE_CLASSIC = "classic"
+_UNSTABLE = object()   # OffsetFetch v7: a partition whose transactional commit is pending
+KEY_TYPE_TRANSACTION = 1
+# FindCoordinator key type -> (the broker's coordinator attribute, its internal topic, the
+# ACL resource type checked with Describe, the refusal and how Kafka words it).
+_COORDINATORS = {
+    KEY_TYPE_GROUP: ("group_coordinator", GROUP_METADATA_TOPIC, GROUP,
+                     Errors.GROUP_AUTHORIZATION_FAILED, "Group authorization failed."),
+    KEY_TYPE_TRANSACTION: ("txn_coordinator", "__transaction_state", TRANSACTIONAL_ID,
+                           Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                           "Transactional Id authorization failed."),
+}
 
 
 def _coordinator(ctx) -> GroupCoordinator | None:
@@ -63,31 +77,33 @@ def _by_topic(pairs: dict[tuple[str, int], Any], make) -> list[dict]:
 
 # ------------------------------------------------------------------ FindCoordinator
 async def handle_find_coordinator(ctx, request):
-    c = _coordinator(ctx)
     broker = ctx.broker
 
     def fail(err: Errors, msg: str):
         return {"throttle_time_ms": 0, "error_code": err, "error_message": msg,
                 "node_id": -1, "host": "", "port": -1}
 
-    if request.key_type != KEY_TYPE_GROUP:
-        return fail(Errors.COORDINATOR_NOT_AVAILABLE, "transactions are not supported")
-    if not authorize(ctx, DESCRIBE, GROUP, request.key):
-        return fail(Errors.GROUP_AUTHORIZATION_FAILED, "Group authorization failed.")
+    kind = _COORDINATORS.get(request.key_type)
+    if kind is None:
+        return fail(Errors.INVALID_REQUEST, f"unknown key type {request.key_type}")
+    attr, topic, resource, refusal, refusal_text = kind
+    c = getattr(broker, attr, None)
+    if not authorize(ctx, DESCRIBE, resource, request.key):
+        return fail(refusal, refusal_text)
     if c is None or not c.active:
-        return fail(Errors.COORDINATOR_NOT_AVAILABLE, "the group coordinator is not running")
+        return fail(Errors.COORDINATOR_NOT_AVAILABLE, "the coordinator is not running")
     if not request.key:
-        return fail(Errors.INVALID_REQUEST, "empty group id")
+        return fail(Errors.INVALID_REQUEST, "empty key")
     ensure = getattr(broker, "ensure_internal_topic", None)
     if ensure is not None and getattr(broker, "cluster", None) is not None:
-        # Cluster mode creates __consumer_offsets on first use, over the live brokers.
+        # Cluster mode creates the internal topic on first use, over the live brokers.
         try:
-            created = await ensure(GROUP_METADATA_TOPIC)
+            created = await ensure(topic)
         except Exception as e:  # noqa: BLE001 - the client retries
-            return fail(Errors.COORDINATOR_NOT_AVAILABLE, f"cannot create {GROUP_METADATA_TOPIC}: {e}")
+            return fail(Errors.COORDINATOR_NOT_AVAILABLE, f"cannot create {topic}: {e}")
         if created is None:
             return fail(Errors.COORDINATOR_NOT_AVAILABLE,
-                        f"{GROUP_METADATA_TOPIC} needs offsets.topic.replication.factor live brokers")
+                        f"{topic} needs its replication factor of live brokers")
     # Endpoints on the listener the request came in on, as Metadata gives them.
     state = getattr(ctx.connection, "state", None)
     listener = state.get("listener") if state else None
@@ -97,20 +113,20 @@ async def handle_find_coordinator(ctx, request):
                                                   broker.advertised_port)
         return {"throttle_time_ms": 0, "error_code": Errors.NONE, "error_message": None,
                 "node_id": broker.node_id, "host": host, "port": port}
-    # Another broker leads the group's partition (cluster mode): point the client there.
-    endpoint = _leader_endpoint(broker, c.partition_for(request.key), listener)
+    # Another broker leads the key's partition (cluster mode): point the client there.
+    endpoint = _leader_endpoint(broker, c.partition_for(request.key), listener, topic)
     if endpoint is None:
-        return fail(Errors.COORDINATOR_NOT_AVAILABLE, "no leader for the group's partition")
+        return fail(Errors.COORDINATOR_NOT_AVAILABLE, f"no leader for the key's {topic} partition")
     node, host, port = endpoint
     return {"throttle_time_ms": 0, "error_code": Errors.NONE, "error_message": None,
             "node_id": node, "host": host, "port": port}
 
 
-def _leader_endpoint(broker, partition: int, listener: str | None = None
-                     ) -> tuple[int, str, int] | None:
+def _leader_endpoint(broker, partition: int, listener: str | None = None,
+                     topic: str = GROUP_METADATA_TOPIC) -> tuple[int, str, int] | None:
     md = getattr(broker, "metadata", None)
     try:
-        state = md.topic(GROUP_METADATA_TOPIC)
+        state = md.topic(topic)
         leader = state.partitions[partition].leader
         if leader < 0:
             return None
@@ -209,6 +225,30 @@ async def handle_leave_group(ctx, request):
 
 
 # ------------------------------------------------------------------ offsets
+def refuse_offset_commits(ctx, group_id: str, offsets: dict) -> dict[tuple[str, int], Errors]:
+    """Kafka's checks of an offset commit (OffsetCommit, TxnOffsetCommit): Read on the
+    group, then on each topic, then that the partition exists (KafkaApis: a partition the
+    cluster does not have is not committed). The refused partitions leave ``offsets``;
+    returns them with their codes."""
+    refused: dict[tuple[str, int], Errors] = {}
+    if not authorize(ctx, READ, GROUP, group_id):
+        refused = dict.fromkeys(offsets, Errors.GROUP_AUTHORIZATION_FAILED)
+    else:
+        for t in {t for t, _ in offsets}:
+            if not authorize(ctx, READ, TOPIC, t):
+                refused.update((tp, Errors.TOPIC_AUTHORIZATION_FAILED)
+                               for tp in offsets if tp[0] == t)
+        metadata = ctx.broker.metadata
+        for t, p in offsets:
+            if (t, p) not in refused:
+                state = metadata.topic(t)
+                if state is None or p not in state.partitions:
+                    refused[(t, p)] = Errors.UNKNOWN_TOPIC_OR_PARTITION
+    for tp in refused:
+        del offsets[tp]
+    return refused
+
+
 async def handle_offset_commit(ctx, request):
     c = _coordinator(ctx)
     v = ctx.api_version
@@ -222,23 +262,7 @@ async def handle_offset_commit(ctx, request):
                 metadata=p.committed_metadata,
                 commit_timestamp=p.commit_timestamp if v == 1 else -1)
             offsets[(t.name, p.partition_index)] = om
-    refused = {}
-    if not authorize(ctx, READ, GROUP, request.group_id):
-        refused = dict.fromkeys(offsets, Errors.GROUP_AUTHORIZATION_FAILED)
-    else:
-        for t in {t for t, _ in offsets}:
-            if not authorize(ctx, READ, TOPIC, t):
-                refused.update((tp, Errors.TOPIC_AUTHORIZATION_FAILED)
-                               for tp in offsets if tp[0] == t)
-        # Kafka's KafkaApis: a partition the cluster does not have is not committed.
-        metadata = ctx.broker.metadata
-        for t, p in offsets:
-            if (t, p) not in refused:
-                state = metadata.topic(t)
-                if state is None or p not in state.partitions:
-                    refused[(t, p)] = Errors.UNKNOWN_TOPIC_OR_PARTITION
-    for tp in refused:   # nothing refused is committed
-        del offsets[tp]
+    refused = refuse_offset_commits(ctx, request.group_id, offsets)
     if c is None:
         result = dict.fromkeys(offsets, Errors.COORDINATOR_NOT_AVAILABLE)
     elif not offsets:
@@ -292,6 +316,13 @@ async def handle_offset_fetch(ctx, request):
     def refused(p, _):
         return {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1,
                 "metadata": "", "error_code": Errors.TOPIC_AUTHORIZATION_FAILED}
+
+    def part_or_unstable(p, om):
+        if om is _UNSTABLE:
+            return {"partition_index": p, "committed_offset": -1,
+                    "committed_leader_epoch": -1, "metadata": "",
+                    "error_code": Errors.UNSTABLE_OFFSET_COMMIT}
+        return part(p, om)
     # Topics the principal may not Describe: refused when asked for by name, left out
     # when all were asked for (Kafka's OffsetFetch).
     topics: dict[str, bool] = {}
@@ -300,7 +331,12 @@ async def handle_offset_fetch(ctx, request):
             topics[t] = authorize(ctx, DESCRIBE, TOPIC, t, log_denied=wanted is not None)
     denied = {tp: om for tp, om in got.items() if not topics[tp[0]]}
     allowed = {tp: om for tp, om in got.items() if topics[tp[0]]}
-    out = _by_topic(allowed, part)
+    # v7 require_stable (KIP-447): a partition with a transactional commit still pending
+    # answers UNSTABLE_OFFSET_COMMIT (the client retries) instead of the older offset.
+    if v >= 7 and request.require_stable:
+        for tp in c.unstable_offsets(request.group_id, allowed):
+            allowed[tp] = _UNSTABLE
+    out = _by_topic(allowed, part_or_unstable)
     if wanted is not None:
         out += _by_topic(denied, refused)
     return {"throttle_time_ms": 0, "error_code": Errors.NONE, "topics": out}

@@ -16,7 +16,8 @@ we park an asyncio future and use loop timers:
 Offsets and group metadata are acknowledged only after the record reached the log (the
 ``GroupStore``); the in-memory cache is then updated and serves OffsetFetch. At startup
 the cache is rebuilt from the topic; groups in a partition being loaded answer
-COORDINATOR_LOAD_IN_PROGRESS. A load hands the loop back every LOAD_YIELD_RECORDS records
+COORDINATOR_LOAD_IN_PROGRESS (the partitions owned and loading, and leadership changes:
+fastlog/server/partitioned_coordinator.py, shared with the transaction coordinator). A load hands the loop back every LOAD_YIELD_RECORDS records
 (and the store between reads), so a large partition never stalls the broker; a load that
 the partition's leadership moved under is dropped.
 
@@ -30,11 +31,11 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import time
 import uuid
 from typing import Any
 
 from fastlog.protocol.errors import Errors
+from fastlog.server.partitioned_coordinator import PartitionedCoordinator
 
 from .group import GroupMetadata, GroupState, MemberMetadata, now_ms
 from .offsets import (
@@ -42,6 +43,7 @@ from .offsets import (
     GroupStore,
     LogGroupStore,
     StoreError,
+    TxnControl,
     partition_for,
 )
 from .schemas import (
@@ -100,12 +102,15 @@ class GroupSummary:
         default_factory=list)
 
 
-class GroupCoordinator:
+class GroupCoordinator(PartitionedCoordinator):
     """See the module comment. ``broker`` provides ``config`` (KafkaConfig) and, for the
     default store and topic creation, ``replica_manager`` and ``create_internal_topic``."""
 
+    TOPIC = GROUP_METADATA_TOPIC
+    LOADED = "group"
+
     def __init__(self, broker: Any, store: GroupStore | None = None):
-        self.broker = broker
+        super().__init__(broker)
         cfg = broker.config
         self.num_partitions = int(cfg["offsets.topic.num.partitions"])
         self.initial_rebalance_delay_ms = int(cfg["group.initial.rebalance.delay.ms"])
@@ -117,13 +122,6 @@ class GroupCoordinator:
         self.retention_check_ms = int(_cfg(cfg, "offsets.retention.check.interval.ms", 600_000))
         self.store: GroupStore = store if store is not None else LogGroupStore(broker)
         self.groups: dict[str, GroupMetadata] = {}
-        self.owned: set[int] = set()
-        self.loading: set[int] = set()
-        # Bumped at every election and resignation: a load finishes only if its own
-        # election is still the current one.
-        self._elections: dict[int, int] = {}
-        self.active = False
-        self._tasks: set[asyncio.Task] = set()
 
     # ================================================================ lifecycle
     async def startup(self, load: bool = True) -> None:
@@ -137,63 +135,16 @@ class GroupCoordinator:
                 "segment.bytes": str(_cfg(self.broker.config, "offsets.topic.segment.bytes",
                                           104857600)),
             }))
-        self.active = True
-        partitions = [p for p in range(self.num_partitions) if self._leads(p)]
-        self.owned.update(partitions)
-        if load:
-            self._start_loading(partitions)
+        self._own_led_partitions(load)
         self._spawn(self._expire_offsets_loop())
 
     async def shutdown(self) -> None:
-        self.active = False
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(BaseException):
-                await task
-        for p in list(self.owned):
-            self.on_resigned(p)
+        await self._stop()
         self.groups.clear()
 
-    def _spawn(self, coro) -> asyncio.Task:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    def _leads(self, partition: int) -> bool:
-        """Whether this broker leads the __consumer_offsets partition (always, on one node)."""
-        rm = getattr(self.broker, "replica_manager", None)
-        if rm is None:
-            return True
-        fn = getattr(rm, "is_leader", None)
-        try:
-            if fn is not None:
-                return bool(fn(GROUP_METADATA_TOPIC, partition))
-            get = getattr(rm, "get_partition", None)
-            if get is None:
-                return True
-            p = get(GROUP_METADATA_TOPIC, partition)
-            if p is None:
-                return False
-            leader = getattr(p, "is_leader", True)
-            return bool(leader() if callable(leader) else leader)
-        except Exception:  # noqa: BLE001 - unknown partition: not ours
-            return False
-
-    # Leadership changes of __consumer_offsets partitions (cluster mode): the replica
-    # manager calls these, as Kafka's onElection / onResignation.
-    def on_elected(self, partition: int) -> None:
-        if not self.active or partition in self.owned:
-            return
-        self._elections[partition] = self._elections.get(partition, 0) + 1
-        self.owned.add(partition)
-        self._start_loading([partition])
-
-    def on_resigned(self, partition: int) -> None:
-        self._elections[partition] = self._elections.get(partition, 0) + 1
-        self.owned.discard(partition)
-        self.loading.discard(partition)
+    def _forget_partition(self, partition: int) -> None:
+        """Resigned (PartitionedCoordinator.on_resigned): its groups go, their waiting
+        members answered NOT_COORDINATOR."""
         for group_id in [g for g in self.groups if self.partition_for(g) == partition]:
             group = self.groups.pop(group_id)
             self._cancel_join_timer(group)
@@ -202,34 +153,6 @@ class GroupCoordinator:
                 m.heartbeat_timer = None
                 self._complete_join(m, JoinResult(Errors.NOT_COORDINATOR, member_id=m.member_id))
                 self._complete_sync(m, SyncResult(Errors.NOT_COORDINATOR))
-
-    def _start_loading(self, partitions: list[int]) -> None:
-        """Mark the partitions loading and load them in the background, each under the
-        election current now (a later resignation or election voids that load)."""
-        self.loading.update(partitions)
-        self._spawn(self._load_partitions({p: self._elections.get(p, 0) for p in partitions}))
-
-    async def _load_partitions(self, elections: dict[int, int]) -> None:
-        """Load each partition in turn; one INFO line for the lot (each partition's own
-        line is DEBUG: a fresh broker would otherwise print one per partition, 50)."""
-        started = time.monotonic()
-        loaded = groups = 0
-        for p, election in elections.items():
-            try:
-                installed = await self.load_partition(p, election)
-            except Exception:
-                log.exception("loading %s-%d failed", GROUP_METADATA_TOPIC, p)
-            else:
-                if installed is not None:
-                    loaded += 1
-                    groups += installed
-            finally:
-                if self._elections.get(p, 0) == election:   # else a newer load owns it
-                    self.loading.discard(p)
-        if loaded:
-            log.info("loaded %d %s partition%s (%d group%s) in %.1f s", loaded,
-                     GROUP_METADATA_TOPIC, "" if loaded == 1 else "s", groups,
-                     "" if groups == 1 else "s", time.monotonic() - started)
 
     async def load_partition(self, partition: int, election: int | None = None) -> int | None:
         """Rebuild the groups of one partition from its records (last record per key wins,
@@ -240,16 +163,29 @@ class GroupCoordinator:
         if election is None:
             election = self._elections.get(partition, 0)
         offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
+        # TxnOffsetCommit records per producer, per group, until the producer's marker.
+        pending: dict[int, dict[str, dict[tuple[str, int], OffsetAndMetadata]]] = {}
         records: dict[str, Any] = {}
         decoded = 0
         async for chunk in self.store.load(partition):
-            for key, value in chunk:
+            for item in chunk:
                 decoded += 1
                 if decoded % LOAD_YIELD_RECORDS == 0:
                     await asyncio.sleep(0)   # let requests in: decoding is Python per record
+                if isinstance(item, TxnControl):
+                    for group_id, tps in pending.pop(item.producer_id, {}).items():
+                        if item.committed:
+                            offsets.setdefault(group_id, {}).update(tps)
+                    continue
+                key, value = item[0], item[1]
                 try:
                     k = decode_key(key)
-                    if isinstance(k, OffsetKey):
+                    if isinstance(k, OffsetKey) and len(item) == 3:
+                        om = decode_offset_value(value)
+                        if om is not None:
+                            pending.setdefault(item[2], {}).setdefault(k.group, {})[
+                                (k.topic, k.partition)] = om
+                    elif isinstance(k, OffsetKey):
                         om = decode_offset_value(value)
                         tps = offsets.setdefault(k.group, {})
                         if om is None:
@@ -266,18 +202,20 @@ class GroupCoordinator:
                      partition)
             return None
         installed = 0
-        for group_id in set(offsets) | set(records):
+        with_pending = {g for by_group in pending.values() for g in by_group}
+        for group_id in set(offsets) | set(records) | with_pending:
             rec = records.get(group_id)
             tps = offsets.get(group_id, {})
-            if rec is None and group_id in records and not tps:
-                continue  # deleted group
-            if rec is None and not tps:
-                continue
+            if rec is None and not tps and group_id not in with_pending:
+                continue  # deleted group, or nothing left of it
             if rec is not None:
                 group = GroupMetadata.from_record(group_id, rec)
             else:
                 group = GroupMetadata(group_id)
             group.offsets.update(tps)
+            for producer_id, by_group in pending.items():
+                if group_id in by_group:
+                    group.pending_txn_offsets[producer_id] = by_group[group_id]
             old = self.groups.get(group_id)
             if old is not None and old.members:
                 continue  # a live group already formed here (cannot happen while loading)
@@ -796,19 +734,9 @@ class GroupCoordinator:
             if err is not Errors.NONE:
                 return dict.fromkeys(offsets, err)
             self._schedule_heartbeat(group, group.get(member_id))
-        result: dict[tuple[str, int], Errors] = {}
-        records = []
-        accepted = {}
-        now = now_ms()
-        for tp, om in offsets.items():
-            if om.metadata is not None and len(om.metadata.encode()) > self.offset_metadata_max_bytes:
-                result[tp] = Errors.OFFSET_METADATA_TOO_LARGE
-                continue
-            if om.commit_timestamp < 0:
-                om.commit_timestamp = now
-            om.metadata = om.metadata or ""
-            records.append((encode_offset_key(group_id, tp[0], tp[1]), encode_offset_value(om)))
-            accepted[tp] = om
+        result, accepted = self._accept_offsets(offsets)
+        records = [(encode_offset_key(group_id, t, p), encode_offset_value(om))
+                   for (t, p), om in accepted.items()]
         if records:
             try:
                 await self.store.append(self.partition_for(group_id), records)
@@ -820,6 +748,83 @@ class GroupCoordinator:
                     group.commit_offset(tp[0], tp[1], om)
             result.update(dict.fromkeys(accepted, Errors.NONE))
         return result
+
+    async def commit_txn_offsets(self, group_id: str, producer_id: int, producer_epoch: int,
+                                 member_id: str, group_instance_id: str | None,
+                                 generation_id: int,
+                                 offsets: dict[tuple[str, int], OffsetAndMetadata]
+                                 ) -> dict[tuple[str, int], Errors]:
+        """TxnOffsetCommit: the offsets go to the log in a transactional batch of the
+        producer and stay pending (OffsetFetch does not see them) until the marker of the
+        producer's transaction reaches this group's partition (complete_txn_offsets).
+        A member id or generation (v3, KIP-447) is checked against the group's."""
+        err = self._check_status(group_id)
+        if err is not Errors.NONE:
+            return dict.fromkeys(offsets, err)
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = GroupMetadata(group_id)
+        if group.is_(GroupState.DEAD):
+            return dict.fromkeys(offsets, Errors.COORDINATOR_NOT_AVAILABLE)
+        if group_instance_id is not None:
+            known = group.static_member_id(group_instance_id)
+            if known is not None and known != member_id:
+                return dict.fromkeys(offsets, Errors.FENCED_INSTANCE_ID)
+        if member_id and not group.has(member_id):
+            return dict.fromkeys(offsets, Errors.UNKNOWN_MEMBER_ID)
+        if generation_id >= 0 and generation_id != group.generation_id:
+            return dict.fromkeys(offsets, Errors.ILLEGAL_GENERATION)
+        result, accepted = self._accept_offsets(offsets)
+        if not accepted:
+            return result
+        try:
+            await self.store.append(self.partition_for(group_id), [
+                (encode_offset_key(group_id, t, p), encode_offset_value(om))
+                for (t, p), om in accepted.items()], producer=(producer_id, producer_epoch))
+        except StoreError as e:
+            result.update(dict.fromkeys(accepted, e.error))
+            return result
+        group.pending_txn_offsets.setdefault(producer_id, {}).update(accepted)
+        result.update(dict.fromkeys(accepted, Errors.NONE))
+        return result
+
+    def _accept_offsets(self, offsets: dict[tuple[str, int], OffsetAndMetadata]
+                        ) -> tuple[dict[tuple[str, int], Errors],
+                                   dict[tuple[str, int], OffsetAndMetadata]]:
+        """(refused, accepted): metadata longer than offset.metadata.max.bytes is
+        OFFSET_METADATA_TOO_LARGE; the rest get the commit time now unless they carry
+        one, and "" for no metadata."""
+        refused: dict[tuple[str, int], Errors] = {}
+        accepted = {}
+        now = now_ms()
+        for tp, om in offsets.items():
+            if om.metadata is not None and \
+                    len(om.metadata.encode()) > self.offset_metadata_max_bytes:
+                refused[tp] = Errors.OFFSET_METADATA_TOO_LARGE
+                continue
+            if om.commit_timestamp < 0:
+                om.commit_timestamp = now
+            om.metadata = om.metadata or ""
+            accepted[tp] = om
+        return refused, accepted
+
+    def complete_txn_offsets(self, producer_id: int, partitions: list[int],
+                             committed: bool) -> None:
+        """A transaction marker of the producer reached these __consumer_offsets
+        partitions: its pending offsets in their groups become visible or are dropped."""
+        wanted = set(partitions)
+        for group in list(self.groups.values()):
+            if producer_id in group.pending_txn_offsets \
+                    and self.partition_for(group.group_id) in wanted:
+                group.complete_txn_offsets(producer_id, committed)
+
+    def unstable_offsets(self, group_id: str, partitions) -> set[tuple[str, int]]:
+        """Which of the partitions have a transactional commit still pending: what an
+        OffsetFetch with require_stable (KIP-447) answers UNSTABLE_OFFSET_COMMIT for."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return set()
+        return {tp for tp in partitions if group.has_pending_txn_offset(*tp)}
 
     async def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
                             ) -> tuple[Errors, dict[tuple[str, int], OffsetAndMetadata | None]]:

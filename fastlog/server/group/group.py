@@ -156,6 +156,9 @@ class GroupMetadata:
         self.new_member_added = False
         self.current_state_timestamp: int = now_ms()
         self.offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
+        # TxnOffsetCommit offsets per producer id, written but invisible to OffsetFetch
+        # until the producer's transaction commits (Kafka's pendingTransactionalOffsetCommits).
+        self.pending_txn_offsets: dict[int, dict[tuple[str, int], OffsetAndMetadata]] = {}
         # Per-group coordinator state that has to live somewhere: the rebalance timer.
         self.join_timer: Any = None  # the rebalance timer, then the pending-sync timer
         self.pending_sync: set[str] = set()  # members of this generation yet to SyncGroup
@@ -312,6 +315,16 @@ class GroupMetadata:
     # ---------------------------------------------------------------- offsets
     def commit_offset(self, topic: str, partition: int, om: OffsetAndMetadata) -> None:
         self.offsets[(topic, partition)] = om
+
+    def has_pending_txn_offset(self, topic: str, partition: int) -> bool:
+        return any((topic, partition) in tps for tps in self.pending_txn_offsets.values())
+
+    def complete_txn_offsets(self, producer_id: int, committed: bool) -> None:
+        """The producer's transaction ended: its pending offsets become the committed
+        ones (commit) or are dropped (abort)."""
+        pending = self.pending_txn_offsets.pop(producer_id, None)
+        if pending and committed:
+            self.offsets.update(pending)
 
     def remove_offset(self, topic: str, partition: int) -> OffsetAndMetadata | None:
         return self.offsets.pop((topic, partition), None)

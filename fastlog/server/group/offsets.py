@@ -5,10 +5,13 @@ A group belongs to one partition of the topic, chosen as Kafka does
 UTF-16 code units), so a data directory and client expectations line up with Kafka's.
 
 ``GroupStore`` is the narrow interface the coordinator writes and loads through:
-``append(partition, [(key, value|None)])`` returns once the records are in the log (or
-raises StoreError carrying the Kafka error code the client should see) and
-``load(partition)`` is an async iterator over every (key, value) of a partition in offset
-order, in chunks (lists), so a load never holds more of the log than one chunk.
+``append(partition, [(key, value|None)], producer=None)`` returns once the records are in
+the log (or raises StoreError carrying the Kafka error code the client should see); with
+``producer=(producer id, epoch)`` they go in one transactional batch of that producer
+(TxnOffsetCommit). ``load(partition)`` is an async iterator over every record of a
+partition in offset order, in chunks (lists), so a load never holds more of the log than
+one chunk: (key, value) for a plain record, (key, value, producer id) for a record of a
+transactional batch, and a ``TxnControl`` for a transaction marker.
 ``LogGroupStore`` implements it over the broker's replica manager; ``MemoryGroupStore`` is
 an in-process stand-in with the same semantics for tests of the coordinator alone.
 
@@ -18,6 +21,7 @@ Called from the broker's event loop only.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 from collections.abc import AsyncIterator, Iterator
@@ -46,6 +50,14 @@ def partition_for(group_id: str, num_partitions: int) -> int:
     return h % num_partitions
 
 
+@dataclasses.dataclass(frozen=True)
+class TxnControl:
+    """A transaction marker met while loading: the producer's transaction ended."""
+
+    producer_id: int
+    committed: bool
+
+
 class StoreError(Exception):
     """A write to __consumer_offsets failed; ``error`` is what the client is told."""
 
@@ -55,7 +67,8 @@ class StoreError(Exception):
 
 
 class GroupStore(Protocol):
-    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None: ...
+    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]],
+                     producer: tuple[int, int] | None = None) -> None: ...
 
     def load(self, partition: int) -> AsyncIterator[list[tuple[bytes | None, bytes | None]]]:
         ...
@@ -72,9 +85,12 @@ class MemoryGroupStore:
         self.partitions: dict[int, list[tuple[bytes, bytes | None]]] = {}
         self.fail_with: Errors | None = None
 
-    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
+    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]],
+                     producer: tuple[int, int] | None = None) -> None:
         if self.fail_with is not None:
             raise StoreError(self.fail_with)
+        if producer is not None:
+            records = [(k, v, producer[0]) for k, v in records]
         self.partitions.setdefault(partition, []).extend(records)
 
     async def load(self, partition: int) -> AsyncIterator[list[tuple[bytes, bytes | None]]]:
@@ -103,27 +119,30 @@ def map_append_error(code: int) -> Errors:
 
 
 class LogGroupStore:
-    """__consumer_offsets through the broker's replica manager (see module comment)."""
+    """__consumer_offsets through the broker's replica manager (see module comment); the
+    transaction coordinator keeps __transaction_state through one too (``topic``)."""
 
     LOAD_CHUNK = 1 << 20
 
-    def __init__(self, broker: Any):
+    def __init__(self, broker: Any, topic: str = GROUP_METADATA_TOPIC):
         self.broker = broker
+        self.topic = topic
 
-    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
+    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]],
+                     producer: tuple[int, int] | None = None) -> None:
         from fastlog import _codec
 
-        batch = _build_batch(_codec, records)
+        batch = _build_batch(_codec, records, producer)
         try:
             info = await self.broker.replica_manager.append_internal(
-                GROUP_METADATA_TOPIC, partition, batch)
+                self.topic, partition, batch)
         except StoreError:
             raise
         except Exception as e:  # noqa: BLE001 - any storage failure becomes a client error
             code = getattr(e, "error_code", None) or getattr(e, "error", None)
             if isinstance(code, int):
                 raise StoreError(map_append_error(int(code)), str(e)) from None
-            log.warning("append to %s-%d failed: %r", GROUP_METADATA_TOPIC, partition, e)
+            log.warning("append to %s-%d failed: %r", self.topic, partition, e)
             raise StoreError(Errors.COORDINATOR_NOT_AVAILABLE, str(e)) from None
         code = getattr(info, "error_code", 0) or getattr(info, "error", 0) or 0
         if int(code) != 0:
@@ -135,7 +154,7 @@ class LogGroupStore:
         log's file regions."""
         from fastlog import _codec
 
-        log_ = self.broker.replica_manager.get_log(GROUP_METADATA_TOPIC, partition)
+        log_ = self.broker.replica_manager.get_log(self.topic, partition)
         if log_ is None:
             return
         offset = _attr(log_, "log_start_offset", 0)
@@ -148,8 +167,11 @@ class LogGroupStore:
             if not scan.batches:
                 break
             good = data[:scan.valid_end]
-            chunk = [(key, value) for rec_offset, key, value in _iter_records(_codec, good)
-                     if rec_offset >= offset]
+            if any(h.is_transactional for h in scan.batches):
+                chunk = _txn_chunk(_codec, good, scan.batches, offset)
+            else:
+                chunk = [(key, value) for rec_offset, key, value in _iter_records(_codec, good)
+                         if rec_offset >= offset]
             if chunk:
                 yield chunk
             # Advance by batch headers: a compacted batch may hold no records at all.
@@ -186,12 +208,39 @@ def _read_bytes(result: Any) -> bytes:
     return b"".join(chunks)
 
 
-def _build_batch(codec: Any, records: list[tuple[bytes, bytes | None]]) -> bytearray:
-    """One uncompressed v2 batch of the records, timestamped now."""
+def _build_batch(codec: Any, records: list[tuple[bytes, bytes | None]],
+                 producer: tuple[int, int] | None = None) -> bytearray:
+    """One uncompressed v2 batch of the records, timestamped now; transactional, of the
+    producer (id, epoch), when one is given (sequence 0, as Kafka's coordinator writes)."""
     import time
 
     ts = int(time.time() * 1000)
-    return bytearray(codec.build_batch([(ts, k, v) for k, v in records]))
+    txn = {} if producer is None else {"producer_id": producer[0],
+                                       "producer_epoch": producer[1], "base_sequence": 0,
+                                       "is_transactional": True}
+    return bytearray(codec.build_batch([(ts, k, v) for k, v in records], **txn))
+
+
+def _txn_chunk(codec: Any, data: bytes, batches: list, offset: int) -> list:
+    """A chunk holding transactional batches, batch by batch (see GroupStore.load)."""
+    chunk: list = []
+    for h in batches:
+        if h.next_offset <= offset:
+            continue
+        part = data[h.position:h.end]
+        if h.is_control:
+            for rec in codec.read_records(part, include_control=True):
+                try:
+                    _, kind = codec.parse_control_record(rec)
+                except Exception:  # noqa: BLE001 - a damaged marker: skip it
+                    continue
+                chunk.append(TxnControl(h.producer_id, kind == 1))
+            continue
+        for rec_offset, key, value in _iter_records(codec, part):
+            if rec_offset >= offset:
+                chunk.append((key, value, h.producer_id) if h.is_transactional
+                             else (key, value))
+    return chunk
 
 
 def _iter_records(codec: Any, data: bytes) -> Iterator[tuple[int, bytes | None, bytes | None]]:

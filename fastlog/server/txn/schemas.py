@@ -1,0 +1,154 @@
+"""Kafka's record formats for the internal topic ``__transaction_state``.
+
+Key (``TransactionLogKey``): int16 version 0, then the transactional id (string).
+Value (``TransactionLogValue``): int16 version, then
+
+* v0: producer id (int64), producer epoch (int16), transaction timeout ms (int32), state
+  (int8, Kafka's TransactionState ids: Empty 0, Ongoing 1, PrepareCommit 2, PrepareAbort 3,
+  CompleteCommit 4, CompleteAbort 5, Dead 6, PrepareEpochFence 7), the partitions (nullable
+  array of (topic string, array of int32)), last update time ms (int64), start time ms
+  (int64);
+* v1: the same fields in the flexible encoding (compact strings and arrays, tagged fields:
+  0 previous producer id, 1 next producer id, 2 client transaction version).
+
+We write v0 (what Kafka writes for clients of transaction version 0 and 1) and read both.
+A null value is a tombstone: the transactional id expired. Records written by Kafka load
+unchanged, so a data directory can move between the two.
+
+Pure functions over bytes; any thread may call them. Decoding raises SchemaError (a
+ValueError) naming what was wrong, never anything else, for arbitrary input.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from fastlog._codec import CodecError, Reader, Writer
+from fastlog.server.group.schemas import SchemaError
+
+TXN_KEY_VERSION = 0
+TXN_VALUE_VERSION = 0
+
+
+class TxnState(enum.IntEnum):
+    """Kafka's TransactionState, with its on-disk ids and its names (DescribeTransactions,
+    ListTransactions state filters)."""
+
+    EMPTY = 0
+    ONGOING = 1
+    PREPARE_COMMIT = 2
+    PREPARE_ABORT = 3
+    COMPLETE_COMMIT = 4
+    COMPLETE_ABORT = 5
+    DEAD = 6
+    PREPARE_EPOCH_FENCE = 7
+
+    @property
+    def kafka_name(self) -> str:
+        return _NAMES[self]
+
+    @classmethod
+    def from_name(cls, name: str) -> TxnState | None:
+        return _BY_NAME.get(name)
+
+
+_NAMES = {
+    TxnState.EMPTY: "Empty", TxnState.ONGOING: "Ongoing",
+    TxnState.PREPARE_COMMIT: "PrepareCommit", TxnState.PREPARE_ABORT: "PrepareAbort",
+    TxnState.COMPLETE_COMMIT: "CompleteCommit", TxnState.COMPLETE_ABORT: "CompleteAbort",
+    TxnState.DEAD: "Dead", TxnState.PREPARE_EPOCH_FENCE: "PrepareEpochFence",
+}
+_BY_NAME = {v: k for k, v in _NAMES.items()}
+
+
+@dataclass
+class TxnRecord:
+    """A TransactionLogValue: one transactional id's state as the log holds it."""
+
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    state: TxnState
+    partitions: set[tuple[str, int]] = field(default_factory=set)
+    last_update_ms: int = -1
+    start_ms: int = -1
+    previous_producer_id: int = -1   # v1 tagged fields (kept when read, not written)
+    next_producer_id: int = -1
+
+
+def encode_txn_key(transactional_id: str) -> bytes:
+    w = Writer(8 + len(transactional_id))
+    w.int16(TXN_KEY_VERSION)
+    w.string(transactional_id)
+    return w.getvalue()
+
+
+def encode_txn_value(rec: TxnRecord) -> bytes:
+    by_topic: dict[str, list[int]] = {}
+    for t, p in sorted(rec.partitions):
+        by_topic.setdefault(t, []).append(p)
+    w = Writer(48 + sum(8 + len(t) + 4 * len(ps) for t, ps in by_topic.items()))
+    w.int16(TXN_VALUE_VERSION)
+    w.int64(rec.producer_id)
+    w.int16(rec.producer_epoch)
+    w.int32(rec.timeout_ms)
+    w.int8(int(rec.state))
+    w.array_len(len(by_topic))
+    for t, ps in by_topic.items():
+        w.string(t)
+        w.array_len(len(ps))
+        for p in ps:
+            w.int32(p)
+    w.int64(rec.last_update_ms)
+    w.int64(rec.start_ms)
+    return w.getvalue()
+
+
+def decode_txn_key(key) -> str:
+    """The transactional id of a __transaction_state key; SchemaError for anything else."""
+    if key is None:
+        raise SchemaError("record without a key")
+    try:
+        r = Reader(key)
+        version = r.int16()
+        if version != TXN_KEY_VERSION:
+            raise SchemaError(f"unknown transaction key version {version}")
+        return r.string()
+    except CodecError as e:
+        raise SchemaError(f"bad transaction key: {e}") from None
+
+
+def decode_txn_value(value) -> TxnRecord | None:
+    """A TransactionLogValue v0 or v1, or None for a tombstone."""
+    if value is None:
+        return None
+    try:
+        r = Reader(value)
+        version = r.int16()
+        if version not in (0, 1):
+            raise SchemaError(f"unknown transaction value version {version}")
+        flex = version >= 1
+        text = r.compact_string if flex else r.string
+        array_len = r.compact_array_len if flex else r.array_len
+        pid = r.int64()
+        epoch = r.int16()
+        timeout = r.int32()
+        status = r.int8()
+        try:
+            state = TxnState(status)
+        except ValueError:
+            raise SchemaError(f"unknown transaction state {status}") from None
+        partitions: set[tuple[str, int]] = set()
+        for _ in range(max(array_len(), 0)):   # -1: null (no partitions)
+            topic = text()
+            for _ in range(max(array_len(), 0)):
+                partitions.add((topic, r.int32()))
+            if flex:
+                r.tagged_fields()
+        rec = TxnRecord(pid, epoch, timeout, state, partitions, r.int64(), r.int64())
+        if flex:
+            r.tagged_fields()
+    except CodecError as e:
+        raise SchemaError(f"bad transaction value: {e}") from None
+    return rec
