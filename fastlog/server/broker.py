@@ -51,6 +51,7 @@ from fastlog.server.config import (
     parse_connection_overrides,
     parse_properties,
 )
+from fastlog.server.fetch_session import FetchManager
 from fastlog.server.group import GroupCoordinator
 from fastlog.server.inter_broker import inter_broker_security
 from fastlog.server.log import KafkaStorageError, LogConfig, LogManager
@@ -170,6 +171,9 @@ class BrokerServer:
         # with http.listener set, the HTTP endpoint (fastlog/server/http.py) serves them.
         self.topic_stats = BrokerTopicStats()
         self.request_metrics = RequestMetrics()
+        # Fetch sessions (KIP-227), fastlog/server/fetch_session.py.
+        self.fetch_manager = FetchManager(config["max.incremental.fetch.session.cache.slots"],
+                                          config["fastlog.fetch.session.eviction.ms"])
         self.http_server = None
         # fastlog.client ClientSecurity of the connections to other brokers (cluster mode).
         self.inter_broker_security = None
