@@ -702,10 +702,13 @@ class KafkaApis:
         max_bytes = min(request.max_bytes, self.broker.config["fetch.max.bytes"])
         if max_bytes <= 0:
             max_bytes = 0
-        keys = [(t.topic, p.partition) for t in topics for p in t.partitions]
+        keys = fetch.watch_keys()
+        # an incremental fetch reads only the partitions that may have news for a consumer
+        consumer = not from_follower and not (v >= 11 and request.rack_id)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(request.max_wait_ms, 0) / 1000.0
         while True:
+            topics = fetch.to_read(rm.partitions, refused, consumer)
             responses, total, errored = self._read_fetch(request, topics, v, max_bytes,
                                                          from_follower, read_committed, refused)
             remaining = deadline - loop.time()
@@ -714,11 +717,12 @@ class KafkaApis:
                 break
             woken = await rm.fetch_purgatory.wait(keys, remaining)
             if not woken:
+                topics = fetch.to_read(rm.partitions, refused, consumer)
                 responses, total, errored = self._read_fetch(request, topics, v, max_bytes,
                                                              from_follower, read_committed,
                                                              refused)
                 break
-        self.broker.topic_stats.fetch_done(responses, from_follower)
+        self.broker.topic_stats.fetch_done(responses, from_follower, fetch.quiet)
         error, session_id, responses = fetch.respond(responses)
         return {"throttle_time_ms": 0, "error_code": error, "session_id": session_id,
                 "responses": responses}

@@ -57,7 +57,7 @@ class CachedPartition:
 
     __slots__ = ("topic", "partition", "fetch_offset", "partition_max_bytes",
                  "current_leader_epoch", "log_start_offset", "high_watermark",
-                 "local_log_start_offset", "last_stable_offset")
+                 "local_log_start_offset", "last_stable_offset", "read_from")
 
     def __init__(self, topic: str, fp):
         self.topic = topic
@@ -68,6 +68,9 @@ class CachedPartition:
         self.update_request_params(fp)
 
     def update_request_params(self, fp) -> None:
+        # (Partition, its leader epoch) of the last read answered without an error; None
+        # until then or after the fetcher changed what it asks (see `quiet`)
+        self.read_from = None
         self.fetch_offset = fp.fetch_offset
         self.partition_max_bytes = fp.partition_max_bytes
         self.current_leader_epoch = fp.current_leader_epoch
@@ -94,7 +97,24 @@ class CachedPartition:
             must = True
             if update:
                 self.high_watermark = -1
+        if update and (entry["error_code"] != Errors.NONE or entry["preferred_read_replica"] >= 0):
+            self.read_from = None
         return must
+
+    def quiet(self, p) -> bool:
+        """Whether a consumer's read of this partition (hosted as `p`, or None) would be
+        answered with nothing new: the same replica at the same leader epoch as the last
+        good answer, the fetch offset at the high watermark, and the high watermark, last
+        stable offset (which equals it then) and log start as last answered. Such a
+        partition is not read; anything else is, as Kafka reads every session partition."""
+        read_from = self.read_from
+        if read_from is None or p is not read_from[0] or p.offline:
+            return False
+        log_ = p.log
+        hw = log_.high_watermark
+        return (p.leader_epoch == read_from[1] and self.fetch_offset == hw
+                and self.high_watermark == hw and self.last_stable_offset == hw
+                and self.local_log_start_offset == log_.log_start_offset)
 
 
 def _records_size(records) -> int:
@@ -237,6 +257,15 @@ class FetchContext:
 
     def __init__(self, topics):
         self.topics = topics
+        self.quiet: dict[str, int] = {}  # partitions not read, by topic (IncrementalFetchContext)
+
+    def watch_keys(self) -> list[tuple[str, int]]:
+        """The partitions whose appends wake this request when it waits."""
+        return [(t.topic, fp.partition) for t in self.topics for fp in t.partitions]
+
+    def to_read(self, partitions: dict, refused: set, consumer: bool) -> list:
+        """The topics to read now (each wait round asks again): `topics`."""
+        return self.topics
 
     def respond(self, responses: list) -> tuple[int, int, list]:
         """(error code, session id, topic responses) of the answer, from the responses
@@ -282,6 +311,34 @@ class IncrementalFetchContext(FetchContext):
         super().__init__(session.fetch_topics())
         self._session = session
         self._epoch = session.epoch
+        self._read = self.topics
+
+    def to_read(self, partitions, refused, consumer):
+        """The session's partitions but the quiet ones (CachedPartition.quiet), when the
+        fetcher is a consumer not asking for a rack's replica; `partitions` is the replica
+        manager's map of hosted partitions."""
+        if not consumer:
+            self._read = self.topics
+            return self.topics
+        read: list[FetchTopic] = []
+        quiet: dict[str, int] = {}
+        for t in self.topics:
+            if t.topic in refused:
+                read.append(t)
+                continue
+            parts = []
+            for cp in t.partitions:
+                p = partitions.get((cp.topic, cp.partition))
+                if cp.quiet(p):
+                    quiet[cp.topic] = quiet.get(cp.topic, 0) + 1
+                else:
+                    cp.read_from = None if p is None else (p, p.leader_epoch)
+                    parts.append(cp)
+            if parts:
+                read.append(FetchTopic(t.topic, parts))
+        self.quiet = quiet
+        self._read = read
+        return read
 
     def respond(self, responses):
         session = self._session
@@ -290,7 +347,7 @@ class IncrementalFetchContext(FetchContext):
             return Errors.INVALID_FETCH_SESSION_EPOCH, session.id, []
         out = []
         moved = []
-        for t, tr in zip(self.topics, responses, strict=True):
+        for t, tr in zip(self._read, responses, strict=True):
             kept = []
             for cp, entry in zip(t.partitions, tr["partitions"], strict=True):
                 if cp.maybe_update_response_data(entry, True):

@@ -102,6 +102,32 @@ def test_errors_are_answered_every_time(broker, wire):
     assert wire.call(ApiKey.FETCH, 11, body(sid, 4)).error_code == Errors.FETCH_SESSION_ID_NOT_FOUND
 
 
+def test_quiet_partitions_answer_when_anything_changes(broker, wire):
+    """A consumer's session partitions that had nothing new are not read again until
+    something changes: the log start (DeleteRecords), the topic itself (deleted), or
+    what the consumer asks (its offset)."""
+    create_topic(broker, "fs-quiet", partitions=2)
+    for p in (0, 1):
+        assert produce(wire, "fs-quiet", batch([b"a", b"b", b"c"]), partition=p).error_code == 0
+    sid = wire.call(ApiKey.FETCH, 11, body(0, 0, [("fs-quiet", 0, 3), ("fs-quiet", 1, 3)])).session_id
+    for epoch in (1, 2, 3):  # read once more after the full fetch, then quiet
+        assert wire.call(ApiKey.FETCH, 11, body(sid, epoch)).responses == []
+    r = wire.call(ApiKey.DELETE_RECORDS, 1, {"topics": [{"name": "fs-quiet", "partitions": [
+        {"partition_index": 1, "offset": 2}]}], "timeout_ms": 5000})
+    assert r.topics[0].partitions[0].error_code == 0
+    got = answered(wire.call(ApiKey.FETCH, 11, body(sid, 4)))
+    assert list(got) == [("fs-quiet", 1)] and got[("fs-quiet", 1)].log_start_offset == 2
+    # the consumer rewinds partition 0: its records are answered
+    got = answered(wire.call(ApiKey.FETCH, 11, body(sid, 5, [("fs-quiet", 0, 1)])))
+    assert list(got) == [("fs-quiet", 0)] and len(bytes(got[("fs-quiet", 0)].records)) > 0
+    r = wire.call(ApiKey.DELETE_TOPICS, 3, {"topic_names": ["fs-quiet"], "timeout_ms": 10000})
+    assert r.responses[0].error_code == 0
+    got = answered(wire.call(ApiKey.FETCH, 11, body(sid, 6)))
+    assert {k: p.error_code for k, p in got.items()} == {
+        ("fs-quiet", 0): Errors.UNKNOWN_TOPIC_OR_PARTITION,
+        ("fs-quiet", 1): Errors.UNKNOWN_TOPIC_OR_PARTITION}
+
+
 def test_wrong_epoch_and_unknown_id(broker, wire):
     create_topic(broker, "fs-epoch")
     sid = wire.call(ApiKey.FETCH, 11, body(0, 0, [("fs-epoch", 0, 0)])).session_id
