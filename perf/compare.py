@@ -210,6 +210,21 @@ class RunError(RuntimeError):
     """A run that cannot go on (a broker unreachable, a load failed): one sentence, exit 1."""
 
 
+def source_trees(specs: list[str]) -> dict[str, Path] | None:
+    """NAME=PATH arguments naming built fastlog checkouts (the A/B scripts: ab_trees.py,
+    fetch_sessions.py, fresh_partitions.py) as {name: resolved path}; None after one
+    sentence on stderr when one is not."""
+    trees = {}
+    for spec in specs:
+        name, _, path = spec.partition("=")
+        if not name or not path or not (Path(path) / "fastlog").is_dir():
+            print(f"{Path(sys.argv[0]).name}: {spec!r} is not NAME=PATH of a fastlog checkout",
+                  file=sys.stderr)
+            return None
+        trees[name] = Path(path).resolve()
+    return trees
+
+
 def parse_broker(text: str) -> Broker:
     name, sep, addr = text.partition("=")
     parts = addr.split(":")
