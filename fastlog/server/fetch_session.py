@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import random
+import weakref
 from collections import OrderedDict
 from typing import NamedTuple
 
@@ -68,8 +69,9 @@ class CachedPartition:
         self.update_request_params(fp)
 
     def update_request_params(self, fp) -> None:
-        # (Partition, its leader epoch) of the last read answered without an error; None
-        # until then or after the fetcher changed what it asks (see `quiet`)
+        # (weak reference to the Partition, its leader epoch) of the last read answered
+        # without an error (weak: an idle session must not keep a deleted log's files
+        # open); None until then or after the fetcher changed what it asks (see `quiet`)
         self.read_from = None
         self.fetch_offset = fp.fetch_offset
         self.partition_max_bytes = fp.partition_max_bytes
@@ -108,7 +110,7 @@ class CachedPartition:
         stable offset (which equals it then) and log start as last answered. Such a
         partition is not read; anything else is, as Kafka reads every session partition."""
         read_from = self.read_from
-        if read_from is None or p is not read_from[0] or p.offline:
+        if read_from is None or p is None or p is not read_from[0]() or p.offline:
             return False
         log_ = p.log
         hw = log_.high_watermark
@@ -332,7 +334,7 @@ class IncrementalFetchContext(FetchContext):
                 if cp.quiet(p):
                     quiet[cp.topic] = quiet.get(cp.topic, 0) + 1
                 else:
-                    cp.read_from = None if p is None else (p, p.leader_epoch)
+                    cp.read_from = None if p is None else (weakref.ref(p), p.leader_epoch)
                     parts.append(cp)
             if parts:
                 read.append(FetchTopic(t.topic, parts))
