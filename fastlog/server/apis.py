@@ -690,7 +690,7 @@ class KafkaApis:
         may_replicate = from_follower and authorize_cluster(ctx, CLUSTER_ACTION)
         # The partitions to read: the request's, or its fetch session's (KIP-227).
         fetch = self.broker.fetch_manager.new_context(request, may_replicate,
-                                                      int(time.time() * 1000))
+                                                      int(time.monotonic() * 1000))
         if fetch.error != Errors.NONE:
             return {"throttle_time_ms": 0, "error_code": fetch.error, "session_id": 0,
                     "responses": []}

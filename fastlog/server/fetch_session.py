@@ -18,6 +18,7 @@
 # follower (privileged) sessions before consumers', larger before smaller, and only
 # sessions older than the eviction time unless the newcomer is a follower — Kafka's
 # FetchSessionCache.tryEvict. No session is dropped on a timer; stale ones give way.
+# Times are monotonic milliseconds (the caller's clock).
 # Called from: KafkaApis.handle_fetch on the broker's asyncio loop only (no locks); the
 # metrics collector reads the three counts from the HTTP thread (plain integers).
 """Fetch sessions (KIP-227): the session cache and the per-request fetch contexts."""
