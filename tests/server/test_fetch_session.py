@@ -1,7 +1,8 @@
 """Fetch sessions (KIP-227, fastlog/server/fetch_session.py) over the wire: a full fetch
 creates one; incremental fetches answer only partitions with news; forgotten partitions
 are dropped; a wrong epoch is 71, an unknown id 70; a full cache gives way as Kafka's
-does; and kafka-python's consumer, which uses sessions, reads 200 partitions through one."""
+does; a session is bounded in size; and kafka-python's consumer, which uses sessions, reads
+200 partitions through one."""
 
 import time
 
@@ -221,3 +222,36 @@ def test_kafka_python_consumer_reads_200_partitions_through_a_session(broker_fac
         assert 0 < scrape(port)[(CACHED, frozenset())] <= 200
     finally:
         consumer.close()
+
+
+def _request(session_id, epoch, partitions=(), forgotten=()):
+    """A decoded Fetch request as fastlog.protocol gives it, for the session cache alone."""
+    from types import SimpleNamespace as NS
+    topics = [NS(topic="t", partitions=[NS(partition=p, fetch_offset=0, partition_max_bytes=1,
+                                           current_leader_epoch=-1, log_start_offset=-1)
+                                        for p in partitions])] if partitions else []
+    return NS(session_id=session_id, session_epoch=epoch, topics=topics,
+              forgotten_topics_data=[NS(topic="t", partitions=list(forgotten))] if forgotten else [])
+
+
+def _answers(topics):
+    return [{"topic": t.topic, "partitions": [{
+        "partition_index": fp.partition, "error_code": 0, "high_watermark": 0,
+        "last_stable_offset": 0, "log_start_offset": 0, "preferred_read_replica": -1,
+        "records": b""} for fp in t.partitions]} for t in topics]
+
+
+def test_session_size_is_bounded(monkeypatch):
+    from fastlog.server import fetch_session as fs
+
+    monkeypatch.setattr(fs, "MAX_SESSION_PARTITIONS", 3)
+    m = fs.FetchManager(10)
+    ctx = m.new_context(_request(0, 0, range(4)), False, 0)
+    assert ctx.respond(_answers(ctx.topics))[1] == 0  # too large: no session
+    ctx = m.new_context(_request(0, 0, range(3)), False, 0)
+    sid = ctx.respond(_answers(ctx.topics))[1]
+    assert sid != 0 and m.cache.num_partitions == 3
+    # growing past the bound closes the session
+    ctx = m.new_context(_request(sid, 1, [7]), False, 1)
+    assert ctx.error == Errors.FETCH_SESSION_ID_NOT_FOUND
+    assert len(m.cache) == 0 and m.cache.num_partitions == 0
