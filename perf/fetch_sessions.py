@@ -62,21 +62,13 @@ def _fetch_body(session_id: int, epoch: int, partitions) -> dict:
 
 def wire_run(tree: Path, name: str, opts) -> dict:
     from fastlog.protocol import ApiKey
-    from fastlog.testing import Wire
 
     with tempfile.TemporaryDirectory(prefix="fastlog-fs-") as d:
         broker = compare.start_fastlog(Path(d), name, tree=tree)
         try:
-            host, port = broker.bootstrap.rsplit(":", 1)
-            broker.host, broker.port = host, int(port)
-            w = Wire(broker)
+            w = compare.raw_connection(broker)
             try:
-                r = w.call(ApiKey.CREATE_TOPICS, 4, {"topics": [{
-                    "name": "fs", "num_partitions": opts.partitions, "replication_factor": 1,
-                    "assignments": [], "configs": []}], "timeout_ms": 60000,
-                    "validate_only": False})
-                if r.topics[0].error_code:
-                    raise RuntimeError(f"create answered error {r.topics[0].error_code}")
+                compare.create_topic_raw(w, "fs", opts.partitions)
                 time.sleep(1.0)
                 every = range(opts.partitions)
                 c0 = broker.cpu_seconds()

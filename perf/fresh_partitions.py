@@ -56,18 +56,11 @@ def one_run(tree: Path, name: str, n: int) -> dict:
         data = Path(d) / f"{name}-data"
         broker = compare.start_fastlog(Path(d), name, tree=tree)
         try:
-            host, port = broker.bootstrap.rsplit(":", 1)
-            broker.host, broker.port = host, int(port)
-            w = Wire(broker)
+            w = compare.raw_connection(broker)
             try:
                 time.sleep(1.0)  # let startup's background work settle
                 c0 = broker.cpu_seconds()
-                r = w.call(ApiKey.CREATE_TOPICS, 4, {"topics": [{
-                    "name": "fresh", "num_partitions": n, "replication_factor": 1,
-                    "assignments": [], "configs": []}], "timeout_ms": 60000,
-                    "validate_only": False})
-                if r.topics[0].error_code:
-                    raise RuntimeError(f"create answered error {r.topics[0].error_code}")
+                compare.create_topic_raw(w, "fresh", n)
                 c1 = broker.cpu_seconds()
                 created = _entries(data)
                 _produce_each(w, "fresh", n)
