@@ -18,10 +18,12 @@ cdef class AbstractIndex:
     cdef Py_ssize_t _max_entries
     cdef int _entry_size
     cdef object _fd_lock
+    cdef Py_ssize_t _pending   # > 0: no file yet; created at this size when needed
 
     cdef int _map(self, Py_ssize_t length) except -1
     cdef void _unmap(self) noexcept
     cdef int _check_open(self) except -1
+    cdef int _materialize(self) except -1
     cdef int _reserve(self, Py_ssize_t end) except -1
     cdef int64_t _key(self, Py_ssize_t n) noexcept nogil
     cdef int64_t _value(self, Py_ssize_t n) noexcept nogil

@@ -17,6 +17,13 @@
 # that the file system cannot back (a full disk) kills the process with SIGBUS, so every
 # entry is written only into space already reserved with posix_fallocate, page by page
 # ahead of the entries (`_reserve`): a full disk becomes an OSError(ENOSPC) on the append.
+#
+# A new writable index has no file at first (as Kafka's LazyIndex): the file is created,
+# at its full sparse size, when the first entry is stored or the index is resized (a
+# segment rolled or closed). A partition that gets a few small writes, or none, thus costs
+# no index inodes, descriptors or mappings; on a file system where creating an inode is
+# slow that was most of a fresh partition's CPU (perf/fresh_partitions.py). An index
+# whose file is missing on open is an empty index, as before.
 
 import os
 import threading
@@ -153,6 +160,7 @@ cdef class AbstractIndex:
         self._entries = 0
         self._max_entries = 0
         self._fd_lock = threading.Lock()
+        self._pending = 0
 
     def __init__(self, path, int64_t base_offset, Py_ssize_t max_index_size=DEFAULT_MAX_INDEX_SIZE,
                  bint writable=True):
@@ -161,14 +169,17 @@ cdef class AbstractIndex:
         self.max_index_size = max_index_size
         self.writable = writable
         newly_created = not os.path.exists(self.path)
+        cdef Py_ssize_t full = _round_down(max_index_size, self._entry_size)
+        if newly_created and writable and full > 0:
+            # No file until an entry or a resize needs one (see the module comment).
+            self._pending = full
+            self._max_entries = full // self._entry_size
+            return
         if writable:
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         else:
             self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            if newly_created and writable:
-                # Preallocate so that appends are plain stores into the mapping.
-                os.ftruncate(self._fd, _round_down(max_index_size, self._entry_size))
             length = os.fstat(self._fd).st_size
             self._map(length)
         except BaseException:
@@ -210,8 +221,28 @@ cdef class AbstractIndex:
         self._max_entries = 0
 
     cdef int _check_open(self) except -1:
-        if self._fd < 0:
+        if self._fd < 0 and self._pending == 0:
             raise ValueError(f"index {self.path} is closed")
+        return 0
+
+    cdef int _materialize(self) except -1:
+        # Create the file of a new index at its full (sparse) size and map it.
+        cdef Py_ssize_t size = self._pending
+        if size == 0:
+            return 0
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            # Preallocated (sparse) so that appends are plain stores into the mapping.
+            os.ftruncate(fd, size)
+            with self._fd_lock:
+                self._fd = fd
+            self._map(size)
+        except BaseException:
+            with self._fd_lock:
+                self._fd = -1
+            os.close(fd)
+            raise
+        self._pending = 0
         return 0
 
     cdef int _reserve(self, Py_ssize_t end) except -1:
@@ -221,6 +252,8 @@ cdef class AbstractIndex:
         cdef int err
         if end <= start:
             return 0
+        if self._pending:
+            self._materialize()
         stop = min(self._length, ((end + RESERVE_CHUNK - 1) // RESERVE_CHUNK) * RESERVE_CHUNK)
         if stop <= start:
             return 0
@@ -291,8 +324,14 @@ cdef class AbstractIndex:
 
     @property
     def length(self):
-        """Current size of the file (and of the mapping) in bytes."""
-        return self._length
+        """Current size of the file (and of the mapping) in bytes; for a new index without
+        its file yet, the size the file will be created at."""
+        return self._pending or self._length
+
+    @property
+    def has_file(self):
+        """False for a new index whose file is not created yet."""
+        return self._pending == 0
 
     @property
     def size_in_bytes(self):
@@ -305,7 +344,7 @@ cdef class AbstractIndex:
 
     @property
     def closed(self):
-        return self._fd < 0
+        return self._fd < 0 and self._pending == 0
 
     @property
     def is_full(self):
@@ -318,10 +357,11 @@ cdef class AbstractIndex:
         becomes active again and with the valid size when it becomes inactive."""
         self._check_open()
         cdef Py_ssize_t rounded = _round_down(new_size, self._entry_size)
-        if rounded == self._length:
+        if rounded == (self._pending or self._length):
             return False
         if not self.writable:
             raise ValueError(f"cannot resize read-only index {self.path}")
+        self._materialize()
         cdef Py_ssize_t entries = self._entries
         self._unmap()
         os.ftruncate(self._fd, rounded)
@@ -358,6 +398,7 @@ cdef class AbstractIndex:
 
     def close_handler(self):
         """Release the mapping and the descriptor without trimming (idempotent)."""
+        self._pending = 0
         self._unmap()
         with self._fd_lock:
             if self._fd >= 0:
@@ -366,7 +407,7 @@ cdef class AbstractIndex:
 
     def close(self):
         """Trim to the valid entries, then release the mapping and the descriptor."""
-        if self._fd >= 0 and self.writable:
+        if (self._fd >= 0 or self._pending) and self.writable:
             self.trim_to_valid_size()
         self.close_handler()
 
@@ -689,10 +730,16 @@ cdef class SegmentIndexer:
         self.prev_last_offset = prev_last_offset
         self.last_epoch = last_epoch
 
-    def reserve(self, Py_ssize_t batches):
+    def reserve(self, Py_ssize_t batches, Py_ssize_t upto=INT32_MAX):
         """Reserve index space for the entries `batches` more batches may add (at most one
         each), before their data is written: a full disk then fails the append as a whole
-        (OSError) instead of after the data went out."""
+        (OSError) instead of after the data went out. `upto` is the byte count the batches
+        but the last add to bytes_since: while it stays within the interval they add no
+        entry, and indexes without a file yet stay so (the final time entry of a segment
+        reserves its space when its file is made, at roll or close)."""
+        if (self.offset_index._pending and self.time_index._pending
+                and self.bytes_since + upto <= self.interval):
+            return
         self.offset_index._reserve((self.offset_index._entries + batches) * 8)
         self.time_index._reserve((self.time_index._entries + batches + 1) * 12)
 

@@ -35,14 +35,9 @@ def main(argv=None) -> int:
     ap.add_argument("--acks", default="1", choices=["0", "1", "all"])
     ap.add_argument("--num-records", type=int, default=1_000_000)
     opts = ap.parse_args(argv)
-    trees = {}
-    for spec in opts.trees:
-        name, _, path = spec.partition("=")
-        if not name or not path or not (Path(path) / "fastlog").is_dir():
-            print(f"ab_trees.py: {spec!r} is not NAME=PATH of a fastlog checkout",
-                  file=sys.stderr)
-            return 2
-        trees[name] = Path(path).resolve()
+    trees = compare.source_trees(opts.trees)
+    if trees is None:
+        return 2
     if not 1 <= opts.reps <= 50 or not 1_000 <= opts.num_records <= 10_000_000:
         print("ab_trees.py: --reps wants 1-50 and --num-records 1,000-10,000,000",
               file=sys.stderr)

@@ -210,6 +210,41 @@ class RunError(RuntimeError):
     """A run that cannot go on (a broker unreachable, a load failed): one sentence, exit 1."""
 
 
+def raw_connection(broker: Broker):
+    """A fastlog.testing.Wire (raw Kafka requests) to a broker start_fastlog started."""
+    from fastlog.testing import Wire
+
+    host, port = broker.bootstrap.rsplit(":", 1)
+    broker.host, broker.port = host, int(port)
+    return Wire(broker)
+
+
+def create_topic_raw(w, name: str, partitions: int) -> None:
+    """CreateTopics over a raw connection; RunError unless the topic was created."""
+    from fastlog.protocol import ApiKey
+
+    r = w.call(ApiKey.CREATE_TOPICS, 4, {"topics": [{
+        "name": name, "num_partitions": partitions, "replication_factor": 1,
+        "assignments": [], "configs": []}], "timeout_ms": 60000, "validate_only": False})
+    if r.topics[0].error_code:
+        raise RunError(f"creating {name} answered error {r.topics[0].error_code}")
+
+
+def source_trees(specs: list[str]) -> dict[str, Path] | None:
+    """NAME=PATH arguments naming built fastlog checkouts (the A/B scripts: ab_trees.py,
+    fetch_sessions.py, fresh_partitions.py) as {name: resolved path}; None after one
+    sentence on stderr when one is not."""
+    trees = {}
+    for spec in specs:
+        name, _, path = spec.partition("=")
+        if not name or not path or not (Path(path) / "fastlog").is_dir():
+            print(f"{Path(sys.argv[0]).name}: {spec!r} is not NAME=PATH of a fastlog checkout",
+                  file=sys.stderr)
+            return None
+        trees[name] = Path(path).resolve()
+    return trees
+
+
 def parse_broker(text: str) -> Broker:
     name, sep, addr = text.partition("=")
     parts = addr.split(":")

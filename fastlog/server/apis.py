@@ -1036,49 +1036,56 @@ class KafkaApis:
     async def handle_fetch(self, ctx, request):
         v = ctx.api_version
         rm = self.broker.replica_manager
-        if v >= 7 and request.session_id != 0:
-            return {"throttle_time_ms": 0, "error_code": Errors.FETCH_SESSION_ID_NOT_FOUND,
-                    "session_id": 0, "responses": []}
-        if v >= 7 and request.session_epoch not in (-1, 0):
-            return {"throttle_time_ms": 0, "error_code": Errors.INVALID_FETCH_SESSION_EPOCH,
-                    "session_id": 0, "responses": []}
         from_follower = request.replica_id >= 0
         read_committed = request.isolation_level == 1
         # Topics refused: every one for a client claiming to be a replica without
         # ClusterAction (CVE-2018-1288), else those the principal may not Read.
+        may_replicate = from_follower and authorize_cluster(ctx, CLUSTER_ACTION)
+        # The partitions to read: the request's, or its fetch session's (KIP-227).
+        fetch = self.broker.fetch_manager.new_context(request, may_replicate,
+                                                      int(time.monotonic() * 1000))
+        if fetch.error != Errors.NONE:
+            return {"throttle_time_ms": 0, "error_code": fetch.error, "session_id": 0,
+                    "responses": []}
+        topics = fetch.topics
         if from_follower:
-            refused = (set() if authorize_cluster(ctx, CLUSTER_ACTION)
-                       else {t.topic for t in request.topics})
+            refused = set() if may_replicate else {t.topic for t in topics}
         else:
-            refused = {t.topic for t in request.topics if not authorize(ctx, READ, TOPIC, t.topic)}
+            refused = {t.topic for t in topics if not authorize(ctx, READ, TOPIC, t.topic)}
         max_bytes = min(request.max_bytes, self.broker.config["fetch.max.bytes"])
         if max_bytes <= 0:
             max_bytes = 0
-        keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+        keys = fetch.watch_keys()
+        # an incremental fetch reads only the partitions that may have news for a consumer
+        consumer = not from_follower and not (v >= 11 and request.rack_id)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(request.max_wait_ms, 0) / 1000.0
         while True:
-            responses, total, errored = self._read_fetch(request, v, max_bytes, from_follower,
-                                                         read_committed, refused)
+            topics = fetch.to_read(rm.partitions, refused, consumer)
+            responses, total, errored = self._read_fetch(request, topics, v, max_bytes,
+                                                         from_follower, read_committed, refused)
             remaining = deadline - loop.time()
             if (total >= request.min_bytes or errored or remaining <= 0 or not keys
                     or self.broker.stopping):
                 break
             woken = await rm.fetch_purgatory.wait(keys, remaining)
             if not woken:
-                responses, total, errored = self._read_fetch(request, v, max_bytes, from_follower,
-                                                             read_committed, refused)
+                topics = fetch.to_read(rm.partitions, refused, consumer)
+                responses, total, errored = self._read_fetch(request, topics, v, max_bytes,
+                                                             from_follower, read_committed,
+                                                             refused)
                 break
-        self.broker.topic_stats.fetch_done(responses, from_follower)
-        return {"throttle_time_ms": 0, "error_code": Errors.NONE, "session_id": 0,
+        self.broker.topic_stats.fetch_done(responses, from_follower, fetch.quiet)
+        error, session_id, responses = fetch.respond(responses)
+        return {"throttle_time_ms": 0, "error_code": error, "session_id": session_id,
                 "responses": responses}
 
-    def _read_fetch(self, request, v, max_bytes, from_follower, read_committed, refused):
+    def _read_fetch(self, request, topics, v, max_bytes, from_follower, read_committed, refused):
         rm = self.broker.replica_manager
         responses = []
         total = 0
         errored = False
-        for t in request.topics:
+        for t in topics:
             parts = []
             for fp in t.partitions:
                 entry = {"partition_index": fp.partition, "error_code": Errors.NONE,

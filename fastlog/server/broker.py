@@ -68,6 +68,7 @@ from fastlog.server.dynamic_config import (
     DynamicConfigError,
     keystore_listener,
 )
+from fastlog.server.fetch_session import FetchManager
 from fastlog.server.group import GroupCoordinator
 from fastlog.server.inter_broker import inter_broker_security
 from fastlog.server.log import KafkaStorageError, LogConfig, LogManager
@@ -197,6 +198,9 @@ class BrokerServer:
         # startup and on every change; the request path reads quotas.active first.
         self.quotas = ClientQuotas(config["quota.window.num"],
                                    float(config["quota.window.size.seconds"]))
+        # Fetch sessions (KIP-227), fastlog/server/fetch_session.py.
+        self.fetch_manager = FetchManager(config["max.incremental.fetch.session.cache.slots"],
+                                          config["fastlog.fetch.session.eviction.ms"])
         self.http_server = None
         # fastlog.client ClientSecurity of the connections to other brokers (cluster mode).
         self.inter_broker_security = None

@@ -479,6 +479,10 @@ _KEYS: list[ConfigKey] = [
     ConfigKey("min.insync.replicas", "int", 1, "Replicas that must have a record for acks=all.", _at_least(1)),
     ConfigKey("unclean.leader.election.enable", "boolean", False),
     ConfigKey("fetch.max.bytes", "int", 57671680, "Largest Fetch response.", _at_least(0)),
+    ConfigKey("max.incremental.fetch.session.cache.slots", "int", 1000, "Fetch sessions (KIP-227) the broker keeps.", _at_least(0)),
+    # Kafka's constant KafkaServer.MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS, a key here
+    # so tests need not wait two minutes for a session to go stale.
+    ConfigKey("fastlog.fetch.session.eviction.ms", "long", 120000, "Idle time after which a fetch session gives way to a new one when the cache is full.", _at_least(0)),
     ConfigKey("producer.id.expiration.ms", "int", 86400000, check=_at_least(1)),
     # transactions (fastlog/server/txn/coordinator.py reads these)
     ConfigKey("transactional.id.expiration.ms", "int", 604800000, "A transactional id idle this long is forgotten.", _at_least(1)),

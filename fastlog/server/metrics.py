@@ -169,6 +169,7 @@ class BrokerCollector:
         if b.group_coordinator is not None:
             yield from self._group_metrics(b)
         yield from self._quota_metrics(b.quotas)
+        yield from self._fetch_session_metrics(b.fetch_manager.cache)
 
     # ------------------------------------------------------------------ families
     @staticmethod
@@ -318,6 +319,16 @@ class BrokerCollector:
                             "Records a follower removed below its high watermark (committed "
                             "data lost: only an unclean election or a lost disk does this).",
                             m.get("unclean_truncated_records", 0))
+
+    def _fetch_session_metrics(self, cache):
+        prefix = "kafka_server_fetchsessioncache_"
+        yield self._gauge(prefix + "numincrementalfetchsessions",
+                          "Incremental fetch sessions (KIP-227) cached.", len(cache))
+        yield self._gauge(prefix + "numincrementalfetchpartitionscached",
+                          "Partitions in all cached fetch sessions.", cache.num_partitions)
+        yield self._counter(prefix + "incrementalfetchsessionevictions",
+                            "Fetch sessions evicted to make room for new ones.",
+                            cache.evictions)
 
     def _controller_metrics(self, b):
         active = b.cluster is None or b.is_controller()

@@ -13,7 +13,10 @@
 #   2. Fetch (v11, replica_id = our broker id, current_leader_epoch fencing) from each
 #      partition's log end; the answer's batches are appended byte for byte with their
 #      offsets and epochs (ReplicaManager.append_as_follower), and the leader's high
-#      watermark is taken over.
+#      watermark is taken over. The fetches use a fetch session (KIP-227, Kafka's
+#      FetchSessionHandler): after a full fetch that created one, each request carries
+#      only the partitions whose offset, epoch or log start changed and the ones no longer
+#      fetched, and the answer only partitions with news.
 # Errors back one partition off (replica.fetch.backoff.ms) or, for the connection, the
 # whole fetcher. Runs entirely on the broker's asyncio loop (tasks); no threads.
 """Replica fetchers: truncation by leader epoch, then fetching from the leader."""
@@ -29,6 +32,11 @@ from fastlog import _codec
 from fastlog.client import errors as client_errors
 from fastlog.client.connection import BrokerConnection
 from fastlog.protocol import ApiKey, Errors
+from fastlog.server.fetch_session import (
+    INITIAL_EPOCH,
+    INVALID_SESSION_ID,
+    next_epoch,
+)
 from fastlog.server.log import KafkaStorageError
 
 log = logging.getLogger("fastlog.server.replica_fetcher")
@@ -49,6 +57,52 @@ class FetchState:
     query_epoch: int | None = None  # KIP-279: the next epoch to ask about (None: our latest)
     epoch_rounds: int = 0
     backoff_until: float = 0.0
+
+
+class FetchSessionHandler:
+    """The follower's side of one fetch session with its leader (Kafka's
+    FetchSessionHandler): what the leader's session holds, and the next request's id and
+    epoch. `build` then `handle` (or `reset`) once per request."""
+
+    def __init__(self):
+        self.session_id = INVALID_SESSION_ID
+        self.epoch = INITIAL_EPOCH
+        self.sent: dict[tuple[str, int], tuple] = {}  # what the session holds, per partition
+        self._wanted: dict[tuple[str, int], dict] = {}
+
+    def build(self, wanted: dict[tuple[str, int], dict]) -> tuple[dict, list]:
+        """(partitions to send by key, forgotten (topic, partitions) pairs) for a fetch of
+        `wanted` (key -> the partition's request fields)."""
+        self._wanted = wanted
+        if self.epoch == INITIAL_EPOCH:
+            return wanted, []
+        send = {k: v for k, v in wanted.items() if self.sent.get(k) != tuple(v.values())}
+        gone: dict[str, list[int]] = {}
+        for topic, partition in self.sent.keys() - wanted.keys():
+            gone.setdefault(topic, []).append(partition)
+        return send, list(gone.items())
+
+    def handle(self, error_code: int, session_id: int) -> bool:
+        """Take the answer's top-level fields; False for a session error (the next fetch
+        is a full one)."""
+        if error_code in (Errors.FETCH_SESSION_ID_NOT_FOUND, Errors.INVALID_FETCH_SESSION_EPOCH):
+            self.reset()
+            return False
+        if self.epoch != INITIAL_EPOCH and session_id != self.session_id:
+            self.reset()  # the leader closed the session: this answer was still whole
+            return True
+        if session_id == INVALID_SESSION_ID:
+            self.session_id, self.epoch, self.sent = INVALID_SESSION_ID, INITIAL_EPOCH, {}
+            return True
+        self.session_id = session_id
+        self.epoch = next_epoch(self.epoch)
+        self.sent = {k: tuple(v.values()) for k, v in self._wanted.items()}
+        return True
+
+    def reset(self) -> None:
+        """Start over with a full fetch, which closes the old session at the leader."""
+        self.epoch = INITIAL_EPOCH
+        self.sent = {}
 
 
 class ReplicaFetcherManager:
@@ -111,6 +165,7 @@ class ReplicaFetcher:
         self._stopped = False
         self._last_error = ""
         self._rotation = 0
+        self.session = FetchSessionHandler()
 
     def __repr__(self) -> str:
         return f"ReplicaFetcher(leader={self.leader_id}, index={self.index})"
@@ -204,6 +259,7 @@ class ReplicaFetcher:
         return conn
 
     async def _close(self) -> None:
+        self.session.reset()
         conn, self.conn = self.conn, None
         if conn is not None:
             await conn.close()
@@ -295,27 +351,41 @@ class ReplicaFetcher:
         max_part = int(rm._cfg("replica.fetch.max.bytes", 1048576))
         wait_ms = int(rm._cfg("replica.fetch.wait.max.ms", 500))
         asked: dict[tuple[str, int], tuple[FetchState, int]] = {}
-        topics: dict[str, list] = {}
+        wanted: dict[tuple[str, int], dict] = {}
         # Rotate the order: only the first partition of an answer is sure to get a whole
-        # batch however large, so none may stay last forever.
+        # batch however large, so none may stay last forever (within a session the leader
+        # moves partitions that answered records to the end).
         self._rotation = (self._rotation + 1) % max(1, len(ready))
         ready = ready[self._rotation:] + ready[:self._rotation]
         for st in ready:
             p = st.partition
             offset = p.log.log_end_offset
             asked[p.key] = (st, offset)
-            topics.setdefault(p.topic, []).append({
+            wanted[p.key] = {
                 "partition": p.partition, "current_leader_epoch": st.leader_epoch,
                 "fetch_offset": offset, "log_start_offset": p.log.log_start_offset,
-                "partition_max_bytes": max_part})
+                "partition_max_bytes": max_part}
+        send, forgotten = self.session.build(wanted)
+        topics: dict[str, list] = {}
+        for (topic, _), fields in send.items():
+            topics.setdefault(topic, []).append(fields)
         req = {"replica_id": rm.node_id, "max_wait_ms": wait_ms,
                "min_bytes": int(rm._cfg("replica.fetch.min.bytes", 1)),
-               "max_bytes": RESPONSE_MAX_BYTES, "isolation_level": 0, "session_id": 0,
-               "session_epoch": -1,
+               "max_bytes": RESPONSE_MAX_BYTES, "isolation_level": 0,
+               "session_id": self.session.session_id, "session_epoch": self.session.epoch,
                "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
-               "forgotten_topics_data": [], "rack_id": ""}
+               "forgotten_topics_data": [{"topic": t, "partitions": ps} for t, ps in forgotten],
+               "rack_id": ""}
         timeout = conn.request_timeout + wait_ms / 1000.0
-        resp = await conn.request(ApiKey.FETCH, req, version=FETCH_VERSION, timeout=timeout)
+        try:
+            resp = await conn.request(ApiKey.FETCH, req, version=FETCH_VERSION, timeout=timeout)
+        except BaseException:
+            self.session.reset()  # the leader may or may not have taken this epoch
+            raise
+        if not self.session.handle(getattr(resp, "error_code", 0), resp.session_id):
+            self._note(f"fetch session answered {Errors(resp.error_code).name}; "
+                       "starting a new one")
+            return
         if getattr(resp, "error_code", 0):
             raise client_errors.BrokerUnavailable(
                 f"fetch answered {Errors(resp.error_code).name}")

@@ -121,10 +121,15 @@ class BrokerTopicStats:
             a.failed_produce_requests += 1
         return result
 
-    def fetch_done(self, responses: list, from_follower: bool) -> None:
+    def fetch_done(self, responses: list, from_follower: bool, quiet: dict | None = None) -> None:
         """Count the partitions of one answered Fetch (the handler's `responses`: topic
-        entries whose partition entries carry error_code and records)."""
+        entries whose partition entries carry error_code and records; `quiet`: partitions
+        of a fetch session not read because nothing changed, by topic)."""
         a = self.all_topics
+        if quiet:
+            for topic, n in quiet.items():
+                self.topic_stats(topic).total_fetch_requests += n
+                a.total_fetch_requests += n
         for t in responses:
             parts = t["partitions"]
             s = None

@@ -1,5 +1,6 @@
 """Metrics of a three-broker cluster (each broker with its HTTP endpoint): exactly one
-broker reports itself the active controller, under-replicated partitions are reported
+broker reports itself the active controller, followers' fetch sessions are counted at
+their leaders, under-replicated partitions are reported
 while a broker is down and cleared once it is back, and /health/ready follows the
 restarted broker's registration."""
 
@@ -17,6 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 RM = "kafka_server_replicamanager_"
 CONTROLLER = "kafka_controller_kafkacontroller_"
+SESSIONS = "kafka_server_fetchsessioncache_numincrementalfetchsessions"
 
 
 def total(ports, name) -> float:
@@ -46,6 +48,9 @@ def test_controller_count_and_under_replicated_partitions(zk_server, tmp_path):
         assert p.flush(20) == 0
         wait_until(lambda: total(ports.values(), RM + "underreplicatedpartitions") == 0, 20,
                    what="every partition fully replicated")
+        # followers fetch through fetch sessions (KIP-227): a leader's two followers, two
+        wait_until(lambda: total(ports.values(), SESSIONS) >= 2, 20,
+                   what="followers' fetch sessions at their leaders")
         m = scrape(ports[ctl])
         assert value(m, CONTROLLER + "globaltopiccount") >= 1
         assert value(m, CONTROLLER + "globalpartitioncount") >= 3

@@ -30,9 +30,13 @@ def _filled(tmp_path, n, base=BASE, step=3, name="a.index", max_size=None):
 def test_new_file_is_preallocated_and_entries_are_big_endian_relative(tmp_path):
     path = tmp_path / "00000000000000001000.index"
     idx = OffsetIndex(path, BASE, max_index_size=4096 + 5)
-    assert os.path.getsize(path) == 4096  # rounded down to whole entries
+    # no file until the first entry (as Kafka's LazyIndex)
+    assert not path.exists() and not idx.has_file and not idx.closed
+    assert idx.length == 4096  # rounded down to whole entries
     assert idx.max_entries == 512 and idx.entries == 0
+    assert idx.lookup(BASE + 9) == (BASE, 0)
     idx.append(BASE + 5, 0)
+    assert os.path.getsize(path) == 4096 and idx.has_file
     idx.append(BASE + 70000, 123456)
     idx.close()  # trims to the valid entries
     data = path.read_bytes()

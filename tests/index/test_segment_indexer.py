@@ -1,5 +1,6 @@
 """The compiled per-batch helpers: SegmentIndexer (index entries every interval bytes, as
-Kafka's LogSegment.append does) and summarize_batches (what Log.append reports)."""
+Kafka's LogSegment.append does; the index files come with the first entry an append may
+add) and summarize_batches (what Log.append reports)."""
 
 from fastlog._index import OffsetIndex, SegmentIndexer, TimeIndex, summarize_batches
 
@@ -51,3 +52,35 @@ def test_summarize_batches():
     assert summarize_batches(hs, 100, 50, False, 3)[4:] == (0, "too_large")
     assert summarize_batches(hs, 10_000, 52, True, 3)[4:] == (0, "order")
     assert summarize_batches(hs, 10_000, 50, True, 3)[3] == []
+
+
+def test_index_files_come_with_the_first_entry(tmp_path):
+    # A new segment's indexes have no files while appends cannot add an entry (Kafka's
+    # LazyIndex); the reservation before an append that may add one creates them.
+    buf, hs = _batches(3)
+    oi = OffsetIndex(tmp_path / "a.index", 50, 4096)
+    ti = TimeIndex(tmp_path / "a.timeindex", 50, 4096)
+    ix = SegmentIndexer(oi, ti, 500)
+    ix.reserve(1, 0)
+    assert ix.add(hs[:1], 0) == 1 and oi.entries == 0
+    ix.reserve(1, 0)  # one batch of ~270 bytes follows: still within 500 since the start
+    assert ix.add(hs[1:2], 0) == 1
+    assert not (tmp_path / "a.index").exists() and not (tmp_path / "a.timeindex").exists()
+    assert not oi.has_file and not ti.has_file and oi.length == 4096
+    assert ix.bytes_since > 500  # the next batch gets an entry: reserve makes the files first
+    ix.reserve(1, 0)
+    assert oi.has_file and (tmp_path / "a.index").stat().st_size == 4096
+    assert ix.add(hs[2:], 0) == 1 and oi.entries == 1 and ti.entries == 1
+    oi.close()
+    ti.close()
+    assert (tmp_path / "a.index").stat().st_size == 8
+
+
+def test_a_multi_batch_append_that_may_add_an_entry_reserves_first(tmp_path):
+    buf, hs = _batches(3)
+    oi = OffsetIndex(tmp_path / "a.index", 50, 4096)
+    ti = TimeIndex(tmp_path / "a.timeindex", 50, 4096)
+    ix = SegmentIndexer(oi, ti, 500)
+    ix.reserve(3, hs[2].position - hs[0].position)  # ~540 bytes before the last batch
+    assert oi.has_file and ti.has_file
+    assert ix.add(hs, 0) == 3 and oi.entries == 1

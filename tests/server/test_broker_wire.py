@@ -295,17 +295,6 @@ def test_offset_for_leader_epoch(broker, wire):
     assert parts[3].error_code == Errors.UNKNOWN_TOPIC_OR_PARTITION
 
 
-def test_fetch_sessions_are_answered_as_no_session(broker, wire):
-    create_topic(broker, "wire-session")
-    body = fetch_body("wire-session", 0, 0)
-    body["session_id"], body["session_epoch"] = 0, 0  # "please create a session"
-    r = wire.call(ApiKey.FETCH, 11, body)
-    assert r.error_code == 0 and r.session_id == 0
-    body["session_id"], body["session_epoch"] = 1234, 1
-    r = wire.call(ApiKey.FETCH, 11, body)
-    assert r.error_code == Errors.FETCH_SESSION_ID_NOT_FOUND
-
-
 def test_acks_zero_error_closes_the_connection(broker, wire):
     wire.send(ApiKey.PRODUCE, 7, {
         "transactional_id": None, "acks": 0, "timeout_ms": 5000,

@@ -459,7 +459,7 @@ class LogSegment:
         fd = self.file.fileno()
         # Index space first: a full disk fails the whole append here (OSError), never a
         # store into an index page the file system cannot back (SIGBUS).
-        self._indexer.reserve(len(batches))
+        self._indexer.reserve(len(batches), last.position - first.position)
         try:
             written = os.pwrite(fd, view, physical)
             while written < len(view):   # a short write (rare): the rest

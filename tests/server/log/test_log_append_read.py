@@ -140,6 +140,10 @@ def test_truncate_fully_and_start_at(tmp_path):
     assert [s.base_offset for s in log.segments] == [500]
     append_n(log, 1)
     assert read_all(log)[0][0] == 500
+    # the new segment's indexes get their files with a first entry, or at close
+    assert sorted(os.listdir(tmp_path / "t-0")) == [
+        "00000000000000000500.log", "leader-epoch-checkpoint"]
+    log.close()
     assert sorted(os.listdir(tmp_path / "t-0")) == [
         "00000000000000000500.index", "00000000000000000500.log",
         "00000000000000000500.timeindex", "00000000000000000500.txnindex",

@@ -1,0 +1,108 @@
+"""Broker CPU of a fresh partition: creating it, its first write, and a later write.
+
+Starts a fresh broker from each given source tree in turn (alternating per rep), creates
+one topic of --partitions partitions, then writes one 100-byte record to each partition
+(one acks=1 Produce per partition over one raw connection), then a second record to each.
+Broker CPU (utime+stime from /proc) is read around each of the three steps and printed per
+partition in ms; `first_extra_ms` is the first write's cost beyond the second's (what a
+fresh partition's first write costs on top of an ordinary one). `files_created` and
+`files_written` count the directory entries (partition dirs and their files, so inodes)
+per partition after each of the first two steps: creating an inode is most of this CPU on
+a file system that makes it slow (ext4 without a journal scans for inodes it may reuse,
+`recently_deleted`), and the figures in ms move with the file system's state from one
+minute to the next. One JSON line per run, then the medians per tree.
+
+    .venv/bin/python perf/fresh_partitions.py new=. [base=/tmp/base] --reps 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import compare  # noqa: E402  (perf/compare.py: broker process helpers)
+
+from fastlog import _codec  # noqa: E402
+from fastlog.protocol import ApiKey  # noqa: E402
+from fastlog.testing import Wire  # noqa: E402
+
+
+def _produce_each(w: Wire, topic: str, partitions: int) -> None:
+    value = b"x" * 100
+    for p in range(partitions):
+        batch = _codec.build_batch([(int(time.time() * 1000), None, value)])
+        r = w.call(ApiKey.PRODUCE, 7, {
+            "transactional_id": None, "acks": 1, "timeout_ms": 5000,
+            "topic_data": [{"name": topic, "partition_data": [{"index": p, "records": batch}]}]})
+        err = r.responses[0].partition_responses[0].error_code
+        if err:
+            raise RuntimeError(f"produce to partition {p} answered error {err}")
+
+
+def _entries(data: Path) -> int:
+    """Partition dirs of the topic and the files in them."""
+    return sum(1 + len(list(p.iterdir())) for p in data.glob("fresh-*"))
+
+
+def one_run(tree: Path, name: str, n: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="fastlog-fresh-") as d:
+        data = Path(d) / f"{name}-data"
+        broker = compare.start_fastlog(Path(d), name, tree=tree)
+        try:
+            w = compare.raw_connection(broker)
+            try:
+                time.sleep(1.0)  # let startup's background work settle
+                c0 = broker.cpu_seconds()
+                compare.create_topic_raw(w, "fresh", n)
+                c1 = broker.cpu_seconds()
+                created = _entries(data)
+                _produce_each(w, "fresh", n)
+                c2 = broker.cpu_seconds()
+                written = _entries(data)
+                _produce_each(w, "fresh", n)
+                c3 = broker.cpu_seconds()
+            finally:
+                w.close()
+        finally:
+            broker.stop()
+    create, first, second = ((b - a) * 1000 / n for a, b in ((c0, c1), (c1, c2), (c2, c3)))
+    return {"tree": name, "create_ms": round(create, 3), "first_write_ms": round(first, 3),
+            "second_write_ms": round(second, 3), "first_extra_ms": round(first - second, 3),
+            "files_created": created / n, "files_written": written / n}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("trees", nargs="+", metavar="NAME=PATH")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--partitions", type=int, default=200)
+    opts = ap.parse_args(argv)
+    trees = compare.source_trees(opts.trees)
+    if trees is None:
+        return 2
+    if not 1 <= opts.reps <= 20 or not 1 <= opts.partitions <= 5000:
+        print("fresh_partitions.py: --reps 1-20, --partitions 1-5,000", file=sys.stderr)
+        return 2
+    per: dict[str, list[dict]] = {}
+    for rep in range(opts.reps):
+        for name, path in trees.items():
+            r = one_run(path, name, opts.partitions)
+            per.setdefault(name, []).append(r)
+            print(json.dumps({"rep": rep, **r}), flush=True)
+    for name, runs in per.items():
+        print(json.dumps({"tree": name, **{
+            f"median_{k}": round(statistics.median(r[k] for r in runs), 3)
+            for k in ("create_ms", "first_write_ms", "second_write_ms", "first_extra_ms",
+                      "files_created", "files_written")}}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+"""perf/fresh_partitions.py against this tree's broker: a short run reports per-partition
+CPU and the files a fresh partition costs (its directory and .log when created, the
+leader-epoch checkpoint with the first write: index files come with a first entry);
+bad options are one sentence."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from perf import fresh_partitions
+from tests.perf.scripts import assert_refused
+
+SCRIPT = Path(fresh_partitions.__file__)
+TREE = f"new={SCRIPT.parent.parent}"
+
+
+def test_short_run_reports_cpu_and_files():
+    r = subprocess.run([sys.executable, str(SCRIPT), TREE, "--reps", "1", "--partitions", "20"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    run, summary = [json.loads(line) for line in r.stdout.strip().splitlines()]
+    assert run["files_created"] == 2.0 and run["files_written"] == 3.0
+    assert min(run["create_ms"], run["first_write_ms"], run["second_write_ms"]) >= 0
+    assert summary["median_files_written"] == 3.0
+
+
+def test_bad_options_are_one_sentence_and_exit_2():
+    assert_refused(SCRIPT, TREE, "--partitions", "0", needle="--partitions")
