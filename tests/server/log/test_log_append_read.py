@@ -140,9 +140,11 @@ def test_truncate_fully_and_start_at(tmp_path):
     assert [s.base_offset for s in log.segments] == [500]
     append_n(log, 1)
     assert read_all(log)[0][0] == 500
-    # the new segment's indexes get their files with a first entry, or at close
+    # the new segment's offset and time indexes get their files with a first entry, or at
+    # close (its .txnindex is made with it, empty, so that a lost one is noticed)
     assert sorted(os.listdir(tmp_path / "t-0")) == [
-        "00000000000000000500.log", "leader-epoch-checkpoint"]
+        "00000000000000000500.log", "00000000000000000500.txnindex",
+        "leader-epoch-checkpoint"]
     log.close()
     assert sorted(os.listdir(tmp_path / "t-0")) == [
         "00000000000000000500.index", "00000000000000000500.log",
