@@ -714,11 +714,12 @@ async def groups_page(request):
     groups = await c.admin.list_groups()
     descs = {}
     if groups:
-        for d in await c.admin.describe_groups([g for g, _ in groups[:200]]):
+        for d in await c.admin.describe_groups([g.group_id for g in groups[:200]]):
             descs[d.group_id] = d
     lags = c.sampler.samples[-1][2] if c.sampler.samples else {}
     rows = []
-    for gid, ptype in groups:
+    for g in groups:
+        gid, ptype = g.group_id, g.protocol_type
         d = descs.get(gid)
         rows.append((link("/groups/view", gid, id=gid), esc(d.state if d else "?"),
                      esc(ptype or "-"), esc(len(d.members) if d else "?"), esc(lags.get(gid))))
