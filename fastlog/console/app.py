@@ -430,9 +430,10 @@ async def topics_page(request):
             continue
         parts = t.partitions.values()
         rf = max((len(p.replicas) for p in parts), default=0)
-        held = [sizes.get(TopicPartition(t.name, p.partition), {}) for p in parts]
-        leaders = _sum(h.get(p.leader) for h, p in zip(held, parts))
-        replicas = _sum(s for h in held for s in h.values())
+        held = [(p.leader, sizes.get(TopicPartition(t.name, p.partition), {}))
+                for p in parts]
+        leaders = _sum(h.get(leader) for leader, h in held)
+        replicas = _sum(s for _, h in held for s in h.values())
         rows.append((link(f"/topics/{t.name}", t.name), esc(len(t.partitions)), esc(rf),
                      esc(pages.size(leaders)), esc(pages.size(replicas)),
                      esc(pages.rate(rates.get(t.name)))))
