@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "leader-election": ("fastlog.cli.leader_election",
                         "elect preferred (or unclean) partition leaders"),
     "transactions": ("fastlog.cli.transactions", "list and describe transactions"),
+    "log-dirs": ("fastlog.cli.log_dirs", "describe the brokers' log dirs and partition sizes"),
 }
 
 

@@ -8,7 +8,8 @@
 # FindCoordinator, OffsetFetch, OffsetCommit, DeleteGroups; Describe/AlterUserScramCredentials
 # for SCRAM users; CreateAcls/DescribeAcls/DeleteAcls with fastlog.security.acl's bindings
 # and filters; ElectLeaders (to the controller); Describe/AlterClientQuotas with
-# fastlog.security.quota's entities. Answers become small Python
+# fastlog.security.quota's entities; DescribeLogDirs (asked of every broker). Answers become
+# small Python
 # values; a Kafka error code becomes KafkaError naming the topic, partition or group.
 #
 # Use from the event loop that created it; sync.SyncAdmin wraps it for threads.
@@ -58,6 +59,26 @@ class ConfigEntry:
     @property
     def is_default(self) -> bool:
         return self.source in ("DEFAULT_CONFIG", "STATIC_BROKER_CONFIG", "UNKNOWN")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReplicaInfo:
+    """One partition's copy in a log dir (Kafka's ReplicaInfo): its size on disk, its
+    offset lag, and is_future for the copy of a partition moving into the dir."""
+    size: int
+    offset_lag: int
+    is_future: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LogDirDescription:
+    """One log dir of one broker (Kafka's LogDirDescription): error is the Kafka error's
+    name (KAFKA_STORAGE_ERROR for an offline dir) or None; total_bytes and usable_bytes
+    of its file system are -1 when unknown (DescribeLogDirs below v4)."""
+    error: str | None
+    replicas: dict[TopicPartition, ReplicaInfo]
+    total_bytes: int = -1
+    usable_bytes: int = -1
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -457,6 +478,35 @@ class Admin:
                     errors.raise_for(p.error_code, f"delete records of {tp}")
                     result[tp] = p.low_watermark
         return result
+
+    # -- log dirs ---------------------------------------------------------------------
+
+    async def describe_log_dirs(self, brokers: list[int] | None = None,
+                                tps: list[TopicPartition] | None = None
+                                ) -> dict[int, dict[str, LogDirDescription]]:
+        """{broker: {log dir: LogDirDescription}} from DescribeLogDirs on each broker
+        named (every registered broker when None), listing the partitions in tps (all
+        when None). KafkaError for a broker that refuses (CLUSTER_AUTHORIZATION_FAILED
+        without Describe on the cluster); ProtocolMismatch for one that lacks the API."""
+        await self.cluster.refresh_metadata([])
+        topics = None if tps is None else [
+            {"topic": t, "partitions": [p for p, _ in parts]}
+            for t, parts in _tp_tree(dict.fromkeys(tps)).items()]
+        out = {}
+        for node in sorted(self.cluster.brokers) if brokers is None else brokers:
+            conn = await self.cluster.connection(node)
+            resp = await conn.request(ApiKey.DESCRIBE_LOG_DIRS, {"topics": topics})
+            errors.raise_for(getattr(resp, "error_code", 0),
+                             f"describe the log dirs of broker {node}")
+            dirs = out[node] = {}
+            for r in resp.results:
+                replicas = {TopicPartition(t.name, p.partition_index):
+                            ReplicaInfo(p.partition_size, p.offset_lag, p.is_future_key)
+                            for t in r.topics for p in t.partitions}
+                dirs[r.log_dir] = LogDirDescription(
+                    errors.error_name(r.error_code) if r.error_code else None,
+                    replicas, getattr(r, "total_bytes", -1), getattr(r, "usable_bytes", -1))
+        return out
 
     # -- transactions -----------------------------------------------------------------
 

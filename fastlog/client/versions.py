@@ -5,8 +5,8 @@
 # ranges stop below each API's first flexible version (nothing we need lives there; the
 # SCRAM credential and partition reassignment APIs are flexible from v0; ListGroups
 # goes to v4, flexible, for its states filter; the ACL APIs start at v1, the first
-# with pattern types) and
-# start where the fields we rely on exist (Produce 3 = record batches v2, Metadata 1 =
+# with pattern types; DescribeLogDirs goes to v4, flexible, for the disk's total and
+# usable bytes) and start where the fields we rely on exist (Produce 3 = record batches v2, Metadata 1 =
 # controller id, Fetch 4 = isolation level and last stable offset). Pure data, any thread.
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.ELECT_LEADERS: (0, 1),
     ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 0),
     ApiKey.ALTER_CLIENT_QUOTAS: (0, 0),
+    ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
 }
 
 

@@ -1,6 +1,7 @@
 # fastlog/console/app.py: the web console's aiohttp application.
 #
-# Owns the pages (overview, topics, a topic, messages, consumer groups, a group, charts,
+# Owns the pages (overview with each broker's log dirs, topics with their sizes on disk,
+# a topic, messages, consumer groups, a group, charts,
 # ACLs, SCRAM users), their forms, and the guards every request passes:
 # - read-only: with --read-only every request other than GET/HEAD is refused (403) here,
 #   whatever the page shows;
@@ -305,6 +306,39 @@ def _time(ms: int) -> str:
     return when.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
 
 
+# -- sizes on disk (DescribeLogDirs) ------------------------------------------------------
+
+async def _log_dirs(c: Console, what: str, tps=None):
+    """(Admin.describe_log_dirs's answer, "") or (None, a note saying why there is none):
+    a cluster without the API (or without Describe on the cluster for us) shows sizes as
+    unavailable; another failure is one sentence, and the rest of the page still shows."""
+    try:
+        return await c.admin.describe_log_dirs(tps=tps), ""
+    except FastlogError as exc:
+        if _unavailable(exc):
+            return None, c.unavailable(what, exc)
+        return None, (f'<p class="unavailable">{esc(what)} could not be read: '
+                      f"{esc(_sentence(exc))}.</p>")
+
+
+def _replica_sizes(dirs) -> dict[TopicPartition, dict[int, int]]:
+    """{partition: {broker: bytes}} of the current replicas in the online log dirs (a copy
+    moving between dirs, a future replica, is left out)."""
+    out: dict[TopicPartition, dict[int, int]] = {}
+    for node, by_path in (dirs or {}).items():
+        for desc in by_path.values():
+            for tp, r in desc.replicas.items():
+                if not r.is_future:
+                    out.setdefault(tp, {})[node] = r.size
+    return out
+
+
+def _sum(sizes):
+    """Total of the known sizes; None when none is known."""
+    known = [s for s in sizes if s is not None]
+    return sum(known) if known else None
+
+
 # -- overview ------------------------------------------------------------------------------
 
 async def overview(request):
@@ -353,7 +387,29 @@ async def overview(request):
         body.append("<section><h2>Partitions needing attention</h2>"
                     + table(("topic", "partition", "leader", "replicas", "ISR"), problems)
                     + "</section>")
+    body.append(f"<section><h2>Log dirs</h2>{await _log_dirs_table(c)}</section>")
     return c.page(request, "Overview", "".join(body))
+
+
+async def _log_dirs_table(c: Console) -> str:
+    """Each broker's log dirs: partitions and bytes held, the file system's total and
+    usable bytes (DescribeLogDirs v4), or the error of an offline dir."""
+    dirs, note = await _log_dirs(c, "Describing log dirs")
+    if dirs is None:
+        return note
+    rows = []
+    for node in sorted(dirs):
+        for path, d in sorted(dirs[node].items()):
+            current = [r for r in d.replicas.values() if not r.is_future]
+            status = ('<span class="good">online</span>' if d.error is None else
+                      f'<span class="bad">offline ({esc(d.error)})</span>')
+            rows.append((esc(node), esc(path), status,
+                         esc(len(current) if d.error is None else None),
+                         esc(pages.size(sum(r.size for r in current)) if d.error is None
+                             else None),
+                         esc(pages.size(d.total_bytes)), esc(pages.size(d.usable_bytes))))
+    return table(("broker", "log dir", "status", "partitions", "size", "disk total",
+                  "disk usable"), rows, cls="log-dirs", empty="No log dirs.")
 
 
 # -- topics --------------------------------------------------------------------------------
@@ -364,6 +420,8 @@ async def topics_page(request):
     internal = request.query.get("internal") == "1"
     infos = await c.admin.describe_topics(None)
     rates = c.sampler.topic_rates()
+    dirs, size_note = await _log_dirs(c, "Topic sizes")
+    sizes = _replica_sizes(dirs)
     rows = []
     for t in infos:
         if t.internal and not internal:
@@ -372,7 +430,12 @@ async def topics_page(request):
             continue
         parts = t.partitions.values()
         rf = max((len(p.replicas) for p in parts), default=0)
+        held = [(p.leader, sizes.get(TopicPartition(t.name, p.partition), {}))
+                for p in parts]
+        leaders = _sum(h.get(leader) for leader, h in held)
+        replicas = _sum(s for _, h in held for s in h.values())
         rows.append((link(f"/topics/{t.name}", t.name), esc(len(t.partitions)), esc(rf),
+                     esc(pages.size(leaders)), esc(pages.size(replicas)),
                      esc(pages.rate(rates.get(t.name)))))
     search = (f'<form method=get action="/topics" class="search">'
               f'{field("Search", "q", query, placeholder="part of a name")}'
@@ -385,8 +448,11 @@ async def topics_page(request):
                             size=4)
                     + textarea("Configs (key=value per line)", "configs", rows=2),
                     "Create topic", cls="create")
-    body = (search + table(("topic", "partitions", "replication factor", "messages/s"), rows,
-                           cls="topics", empty="No topic matches.")
+    # size: the leaders' copies (the topic's data once); with replicas: every copy.
+    body = (search + size_note
+            + table(("topic", "partitions", "replication factor", "size",
+                     "size (with replicas)", "messages/s"), rows,
+                    cls="topics", empty="No topic matches.")
             + (f"<section><h2>Create a topic</h2>{create}</section>" if create else ""))
     return c.page(request, "Topics", body)
 
@@ -418,12 +484,18 @@ async def topic_page(request):
                     (await c.admin.list_offsets(dict.fromkeys(tps, LATEST))).items()}
         except KafkaError:
             pass
+    dirs, size_note = await _log_dirs(c, "Partition sizes", tps) if tps else (None, "")
+    sizes = _replica_sizes(dirs)
     rows = []
     for tp in tps:
         p = info.partitions[tp.partition]
+        held = sizes.get(tp, {})
         rows.append((link(f"/topics/{name}/messages", tp.partition, partition=tp.partition),
                      esc(p.leader), esc(", ".join(map(str, p.replicas))),
-                     esc(", ".join(map(str, p.isr))), esc(starts.get(tp)), esc(ends.get(tp))))
+                     esc(", ".join(map(str, p.isr))), esc(starts.get(tp)), esc(ends.get(tp)),
+                     esc(pages.size(held.get(p.leader))),
+                     esc(", ".join(f"{n}: {pages.size(held[n])}" for n in sorted(held))
+                         or None)))
     try:
         configs = await c.admin.describe_configs(name)
         crow = [(esc(e.name), esc("(sensitive)" if e.sensitive else e.value), esc(e.source))
@@ -446,9 +518,9 @@ async def topic_page(request):
                     confirm=f"Delete topic {name} and all its messages?")
     body = (f'<p>{link(f"/topics/{name}/messages", "Browse messages")} · '
             f'{link(f"/topics/{name}/messages", "Produce", partition=0)}</p>'
-            + "<section><h2>Partitions</h2>"
-            + table(("partition", "leader", "replicas", "ISR", "start offset", "end offset"),
-                    rows, cls="partitions") + grow
+            + "<section><h2>Partitions</h2>" + size_note
+            + table(("partition", "leader", "replicas", "ISR", "start offset", "end offset",
+                     "size", "size per replica"), rows, cls="partitions") + grow
             + f"</section><section><h2>Configs</h2>{config_html}{alter}</section>"
             + (f"<section><h2>Delete</h2>{delete}</section>" if delete else ""))
     return c.page(request, f"Topic {name}", body)
@@ -714,11 +786,12 @@ async def groups_page(request):
     groups = await c.admin.list_groups()
     descs = {}
     if groups:
-        for d in await c.admin.describe_groups([g for g, _ in groups[:200]]):
+        for d in await c.admin.describe_groups([g.group_id for g in groups[:200]]):
             descs[d.group_id] = d
     lags = c.sampler.samples[-1][2] if c.sampler.samples else {}
     rows = []
-    for gid, ptype in groups:
+    for g in groups:
+        gid, ptype = g.group_id, g.protocol_type
         d = descs.get(gid)
         rows.append((link("/groups/view", gid, id=gid), esc(d.state if d else "?"),
                      esc(ptype or "-"), esc(len(d.members) if d else "?"), esc(lags.get(gid))))

@@ -185,3 +185,15 @@ def show_headers(headers) -> str:
 
 def rate(value: float | None) -> str:
     return "-" if value is None else f"{value:,.1f}"
+
+
+def size(value: int | None) -> str:
+    """A byte count in binary units ("1.5 KiB"); '-' when unknown (None or negative)."""
+    if value is None or value < 0:
+        return "-"
+    if value < 1024:
+        return f"{value} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
+        value /= 1024
+        if value < 1024 or unit == "PiB":
+            return f"{value:,.1f} {unit}"

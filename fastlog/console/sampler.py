@@ -99,7 +99,8 @@ class Sampler:
         for tp, end in ends.items():
             topics[tp.topic] += end
         lags: dict[str, int] = {}
-        for group_id, _ in (await self.admin.list_groups())[:MAX_GROUPS]:
+        for group in (await self.admin.list_groups())[:MAX_GROUPS]:
+            group_id = group.group_id
             try:
                 committed = await self.admin.fetch_offsets(group_id)
             except FastlogError:

@@ -89,6 +89,27 @@ def test_delete_records_moves_log_start(bootstrap, topic_name, arun):
     arun(go())
 
 
+def test_describe_log_dirs_sizes_and_disk(bootstrap, topic_name, arun):
+    async def go():
+        async with Admin(bootstrap) as admin:
+            await admin.create_topic(topic_name, 2, 1)
+            async with Producer(bootstrap, linger_ms=0) as p:
+                await p.send(topic_name, b"v" * 1000, partition=1)
+            everything = await admin.describe_log_dirs()
+            (node,) = everything
+            (desc,) = everything[node].values()
+            assert desc.error is None and 0 < desc.usable_bytes <= desc.total_bytes
+            assert desc.replicas[TopicPartition(topic_name, 0)].size == 0
+            one = desc.replicas[TopicPartition(topic_name, 1)]
+            assert one.size > 1000 and one.offset_lag == 0 and not one.is_future
+            # Only the partitions asked about, from the brokers named.
+            asked = await admin.describe_log_dirs([node], [TopicPartition(topic_name, 1)])
+            (desc,) = asked[node].values()
+            assert list(desc.replicas) == [TopicPartition(topic_name, 1)]
+
+    arun(go())
+
+
 def test_unknown_topic_is_one_clear_error(bootstrap, arun):
     async def go():
         async with Consumer(bootstrap) as c:

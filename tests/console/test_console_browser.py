@@ -1,7 +1,8 @@
 """The web console in a real headless browser (Debian's Chromium through Playwright)
 against a real broker: create a topic, produce, browse and find a message, follow a
-group's lag through commits, reset its offsets (dry run, then apply), delete it; the
-read-only console refuses a change; bad input is one sentence on the page."""
+group's lag through commits, reset its offsets (dry run, then apply), delete it; a
+topic's size on disk after producing; the read-only console refuses a change; bad input
+is one sentence on the page."""
 
 import re
 import time
@@ -65,6 +66,19 @@ def test_create_produce_browse_and_find(page, console, bootstrap, topic_name):
     page.click("form.search button")
     assert page.locator("table.topics tbody tr").count() == 1
     assert page.inner_text("table.topics tbody tr").startswith(topic_name)
+
+
+def test_topic_size_shows_after_producing(page, console, bootstrap, topic_name):
+    with SyncAdmin(bootstrap) as admin:
+        admin.create_topic(topic_name, 1, 1)
+    page.goto(console.url("/topics", q=topic_name))
+    size = page.locator("table.topics tbody tr td").nth(3)
+    assert size.inner_text() == "0 B"
+    with SyncProducer(bootstrap) as producer:
+        producer.send(topic_name, b"z" * 3000).result(30)
+    page.reload()
+    assert re.fullmatch(r"[0-9.]+ KiB", size.inner_text()), size.inner_text()
+    assert float(size.inner_text().split()[0]) >= 2.9
 
 
 def test_live_view_adds_new_messages(page, console, bootstrap, topic_name):

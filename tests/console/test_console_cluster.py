@@ -1,12 +1,14 @@
 """The web console's overview of a three-broker ZooKeeper cluster: every broker with its
-rack and the controller marked, a healthy verdict; once a broker is killed, the overview
-shows it missing and the cluster degraded."""
+rack and the controller marked, a healthy verdict, each broker's log dir, and a topic's
+size on its leaders and with its replicas; once a broker is killed, the overview shows it
+missing and the cluster degraded."""
 
 import re
 
-from fastlog.client import SyncAdmin
+from fastlog.client import SyncAdmin, SyncProducer
 from fastlog.testing import ConsoleProcess, make_chroot, wait_until
 from tests.cluster.harness import ClusterHarness
+from tests.console.test_console_http import _cells
 
 
 def _verdict(console) -> str:
@@ -32,6 +34,26 @@ def test_overview_shows_a_missing_broker(zk_server, tmp_path):
         for i in (1, 2, 3):
             assert f"rack-{i}" in body
         assert body.count('<span class="badge">controller</span>') == 1
+        assert sorted(row[0] for row in _cells(body, "log-dirs")) == ["1", "2", "3"]
+
+        with SyncProducer(cluster.bootstrap, acks="all") as producer:
+            for i in range(3):
+                producer.send("replicated", b"r" * 2000, partition=i).result(30)
+
+        def sizes():
+            _, body, _ = console.get("/topics", q="replicated")
+            ((_, _, _, size, with_replicas, _),) = _cells(body, "topics")
+            return size, with_replicas
+
+        # Every copy holds the same batches once the followers caught up: three times the
+        # leaders' size (shown rounded, so compared as numbers).
+        def tripled():
+            size, with_replicas = sizes()
+            return (size.endswith(" KiB") and with_replicas.endswith(" KiB")
+                    and abs(3 * float(size.split()[0])
+                            - float(with_replicas.split()[0])) <= 0.2)
+        wait_until(tripled, 20, interval=0.5, what="the replicas' sizes")
+        assert float(sizes()[0].split()[0]) >= 5.8
 
         victim = 3 if cluster.controller() != 3 else 2
         cluster.kill(victim)

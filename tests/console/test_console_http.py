@@ -120,6 +120,43 @@ def test_read_only_refuses_every_mutation(read_only_console, console, bootstrap,
         assert got[TopicPartition(topic_name, 0)].offset == 0
 
 
+def _cells(body: str, table_class: str) -> list[list[str]]:
+    """The text of each body row's cells in the table of that class (tags stripped)."""
+    found = re.search(rf'<table class="{table_class}">.*?<tbody>(.*?)</tbody>', body, re.S)
+    assert found, body[:2000]
+    return [[html.unescape(re.sub(r"<[^>]+>", "", cell)).strip()
+             for cell in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+            for row in re.findall(r"<tr>(.*?)</tr>", found.group(1), re.S)]
+
+
+def test_topic_sizes_and_log_dirs(console, bootstrap, topic_name):
+    with SyncAdmin(bootstrap) as admin:
+        admin.create_topic(topic_name, 2, 1)
+        with SyncProducer(bootstrap) as producer:
+            for _ in range(3):
+                producer.send(topic_name, b"v" * 1000, partition=1).result(30)
+        (dirs,) = admin.describe_log_dirs().values()
+    held = sum(d.replicas[TopicPartition(topic_name, 1)].size for d in dirs.values())
+    assert held > 3000
+    # Topics: the leaders' copies, and every copy (one broker: the same).
+    status, body, _ = console.get("/topics", q=topic_name)
+    assert status == 200
+    ((name, partitions, rf, size, with_replicas, _),) = _cells(body, "topics")
+    assert (name, partitions, rf) == (topic_name, "2", "1")
+    assert size == with_replicas == f"{held / 1024:,.1f} KiB"
+    # The topic: each partition's size, on its leader and per replica.
+    status, body, _ = console.get(f"/topics/{topic_name}")
+    rows = _cells(body, "partitions")
+    assert [r[6:] for r in rows] == [["0 B", "0: 0 B"],
+                                     [f"{held / 1024:,.1f} KiB", f"0: {held / 1024:,.1f} KiB"]]
+    # Overview: the broker's log dir, online, with its disk's total and usable bytes.
+    status, body, _ = console.get("/")
+    ((broker, path, state, count, size, total, usable),) = _cells(body, "log-dirs")
+    assert (broker, path, state) == ("0", next(iter(dirs)), "online")
+    assert int(count) >= 2 and size.endswith("B")
+    assert total.endswith("iB") and usable.endswith("iB")
+
+
 def test_unavailable_features_are_not_errors(console):
     # The test broker has no authorizer: ACLs are a feature it does not offer.
     status, body, _ = console.get("/acls")

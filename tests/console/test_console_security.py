@@ -1,13 +1,23 @@
 """The web console's ACL and SCRAM user pages against a real broker with the ACL
 authorizer (the anonymous user a super user): add and remove an ACL and a user through
-the pages' forms, and bad input as one sentence."""
+the pages' forms, and bad input as one sentence; sizes on disk shown as unavailable to a
+console denied Describe on the cluster."""
 
 import html
 
 import pytest
 
 from fastlog.client import SyncAdmin
-from fastlog.security.acl import AclBindingFilter
+from fastlog.security.acl import (
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
 from fastlog.testing import BrokerProcess, ConsoleProcess
 
 
@@ -71,6 +81,37 @@ def test_add_and_remove_a_scram_user(secured):
     assert status == 303
     with SyncAdmin(broker.bootstrap) as admin:
         assert admin.describe_user_scram_credentials(None) == {}
+
+
+def test_sizes_are_unavailable_without_describe_on_the_cluster(tmp_path):
+    """DescribeLogDirs needs Describe on the cluster: denied it, the topics, topic and
+    overview pages still show, with sizes and log dirs as unavailable (not an error)."""
+    broker = BrokerProcess(tmp_path / "data", overrides={
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "allow.everyone.if.no.acl.found": "true"})
+    broker.start()
+    console = None
+    try:
+        with SyncAdmin(broker.bootstrap) as admin:
+            admin.create_topic("sized", 1, 1)
+            admin.create_acls([AclBinding(
+                ResourcePattern(ResourceType.CLUSTER, "kafka-cluster", PatternType.LITERAL),
+                AccessControlEntry("User:ANONYMOUS", "*", AclOperation.DESCRIBE,
+                                   AclPermissionType.DENY))])
+        console = ConsoleProcess(broker.bootstrap).start()
+        for path, what, table, row in (
+                ("/topics", "Topic sizes", "topics", "sized</a>"),
+                ("/topics/sized", "Partition sizes", "partitions", ">0</a>"),
+                ("/", "Describing log dirs", "brokers", "127.0.0.1:")):
+            status, body, _ = console.get(path)
+            assert status == 200, body[:2000]
+            assert f'<p class="unavailable">{what} is unavailable on this cluster' in body
+            assert "CLUSTER_AUTHORIZATION_FAILED" in body and 'class="error"' not in body
+            assert f'<table class="{table}">' in body and row in body
+    finally:
+        if console is not None:
+            console.stop()
+        broker.stop()
 
 
 def test_console_over_sasl_with_the_client_options(tmp_path_factory, tmp_path):
