@@ -8,7 +8,9 @@
 #
 # Threads: not thread-safe. The owning Log calls everything from the broker's event-loop
 # thread, except flush() which its background I/O worker may run concurrently (an fsync of
-# descriptors only). A segment is never explicitly closed while readers may hold regions of
+# descriptors only), and write_at() of a large append, which a write thread runs between
+# the owner's begin_append() and end_append() (a pwrite beyond the segment's published
+# size, which no reader looks at). A segment is never explicitly closed while readers may hold regions of
 # it: deletion unlinks the files and the descriptor/mappings go when the last reference does.
 """A log segment: the data file plus offset and time indexes."""
 
@@ -427,16 +429,30 @@ class LogSegment:
         index_interval_bytes. `buf` holds the batches at their .position."""
         if not batches:
             return
+        view, physical = self.begin_append(buf, batches)
+        self.write_at(view, physical)
+        self.end_append(batches, physical, len(view))
+
+    def begin_append(self, buf, batches):
+        """First step of an append split in three (Log's write-behind: the write itself
+        may run on another thread while the owner thread goes on): check the offsets and
+        reserve index space; returns (the bytes to write, the position to write them at,
+        which is the segment's current size). Owner thread."""
         first, last = batches[0], batches[-1]
         if last.last_offset - self.base_offset > INT32_MAX or first.base_offset < self.base_offset:
             raise ValueError(f"offsets {first.base_offset}..{last.last_offset} do not fit "
                              f"segment {self.base_offset}")
         view = memoryview(buf)[first.position:last.end]
-        physical = self.size
-        fd = self.file.fileno()
         # Index space first: a full disk fails the whole append here (OSError), never a
         # store into an index page the file system cannot back (SIGBUS).
         self._indexer.reserve(len(batches))
+        return view, self.size
+
+    def write_at(self, view, physical: int) -> None:
+        """Second step: write `view` at byte `physical` (any thread: it touches only the
+        descriptor, which the owner keeps open until end_append). On an error nothing
+        of the append stays behind the segment's end."""
+        fd = self.file.fileno()
         try:
             written = os.pwrite(fd, view, physical)
             while written < len(view):   # a short write (rare): the rest
@@ -448,6 +464,11 @@ class LogSegment:
             except OSError:
                 pass
             raise
+
+    def end_append(self, batches, physical: int, length: int) -> None:
+        """Last step, once the bytes are written (owner thread): index entries, the
+        segment's size and next offset, so that reads see the batches from now on."""
+        first, last = batches[0], batches[-1]
         if self.rolling_based_timestamp is None:
             if self.size == 0:
                 self.rolling_based_timestamp = first.max_timestamp
@@ -456,7 +477,7 @@ class LogSegment:
         if not self._max_ts_loaded:
             self._load_max_timestamp()
         self._indexer.add(batches, physical - first.position)
-        self.size = physical + len(view)
+        self.size = physical + length
         self._next_offset = last.next_offset
 
     def on_become_inactive_segment(self) -> None:
