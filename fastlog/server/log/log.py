@@ -16,7 +16,9 @@
 # renamed `.deleted` and unlinked after file.delete.delay.ms.
 # Write-behind: an append given a write_executor (the broker does so for batches of at
 # least 256 KiB) is stamped, checked and given its segment and byte position on the loop,
-# but its pwrite runs on the executor (the GIL released meanwhile) and it stays
+# but its pwrite runs on the executor (the GIL released meanwhile), with the reservation
+# of its index space and the page faults of the index stores to come (file system calls
+# that can wait for the journal behind the data being written), and it stays
 # unpublished: the log end offset, the segment's size and index entries, the high
 # watermark and the recovery point do not move, so no read, fetch, flush or checkpoint
 # sees the range being written. There is at most one such append per log (`settle()`
@@ -473,7 +475,7 @@ class Log:
             if segment.should_roll(valid_bytes, max_ts, last.last_offset, now, self.config):
                 segment = self._roll(first.base_offset)
             if write_executor is not None:
-                view, physical = segment.begin_append(records, batches)
+                view, physical = segment.begin_append(records, batches, reserve=False)
             else:
                 segment.append(records, batches)
         except OSError as e:
@@ -489,11 +491,12 @@ class Log:
             pending = info.pending = PendingAppend(self, info, segment, batches, physical,
                                                    len(view))
             try:
-                pending.written = write_executor.submit(segment.write_at, view, physical)
+                pending.written = write_executor.submit(segment.write_at, view, physical,
+                                                        len(batches))
             except RuntimeError:  # the executor is shut down: write here
                 pending.written = Future()
                 try:
-                    segment.write_at(view, physical)
+                    segment.write_at(view, physical, len(batches))
                     pending.written.set_result(None)
                 except OSError as e:
                     pending.written.set_exception(e)

@@ -433,11 +433,11 @@ class LogSegment:
         self.write_at(view, physical)
         self.end_append(batches, physical, len(view))
 
-    def begin_append(self, buf, batches):
+    def begin_append(self, buf, batches, reserve: bool = True):
         """First step of an append split in three (Log's write-behind: the write itself
         may run on another thread while the owner thread goes on): check the offsets and
-        reserve index space; returns (the bytes to write, the position to write them at,
-        which is the segment's current size). Owner thread."""
+        reserve index space (unless write_at is to); returns (the bytes to write, the
+        position to write them at, which is the segment's current size). Owner thread."""
         first, last = batches[0], batches[-1]
         if last.last_offset - self.base_offset > INT32_MAX or first.base_offset < self.base_offset:
             raise ValueError(f"offsets {first.base_offset}..{last.last_offset} do not fit "
@@ -445,13 +445,18 @@ class LogSegment:
         view = memoryview(buf)[first.position:last.end]
         # Index space first: a full disk fails the whole append here (OSError), never a
         # store into an index page the file system cannot back (SIGBUS).
-        self._indexer.reserve(len(batches))
+        if reserve:
+            self._indexer.reserve(len(batches))
         return view, self.size
 
-    def write_at(self, view, physical: int) -> None:
+    def write_at(self, view, physical: int, reserve_for: int = 0) -> None:
         """Second step: write `view` at byte `physical` (any thread: it touches only the
-        descriptor, which the owner keeps open until end_append). On an error nothing
-        of the append stays behind the segment's end."""
+        descriptor, which the owner keeps open until end_append, and the index space past
+        the entries). reserve_for: first reserve, and fault in, the index space of that
+        many batches (then end_append's stores wait for no file system). On an error
+        nothing of the append stays behind the segment's end."""
+        if reserve_for:
+            self._indexer.reserve(reserve_for, True)
         fd = self.file.fileno()
         try:
             written = os.pwrite(fd, view, physical)
