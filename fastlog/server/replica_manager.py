@@ -21,6 +21,8 @@
 # KAFKA_STORAGE_ERROR for them, and nothing periodic touches them.
 # Called from: the broker's asyncio API loop only (handlers, group coordinator, role
 # handler, fetchers); it touches files only for producer snapshots and the HW checkpoint.
+# Its verification pool (num.io.threads) checks large batches and writes those of
+# OFF_LOOP_WRITE_BYTES or more (Log's write-behind; published back on the loop).
 """Hosted partitions: append with validation and idempotence, fetch with long polling."""
 
 from __future__ import annotations
