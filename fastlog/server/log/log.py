@@ -475,7 +475,7 @@ class Log:
             if segment.should_roll(valid_bytes, max_ts, last.last_offset, now, self.config):
                 segment = self._roll(first.base_offset)
             if write_executor is not None:
-                view, physical = segment.begin_append(records, batches, reserve=False)
+                view, physical = segment.append(records, batches, write_behind=True)
             else:
                 segment.append(records, batches)
         except OSError as e:

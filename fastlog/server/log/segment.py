@@ -9,9 +9,10 @@
 # Threads: not thread-safe. The owning Log calls everything from the broker's event-loop
 # thread, except flush() which its background I/O worker may run concurrently (an fsync of
 # descriptors only), and write_at() of a large append, which a write thread runs between
-# the owner's begin_append() and end_append() (a pwrite beyond the segment's published
-# size, which no reader looks at). A segment is never explicitly closed while readers may hold regions of
-# it: deletion unlinks the files and the descriptor/mappings go when the last reference does.
+# the owner's append(write_behind=True) and end_append() (a pwrite beyond the segment's
+# published size, which no reader looks at). A segment is never explicitly closed while
+# readers may hold regions of it: deletion unlinks the files and the descriptor/mappings
+# go when the last reference does.
 """A log segment: the data file plus offset and time indexes."""
 
 from __future__ import annotations
@@ -423,38 +424,37 @@ class LogSegment:
         except (CodecError, ValueError):
             self.rolling_based_timestamp = None
 
-    def append(self, buf, batches) -> None:
+    def append(self, buf, batches, write_behind: bool = False):
         """Write the batches (already stamped, offsets above this segment's) with one
         positional write of their bytes, then add index entries every
-        index_interval_bytes. `buf` holds the batches at their .position."""
+        index_interval_bytes. `buf` holds the batches at their .position.
+        write_behind (Log's write-behind, the write running on another thread while the
+        owner goes on): only check the offsets, and return (the bytes to write, the
+        position to write them at: the segment's current size); the caller then has
+        write_at() run and calls end_append() on the owner thread once it is done."""
         if not batches:
-            return
-        view, physical = self.begin_append(buf, batches)
-        self.write_at(view, physical)
-        self.end_append(batches, physical, len(view))
-
-    def begin_append(self, buf, batches, reserve: bool = True):
-        """First step of an append split in three (Log's write-behind: the write itself
-        may run on another thread while the owner thread goes on): check the offsets and
-        reserve index space (unless write_at is to); returns (the bytes to write, the
-        position to write them at, which is the segment's current size). Owner thread."""
+            return None
         first, last = batches[0], batches[-1]
         if last.last_offset - self.base_offset > INT32_MAX or first.base_offset < self.base_offset:
             raise ValueError(f"offsets {first.base_offset}..{last.last_offset} do not fit "
                              f"segment {self.base_offset}")
         view = memoryview(buf)[first.position:last.end]
+        physical = self.size
+        if write_behind:
+            return view, physical
         # Index space first: a full disk fails the whole append here (OSError), never a
         # store into an index page the file system cannot back (SIGBUS).
-        if reserve:
-            self._indexer.reserve(len(batches))
-        return view, self.size
+        self._indexer.reserve(len(batches))
+        self.write_at(view, physical)
+        self.end_append(batches, physical, len(view))
+        return None
 
     def write_at(self, view, physical: int, reserve_for: int = 0) -> None:
         """Second step: write `view` at byte `physical` (any thread: it touches only the
         descriptor, which the owner keeps open until end_append, and the index space past
-        the entries). reserve_for: first reserve, and fault in, the index space of that
-        many batches (then end_append's stores wait for no file system). On an error
-        nothing of the append stays behind the segment's end."""
+        the entries). reserve_for (write-behind): first reserve, and fault in, the index
+        space of that many batches (then end_append's stores wait for no file system).
+        On an error nothing of the append stays behind the segment's end."""
         if reserve_for:
             self._indexer.reserve(reserve_for, True)
         fd = self.file.fileno()
