@@ -474,10 +474,7 @@ class Log:
         try:
             if segment.should_roll(valid_bytes, max_ts, last.last_offset, now, self.config):
                 segment = self._roll(first.base_offset)
-            if write_executor is not None:
-                view, physical = segment.append(records, batches, write_behind=True)
-            else:
-                segment.append(records, batches)
+            placed = segment.append(records, batches, write_executor is not None)
         except OSError as e:
             self.report_failure("append", e)
             raise
@@ -487,22 +484,22 @@ class Log:
             log_append_time=now if self.config.log_append_time else -1,
             num_messages=count, valid_bytes=valid_bytes,
             log_start_offset=self.log_start_offset)
-        if write_executor is not None:
-            pending = info.pending = PendingAppend(self, info, segment, batches, physical,
-                                                   len(view))
-            try:
-                pending.written = write_executor.submit(segment.write_at, view, physical,
-                                                        len(batches))
-            except RuntimeError:  # the executor is shut down: write here
-                pending.written = Future()
-                try:
-                    segment.write_at(view, physical, len(batches))
-                    pending.written.set_result(None)
-                except OSError as e:
-                    pending.written.set_exception(e)
-            self._pending = pending
+        if placed is None:
+            self._published(info)
             return info
-        self._published(info)
+        view, physical = placed
+        pending = info.pending = PendingAppend(self, info, segment, batches, physical, len(view))
+        try:
+            pending.written = write_executor.submit(segment.write_at, view, physical,
+                                                    len(batches))
+        except RuntimeError:  # the executor is shut down: write here
+            pending.written = Future()
+            try:
+                segment.write_at(view, physical, len(batches))
+                pending.written.set_result(None)
+            except OSError as e:
+                pending.written.set_exception(e)
+        self._pending = pending
         return info
 
     def _published(self, info: LogAppendInfo) -> None:
