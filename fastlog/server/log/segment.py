@@ -450,7 +450,7 @@ class LogSegment:
         return None
 
     def write_at(self, view, physical: int, reserve_for: int = 0) -> None:
-        """Second step: write `view` at byte `physical` (any thread: it touches only the
+        """Write `view` at byte `physical` (any thread: it touches only the
         descriptor, which the owner keeps open until end_append, and the index space past
         the entries). reserve_for (write-behind): first reserve, and fault in, the index
         space of that many batches (then end_append's stores wait for no file system).
