@@ -25,6 +25,7 @@ cdef class AbstractIndex:
     cdef int _check_open(self) except -1
     cdef int _materialize(self) except -1
     cdef int _reserve(self, Py_ssize_t end) except -1
+    cdef int _reserve_entries(self, Py_ssize_t more, bint touch) except -1
     cdef int64_t _key(self, Py_ssize_t n) noexcept nogil
     cdef int64_t _value(self, Py_ssize_t n) noexcept nogil
     cdef void _truncate_to_relative(self, int64_t relative, bint by_value) noexcept

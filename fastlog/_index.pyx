@@ -30,6 +30,7 @@ import threading
 
 from libc.errno cimport EINVAL, EOPNOTSUPP, errno
 from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint32_t, uint64_t
+from libc.string cimport memset
 
 from fastlog._codec cimport BatchHeader, fl_be32, fl_be64, fl_put_be32, fl_put_be64
 from posix.fcntl cimport posix_fallocate
@@ -267,6 +268,16 @@ cdef class AbstractIndex:
             self._reserved = self._length
         else:
             raise OSError(err, os.strerror(err), self.path)
+        return 0
+
+    cdef int _reserve_entries(self, Py_ssize_t more, bint touch) except -1:
+        cdef Py_ssize_t start = self._entries * self._entry_size
+        cdef Py_ssize_t end = (self._entries + max(0, more)) * self._entry_size
+        self._reserve(end)
+        end = min(end, self._length)
+        if touch and self.writable and self._data != NULL and end > start:
+            with nogil:
+                memset(self._data + start, 0, end - start)
         return 0
 
     # Entry fields as signed integers: a negative one marks a corrupt file in sanity_check().
@@ -730,18 +741,22 @@ cdef class SegmentIndexer:
         self.prev_last_offset = prev_last_offset
         self.last_epoch = last_epoch
 
-    def reserve(self, Py_ssize_t batches, Py_ssize_t upto=INT32_MAX):
+    def reserve(self, Py_ssize_t batches, Py_ssize_t upto=INT32_MAX, bint touch=False):
         """Reserve index space for the entries `batches` more batches may add (at most one
         each), before their data is written: a full disk then fails the append as a whole
         (OSError) instead of after the data went out. `upto` is the byte count the batches
         but the last add to bytes_since: while it stays within the interval they add no
         entry, and indexes without a file yet stay so (the final time entry of a segment
-        reserves its space when its file is made, at roll or close)."""
+        reserves its space when its file is made, at roll or close). touch: also store
+        zeros there now (past the entries: no reader looks), so that the page faults, which
+        may wait for the file system's journal, happen here: the write thread of a
+        write-behind append (LogSegment.write_at) does so while the owner leaves the index
+        alone."""
         if (self.offset_index._pending and self.time_index._pending
                 and self.bytes_since + upto <= self.interval):
             return
-        self.offset_index._reserve((self.offset_index._entries + batches) * 8)
-        self.time_index._reserve((self.time_index._entries + batches + 1) * 12)
+        self.offset_index._reserve_entries(batches, touch)
+        self.time_index._reserve_entries(batches + 1, touch)
 
     def add(self, list batches, Py_ssize_t shift=0, bint check_offsets=False,
             list epoch_changes=None):

@@ -989,8 +989,9 @@ class KafkaApis:
         """Append one partition's records of a Produce request in place (the frame is ours
         until the handler returns): only the leader takes writes, and only while its
         ZooKeeper session lives. A large batch is checked on the verification pool (see
-        ReplicaManager.check_produce), so the loop serves others meanwhile. The result
-        may still wait for ReplicaManager.completion."""
+        ReplicaManager.check_produce), and written by it, so the loop serves others
+        meanwhile. The result may still wait for ReplicaManager.completion (always
+        awaited before the handler returns: the frame must outlive the write)."""
         stats = self.broker.topic_stats  # Kafka's BrokerTopicMetrics, per partition
         if self.broker.cluster is not None:
             _, err = self._led_partition(topic, partition, write=True)
@@ -1004,7 +1005,8 @@ class KafkaApis:
             if err != Errors.NONE:
                 return stats.produce_done(topic, records, PartitionResult(err))
         return stats.produce_done(topic, records, rm.append_to_partition(
-            topic, partition, records, acks, api_version, in_place=True, checked=checked))
+            topic, partition, records, acks, api_version, in_place=True, checked=checked,
+            write_behind=True))
 
     async def _produce_one(self, api_version, correlation_id, client_id, acks, timeout_ms,
                            topic, partition, records):

@@ -29,13 +29,17 @@
 # a task copies its batches into a future log there, then swaps it in; see _move_log).
 # Called from: the broker's asyncio API loop only (handlers, group coordinator, role
 # handler, fetchers); it touches files only for producer snapshots and the HW checkpoint.
+# Its verification pool (num.io.threads) checks large batches and writes those of
+# OFF_LOOP_WRITE_BYTES or more (Log's write-behind; published back on the loop).
 """Hosted partitions: append with validation and idempotence, fetch with long polling."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import time
@@ -72,6 +76,12 @@ COMPRESSION_ZSTD = 4
 INLINE_CHECK_BYTES = 1 << 20
 INLINE_DECOMPRESS_BYTES = 1 << 20
 INLINE_GZIP_BYTES = 256 << 10
+# A batch of at least OFF_LOOP_WRITE_BYTES is written by the same pool (as Kafka's I/O
+# threads write the log): Log.append stamps it and places it on the loop, the pwrite runs
+# with the GIL released, and the append is published (log end, high watermark, producer
+# state) when the write is done; later appends to the partition wait for that (Log's
+# write-behind). Below it, a thread hand-off would cost more than the write.
+OFF_LOOP_WRITE_BYTES = 256 << 10
 # A topic whose compression.type is not the producer's codec stores batches compressed
 # again: on the pool, too, above this size.
 INLINE_RECOMPRESS_BYTES = 64 << 10
@@ -106,6 +116,8 @@ class PartitionResult:
     flush_future: object = None
     # acks=all: the offset the high watermark must reach before the answer (exclusive)
     required_offset: int = -1
+    # A write-behind append (Log's PendingAppend) that completion() waits for
+    pending: object = None
 
 
 @dataclasses.dataclass
@@ -877,7 +889,8 @@ class ReplicaManager:
         for topic, partition, records in entries:
             checked = await self.check_produce(topic, partition, records, api_version)
             results[(topic, partition)] = self.append_to_partition(
-                topic, partition, records, acks, api_version, in_place, checked)
+                topic, partition, records, acks, api_version, in_place, checked,
+                write_behind=True)
         wait = self.completion(results, acks, timeout_ms)
         if wait is not None:
             await wait
@@ -885,10 +898,12 @@ class ReplicaManager:
 
     def append_to_partition(self, topic: str, partition: int, records, acks: int,
                             api_version: int, in_place: bool = False,
-                            checked=None) -> PartitionResult:
+                            checked=None, write_behind: bool = False) -> PartitionResult:
         """One partition's part of append_records, up to the append itself: its result
         is final unless completion() says there is something to wait for. `checked` is
-        what check_produce answered for these records (checked here when None)."""
+        what check_produce answered for these records (checked here when None).
+        write_behind: a large batch may be written off the loop (OFF_LOOP_WRITE_BYTES);
+        the caller then awaits completion() before `records` may change."""
         if acks not in (0, 1, -1):
             return PartitionResult(Errors.INVALID_REQUIRED_ACKS)
         p = self.partitions.get((topic, partition))
@@ -897,17 +912,24 @@ class ReplicaManager:
         if p.offline:
             return PartitionResult(Errors.KAFKA_STORAGE_ERROR,
                                    error_message=f"{p} is in an offline log dir")
-        return self._append_one(p, records, acks, api_version, in_place, checked)
+        return self._append_one(p, records, acks, api_version, in_place, checked,
+                                write_behind)
 
     def completion(self, results: dict, acks: int, timeout_ms: int):
         """None when the append results are final, else an awaitable that completes them:
         flush.messages asked for an fsync (the ack waits for it; it runs on LogManager's
         I/O worker, so the loop keeps serving meanwhile), or acks=all on a replicated
-        partition (the ack waits for the ISR)."""
+        partition (the ack waits for the ISR). A write-behind append is always waited for
+        (acks=0 too: the request's bytes are being written)."""
         flushes = None
+        written = None
         replicated = False
         # A plain loop (no comprehension frames): this runs once per produce request.
         for key, r in results.items():
+            if r.pending is not None:
+                if written is None:
+                    written = []
+                written.append(r)
             if r.flush_future is not None and acks != 0:
                 if flushes is None:
                     flushes = []
@@ -915,17 +937,62 @@ class ReplicaManager:
             if (acks == -1 and not replicated and r.error == Errors.NONE
                     and (p := self.partitions.get(key)) is not None and p.replicated):
                 replicated = True
-        if flushes is None and not replicated:
+        if flushes is None and not replicated and written is None:
             return None
-        return self._complete(results, flushes, timeout_ms if replicated else None)
+        return self._complete(results, flushes, timeout_ms if replicated else None,
+                              written, acks)
 
-    async def _complete(self, results: dict, flushes: list | None, timeout_ms: int | None
-                        ) -> None:
+    async def _complete(self, results: dict, flushes: list | None, timeout_ms: int | None,
+                        written: list | None = None, acks: int = 1) -> None:
+        if written:
+            flushes = await self._written(written, acks, flushes)
         if flushes:
             await asyncio.gather(*(asyncio.wrap_future(f) for f in flushes),
                                  return_exceptions=True)
         if timeout_ms is not None:
             await self._wait_for_replication(results, timeout_ms)
+
+    async def _written(self, results: list, acks: int, flushes: list | None) -> list | None:
+        """Wait for the write-behind appends of one request (PartitionResults with
+        `pending`) and publish them: an error becomes KAFKA_STORAGE_ERROR, a flush that
+        flush.messages asked for joins `flushes` (returned). The request's bytes must
+        outlive the writes: cancelled, this waits for them on the spot."""
+        for r in results:
+            pending = r.pending
+            try:
+                await self._settled(pending.log, pending)
+            except asyncio.CancelledError:
+                for other in results:
+                    if (other.pending is not None
+                            and other.pending.log.pending_append is other.pending):
+                        other.pending.log.settle()
+                raise
+            r.pending = None
+            if pending.error is not None:
+                e = pending.error
+                report_limited(log, logging.ERROR, ("append", pending.log.dir),
+                               "%s: append failed: %s", pending.log, e)
+                r.error, r.base_offset = Errors.KAFKA_STORAGE_ERROR, -1
+                r.error_message = str(e)
+            elif pending.info.flush_future is not None:
+                r.flush_future = pending.info.flush_future
+                if acks != 0:
+                    flushes = (flushes or []) + [r.flush_future]
+        return flushes
+
+    @staticmethod
+    async def _settled(log_, pending=None) -> None:
+        """Wait until the write-behind append `pending` of `log_` (by default whichever
+        is in flight, until none is) is written, and publish it (Log.settle)."""
+        while (current := log_.pending_append) is not None:
+            if pending is not None and current is not pending:
+                return  # published already (a later change to the log settled it)
+            with contextlib.suppress(Exception):  # the append's own error: settle() keeps it
+                await asyncio.shield(asyncio.wrap_future(current.written))
+            if log_.pending_append is current:
+                log_.settle()
+            if pending is not None:
+                return
 
     async def _wait_for_replication(self, results: dict, timeout_ms: int) -> None:
         """Kafka's DelayedProduce: complete each partition once its high watermark reaches
@@ -975,8 +1042,11 @@ class ReplicaManager:
         `checked` (a large batch that the topic's compression.type stores under another
         codec comes back Recompressed). None when there is nothing to check here (no such
         partition, no records): the append answers that itself. `records` must stay
-        unchanged until the append (the request frame does, until the handler returns)."""
-        if records is None or len(records) == 0 or (topic, partition) not in self.partitions:
+        unchanged until the append (the request frame does, until the handler returns).
+        An earlier write-behind append to the partition is published before this returns,
+        so the append that follows comes after it."""
+        p = self.partitions.get((topic, partition))
+        if records is None or len(records) == 0 or p is None:
             return None
         cfg = self.broker.log_config(topic)
         max_bytes = cfg.max_message_bytes
@@ -1003,9 +1073,11 @@ class ReplicaManager:
                 out = await loop.run_in_executor(
                     self._verify_pool(), _codec.recompress_batch, records, checked[0],
                     cfg.target_codec, cfg.target_level)
+                checked = Recompressed(out, [_codec.read_batch_header(out)])
             except _codec.CodecError as e:
-                return e
-            return Recompressed(out, [_codec.read_batch_header(out)])
+                checked = e
+        if p.log is not None and p.log.pending_append is not None:
+            await self._settled(p.log)
         return checked
 
     def _verify_pool(self) -> concurrent.futures.ThreadPoolExecutor:
@@ -1016,7 +1088,8 @@ class ReplicaManager:
         return self._verifier
 
     def _append_one(self, p: Partition, records, acks: int, api_version: int,
-                    in_place: bool = False, checked=None) -> PartitionResult:
+                    in_place: bool = False, checked=None,
+                    write_behind: bool = False) -> PartitionResult:
         if not p.can_accept_writes:
             return PartitionResult(Errors.NOT_LEADER_OR_FOLLOWER,
                                    error_message=f"broker {self.node_id} does not lead "
@@ -1103,23 +1176,37 @@ class ReplicaManager:
             # One clock read for the stamped bytes and the reported log_append_time.
             _codec.stamp_log_append_time(buf, batches, now)
         try:
-            info = p.log.append(buf, batches, p.leader_epoch, now_ms=now)
+            info = p.log.append(buf, batches, p.leader_epoch, now_ms=now,
+                                write_executor=self._verify_pool() if write_behind and len(
+                                    buf) >= OFF_LOOP_WRITE_BYTES else None)
         except RecordBatchTooLargeError as e:
             return PartitionResult(Errors.MESSAGE_TOO_LARGE, error_message=str(e))
         except (OSError, KafkaStorageError) as e:
             # Kafka marks the log dir offline; we answer the retriable storage error.
             report_limited(log, logging.ERROR, ("append", p.key), "%s: append failed: %s", p, e)
             return PartitionResult(Errors.KAFKA_STORAGE_ERROR, error_message=str(e))
-        if b.compression == COMPRESSION_ZSTD:
-            p.has_zstd = True
-        if idempotent:
-            ps.update(b.producer_id, b.producer_epoch, b.base_sequence, b.record_count,
-                      info.first_offset, info.last_offset, b.max_timestamp, b.is_transactional)
-        ps.update_map_end_offset(info.last_offset + 1)
-        self._after_append(p)
+        if info.pending is not None:
+            # Written off the loop: the rest happens when the append is published.
+            info.pending.on_written = functools.partial(self._appended, p, b, idempotent)
+            return PartitionResult(Errors.NONE, info.first_offset, info.log_append_time,
+                                   p.log.log_start_offset, pending=info.pending,
+                                   required_offset=info.last_offset + 1)
+        self._appended(p, b, idempotent, info)
         return PartitionResult(Errors.NONE, info.first_offset, info.log_append_time,
                                p.log.log_start_offset, flush_future=info.flush_future,
                                required_offset=info.last_offset + 1)
+
+    def _appended(self, p: Partition, b, idempotent: bool, info) -> None:
+        """A client batch `b` is in the log (published): producer state, high watermark,
+        parked requests."""
+        if b.compression == COMPRESSION_ZSTD:
+            p.has_zstd = True
+        if idempotent:
+            p.producer_state.update(b.producer_id, b.producer_epoch, b.base_sequence,
+                                    b.record_count, info.first_offset, info.last_offset,
+                                    b.max_timestamp, b.is_transactional)
+        p.producer_state.update_map_end_offset(info.last_offset + 1)
+        self._after_append(p)
 
     def _after_append(self, p: Partition) -> None:
         # Single node, or an ISR of one: the high watermark follows the log end at once;

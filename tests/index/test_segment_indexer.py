@@ -84,3 +84,24 @@ def test_a_multi_batch_append_that_may_add_an_entry_reserves_first(tmp_path):
     ix.reserve(3, hs[2].position - hs[0].position)  # ~540 bytes before the last batch
     assert oi.has_file and ti.has_file
     assert ix.add(hs, 0) == 3 and oi.entries == 1
+
+
+def test_reserve_with_touch_zeroes_only_the_space_past_the_entries(tmp_path):
+    # (the write thread of a write-behind append faults the next entries' pages in)
+    buf, hs = _batches(10)
+    oi = OffsetIndex(tmp_path / "a.index", 50, 4096)
+    ti = TimeIndex(tmp_path / "a.timeindex", 50, 4096)
+    ix = SegmentIndexer(oi, ti, 100)
+    ix.add(hs, 0)
+    entries = [oi.entry(i) for i in range(oi.entries)]
+    oi.truncate_to(entries[2][0])  # leaves stale bytes behind the entries
+    ti.truncate_to(entries[2][0])
+    kept = oi.entries
+    ix.reserve(3, touch=True)
+    assert [oi.entry(i) for i in range(oi.entries)] == entries[:kept]
+    with open(oi.path, "rb") as f:
+        f.seek(kept * 8)
+        assert f.read(3 * 8) == bytes(3 * 8)
+    ix.bytes_since = 101
+    assert ix.add(hs[-1:], 0) == 1  # the next store lands in the touched space
+    assert oi.entry(kept) == (hs[-1].last_offset, hs[-1].position)

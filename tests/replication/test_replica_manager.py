@@ -396,3 +396,33 @@ def test_follower_behind_the_leaders_log_start_restarts_its_log_there(tmp_path):
         assert await _until(lambda: p1.isr == [1, 2])
         assert _crcs(pair.b1, 10)[-2:] == _crcs(pair.b2, 10)
     run(tmp_path, body)
+
+
+def test_large_batches_written_off_the_loop_replicate_in_order(tmp_path):
+    # Batches over ReplicaManager.OFF_LOOP_WRITE_BYTES are written by the pool and
+    # published once written; appends sent meanwhile to the same partition queue behind
+    # them, and followers only ever fetch what is published.
+    from fastlog.server.replica_manager import OFF_LOOP_WRITE_BYTES
+
+    large = [bytes([65 + i % 26]) * 4000 for i in range(100)]
+    assert len(_batch(large)) >= OFF_LOOP_WRITE_BYTES
+
+    async def body(pair):
+        pair.lead(pair.b1, pair.b2, 1)
+        sends = []
+        for i in range(4):
+            sends.append(pair.produce(pair.b1, large))
+            sends.append(pair.produce(pair.b1, [b"small-%d" % i]))
+        results = await asyncio.gather(*sends)
+        assert all(r.error == Errors.NONE for r in results), results
+        spans = sorted((r.base_offset, 100 if i % 2 == 0 else 1)
+                       for i, r in enumerate(results))
+        offset = 0
+        for base, n in spans:
+            assert base == offset
+            offset += n
+        assert offset == 404
+        p2 = pair.b2.replica_manager.get_partition(*KEY)
+        assert await _until(lambda: p2.high_watermark == 404)
+        assert _crcs(pair.b1, 404) == _crcs(pair.b2, 404)
+    run(tmp_path, body)

@@ -14,6 +14,17 @@
 # take the segment list as an immutable tuple (copy-on-write), so a segment removed by
 # retention or compaction stays readable for reads already in progress; its files are
 # renamed `.deleted` and unlinked after file.delete.delay.ms.
+# Write-behind: an append given a write_executor (the broker does so for batches of at
+# least 256 KiB) is stamped, checked and given its segment and byte position on the loop,
+# but its pwrite runs on the executor (the GIL released meanwhile), with the reservation
+# of its index space and the page faults of the index stores to come (file system calls
+# that can wait for the journal behind the data being written), and it stays
+# unpublished: the log end offset, the segment's size and index entries, the high
+# watermark and the recovery point do not move, so no read, fetch, flush or checkpoint
+# sees the range being written. There is at most one such append per log (`settle()`
+# publishes it once the write is done): every other change to the log (the next append,
+# roll, truncation, close, deletion) settles it first, waiting for the write if need be,
+# so appends stay in offset order and nothing overtakes an unwritten range.
 # An I/O error from a write (append, roll, flush, truncation, retention, a compaction swap)
 # is reported to the log dir's failure channel (dir_failure.py) before it propagates: the
 # LogManager then takes the whole dir offline, as Kafka does.
@@ -40,6 +51,7 @@ from .checkpoint import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache
 from .config import LogConfig
 from .errors import (
     CorruptSegmentError,
+    KafkaStorageError,
     OffsetOutOfRangeError,
     OffsetsOutOfOrderError,
     RecordBatchTooLargeError,
@@ -83,6 +95,30 @@ class LogAppendInfo:
     valid_bytes: int
     log_start_offset: int
     flush_future: Future | None = None
+    # A write-behind append (see the module comment): what it still waits for.
+    pending: PendingAppend | None = None
+
+
+class PendingAppend:
+    """A write-behind append between Log.append and Log.settle: `written` completes when
+    its bytes are in the file. After settle(), `error` is what failed (the append was not
+    published) or None, and `info.flush_future` is set if flush.messages asked for one.
+    `on_written(info)`, set by the caller right after append() returns, runs on the loop
+    thread when the append is published."""
+
+    __slots__ = ("log", "info", "segment", "batches", "physical", "length", "written",
+                 "on_written", "error")
+
+    def __init__(self, log, info, segment, batches, physical, length):
+        self.log = log
+        self.info = info
+        self.segment = segment
+        self.batches = batches
+        self.physical = physical
+        self.length = length
+        self.written: Future | None = None
+        self.on_written = None
+        self.error: BaseException | None = None
 
 
 @dataclasses.dataclass(slots=True)
@@ -179,6 +215,7 @@ class Log:
         self._flush_target = 0
         self._flush_job: Future | None = None
         self._flush_job_started = False
+        self._pending: PendingAppend | None = None  # the write-behind append, if any
         self.closed = False
         self.load_report = LoadReport()
 
@@ -465,12 +502,17 @@ class Log:
     # ------------------------------------------------------------------ append
 
     def append(self, records, batches, leader_epoch: int, assign_offsets: bool = True,
-               now_ms: int | None = None) -> LogAppendInfo:
+               now_ms: int | None = None, write_executor=None) -> LogAppendInfo:
         """Append validated batches (headers found in `records` by the codec).
 
         assign_offsets=True (leader): stamp offsets from the log end offset and the leader
         epoch into the bytes in place; False (replication): keep the batches' offsets,
-        which must increase and start at or after the log end offset. Returns LogAppendInfo."""
+        which must increase and start at or after the log end offset. Returns LogAppendInfo.
+        write_executor: write the bytes there instead (write-behind, see the module
+        comment): the returned info's `pending` then says when they are written; the
+        caller keeps `records` unchanged until then, and calls settle()."""
+        if self._pending is not None:
+            self.settle()
         if self.closed:
             raise ValueError(f"log {self.dir} is closed")
         now = self._now_ms() if now_ms is None else now_ms
@@ -502,22 +544,77 @@ class Log:
         try:
             if segment.should_roll(valid_bytes, max_ts, last.last_offset, now, self.config):
                 segment = self._roll(first.base_offset)
-            segment.append(records, batches)
+            placed = segment.append(records, batches, write_executor is not None)
         except OSError as e:
             self.report_failure("append", e)
             raise
-        self.log_end_offset = last.next_offset
-        if self.hw_follows_leo:
-            self.high_watermark = self.log_end_offset
-        flush_future = None
-        if self.log_end_offset - self.recovery_point >= self.config.flush_messages:
-            flush_future = self._request_flush(self.log_end_offset)
-        return LogAppendInfo(
+        info = LogAppendInfo(
             first_offset=first.base_offset, last_offset=last.last_offset,
             max_timestamp=max_ts, offset_of_max_timestamp=off_max,
             log_append_time=now if self.config.log_append_time else -1,
             num_messages=count, valid_bytes=valid_bytes,
-            log_start_offset=self.log_start_offset, flush_future=flush_future)
+            log_start_offset=self.log_start_offset)
+        if placed is None:
+            self._published(info)
+            return info
+        view, physical = placed
+        pending = info.pending = PendingAppend(self, info, segment, batches, physical, len(view))
+        upto = batches[-1].position - batches[0].position
+        try:
+            pending.written = write_executor.submit(segment.write_at, view, physical,
+                                                    len(batches), upto)
+        except RuntimeError:  # the executor is shut down: write here
+            pending.written = Future()
+            try:
+                segment.write_at(view, physical, len(batches), upto)
+                pending.written.set_result(None)
+            except OSError as e:
+                pending.written.set_exception(e)
+        self._pending = pending
+        return info
+
+    def _published(self, info: LogAppendInfo) -> None:
+        """The appended batches are in the segment: move the log end offset (and the high
+        watermark with it on a single replica), and ask for the fsync flush.messages wants."""
+        self.log_end_offset = info.last_offset + 1
+        if self.hw_follows_leo:
+            self.high_watermark = self.log_end_offset
+        if self.log_end_offset - self.recovery_point >= self.config.flush_messages:
+            info.flush_future = self._request_flush(self.log_end_offset)
+
+    @property
+    def pending_append(self) -> PendingAppend | None:
+        """The write-behind append not settled yet, if any."""
+        return self._pending
+
+    def settle(self) -> None:
+        """Loop thread: publish the write-behind append, if any, waiting for its write
+        first if it is still running (at once when the caller awaited `written`). Publishing
+        adds its index entries and moves the log end offset, the high watermark and
+        flush.messages' fsync as an inline append would; then the caller's on_written runs.
+        A failed write (or a log closed meanwhile by a log dir failure) is not published:
+        its `error` says why, and an I/O error goes to the failure channel."""
+        pending = self._pending
+        if pending is None:
+            return
+        self._pending = None
+        try:
+            pending.written.result()
+            if self.closed:
+                raise KafkaStorageError(f"log {self.dir} was closed while a batch was written")
+            pending.segment.end_append(pending.batches, pending.physical, pending.length)
+        except Exception as e:  # (the write's future may also have been cancelled)
+            pending.error = e
+            if isinstance(e, OSError):
+                self.report_failure("append", e)
+            return
+        self._published(pending.info)
+        if pending.on_written is not None:
+            try:
+                pending.on_written(pending.info)
+            except Exception:
+                logger.exception("%s: after the append at offset %d", self.dir,
+                                 pending.info.first_offset)
 
     # ------------------------------------------------------------------ transactions
 
@@ -553,6 +650,7 @@ class Log:
     def roll(self, expected_next_offset: int | None = None) -> LogSegment:
         """Start a new active segment at max(expected_next_offset, log end offset); the
         old one is trimmed and flushed in the background (which moves the recovery point)."""
+        self.settle()
         return self._roll(expected_next_offset)
 
     def _roll(self, expected_next_offset: int | None) -> LogSegment:
@@ -666,6 +764,7 @@ class Log:
         """Remove every batch at or after `offset` (follower truncation); True if any."""
         if offset < 0:
             raise ValueError(f"cannot truncate {self.topic}-{self.partition} to {offset}")
+        self.settle()
         if offset >= self.log_end_offset:
             return False
         if offset <= self.log_start_offset:
@@ -693,6 +792,7 @@ class Log:
     @_reports_failure
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every segment and restart the log, empty, at `offset`."""
+        self.settle()
         with self._state_lock:
             self._truncations += 1
             removed = list(self.segments)
@@ -860,6 +960,7 @@ class Log:
     @_reports_failure
     def rename_dir(self, new_dir: str) -> None:
         """Move the partition directory (deletion marks it `<dir>.<uuid>-delete`)."""
+        self.settle()
         os.rename(self.dir, new_dir)
         self.dir = os.path.abspath(new_dir)
         for seg in self.segments:
@@ -877,6 +978,7 @@ class Log:
         released all the same, and the indexes are rebuilt by the next start's recovery."""
         if self.closed:
             return True
+        self.settle()
         self.closed = True
         ok = True
         with self._flush_lock:

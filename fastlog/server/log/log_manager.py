@@ -640,6 +640,7 @@ class LogManager:
         clean = True
         for log in self.all_logs():
             try:
+                log.settle()  # a batch still being written is flushed with the rest
                 log.flush()
             except OSError as e:
                 if not is_dir_failure(e):  # (a failed dir was reported, and is left out)

@@ -9,8 +9,11 @@
 #
 # Threads: not thread-safe. The owning Log calls everything from the broker's event-loop
 # thread, except flush() which its background I/O worker may run concurrently (an fsync of
-# descriptors only). A segment is never explicitly closed while readers may hold regions of
-# it: deletion unlinks the files and the descriptor/mappings go when the last reference does.
+# descriptors only), and write_at() of a large append, which a write thread runs between
+# the owner's append(write_behind=True) and end_append() (a pwrite beyond the segment's
+# published size, which no reader looks at). A segment is never explicitly closed while
+# readers may hold regions of it: deletion unlinks the files and the descriptor/mappings
+# go when the last reference does.
 """A log segment: the data file plus offset and time indexes."""
 
 from __future__ import annotations
@@ -444,22 +447,42 @@ class LogSegment:
         except (CodecError, ValueError):
             self.rolling_based_timestamp = None
 
-    def append(self, buf, batches) -> None:
+    def append(self, buf, batches, write_behind: bool = False):
         """Write the batches (already stamped, offsets above this segment's) with one
         positional write of their bytes, then add index entries every
-        index_interval_bytes. `buf` holds the batches at their .position."""
+        index_interval_bytes. `buf` holds the batches at their .position.
+        write_behind (Log's write-behind, the write running on another thread while the
+        owner goes on): only check the offsets, and return (the bytes to write, the
+        position to write them at: the segment's current size); the caller then has
+        write_at() run and calls end_append() on the owner thread once it is done."""
         if not batches:
-            return
+            return None
         first, last = batches[0], batches[-1]
         if last.last_offset - self.base_offset > INT32_MAX or first.base_offset < self.base_offset:
             raise ValueError(f"offsets {first.base_offset}..{last.last_offset} do not fit "
                              f"segment {self.base_offset}")
         view = memoryview(buf)[first.position:last.end]
         physical = self.size
-        fd = self.file.fileno()
+        if write_behind:
+            return view, physical
         # Index space first: a full disk fails the whole append here (OSError), never a
         # store into an index page the file system cannot back (SIGBUS).
         self._indexer.reserve(len(batches), last.position - first.position)
+        self.write_at(view, physical)
+        self.end_append(batches, physical, len(view))
+        return None
+
+    def write_at(self, view, physical: int, reserve_for: int = 0,
+                 upto: int = INT32_MAX) -> None:
+        """Write `view` at byte `physical` (any thread: it touches only the
+        descriptor, which the owner keeps open until end_append, and the index space past
+        the entries). reserve_for (write-behind): first reserve, and fault in, the index
+        space of that many batches, `upto` their bytes but the last's (then end_append's
+        stores wait for no file system).
+        On an error nothing of the append stays behind the segment's end."""
+        if reserve_for:
+            self._indexer.reserve(reserve_for, upto, True)
+        fd = self.file.fileno()
         try:
             written = os.pwrite(fd, view, physical)
             while written < len(view):   # a short write (rare): the rest
@@ -471,6 +494,11 @@ class LogSegment:
             except OSError:
                 pass
             raise
+
+    def end_append(self, batches, physical: int, length: int) -> None:
+        """Last step, once the bytes are written (owner thread): index entries, the
+        segment's size and next offset, so that reads see the batches from now on."""
+        first, last = batches[0], batches[-1]
         if self.rolling_based_timestamp is None:
             if self.size == 0:
                 self.rolling_based_timestamp = first.max_timestamp
@@ -479,7 +507,7 @@ class LogSegment:
         if not self._max_ts_loaded:
             self._load_max_timestamp()
         self._indexer.add(batches, physical - first.position)
-        self.size = physical + len(view)
+        self.size = physical + length
         self._next_offset = last.next_offset
 
     def on_become_inactive_segment(self) -> None:
