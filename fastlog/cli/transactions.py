@@ -14,7 +14,8 @@
 # LastTimestamp, CurrentTransactionStartOffset. --abort --topic T --partition P
 # --start-offset N finds the producer whose open transaction starts at N there and writes an
 # ABORT marker to the leader with WriteTxnMarkers (its epoch and latest coordinator epoch, as
-# Kafka's Admin.abortTransaction). --find-hanging --broker-id B lists the open transactions
+# Kafka's Admin.abortTransaction); --producer-id, --producer-epoch and --coordinator-epoch
+# name the transaction directly instead. --find-hanging --broker-id B lists the open transactions
 # on the partitions B holds a replica of that are older than --max-transaction-timeout
 # (minutes, Kafka's transaction.max.timeout.ms default of 15) and that no coordinator has
 # as an ongoing transaction over that partition (ListTransactions by producer id, then
@@ -30,7 +31,9 @@ import sys
 import time
 
 from fastlog.cli.main import (
+    INT16_MAX,
     INT32_MAX,
+    INT64_MAX,
     CliError,
     add_bootstrap_option,
     add_client_config_options,
@@ -76,6 +79,13 @@ def add_parser(subparsers) -> None:
                    help="with --describe-producers, --abort")
     p.add_argument("--start-offset", type=offset_value, metavar="N",
                    help="with --abort: the first offset of the transaction to abort")
+    p.add_argument("--producer-id", type=bounded_int(0, INT64_MAX), metavar="PID",
+                   help="with --abort instead of --start-offset: the producer whose "
+                        "transaction to abort (with --producer-epoch, --coordinator-epoch)")
+    p.add_argument("--producer-epoch", type=bounded_int(0, INT16_MAX), metavar="EPOCH",
+                   help="with --abort --producer-id")
+    p.add_argument("--coordinator-epoch", type=bounded_int(0, INT32_MAX), metavar="EPOCH",
+                   help="with --abort --producer-id")
     p.add_argument("--broker-id", type=partition_index, metavar="B",
                    help="with --find-hanging: the broker whose partitions to search")
     p.add_argument("--max-transaction-timeout", type=bounded_int(0, INT32_MAX // 60_000), metavar="MINUTES",
@@ -89,16 +99,19 @@ def add_parser(subparsers) -> None:
 
 
 _NEEDS = {"describe-producers": ("topic", "partition"),
-          "abort": ("topic", "partition", "start_offset"),
+          "abort": ("topic", "partition"),
           "find-hanging": ("broker_id",)}
-_OPTIONAL = {"find-hanging": ("max_transaction_timeout",)}
+_BY_PRODUCER = ("producer_id", "producer_epoch", "coordinator_epoch")
+_OPTIONAL = {"find-hanging": ("max_transaction_timeout",),
+             "abort": ("start_offset", *_BY_PRODUCER)}
+_ACTION_OPTIONS = ("topic", "partition", "start_offset", *_BY_PRODUCER, "broker_id",
+                   "max_transaction_timeout")
 
 
 def run(args) -> int:
     if args.action in _NEEDS:
         allowed = _NEEDS[args.action] + _OPTIONAL.get(args.action, ())
-        for name in ("topic", "partition", "start_offset", "broker_id",
-                     "max_transaction_timeout", "transactional_id"):
+        for name in (*_ACTION_OPTIONS, "transactional_id"):
             flag = "--" + name.replace("_", "-")
             if getattr(args, name) is None and name in _NEEDS[args.action]:
                 raise CliError(f"--{args.action} needs {flag}")
@@ -106,8 +119,17 @@ def run(args) -> int:
                 raise CliError(f"{flag} does not apply to --{args.action}")
         if args.state:
             raise CliError("--state goes with --list")
+        if args.action == "abort":
+            given = [getattr(args, n) is not None for n in _BY_PRODUCER]
+            if args.start_offset is not None and any(given):
+                raise CliError("--start-offset and --producer-id/--producer-epoch/"
+                               "--coordinator-epoch are two ways to name the transaction; "
+                               "give one")
+            if args.start_offset is None and not all(given):
+                raise CliError("--abort needs --start-offset, or --producer-id, "
+                               "--producer-epoch and --coordinator-epoch")
         return run_async(_run(args))
-    for name in ("topic", "partition", "start_offset", "broker_id", "max_transaction_timeout"):
+    for name in _ACTION_OPTIONS:
         if getattr(args, name) is not None:
             raise CliError(f"--{name.replace('_', '-')} does not apply to --{args.action}")
     if args.action == "describe" and not args.transactional_id:
@@ -174,15 +196,22 @@ async def _abort(admin, args) -> int:
     from fastlog.client import TopicPartition
 
     tp = TopicPartition(args.topic, args.partition)
-    found = [s for s in (await admin.describe_producers([tp]))[tp]
-             if s.current_txn_start_offset == args.start_offset]
-    if not found:
-        raise FastlogError(f"no open transaction of {tp} starts at offset {args.start_offset}")
-    s = found[0]
-    await admin.abort_transaction(tp, s.producer_id, s.producer_epoch,
-                                  max(0, s.coordinator_epoch))
-    sys.stdout.write(f"Aborted the transaction of producer {s.producer_id} (epoch "
-                     f"{s.producer_epoch}) on {tp} starting at offset {args.start_offset}\n")
+    if args.start_offset is None:
+        pid, epoch, coordinator_epoch = (args.producer_id, args.producer_epoch,
+                                         args.coordinator_epoch)
+        where = ""
+    else:
+        found = [s for s in (await admin.describe_producers([tp]))[tp]
+                 if s.current_txn_start_offset == args.start_offset]
+        if not found:
+            raise FastlogError(f"no open transaction of {tp} starts at offset "
+                               f"{args.start_offset}")
+        pid, epoch = found[0].producer_id, found[0].producer_epoch
+        coordinator_epoch = max(0, found[0].coordinator_epoch)
+        where = f" starting at offset {args.start_offset}"
+    await admin.abort_transaction(tp, pid, epoch, coordinator_epoch)
+    sys.stdout.write(f"Aborted the transaction of producer {pid} (epoch {epoch}) on "
+                     f"{tp}{where}\n")
     return 0
 
 

@@ -164,8 +164,41 @@ def test_find_and_abort_a_hanging_transaction(fastlog, bootstrap, topic_name):
     assert seen == [b"before", b"after"]
 
 
+def test_abort_by_producer_id(fastlog, bootstrap, topic_name):
+    """--abort naming the producer, its epoch and a coordinator epoch (Kafka's other form)
+    ends a hanging transaction; an older coordinator epoch than the partition has seen is
+    refused in one sentence."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic_name, 1, 1)])[topic_name].result(20)
+    w = _wire(bootstrap)
+    try:
+        pid, epoch = init_pid(w)
+        r = produce(w, topic_name, batch([b"h"], producer_id=pid, epoch=epoch, seq=0,
+                                         is_transactional=True),
+                    transactional_id=f"raw-{topic_name}")
+        assert r.error_code == 0 and _lso(w, topic_name) == 0
+        base = ["transactions", "--bootstrap-server", bootstrap, "--abort", "--topic",
+                topic_name, "--partition", "0", "--producer-id", pid, "--producer-epoch",
+                epoch]
+        r = fastlog(*base, "--coordinator-epoch", "4")
+        assert r.returncode == 0, r.stderr
+        assert _lso(w, topic_name) == 2
+        r = fastlog(*base, "--coordinator-epoch", "3")
+        assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "TRANSACTION_COORDINATOR_FENCED" in r.stderr
+    finally:
+        w.close()
+
+
 def test_producer_tools_bad_input(fastlog, bootstrap):
-    for args in (["--abort", "--topic", "t", "--partition", "0"],
+    for args in (["--abort", "--topic", "t", "--partition", "0", "--start-offset", "1",
+                  "--producer-id", "5"],
+                 ["--abort", "--topic", "t", "--partition", "0", "--producer-id", "5",
+                  "--producer-epoch", "0"],
+                 ["--describe-producers", "--topic", "t", "--partition", "0",
+                  "--producer-id", "5"],
+                 ["--abort", "--topic", "t", "--partition", "0", "--producer-id", "-5",
+                  "--producer-epoch", "0", "--coordinator-epoch", "0"],["--abort", "--topic", "t", "--partition", "0"],
                  ["--describe-producers", "--topic", "t"],
                  ["--describe-producers", "--topic", "t", "--partition", "0",
                   "--broker-id", "0"],
