@@ -174,7 +174,7 @@ def test_sink_output_read_back_by_a_kafka_client(spark, broker):
     assert "has no topic" in str(failure.value)
 
 
-def test_isolation_level_read_committed_and_read_uncommitted(spark, broker):
+def test_isolation_level_read_committed_and_read_uncommitted(spark, broker, tmp_path):
     """A partition holding committed, aborted and open transactions between plain records:
     read_committed ends at the open transaction (the LSO) and never shows the aborted
     records; read_uncommitted (the default) shows every data record; markers are never
@@ -210,6 +210,12 @@ def test_isolation_level_read_committed_and_read_uncommitted(spark, broker):
 
     committed = read(**{"kafka.isolation.level": "read_committed"})
     assert committed == [b"c1", b"c2", b"c3", b"p0"]
+    # a stream's batches end at the LSO too
+    rows: list = []
+    _run_available_now(_stream(spark, broker, subscribe=topic, startingOffsets="earliest",
+                               **{"kafka.isolation.level": "read_committed"}),
+                       tmp_path / "ckpt", rows)
+    assert [r[3] for _, batch in rows for r in sorted(batch)] == committed
     assert read() == [b"c1", b"c2", b"a1", b"a2", b"c3", b"p0", b"o1", b"p1"]
     open_.commit_transaction(30)
     assert read(**{"kafka.isolation.level": "read_committed"}) == [
