@@ -8,8 +8,9 @@
 # FindCoordinator, OffsetFetch, OffsetCommit, DeleteGroups; Describe/AlterUserScramCredentials
 # for SCRAM users; CreateAcls/DescribeAcls/DeleteAcls with fastlog.security.acl's bindings
 # and filters; ElectLeaders (to the controller); Describe/AlterClientQuotas with
-# fastlog.security.quota's entities; DescribeLogDirs (asked of every broker). Answers become
-# small Python
+# fastlog.security.quota's entities; DescribeLogDirs (asked of every broker); DescribeProducers
+# (to each partition's leader) and WriteTxnMarkers (abort_transaction, as Kafka's
+# Admin.abortTransaction). Answers become small Python
 # values; a Kafka error code becomes KafkaError naming the topic, partition or group.
 #
 # Use from the event loop that created it; sync.SyncAdmin wraps it for threads.
@@ -132,6 +133,17 @@ class TransactionDescription:
     timeout_ms: int
     start_time_ms: int      # -1: no transaction open
     partitions: list[TopicPartition]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProducerState:
+    """One active producer of a partition (DescribeProducers)."""
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int    # -1: no transaction open
 
 
 def _tp_tree(tps):
@@ -541,6 +553,41 @@ class Admin:
             s.transactional_id, node, s.producer_id, s.producer_epoch, s.transaction_state,
             s.transaction_timeout_ms, s.transaction_start_time_ms,
             sorted(TopicPartition(t.topic, p) for t in s.topics for p in t.partitions))
+
+    async def describe_producers(self, tps: list[TopicPartition]
+                                 ) -> dict[TopicPartition, list[ProducerState]]:
+        """The active producers of each partition, from its leader (DescribeProducers)."""
+        result: dict[TopicPartition, list[ProducerState]] = {}
+        for node, led in (await self._by_leader(tps)).items():
+            conn = await self.cluster.connection(node)
+            resp = await conn.request(ApiKey.DESCRIBE_PRODUCERS, {"topics": [
+                {"name": t, "partition_indexes": [p for p, _ in parts]}
+                for t, parts in _tp_tree(led).items()]})
+            for t in resp.topics:
+                for p in t.partitions:
+                    tp = TopicPartition(t.name, p.partition_index)
+                    errors.raise_for(p.error_code, f"describe the producers of {tp}",
+                                     getattr(p, "error_message", None))
+                    result[tp] = [ProducerState(
+                        s.producer_id, s.producer_epoch, s.last_sequence, s.last_timestamp,
+                        s.coordinator_epoch, s.current_txn_start_offset)
+                        for s in p.active_producers]
+        return result
+
+    async def abort_transaction(self, tp: TopicPartition, producer_id: int,
+                                producer_epoch: int, coordinator_epoch: int) -> None:
+        """Write an ABORT marker for the producer's open transaction on one partition
+        (WriteTxnMarkers to its leader, as Kafka's Admin.abortTransaction)."""
+        conn = await self.cluster.connection(await self.cluster.leader_for(tp))
+        resp = await conn.request(ApiKey.WRITE_TXN_MARKERS, {"markers": [{
+            "producer_id": producer_id, "producer_epoch": producer_epoch,
+            "transaction_result": False, "coordinator_epoch": coordinator_epoch,
+            "topics": [{"name": tp.topic, "partition_indexes": [tp.partition]}]}]})
+        for m in resp.markers:
+            for t in m.topics:
+                for p in t.partitions:
+                    errors.raise_for(p.error_code, f"abort the transaction of producer "
+                                     f"{producer_id} on {tp}")
 
     # -- groups -----------------------------------------------------------------------
 

@@ -7,6 +7,8 @@
 # pipelining); decoded results wait in a bounded buffer. Each partition's record bytes are
 # decoded by one fastlog._codec call per fetch answer (batch headers, CRC check,
 # decompression and records all in compiled code) -- no per-record parsing in Python.
+# read_committed: the broker stops the answer at the last stable offset and lists the
+# aborted transactions in it, whose batches isolation.drop_aborted removes.
 #
 # Offsets: seek(), seek_to_beginning/end(), offsets_for_times() (ListOffsets by time),
 # auto_offset_reset when a position is unknown or out of range, else the group's
@@ -30,6 +32,7 @@ from fastlog import _codec
 from fastlog.client import errors
 from fastlog.client.admin import EARLIEST, LATEST, Admin, OffsetAndTimestamp
 from fastlog.client.cluster import DEFAULT_BOOTSTRAP, Cluster, TopicPartition
+from fastlog.client.isolation import drop_aborted
 from fastlog.client.versions import ApiKey
 
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
@@ -425,7 +428,10 @@ class Consumer:
                     continue
                 self._high_watermark[tp] = p.high_watermark
                 try:
-                    records, next_pos = decode_records(p.records, offset, self.check_crcs)
+                    records, next_pos = decode_records(
+                        p.records, offset, self.check_crcs,
+                        getattr(p, "aborted_transactions", None)
+                        if self.isolation_level == READ_COMMITTED else None)
                 except _codec.CodecError as exc:
                     self._report(errors.ProtocolMismatch(
                         f"bad record data for {tp} at offset {offset}: {exc}"))
@@ -485,12 +491,14 @@ class Consumer:
             await self.cluster.close()
 
 
-def decode_records(buf, fetch_offset: int, check_crcs: bool = True):
+def decode_records(buf, fetch_offset: int, check_crcs: bool = True,
+                   aborted_transactions=None):
     """(records at or after fetch_offset, next fetch position) from a fetch answer's bytes.
 
     One compiled call decodes every complete batch in buf; a trailing partial batch (the
     broker cut the answer at max bytes) is left for the next fetch. Control batches
-    (transaction markers) count for the position but yield no records.
+    (transaction markers) count for the position but yield no records; so do the batches
+    of aborted_transactions (a read_committed answer's list; isolation.drop_aborted).
     """
     if not buf:
         return [], fetch_offset
@@ -502,6 +510,7 @@ def decode_records(buf, fetch_offset: int, check_crcs: bool = True):
             raise errors.ProtocolMismatch(f"bad record batch in fetch answer: {scan.error}")
         return [], fetch_offset
     next_offset = scan.batches[-1].next_offset
+    buf = drop_aborted(buf, scan.batches, aborted_transactions)
     records = _codec.read_records(buf, verify_crc=check_crcs)
     if records and records[0].offset < fetch_offset:
         # A batch may start below the offset asked for; skip what was already consumed.

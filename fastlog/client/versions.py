@@ -3,10 +3,11 @@
 # The connection intersects these ranges with what the broker advertises in ApiVersions
 # and with what fastlog.protocol can encode, and uses the highest common version. The
 # ranges stop below each API's first flexible version (nothing we need lives there; the
-# SCRAM credential and partition reassignment APIs are flexible from v0; ListGroups
-# goes to v4, flexible, for its states filter; the ACL APIs start at v1, the first
-# with pattern types; DescribeLogDirs goes to v4, flexible, for the disk's total and
-# usable bytes) and start where the fields we rely on exist (Produce 3 = record batches v2, Metadata 1 =
+# SCRAM credential, partition reassignment and DescribeProducers APIs are flexible from v0;
+# ListGroups goes to v4, flexible, for its states filter; WriteTxnMarkers to v1, as Kafka's
+# admin sends it; DescribeLogDirs to v4, flexible, for the disk's total and usable bytes;
+# the ACL APIs start at v1, the first with pattern types) and
+# start where the fields we rely on exist (Produce 3 = record batches v2, Metadata 1 =
 # controller id, Fetch 4 = isolation level and last stable offset). Pure data, any thread.
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.TXN_OFFSET_COMMIT: (0, 3),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 1),
+    ApiKey.WRITE_TXN_MARKERS: (0, 1),
+    ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     ApiKey.DESCRIBE_CONFIGS: (1, 3),
     ApiKey.ALTER_CONFIGS: (0, 1),
     ApiKey.CREATE_PARTITIONS: (0, 1),

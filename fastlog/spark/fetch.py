@@ -6,8 +6,11 @@
 # consumes), decoding each answer's record batches with the compiled ColumnBuilder
 # (fastlog/spark/_arrow.pyx) and wrapping its buffers as pyarrow arrays without copying;
 # data-loss detection (records deleted by retention or DeleteRecords before they were
-# read). Runs inside one Spark task (a Python worker), with one private event-loop
-# thread for the network; no state outlives the task.
+# read); read_committed (kafka.isolation.level): the broker stops at the last stable offset
+# and the batches of the aborted transactions it lists are dropped before decoding
+# (fastlog.client.isolation); control batches are never rows. Runs inside one Spark task
+# (a Python worker), with one private event-loop thread for the network; no state outlives
+# the task.
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from fastlog import _codec
 from fastlog.client import errors
 from fastlog.client.admin import EARLIEST, Admin
 from fastlog.client.cluster import Cluster, TopicPartition
+from fastlog.client.isolation import drop_aborted
 from fastlog.client.versions import ApiKey
 
 log = logging.getLogger("fastlog.spark")
@@ -54,10 +58,12 @@ class RangeFetcher:
     consumes the Arrow batches already yielded.
     """
 
-    def __init__(self, bootstrap: str, tp: TopicPartition, timeout_ms: int, security=None):
+    def __init__(self, bootstrap: str, tp: TopicPartition, timeout_ms: int, security=None,
+                 isolation_level: int = 0):
         from fastlog.client.sync import _LoopThread
 
         self.tp = tp
+        self.isolation_level = isolation_level
         self.timeout = timeout_ms / 1000.0
         self._runner = _LoopThread("fastlog-spark-fetch")
         self.cluster = Cluster(bootstrap, client_id="fastlog-spark-executor",
@@ -73,8 +79,8 @@ class RangeFetcher:
         conn = self._conn
         request = {
             "replica_id": -1, "max_wait_ms": 200, "min_bytes": 1,
-            "max_bytes": FETCH_MAX_BYTES, "isolation_level": 0, "session_id": 0,
-            "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
+            "max_bytes": FETCH_MAX_BYTES, "isolation_level": self.isolation_level,
+            "session_id": 0, "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
             "topics": [{"topic": self.tp.topic, "partitions": [{
                 "partition": self.tp.partition, "current_leader_epoch": -1,
                 "fetch_offset": offset, "log_start_offset": -1,
@@ -113,14 +119,15 @@ class RangeFetcher:
 
 def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int, *,
                include_headers: bool, fail_on_data_loss: bool, timeout_ms: int,
-               arrow_schema, security=None):
+               arrow_schema, security=None, isolation_level: int = 0):
     """Yield pyarrow.RecordBatches (schema arrow_schema) of topic-partition over [start, end);
-    security: ClientSecurity's keys (ReadOptions.security)."""
+    security: ClientSecurity's keys (ReadOptions.security); isolation_level 1: read_committed
+    (records of aborted transactions dropped)."""
     from fastlog.spark._arrow import ColumnBuilder
 
     tp = TopicPartition(topic, partition)
     builder = ColumnBuilder(include_headers)
-    fetcher = RangeFetcher(bootstrap, tp, timeout_ms, security)
+    fetcher = RangeFetcher(bootstrap, tp, timeout_ms, security, isolation_level)
     offset = start
     attempt = 0
     stalled_since = None
@@ -164,11 +171,18 @@ def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int,
             records = p.records
             if records is not None and len(records):
                 scan = _codec.scan_batches(records, verify_crc=False)
+                ahead = offset
                 if scan.batches:
                     ahead = scan.batches[-1].next_offset
                     if offset < ahead < end:
                         pending = fetcher.fetch_async(ahead)  # travels while we decode
-                nxt = builder.add(records, offset, end)
+                kept = drop_aborted(records, scan.batches,
+                                    getattr(p, "aborted_transactions", None)
+                                    if isolation_level else None)
+                nxt = builder.add(kept, offset, end)
+                if kept is not records:
+                    # every complete batch was read or dropped, aborted ones at the end too
+                    nxt = max(nxt, min(ahead, end))
                 if pending is not None and nxt != ahead:
                     pending.cancel()
                     pending = None

@@ -9,7 +9,9 @@
 # fastlog.client.security.ClientSecurity, checked here (one sentence for what the client
 # cannot do) and kept as plain strings in the options, so every client made from them
 # (driver and executors) authenticates alike; the Java client's truststore/keystore are
-# taken as PEM files, JKS and PKCS12 are refused.
+# taken as PEM files, JKS and PKCS12 are refused. kafka.isolation.level is read as Spark's
+# Kafka source reads it: read_uncommitted by default; read_committed ends offsets at the
+# last stable offset and drops aborted transactions' records.
 # Pure functions; the resulting dataclasses are picklable and travel to executors.
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ _SECURITY_PREFIXES = ("kafka.security.", "kafka.sasl.", "kafka.ssl.")
 _SECURITY_OPTIONS = [f"kafka.{k}" for k in CLIENT_SECURITY_KEYS] + [*_STORES, *_STORE_TYPES]
 CANONICAL = {name.lower(): name for name in _READ + _WRITE + _SPARK_OWN + _UNSUPPORTED}
 COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")   # Kafka's numbering: 0, 1
 
 
 def _name(key: str) -> str:
@@ -179,6 +182,7 @@ class ReadOptions:
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
     poll_timeout_ms: int = 120000
+    isolation_level: int = 0             # 1: read_committed (kafka.isolation.level)
     # ClientSecurity's keys (the password among them, so never in the repr)
     security: tuple[tuple[str, str], ...] = dataclasses.field(default=(), repr=False)
 
@@ -249,8 +253,17 @@ def parse_read_options(options, streaming: bool) -> ReadOptions:
         min_partitions=_int(opts, "minPartitions"),
         max_records_per_partition=_int(opts, "maxRecordsPerPartition"),
         poll_timeout_ms=_int(opts, "kafkaConsumer.pollTimeoutMs") or 120000,
+        isolation_level=_isolation_level(opts),
         security=_security(opts),
     )
+
+
+def _isolation_level(opts) -> int:
+    raw = opts.get("kafka.isolation.level", "read_uncommitted")
+    if raw.strip().lower() not in ISOLATION_LEVELS:
+        raise OptionError(f"option kafka.isolation.level must be read_uncommitted or "
+                          f"read_committed, got {raw!r}")
+    return ISOLATION_LEVELS.index(raw.strip().lower())
 
 
 def _offsets_option(opts, key: str, default: str, streaming: bool, is_start: bool):

@@ -124,7 +124,8 @@ class _Metadata:
         from fastlog.client import TopicPartition
         if not specs:
             return {}
-        got = self.admin.list_offsets({TopicPartition(t, p): s for (t, p), s in specs.items()})
+        got = self.admin.list_offsets({TopicPartition(t, p): s for (t, p), s in specs.items()},
+                                      isolation_level=self.opts.isolation_level)
         return {(tp.topic, tp.partition): o.offset for tp, o in got.items()}
 
     def earliest(self, tps) -> dict[tuple[str, int], int]:
@@ -257,7 +258,7 @@ class _ReaderBase:
             partition.end, include_headers=self.opts.include_headers,
             fail_on_data_loss=self.opts.fail_on_data_loss,
             timeout_ms=self.opts.poll_timeout_ms, arrow_schema=arrow_schema,
-            security=dict(self.opts.security))
+            security=dict(self.opts.security), isolation_level=self.opts.isolation_level)
 
     def stop(self) -> None:
         if self._meta is not None:

@@ -259,3 +259,43 @@ def test_consume_timeout_bounds_a_broker_that_never_answers(fastlog, silent_brok
                 "--timeout-ms", 2000)
     assert r.returncode == 1
     assert r.stderr.splitlines() == [f"fastlog consume: {expect}"]
+
+
+def test_consume_read_committed_stops_at_the_lso_and_skips_aborted(fastlog, bootstrap,
+                                                                   topic_name):
+    """A committed, an aborted and an open transaction between plain records: read_committed
+    prints the committed and plain records below the open transaction (the LSO) and never the
+    aborted one; read_uncommitted prints everything; once the open one commits it is read."""
+    from confluent_kafka import Producer
+
+    _create(fastlog, bootstrap, topic_name)
+    conf = {"bootstrap.servers": bootstrap}
+    txn = Producer({**conf, "transactional.id": f"done-{topic_name}"})
+    txn.init_transactions(30)
+    for values, commit in (([b"c1", b"c2"], True), ([b"a1"], False)):
+        txn.begin_transaction()
+        for v in values:
+            txn.produce(topic_name, v, partition=0)
+        assert txn.flush(10) == 0   # written before the abort, which would drop queued ones
+        (txn.commit_transaction if commit else txn.abort_transaction)(30)
+    plain = Producer(conf)
+    plain.produce(topic_name, b"p0", partition=0)
+    assert plain.flush(10) == 0
+    open_ = Producer({**conf, "transactional.id": f"open-{topic_name}"})
+    open_.init_transactions(30)
+    open_.begin_transaction()
+    open_.produce(topic_name, b"o1", partition=0)
+    assert open_.flush(10) == 0
+    plain.produce(topic_name, b"p1", partition=0)
+    assert plain.flush(10) == 0
+
+    def consume(level):
+        r = fastlog("consume", "--bootstrap-server", bootstrap, "--topic", topic_name,
+                    "--from-beginning", "--timeout-ms", 5000, "--isolation-level", level)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.splitlines()
+
+    assert consume("read_committed") == ["c1", "c2", "p0"]
+    assert consume("read_uncommitted") == ["c1", "c2", "a1", "p0", "o1", "p1"]
+    open_.commit_transaction(30)
+    assert consume("read_committed") == ["c1", "c2", "p0", "o1", "p1"]

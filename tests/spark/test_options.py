@@ -29,6 +29,10 @@ def test_kafka_defaults_and_names():
     assert o.bootstrap == "h:1" and o.assign == (("t", 0), ("t", 1))
     spec = _read(startingOffsets='{"t":{"0":5,"1":-2}}', subscribe="t").starting
     assert spec == {("t", 0): 5, ("t", 1): -2}
+    # kafka.isolation.level: read_uncommitted by default, as Spark's Kafka source
+    assert _read(subscribe="a").isolation_level == 0
+    assert _read(subscribe="a", **{"kafka.isolation.level": "read_committed"}
+                 ).isolation_level == 1
 
 
 @pytest.mark.parametrize("opts,streaming,message", [
@@ -52,6 +56,8 @@ def test_kafka_defaults_and_names():
     ({"subscribe": "a", "minOffsetsPerTrigger": "5"}, True, "is not supported"),
     ({"subscribe": "a", "colour": "red"}, True, "unknown option 'colour'"),
     ({"subscribe": "a", "kafka.client.id": "x"}, True, None),
+    ({"subscribe": "a", "kafka.isolation.level": "committed"}, True,
+     "must be read_uncommitted or read_committed"),
 ])
 def test_bad_or_contradictory_read_options_fail_with_one_sentence(opts, streaming, message):
     if message is None:

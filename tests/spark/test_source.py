@@ -172,3 +172,51 @@ def test_sink_output_read_back_by_a_kafka_client(spark, broker):
         bad.write.format("fastlog").mode("append").option(
             "kafka.bootstrap.servers", broker.bootstrap).save()
     assert "has no topic" in str(failure.value)
+
+
+def test_isolation_level_read_committed_and_read_uncommitted(spark, broker, tmp_path):
+    """A partition holding committed, aborted and open transactions between plain records:
+    read_committed ends at the open transaction (the LSO) and never shows the aborted
+    records; read_uncommitted (the default) shows every data record; markers are never
+    rows."""
+    from confluent_kafka import Producer
+
+    topic = "isolation"
+    create_topic(broker.bootstrap, topic, 1)
+    conf = {"bootstrap.servers": broker.bootstrap}
+    txn = Producer({**conf, "transactional.id": "spark-isolation-done"})
+    txn.init_transactions(30)
+    for values, commit in (([b"c1", b"c2"], True), ([b"a1", b"a2"], False), ([b"c3"], True)):
+        txn.begin_transaction()
+        for v in values:
+            txn.produce(topic, v, partition=0)
+        assert txn.flush(10) == 0   # written before the abort, which would drop queued ones
+        (txn.commit_transaction if commit else txn.abort_transaction)(30)
+    produce(broker.bootstrap, topic, [(None, b"p0")], partition=0)
+    open_ = Producer({**conf, "transactional.id": "spark-isolation-open"})
+    open_.init_transactions(30)
+    open_.begin_transaction()
+    open_.produce(topic, b"o1", partition=0)
+    assert open_.flush(10) == 0
+    produce(broker.bootstrap, topic, [(None, b"p1")], partition=0)
+
+    def read(**extra):
+        reader = (spark.read.format("fastlog").option("kafka.bootstrap.servers",
+                                                      broker.bootstrap)
+                  .option("subscribe", topic))
+        for k, v in extra.items():
+            reader = reader.option(k, v)
+        return [bytes(r.value) for r in reader.load().orderBy("offset").collect()]
+
+    committed = read(**{"kafka.isolation.level": "read_committed"})
+    assert committed == [b"c1", b"c2", b"c3", b"p0"]
+    # a stream's batches end at the LSO too
+    rows: list = []
+    _run_available_now(_stream(spark, broker, subscribe=topic, startingOffsets="earliest",
+                               **{"kafka.isolation.level": "read_committed"}),
+                       tmp_path / "ckpt", rows)
+    assert [r[3] for _, batch in rows for r in sorted(batch)] == committed
+    assert read() == [b"c1", b"c2", b"a1", b"a2", b"c3", b"p0", b"o1", b"p1"]
+    open_.commit_transaction(30)
+    assert read(**{"kafka.isolation.level": "read_committed"}) == [
+        b"c1", b"c2", b"c3", b"p0", b"o1", b"p1"]
