@@ -1,0 +1,82 @@
+"""Exactly-once under failures in a three-broker ZooKeeper cluster (issue 20's test of
+record): the consume-transform-produce loop of tests/server/txn/eos.py copies 3,000 keyed
+records between topics of replication factor 3 (min ISR 2, the transaction and offsets
+logs too) while the broker of its transaction coordinator is SIGKILLed (restarted once the
+loop went on without it), then the leader of an output partition (restarted likewise); the
+output read with read_committed holds every input record exactly once."""
+
+from __future__ import annotations
+
+import random
+import time
+
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from fastlog.testing import wait_until
+from tests.cluster.test_txn_cluster import coordinator_of
+from tests.server.txn.eos import CopyLoop, produce_input
+from tests.server.txn.test_eos import LoopThread, N, expected_values, values_of
+from tests.server.txn.test_txn_clients import PARTITIONS, read_confluent
+
+RF3 = {
+    "default.replication.factor": "3",
+    "min.insync.replicas": "2",
+    "offsets.topic.replication.factor": "3",
+    "transaction.state.log.replication.factor": "3",
+    "transaction.state.log.min.isr": "2",
+    "transaction.state.log.num.partitions": "6",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
+}
+TXN_ID = "eos-cluster-app"
+
+
+def all_bootstrap(cluster) -> str:
+    return ",".join(b.bootstrap for b in cluster.brokers.values())
+
+
+def wait_full_isr(cluster, topic, partitions, timeout=30.0):
+    wait_until(lambda: all(len((cluster.state(topic, p) or {}).get("isr", [])) == 3
+                           for p in range(partitions)), timeout,
+               what=f"every replica of {topic} in sync")
+
+
+def test_copy_loop_is_exactly_once_across_coordinator_and_leader_kills(fresh_cluster):
+    cluster = fresh_cluster(**RF3)
+    bootstrap = all_bootstrap(cluster)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(t, PARTITIONS, 3) for t in ("eos-in", "eos-out")],
+                                  operation_timeout=10)
+    for f in futures.values():
+        f.result(20)
+    cluster.wait_leaders("eos-out", PARTITIONS)
+    ends = produce_input(bootstrap, "eos-in", N)
+    coordinator = coordinator_of(cluster, TXN_ID)      # creates __transaction_state
+    wait_full_isr(cluster, "__transaction_state", 6)
+    loop = CopyLoop(bootstrap, TXN_ID, "eos-cluster-group", "eos-in", "eos-out", ends,
+                    pause=0.1)
+    runner = LoopThread(loop, budget=120)
+    runner.start()
+    rng = random.Random()
+
+    runner.wait_copied(int(N * rng.uniform(0.10, 0.25)), 40)
+    time.sleep(rng.uniform(0, 0.3))
+    cluster.kill(coordinator)                # the transaction coordinator's broker
+    at = loop.copied
+    runner.wait_copied(min(at + 300, N), 60)  # went on with a new coordinator
+    loop.pause = 1.0                         # slower while the broker comes back,
+    cluster.start_broker(coordinator)        # so the copy is still going on after
+    wait_full_isr(cluster, "eos-out", PARTITIONS)
+    wait_full_isr(cluster, "__transaction_state", 6)
+    loop.pause = 0.1
+    assert runner.is_alive() and loop.copied < N - 300, loop.state()
+
+    leaders = cluster.leaders("eos-out", PARTITIONS)
+    victim = leaders[rng.randrange(PARTITIONS)]
+    time.sleep(rng.uniform(0, 0.3))
+    cluster.kill(victim)                     # a leader of the output topic
+    at = loop.copied
+    runner.wait_copied(min(at + 300, N), 60)
+    cluster.start_broker(victim)
+    runner.join(90)
+    got = read_confluent(cluster.brokers[victim], ["eos-out"], expect=N, timeout=30)
+    assert values_of(got) == expected_values()
