@@ -5,9 +5,10 @@ a read_committed consumer of an input topic (manually assigned, so no rebalances
 transactional producer copy every input record to an output topic, ~`batch` records per
 transaction, with the consumer's next offsets sent in the same transaction
 (send_offsets_to_transaction). On an abortable error the loop aborts and rewinds to the
-committed offsets; on any other error (fenced, fatal, a commit that timed out while a
-broker was down) it drops both clients and starts new ones with the same transactional.id,
-which fences the old producer and completes or aborts its transaction. Runs on the thread
+committed offsets; fenced by a newer instance with the same transactional.id, it stops (a
+zombie); on any other error (fatal, a commit that timed out while a broker was down) it
+drops both clients and starts new ones with the same transactional.id, which fences the
+old producer and completes or aborts its transaction. Runs on the thread
 that calls run() (the tests run it on a background thread while they kill brokers).
 
     loop = CopyLoop(bootstrap, "app-1", "app-group", "in", "out", ends={0: 1000, ...})
@@ -26,6 +27,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 # then hangs past its timeout until some broker changes state (librdkafka issue #5511, a
 # client bug): the loop's clients do not re-bootstrap, they reconnect to the same brokers.
 CLIENT_CONFIG = {"metadata.recovery.strategy": "none"}
+# A newer producer with the same transactional.id took over.
+FENCED = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
 # A transaction left open by a killed client is aborted by the coordinator after this long.
 TXN_TIMEOUT_MS = 10000
 
@@ -67,6 +70,7 @@ class CopyLoop:
         self.aborts = 0
         self.restarts = 0
         self.errors: list[str] = []
+        self.fenced = False
 
     # ------------------------------------------------------------------ clients
     def start(self) -> None:
@@ -153,6 +157,9 @@ class CopyLoop:
         except KafkaException as e:
             err: KafkaError = e.args[0]
             self.errors.append(f"{err.name()}: {err.str()}")
+            if err.code() in FENCED:
+                self.fenced = True      # another instance owns the id now: stop
+                return
             if self.producer is not None and err.txn_requires_abort():
                 try:
                     self.producer.abort_transaction(20)
@@ -165,9 +172,10 @@ class CopyLoop:
             time.sleep(0.2)
 
     def run(self, deadline: float, max_steps: int = 5000) -> None:
-        """Steps until every input offset is committed; fails past the deadline (monotonic)."""
+        """Steps until every input offset is committed, or until this instance is fenced by a
+        newer one (a zombie stops); fails past the deadline (monotonic)."""
         for _ in range(max_steps):
-            if self.producer is not None and self.done():
+            if self.fenced or (self.producer is not None and self.done()):
                 return
             if time.monotonic() > deadline:
                 break

@@ -3,7 +3,8 @@ consume-transform-produce loop (tests/server/txn/eos.py, confluent-kafka's trans
 producer and a read_committed consumer, offsets sent in each transaction) copies 3,000
 keyed records while the broker is SIGKILLed and restarted twice; and a zombie, an older
 instance of the loop with the same transactional.id, is fenced by the newer one and its
-open transaction aborted. Either way the output read with read_committed holds every
+open transaction aborted (scripted step by step, and with both instances running at once,
+the older stopping once fenced). Every way the output read with read_committed holds every
 input record exactly once."""
 
 from __future__ import annotations
@@ -134,3 +135,24 @@ def zombie_run(txn_broker):
     raw = read_confluent(txn_broker, [dst], isolation="read_uncommitted", expect=N + 100,
                          timeout=30)
     assert len(raw) == N + 100
+
+
+def test_two_running_instances_the_older_stops_fenced(tmp_path):
+    """Both instances run at once on their own threads: the newer one's InitProducerId
+    fences the older, whatever it is doing at that moment (a batch, a commit under way)."""
+    with BrokerProcess(tmp_path / "data", overrides=OVERRIDES) as broker:
+        src, dst, ends = setup_topics(broker)
+        txn_id, group = fresh("eos-twins"), fresh("eos-group")
+        old = CopyLoop(broker.bootstrap, txn_id, group, src, dst, ends, pause=0.1)
+        old_runner = LoopThread(old, budget=60)
+        old_runner.start()
+        old_runner.wait_copied(int(N * random.uniform(0.1, 0.4)), 40)
+        new = CopyLoop(broker.bootstrap, txn_id, group, src, dst, ends)
+        new_runner = LoopThread(new, budget=60)
+        new_runner.start()
+        old_runner.join(30)
+        assert old.fenced, old.state()
+        new_runner.join(65)
+        assert not new.fenced and new.done(), new.state()
+        got = read_confluent(broker, [dst], expect=N, timeout=30)
+        assert values_of(got) == expected_values()
