@@ -52,7 +52,8 @@ def produce_input(bootstrap: str, topic: str, n: int, keys: int = 50) -> dict[in
 
 class CopyLoop:
     def __init__(self, bootstrap: str, txn_id: str, group: str, src: str, dst: str,
-                 ends: dict[int, int], batch: int = 100, pause: float = 0.0):
+                 ends: dict[int, int], batch: int = 100, pause: float = 0.0,
+                 timeout: float = 20.0):
         self.bootstrap = bootstrap
         self.txn_id = txn_id
         self.group = group
@@ -61,6 +62,7 @@ class CopyLoop:
         self.ends = dict(ends)
         self.batch = batch
         self.pause = pause       # seconds of "work" after each transaction
+        self.timeout = timeout   # of each client call (seconds)
         self.producer: Producer | None = None
         self.consumer: Consumer | None = None
         self.pos: dict[int, int] = {}
@@ -79,7 +81,7 @@ class CopyLoop:
         self.producer = Producer({
             **CLIENT_CONFIG, "bootstrap.servers": self.bootstrap, "transactional.id": self.txn_id,
             "transaction.timeout.ms": TXN_TIMEOUT_MS, "linger.ms": 5})
-        self.producer.init_transactions(20)
+        self.producer.init_transactions(self.timeout)
         self.rewind()
 
     def rewind(self) -> None:
@@ -90,7 +92,7 @@ class CopyLoop:
             "isolation.level": "read_committed", "enable.auto.commit": False,
             "auto.offset.reset": "earliest"})
         parts = [TopicPartition(self.src, p) for p in sorted(self.ends)]
-        committed = self.consumer.committed(parts, timeout=20)
+        committed = self.consumer.committed(parts, timeout=self.timeout)
         for tp in committed:
             if tp.error:
                 raise KafkaException(tp.error)
@@ -140,7 +142,7 @@ class CopyLoop:
             self.pos[m.partition()] = m.offset() + 1
         offsets = [TopicPartition(self.src, p, o) for p, o in self.pos.items()]
         self.producer.send_offsets_to_transaction(
-            offsets, self.consumer.consumer_group_metadata(), 20)
+            offsets, self.consumer.consumer_group_metadata(), self.timeout)
         return len(msgs)
 
     def step(self) -> None:
@@ -150,7 +152,7 @@ class CopyLoop:
                 self.start()
             n = self.produce_batch()
             if n:
-                self.producer.commit_transaction(20)
+                self.producer.commit_transaction(self.timeout)
                 self.commits += 1
                 self.copied += n
                 time.sleep(self.pause)
@@ -162,7 +164,7 @@ class CopyLoop:
                 return
             if self.producer is not None and err.txn_requires_abort():
                 try:
-                    self.producer.abort_transaction(20)
+                    self.producer.abort_transaction(self.timeout)
                     self.aborts += 1
                     self.rewind()
                     return

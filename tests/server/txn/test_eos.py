@@ -14,6 +14,8 @@ import threading
 import time
 from collections import Counter
 
+import pytest
+
 from fastlog.testing import BrokerProcess, wait_until
 from tests.server.group.clients import create_topic
 from tests.server.txn.eos import CopyLoop, produce_input
@@ -71,11 +73,19 @@ class LoopThread(threading.Thread):
             raise self.failure
 
 
-def test_copy_loop_is_exactly_once_across_two_broker_kills(tmp_path):
+# (seconds the broker stays down, the application's timeout of each client call): a short
+# outage the clients ride out, and one past the application's timeouts, after which it
+# starts new clients whose InitProducerId finds the old transaction Ongoing or committing.
+OUTAGES = {"short-outage": ((0.1, 1.0), 20.0), "outage-past-client-timeouts": ((2.0, 3.0), 1.5)}
+
+
+@pytest.mark.parametrize("outage", OUTAGES)
+def test_copy_loop_is_exactly_once_across_two_broker_kills(tmp_path, outage):
+    (down_min, down_max), timeout = OUTAGES[outage]
     with BrokerProcess(tmp_path / "data", overrides=OVERRIDES) as broker:
         src, dst, ends = setup_topics(broker)
         loop = CopyLoop(broker.bootstrap, fresh("eos-app"), fresh("eos-group"), src, dst,
-                        ends, pause=0.1)
+                        ends, pause=0.1, timeout=timeout)
         runner = LoopThread(loop, budget=70)
         runner.start()
         rng = random.Random()
@@ -89,10 +99,12 @@ def test_copy_loop_is_exactly_once_across_two_broker_kills(tmp_path):
             time.sleep(rng.uniform(0, 0.3))      # mid-transaction or between two
             broker.kill()
             kills += 1
-            time.sleep(rng.uniform(0.1, 1.0))
+            time.sleep(rng.uniform(down_min, down_max))
             broker.start()
         runner.join(75)
         assert kills == 2                       # both while the loop was copying
+        if timeout < down_min:                  # the outage was felt: new clients
+            assert loop.restarts >= 1, loop.state()
         got = read_confluent(broker, [dst], expect=N, timeout=30)
         assert values_of(got) == expected_values()
 
