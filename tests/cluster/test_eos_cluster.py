@@ -2,8 +2,11 @@
 record): the consume-transform-produce loop of tests/server/txn/eos.py copies 3,000 keyed
 records between topics of replication factor 3 (min ISR 2, the transaction and offsets
 logs too) while the broker of its transaction coordinator is SIGKILLed (restarted once the
-loop went on without it), then the leader of an output partition (restarted likewise); the
-output read with read_committed holds every input record exactly once."""
+loop went on without it), then the leader of an output partition (restarted likewise). The
+loop's client calls time out after 2 s, shorter than a failover (ZooKeeper session 2 s),
+so it also starts new clients whose InitProducerId reaches the new coordinator while the
+old transaction is open or committing. The output read with read_committed holds every
+input record exactly once."""
 
 from __future__ import annotations
 
@@ -53,7 +56,7 @@ def test_copy_loop_is_exactly_once_across_coordinator_and_leader_kills(fresh_clu
     coordinator = coordinator_of(cluster, TXN_ID)      # creates __transaction_state
     wait_full_isr(cluster, "__transaction_state", 6)
     loop = CopyLoop(bootstrap, TXN_ID, "eos-cluster-group", "eos-in", "eos-out", ends,
-                    pause=0.1)
+                    pause=0.1, timeout=2.0)
     runner = LoopThread(loop, budget=120)
     runner.start()
     rng = random.Random()
