@@ -6,7 +6,8 @@ loop went on without it), then the leader of an output partition (restarted like
 loop's client calls time out after 2 s, shorter than a failover (ZooKeeper session 2 s),
 so it also starts new clients whose InitProducerId reaches the new coordinator while the
 old transaction is open or committing. The output read with read_committed holds every
-input record exactly once."""
+input record exactly once. And a zombie whose coordinator's broker died is fenced by a
+newer instance on the new coordinator, even once the old broker is back."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from fastlog.testing import wait_until
 from tests.cluster.test_txn_cluster import coordinator_of
-from tests.server.txn.eos import CopyLoop, produce_input
+from tests.server.txn.eos import FENCED, CopyLoop, produce_input
 from tests.server.txn.test_eos import LoopThread, N, expected_values, values_of
 from tests.server.txn.test_txn_clients import PARTITIONS, read_confluent
 
@@ -83,3 +84,47 @@ def test_copy_loop_is_exactly_once_across_coordinator_and_leader_kills(fresh_clu
     runner.join(90)
     got = read_confluent(cluster.brokers[victim], ["eos-out"], expect=N, timeout=30)
     assert values_of(got) == expected_values()
+
+
+def test_zombie_is_fenced_across_a_coordinator_failover(fresh_cluster):
+    """An instance with an open transaction loses its coordinator's broker; a newer instance
+    with the same transactional.id initializes on the new coordinator (fencing the old
+    epoch and aborting the open transaction there), the old broker comes back as a mere
+    replica of the transaction log, and the zombie's commit is refused as fenced."""
+    cluster = fresh_cluster(**RF3)
+    bootstrap = all_bootstrap(cluster)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(t, PARTITIONS, 3) for t in ("eoz-in", "eoz-out")],
+                                  operation_timeout=10)
+    for f in futures.values():
+        f.result(20)
+    cluster.wait_leaders("eoz-out", PARTITIONS)
+    ends = produce_input(bootstrap, "eoz-in", N)
+    txn_id = "eos-cluster-zombie"
+    coordinator = coordinator_of(cluster, txn_id)
+    wait_full_isr(cluster, "__transaction_state", 6)
+    old = CopyLoop(bootstrap, txn_id, "eoz-group", "eoz-in", "eoz-out", ends)
+    old.step()
+    assert old.commits == 1, old.state()
+    assert old.produce_batch() == 100 and old.producer.flush(20) == 0   # left open
+    cluster.kill(coordinator)
+    new = CopyLoop(bootstrap, txn_id, "eoz-group", "eoz-in", "eoz-out", ends)
+    new.start()                                        # on the new coordinator
+    assert coordinator_of(cluster, txn_id) != coordinator
+    assert sum(new.pos.values()) == 100, new.state()
+    cluster.start_broker(coordinator)
+    try:
+        old.producer.commit_transaction(30)
+    except Exception as e:  # noqa: BLE001 - checked below
+        assert e.args[0].code() in FENCED, e
+    else:
+        raise AssertionError("the zombie committed")
+    old.close()
+    runner = LoopThread(new, budget=60)
+    runner.start()
+    runner.join(65)
+    got = read_confluent(cluster.brokers[coordinator], ["eoz-out"], expect=N, timeout=30)
+    assert values_of(got) == expected_values()
+    raw = read_confluent(cluster.brokers[coordinator], ["eoz-out"], isolation="read_uncommitted",
+                         expect=N + 100, timeout=30)
+    assert len(raw) == N + 100                         # the zombie's batch, aborted
