@@ -44,18 +44,27 @@ def wait_full_isr(cluster, topic, partitions, timeout=30.0):
                what=f"every replica of {topic} in sync")
 
 
-def test_copy_loop_is_exactly_once_across_coordinator_and_leader_kills(fresh_cluster):
+def setup(fresh_cluster, prefix, txn_id):
+    """A cluster with topics <prefix>-in (N input records) and <prefix>-out, both of
+    replication factor 3, and the transaction log in sync: (cluster, bootstrap, each input
+    partition's end offset, the broker of txn_id's coordinator)."""
     cluster = fresh_cluster(**RF3)
     bootstrap = all_bootstrap(cluster)
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(t, PARTITIONS, 3) for t in ("eos-in", "eos-out")],
+    names = (f"{prefix}-in", f"{prefix}-out")
+    futures = admin.create_topics([NewTopic(t, PARTITIONS, 3) for t in names],
                                   operation_timeout=10)
     for f in futures.values():
         f.result(20)
-    cluster.wait_leaders("eos-out", PARTITIONS)
-    ends = produce_input(bootstrap, "eos-in", N)
-    coordinator = coordinator_of(cluster, TXN_ID)      # creates __transaction_state
+    cluster.wait_leaders(names[1], PARTITIONS)
+    ends = produce_input(bootstrap, names[0], N)
+    coordinator = coordinator_of(cluster, txn_id)      # creates __transaction_state
     wait_full_isr(cluster, "__transaction_state", 6)
+    return cluster, bootstrap, ends, coordinator
+
+
+def test_copy_loop_is_exactly_once_across_coordinator_and_leader_kills(fresh_cluster):
+    cluster, bootstrap, ends, coordinator = setup(fresh_cluster, "eos", TXN_ID)
     loop = CopyLoop(bootstrap, TXN_ID, "eos-cluster-group", "eos-in", "eos-out", ends,
                     pause=0.1, timeout=2.0)
     runner = LoopThread(loop, budget=120)
@@ -91,18 +100,8 @@ def test_zombie_is_fenced_across_a_coordinator_failover(fresh_cluster):
     with the same transactional.id initializes on the new coordinator (fencing the old
     epoch and aborting the open transaction there), the old broker comes back as a mere
     replica of the transaction log, and the zombie's commit is refused as fenced."""
-    cluster = fresh_cluster(**RF3)
-    bootstrap = all_bootstrap(cluster)
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(t, PARTITIONS, 3) for t in ("eoz-in", "eoz-out")],
-                                  operation_timeout=10)
-    for f in futures.values():
-        f.result(20)
-    cluster.wait_leaders("eoz-out", PARTITIONS)
-    ends = produce_input(bootstrap, "eoz-in", N)
     txn_id = "eos-cluster-zombie"
-    coordinator = coordinator_of(cluster, txn_id)
-    wait_full_isr(cluster, "__transaction_state", 6)
+    cluster, bootstrap, ends, coordinator = setup(fresh_cluster, "eoz", txn_id)
     old = CopyLoop(bootstrap, txn_id, "eoz-group", "eoz-in", "eoz-out", ends)
     old.step()
     assert old.commits == 1, old.state()
