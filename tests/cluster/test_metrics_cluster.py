@@ -25,13 +25,19 @@ def total(ports, name) -> float:
     return sum(value(scrape(p), name) for p in ports)
 
 
-def test_controller_count_and_under_replicated_partitions(zk_server, tmp_path):
-    c = ClusterHarness(tmp_path, make_chroot(zk_server.hosts),
-                       **{"replica.lag.time.max.ms": 2000})
+def cluster_with_http(zk_server, tmp_path, **extra) -> tuple[ClusterHarness, dict[int, int]]:
+    """A three-broker cluster (not started) whose brokers each open an HTTP endpoint, and
+    the endpoints' ports by broker id."""
+    c = ClusterHarness(tmp_path, make_chroot(zk_server.hosts), **extra)
     ports = {}
     for i, b in c.brokers.items():
         props, ports[i] = http_overrides()
         b.overrides.update(props)
+    return c, ports
+
+
+def test_controller_count_and_under_replicated_partitions(zk_server, tmp_path):
+    c, ports = cluster_with_http(zk_server, tmp_path, **{"replica.lag.time.max.ms": 2000})
     try:
         c.start()
         wait_until(lambda: total(ports.values(), CONTROLLER + "activecontrollercount") == 1,
@@ -86,11 +92,7 @@ def test_consumer_lag_covers_partitions_led_by_other_brokers(zk_server, tmp_path
     """The group's coordinator exports lag for every partition the group committed, also
     for those it hosts no replica of (their high watermark asked of their leader)."""
     from confluent_kafka import Consumer, TopicPartition
-    c = ClusterHarness(tmp_path, make_chroot(zk_server.hosts))
-    ports = {}
-    for i, b in c.brokers.items():
-        props, ports[i] = http_overrides()
-        b.overrides.update(props)
+    c, ports = cluster_with_http(zk_server, tmp_path)
     try:
         c.start()
         admin = AdminClient({"bootstrap.servers": c.bootstrap})
