@@ -5,7 +5,8 @@
 # nextOffset is one past the last record read. Spark compares these JSON strings, so the
 # same offsets must always serialise identically: topics sorted by name, partitions
 # numerically, partition ids as strings. Also parses the user's offset specs
-# (startingOffsets / endingOffsets JSON with -2 = earliest, -1 = latest, and `assign`).
+# (startingOffsets / endingOffsets JSON with -2 = earliest, -1 = latest, the
+# starting/endingOffsetsByTimestamp JSON of timestamps in ms, and `assign`).
 # Pure functions; any thread, driver or executor.
 
 from __future__ import annotations
@@ -51,25 +52,40 @@ def from_json_dict(data) -> dict[tuple[str, int], int]:
     return out
 
 
-def parse_offsets_spec(text: str, name: str) -> dict[tuple[str, int], int]:
-    """A startingOffsets / endingOffsets JSON value -> {(topic, partition): offset or -1/-2}."""
+def _parse_spec(text: str, name: str, expected: str) -> dict[tuple[str, int], int]:
     try:
         data = json.loads(text)
     except ValueError:
-        raise OffsetSpecError(
-            f"option {name} must be 'earliest', 'latest' or a JSON object like "
-            f'{{"topic":{{"0":23,"1":-2}}}}, got {text!r}') from None
+        raise OffsetSpecError(f"option {name} must be {expected}, got {text!r}") from None
     try:
-        offsets = from_json_dict(data)
+        values = from_json_dict(data)
     except OffsetSpecError as exc:
         raise OffsetSpecError(f"option {name}: {exc}") from None
+    if not values:
+        raise OffsetSpecError(f"option {name} names no partition")
+    return values
+
+
+def parse_offsets_spec(text: str, name: str) -> dict[tuple[str, int], int]:
+    """A startingOffsets / endingOffsets JSON value -> {(topic, partition): offset or -1/-2}."""
+    offsets = _parse_spec(text, name, "'earliest', 'latest' or a JSON object like "
+                                      '{"topic":{"0":23,"1":-2}}')
     for (topic, p), off in offsets.items():
         if off < EARLIEST:
             raise OffsetSpecError(f"option {name}: offset {off} of {topic}-{p} is invalid "
                                   f"(use -2 for earliest, -1 for latest)")
-    if not offsets:
-        raise OffsetSpecError(f"option {name} names no partition")
     return offsets
+
+
+def parse_timestamps_spec(text: str, name: str) -> dict[tuple[str, int], int]:
+    """A startingOffsetsByTimestamp / endingOffsetsByTimestamp JSON value ->
+    {(topic, partition): timestamp in ms since the epoch}."""
+    stamps = _parse_spec(text, name, 'a JSON object like {"topic":{"0":1700000000000}}')
+    for (topic, p), ts in stamps.items():
+        if ts < 0:
+            raise OffsetSpecError(f"option {name}: timestamp {ts} of {topic}-{p} is invalid "
+                                  f"(milliseconds since the epoch, 0 or more)")
+    return stamps
 
 
 def parse_assign(text: str) -> list[tuple[str, int]]:

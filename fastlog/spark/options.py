@@ -22,6 +22,7 @@ import re
 from fastlog.client.errors import FastlogError
 from fastlog.client.security import KEYS as CLIENT_SECURITY_KEYS
 from fastlog.client.security import ClientSecurity
+from fastlog.protocol.topics import topic_name_problem
 from fastlog.spark import offsets as offsets_mod
 
 
@@ -32,7 +33,9 @@ class OptionError(ValueError):
 # Spark's Kafka option names (canonical spelling) by lower-cased key.
 _READ = ["kafka.bootstrap.servers", "bootstrap.servers", "subscribe", "subscribePattern",
          "assign", "startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp",
-         "maxOffsetsPerTrigger", "failOnDataLoss", "includeHeaders", "minPartitions",
+         "startingOffsetsByTimestamp", "endingOffsetsByTimestamp",
+         "startingOffsetsByTimestampStrategy", "maxOffsetsPerTrigger", "minOffsetsPerTrigger",
+         "maxTriggerDelay", "failOnDataLoss", "includeHeaders", "minPartitions",
          "maxRecordsPerPartition", "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries",
          "fetchOffset.retryIntervalMs", "groupIdPrefix"]
 _WRITE = ["kafka.bootstrap.servers", "bootstrap.servers", "topic", "compression",
@@ -40,9 +43,7 @@ _WRITE = ["kafka.bootstrap.servers", "bootstrap.servers", "topic", "compression"
 # Spark itself may put these into a source's or sink's options.
 _SPARK_OWN = ["path", "checkpointLocation", "queryName"]
 # Kafka options this source knows but does not implement.
-_UNSUPPORTED = ["startingOffsetsByTimestamp", "endingOffsetsByTimestamp",
-                "startingOffsetsByTimestampStrategy", "minOffsetsPerTrigger",
-                "maxTriggerDelay", "maxOffsetsPerTrigger.bytes"]
+_UNSUPPORTED = ["maxOffsetsPerTrigger.bytes"]
 # kafka.* consumer / producer settings Spark's Kafka source refuses as well.
 _REFUSED_KAFKA = {"kafka.auto.offset.reset": "set startingOffsets instead",
                   "kafka.key.deserializer": "keys are always read as binary",
@@ -51,6 +52,20 @@ _REFUSED_KAFKA = {"kafka.auto.offset.reset": "set startingOffsets instead",
                   "kafka.value.serializer": "values are always written as binary",
                   "kafka.enable.auto.commit": "offsets live in Spark's checkpoint",
                   "kafka.interceptor.classes": "interceptors are not supported"}
+# The kafka.* client settings fastlog's clients honour (besides the security ones), as
+# Kafka's consumer (source) or producer (sink) does. A job may share one option map
+# between its read and its write, so each side accepts the other's keys (a Kafka client
+# only warns about another client's settings); every other kafka.* key is refused.
+_KAFKA_CONSUMER = ["kafka.isolation.level", "kafka.request.timeout.ms",
+                   "kafka.max.partition.fetch.bytes", "kafka.fetch.max.bytes",
+                   "kafka.fetch.min.bytes", "kafka.fetch.max.wait.ms", "kafka.client.id",
+                   "kafka.group.id"]
+_KAFKA_PRODUCER = ["kafka.acks", "kafka.linger.ms", "kafka.batch.size",
+                   "kafka.compression.type", "kafka.request.timeout.ms", "kafka.client.id",
+                   "kafka.max.request.size"]
+_KAFKA_KNOWN = frozenset(_KAFKA_CONSUMER + _KAFKA_PRODUCER)
+STRATEGIES = ("error", "latest")   # startingOffsetsByTimestampStrategy
+MAX_TRIGGER_DELAY = "15m"          # Spark's default maxTriggerDelay
 # The Java client's PEM trust and key stores, as ClientSecurity's keys.
 _STORES = {"kafka.ssl.truststore.location": "ssl.ca.location",
            "kafka.ssl.keystore.location": "ssl.certificate.location"}
@@ -76,10 +91,10 @@ def _bool(opts, key: str, default: bool) -> bool:
     return value == "true"
 
 
-def _int(opts, key: str, minimum: int = 1) -> int | None:
+def _int(opts, key: str, minimum: int = 1, default: int | None = None) -> int | None:
     raw = opts.get(key.lower())
     if raw is None:
-        return None
+        return default
     try:
         value = int(str(raw).strip())
     except ValueError:
@@ -114,7 +129,11 @@ def _check_known(opts, allowed: list[str], what: str) -> None:
         if key.startswith(_SECURITY_PREFIXES):
             continue  # checked by _security
         if key.startswith("kafka."):
-            continue  # client settings: accepted (and ignored unless listed above)
+            if key not in _KAFKA_KNOWN and key not in allowed_lower:
+                raise OptionError(f"option {key} is not supported by fastlog's client (it "
+                                  f"takes {', '.join(sorted(_KAFKA_KNOWN))} and the security "
+                                  f"options)")
+            continue
         if key in unsupported:
             raise OptionError(f"option {_name(key)} is not supported by the fastlog {what}")
         if key not in allowed_lower:
@@ -172,17 +191,34 @@ class ReadOptions:
     subscribe: tuple[str, ...] | None = None
     pattern: str | None = None
     assign: tuple[tuple[str, int], ...] | None = None
+    # Where a read starts and (batch) ends, after Spark's precedence: a *Timestamp option
+    # over an *OffsetsByTimestamp option over an *Offsets option.
     starting: object = "latest"          # "earliest" | "latest" | {(t, p): offset}
     ending: object = "latest"            # batch only
     starting_timestamp: int | None = None
     ending_timestamp: int | None = None
+    starting_by_timestamp: dict | None = None    # {(t, p): timestamp ms}
+    ending_by_timestamp: dict | None = None
+    timestamp_strategy: str = "error"    # startingOffsetsByTimestampStrategy
     max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 15 * 60 * 1000
     fail_on_data_loss: bool = True
     include_headers: bool = False
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
     poll_timeout_ms: int = 120000
     isolation_level: int = 0             # 1: read_committed (kafka.isolation.level)
+    # kafka.* client settings: timeouts and sizes of the requests the clients send
+    request_timeout_ms: int = 30000
+    max_partition_fetch_bytes: int = 8 << 20
+    fetch_max_bytes: int = 8 << 20
+    fetch_min_bytes: int = 1
+    fetch_max_wait_ms: int = 200
+    client_id: str = "fastlog-spark"
+    # ListOffsets on the driver: retries and the pause between them (fetchOffset.*)
+    fetch_offset_retries: int = 3
+    fetch_offset_retry_interval_ms: int = 1000
     # ClientSecurity's keys (the password among them, so never in the repr)
     security: tuple[tuple[str, str], ...] = dataclasses.field(default=(), repr=False)
 
@@ -223,39 +259,85 @@ def parse_read_options(options, streaming: bool) -> ReadOptions:
         except offsets_mod.OffsetSpecError as exc:
             raise OptionError(str(exc)) from None
 
-    if "startingoffsets" in opts and "startingtimestamp" in opts:
-        raise OptionError("options startingOffsets and startingTimestamp contradict each "
-                          "other; set only one")
-    if "endingoffsets" in opts and "endingtimestamp" in opts:
-        raise OptionError("options endingOffsets and endingTimestamp contradict each other; "
-                          "set only one")
     if streaming:
-        for key in ("endingoffsets", "endingtimestamp"):
+        for key in ("endingoffsets", "endingoffsetsbytimestamp", "endingtimestamp"):
             if key in opts:
-                raise OptionError(f"option {_name(key)} is not valid in streaming queries")
+                raise OptionError(f"option {_name(key)} is not valid in streaming queries "
+                                  f"(a stream has no end; use it with spark.read)")
     starting = _offsets_option(opts, "startingoffsets",
                                "latest" if streaming else "earliest", streaming, True)
     ending = _offsets_option(opts, "endingoffsets", "latest", streaming, False)
+    starting_by_ts = _timestamps_option(opts, "startingoffsetsbytimestamp")
+    ending_by_ts = _timestamps_option(opts, "endingoffsetsbytimestamp")
     if assign is not None:
-        for spec, name in ((starting, "startingOffsets"), (ending, "endingOffsets")):
+        for spec, name in ((starting, "startingOffsets"), (ending, "endingOffsets"),
+                           (starting_by_ts, "startingOffsetsByTimestamp"),
+                           (ending_by_ts, "endingOffsetsByTimestamp")):
             if isinstance(spec, dict) and set(spec) - set(assign):
                 extra = sorted(set(spec) - set(assign))
                 raise OptionError(f"option {name} names {extra[0][0]}-{extra[0][1]}, which "
                                   f"option assign does not include")
+    strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+    if strategy not in STRATEGIES:
+        raise OptionError(f"option startingOffsetsByTimestampStrategy must be error or latest, "
+                          f"got {opts['startingoffsetsbytimestampstrategy']!r}")
+    max_per_trigger = _int(opts, "maxOffsetsPerTrigger")
+    min_per_trigger = _int(opts, "minOffsetsPerTrigger")
+    if min_per_trigger and max_per_trigger and min_per_trigger > max_per_trigger:
+        raise OptionError(f"option minOffsetsPerTrigger ({min_per_trigger}) must not be more "
+                          f"than maxOffsetsPerTrigger ({max_per_trigger})")
+    group_id = opts.get("kafka.group.id")
+    if group_id is not None and not group_id.strip():
+        raise OptionError("option kafka.group.id must not be empty")
     return ReadOptions(
         bootstrap=bootstrap, subscribe=subscribe, pattern=pattern, assign=assign,
         starting=starting, ending=ending,
         starting_timestamp=_int(opts, "startingTimestamp", 0),
         ending_timestamp=_int(opts, "endingTimestamp", 0),
-        max_offsets_per_trigger=_int(opts, "maxOffsetsPerTrigger"),
+        starting_by_timestamp=starting_by_ts, ending_by_timestamp=ending_by_ts,
+        timestamp_strategy=strategy,
+        max_offsets_per_trigger=max_per_trigger,
+        min_offsets_per_trigger=min_per_trigger,
+        max_trigger_delay_ms=_duration_ms(opts, "maxTriggerDelay", MAX_TRIGGER_DELAY),
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         include_headers=_bool(opts, "includeHeaders", False),
         min_partitions=_int(opts, "minPartitions"),
         max_records_per_partition=_int(opts, "maxRecordsPerPartition"),
-        poll_timeout_ms=_int(opts, "kafkaConsumer.pollTimeoutMs") or 120000,
+        poll_timeout_ms=_int(opts, "kafkaConsumer.pollTimeoutMs", 1, 120000),
         isolation_level=_isolation_level(opts),
+        request_timeout_ms=_int(opts, "kafka.request.timeout.ms", 1, 30000),
+        max_partition_fetch_bytes=_int(opts, "kafka.max.partition.fetch.bytes", 1, 8 << 20),
+        fetch_max_bytes=_int(opts, "kafka.fetch.max.bytes", 1, 8 << 20),
+        fetch_min_bytes=_int(opts, "kafka.fetch.min.bytes", 0, 1),
+        fetch_max_wait_ms=_int(opts, "kafka.fetch.max.wait.ms", 0, 200),
+        client_id=(opts.get("kafka.client.id") or "fastlog-spark").strip(),
+        fetch_offset_retries=_int(opts, "fetchOffset.numRetries", 0, 3),
+        fetch_offset_retry_interval_ms=_int(opts, "fetchOffset.retryIntervalMs", 0, 1000),
         security=_security(opts),
     )
+
+
+_UNITS_MS = {"ms": 1, "s": 1000, "m": 60000, "min": 60000, "h": 3600000, "d": 86400000}
+
+
+def _duration_ms(opts, key: str, default: str) -> int:
+    """A duration as Spark's timeStringAsMs reads it: a number with an optional unit (ms,
+    s, m/min, h, d; milliseconds when there is none)."""
+    raw = opts.get(key.lower(), default)
+    m = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", raw.lower())
+    if m is None or m.group(2) not in ("", *_UNITS_MS):
+        raise OptionError(f"option {_name(key)} must be a duration like 30s or 5m, got {raw!r}")
+    return int(m.group(1)) * _UNITS_MS.get(m.group(2), 1)
+
+
+def _timestamps_option(opts, key: str) -> dict | None:
+    raw = opts.get(key)
+    if raw is None:
+        return None
+    try:
+        return offsets_mod.parse_timestamps_spec(raw.strip(), _name(key))
+    except offsets_mod.OffsetSpecError as exc:
+        raise OptionError(str(exc)) from None
 
 
 def _isolation_level(opts) -> int:
@@ -300,6 +382,9 @@ class WriteOptions:
     acks: str = "1"
     linger_ms: float = 5.0
     batch_bytes: int = 1 << 20
+    request_timeout_ms: int = 30000
+    max_request_size: int = 1048576
+    client_id: str = "fastlog-spark-sink"
     security: tuple[tuple[str, str], ...] = dataclasses.field(default=(), repr=False)
 
 
@@ -311,8 +396,10 @@ def parse_write_options(options) -> WriteOptions:
     _check_known(opts, _WRITE + _READ, "sink")
     bootstrap = _bootstrap(opts)
     topic = opts.get("topic")
-    if topic is not None and not topic.strip():
-        raise OptionError("option topic must not be empty")
+    if topic is not None:
+        problem = topic_name_problem(topic.strip())
+        if problem is not None:
+            raise OptionError(f"option topic is an invalid topic name: {problem}")
     compression = (opts.get("compression") or opts.get("kafka.compression.type")
                    or "none").strip().lower()
     if compression not in COMPRESSIONS:
@@ -329,4 +416,8 @@ def parse_write_options(options) -> WriteOptions:
                           "numbers") from None
     return WriteOptions(bootstrap=bootstrap, topic=topic.strip() if topic else None,
                         compression=compression, acks=acks, linger_ms=linger,
-                        batch_bytes=max(1024, batch), security=_security(opts))
+                        batch_bytes=max(1024, batch),
+                        request_timeout_ms=_int(opts, "kafka.request.timeout.ms", 1, 30000),
+                        max_request_size=_int(opts, "kafka.max.request.size", 1024, 1048576),
+                        client_id=(opts.get("kafka.client.id") or "fastlog-spark-sink").strip(),
+                        security=_security(opts))

@@ -44,8 +44,21 @@ def test_kafka_defaults_and_names():
     ({"subscribe": "a", "endingOffsets": "earliest"}, False, "cannot be 'earliest' for batch"),
     ({"subscribe": "a", "startingOffsets": "{bad"}, True, "must be 'earliest', 'latest'"),
     ({"subscribe": "a", "startingOffsets": '{"a":{"0":-3}}'}, True, "is invalid"),
-    ({"subscribe": "a", "startingOffsets": "earliest", "startingTimestamp": "1"}, True,
-     "contradict each other"),
+    ({"subscribe": "a", "startingOffsetsByTimestamp": '{"a":{"0":-5}}'}, True,
+     "timestamp -5 of a-0 is invalid"),
+    ({"subscribe": "a", "startingOffsetsByTimestamp": "[1]"}, True, "expected a JSON object"),
+    ({"subscribe": "a", "startingOffsetsByTimestampStrategy": "earliest"}, True,
+     "must be error or latest"),
+    ({"subscribe": "a", "endingOffsetsByTimestamp": '{"a":{"0":5}}'}, True,
+     "not valid in streaming queries"),
+    ({"subscribe": "a", "endingTimestamp": "5"}, True, "not valid in streaming queries"),
+    ({"subscribe": "a", "minOffsetsPerTrigger": "10", "maxOffsetsPerTrigger": "5"}, True,
+     "must not be more than maxOffsetsPerTrigger"),
+    ({"subscribe": "a", "maxTriggerDelay": "soon"}, True, "must be a duration"),
+    ({"subscribe": "a", "kafka.max.poll.records": "5"}, True,
+     "option kafka.max.poll.records is not supported by fastlog's client"),
+    ({"subscribe": "a", "kafka.group.id": " "}, True, "must not be empty"),
+    ({"subscribe": "a", "fetchOffset.numRetries": "x"}, True, "must be an integer"),
     ({"subscribe": "a", "failOnDataLoss": "maybe"}, True, "must be true or false"),
     ({"subscribe": "a", "maxOffsetsPerTrigger": "0"}, True, "must be at least 1"),
     ({"subscribePattern": "("}, True, "not a valid regular expression"),
@@ -53,7 +66,7 @@ def test_kafka_defaults_and_names():
     ({"assign": '{"a":[0]}', "startingOffsets": '{"b":{"0":1}}'}, True,
      "which option assign does not include"),
     ({"subscribe": "a", "kafka.auto.offset.reset": "earliest"}, True, "set startingOffsets"),
-    ({"subscribe": "a", "minOffsetsPerTrigger": "5"}, True, "is not supported"),
+    ({"subscribe": "a", "maxOffsetsPerTrigger.bytes": "5"}, True, "is not supported"),
     ({"subscribe": "a", "colour": "red"}, True, "unknown option 'colour'"),
     ({"subscribe": "a", "kafka.client.id": "x"}, True, None),
     ({"subscribe": "a", "kafka.isolation.level": "committed"}, True,
@@ -69,6 +82,46 @@ def test_bad_or_contradictory_read_options_fail_with_one_sentence(opts, streamin
     assert message in text and text.count(". ") == 0 and "\n" not in text
 
 
+def test_timestamp_options_take_precedence_as_in_spark():
+    """startingTimestamp over startingOffsetsByTimestamp over startingOffsets (and the
+    same for the ending options of a batch read); Spark does not call them contradictory."""
+    o = _read(subscribe="a", startingOffsets="earliest", startingTimestamp="7",
+              startingOffsetsByTimestamp='{"a":{"0":5}}')
+    assert o.starting_timestamp == 7 and o.starting_by_timestamp == {("a", 0): 5}
+    assert o.timestamp_strategy == "error"
+    o = _read(False, subscribe="a", endingOffsets='{"a":{"0":9}}',
+              endingOffsetsByTimestamp='{"a":{"0":5}}', startingOffsetsByTimestampStrategy="LATEST")
+    assert o.ending_by_timestamp == {("a", 0): 5} and o.ending_timestamp is None
+    assert o.timestamp_strategy == "latest"
+
+
+def test_trigger_limits_and_client_settings():
+    o = _read(subscribe="a")
+    assert (o.min_offsets_per_trigger, o.max_trigger_delay_ms) == (None, 15 * 60 * 1000)
+    assert (o.fetch_offset_retries, o.fetch_offset_retry_interval_ms) == (3, 1000)
+    o = _read(subscribe="a", minOffsetsPerTrigger="10", maxOffsetsPerTrigger="10",
+              maxTriggerDelay="30s", **{"fetchOffset.numRetries": "0",
+                                        "fetchOffset.retryIntervalMs": "5"})
+    assert (o.min_offsets_per_trigger, o.max_trigger_delay_ms) == (10, 30000)
+    assert (o.fetch_offset_retries, o.fetch_offset_retry_interval_ms) == (0, 5)
+    for text, ms in (("250", 250), ("250ms", 250), ("2m", 120000), ("1h", 3600000)):
+        assert _read(subscribe="a", maxTriggerDelay=text).max_trigger_delay_ms == ms
+    o = _read(subscribe="a", **{"kafka.request.timeout.ms": "5000",
+                                "kafka.max.partition.fetch.bytes": "4096",
+                                "kafka.fetch.max.bytes": "65536", "kafka.fetch.min.bytes": "0",
+                                "kafka.fetch.max.wait.ms": "50", "kafka.client.id": "job-7",
+                                "kafka.group.id": "g", "groupIdPrefix": "p"})
+    assert (o.request_timeout_ms, o.max_partition_fetch_bytes, o.fetch_max_bytes,
+            o.fetch_min_bytes, o.fetch_max_wait_ms, o.client_id) == (
+        5000, 4096, 65536, 0, 50, "job-7")
+    # one option map for a read and a write: each side accepts the other's client keys
+    _read(subscribe="a", **{"kafka.acks": "all", "kafka.linger.ms": "1"})
+    w = parse_write_options({**BOOT, "kafka.isolation.level": "read_committed",
+                             "kafka.request.timeout.ms": "7000", "kafka.client.id": "sink-1",
+                             "kafka.max.request.size": "2097152"})
+    assert (w.request_timeout_ms, w.client_id, w.max_request_size) == (7000, "sink-1", 2097152)
+
+
 def test_bootstrap_is_required():
     with pytest.raises(OptionError, match="kafka.bootstrap.servers is required"):
         parse_read_options({"subscribe": "a"}, True)
@@ -80,7 +133,10 @@ def test_write_options():
     assert parse_write_options({**BOOT, "kafka.compression.type": "zstd"}).compression == "zstd"
     for bad, message in [({"compression": "brotli"}, "compression must be one of"),
                          ({"kafka.acks": "2"}, "kafka.acks must be 0, 1 or all"),
-                         ({"bogus": "1"}, "unknown option 'bogus'")]:
+                         ({"bogus": "1"}, "unknown option 'bogus'"),
+                         ({"topic": "bad topic!"}, "option topic is an invalid topic name"),
+                         ({"topic": ".."}, "option topic is an invalid topic name"),
+                         ({"kafka.retries": "3"}, "option kafka.retries is not supported")]:
         with pytest.raises(OptionError, match=message):
             parse_write_options({**BOOT, **bad})
 
