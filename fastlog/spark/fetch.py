@@ -8,13 +8,15 @@
 # data-loss detection (records deleted by retention or DeleteRecords before they were
 # read); read_committed (kafka.isolation.level): the broker stops at the last stable offset
 # and the batches of the aborted transactions it lists are dropped before decoding
-# (fastlog.client.isolation); control batches are never rows. Runs inside one Spark task
+# (fastlog.client.isolation); control batches are never rows; the kafka.* Fetch settings
+# (FetchSettings: request timeout, fetch sizes and wait). Runs inside one Spark task
 # (a Python worker), with one private event-loop thread for the network; no state outlives
 # the task.
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 
@@ -50,6 +52,24 @@ def report_data_loss(what: str, fail: bool) -> None:
     log.warning("%s; continuing because failOnDataLoss is false", what)
 
 
+@dataclasses.dataclass(frozen=True)
+class FetchSettings:
+    """The kafka.* consumer settings a range's Fetch requests honour, as Kafka's consumer."""
+    client_id: str = "fastlog-spark-executor"
+    request_timeout_ms: int = 30000      # kafka.request.timeout.ms
+    max_bytes: int = FETCH_MAX_BYTES     # kafka.fetch.max.bytes
+    partition_max_bytes: int = FETCH_MAX_BYTES   # kafka.max.partition.fetch.bytes
+    min_bytes: int = 1                   # kafka.fetch.min.bytes
+    max_wait_ms: int = 200               # kafka.fetch.max.wait.ms
+
+
+def fetch_settings(opts) -> FetchSettings:
+    """FetchSettings from the source's ReadOptions."""
+    return FetchSettings(opts.client_id, opts.request_timeout_ms, opts.fetch_max_bytes,
+                         opts.max_partition_fetch_bytes, opts.fetch_min_bytes,
+                         opts.fetch_max_wait_ms)
+
+
 class RangeFetcher:
     """Fetches one partition's records from its leader on a private event-loop thread.
 
@@ -59,15 +79,17 @@ class RangeFetcher:
     """
 
     def __init__(self, bootstrap: str, tp: TopicPartition, timeout_ms: int, security=None,
-                 isolation_level: int = 0):
+                 isolation_level: int = 0, settings: FetchSettings | None = None):
         from fastlog.client.sync import _LoopThread
 
         self.tp = tp
         self.isolation_level = isolation_level
+        self.settings = settings = settings or FetchSettings()
         self.timeout = timeout_ms / 1000.0
         self._runner = _LoopThread("fastlog-spark-fetch")
-        self.cluster = Cluster(bootstrap, client_id="fastlog-spark-executor",
-                               request_timeout_ms=min(timeout_ms, 30000), security=security)
+        self.cluster = Cluster(bootstrap, client_id=settings.client_id,
+                               request_timeout_ms=min(timeout_ms, settings.request_timeout_ms),
+                               security=security)
         self._conn = None
 
     def reset_connection(self) -> None:
@@ -78,13 +100,14 @@ class RangeFetcher:
             self._conn = await self.cluster.leader_connection(self.tp, refresh=True)
         conn = self._conn
         request = {
-            "replica_id": -1, "max_wait_ms": 200, "min_bytes": 1,
-            "max_bytes": FETCH_MAX_BYTES, "isolation_level": self.isolation_level,
+            "replica_id": -1, "max_wait_ms": self.settings.max_wait_ms,
+            "min_bytes": self.settings.min_bytes,
+            "max_bytes": self.settings.max_bytes, "isolation_level": self.isolation_level,
             "session_id": 0, "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
             "topics": [{"topic": self.tp.topic, "partitions": [{
                 "partition": self.tp.partition, "current_leader_epoch": -1,
                 "fetch_offset": offset, "log_start_offset": -1,
-                "partition_max_bytes": FETCH_MAX_BYTES}]}],
+                "partition_max_bytes": self.settings.partition_max_bytes}]}],
         }
         resp = await conn.request(ApiKey.FETCH, request,
                                   timeout=self.cluster.request_timeout_ms / 1000.0 + 1.0)
@@ -119,15 +142,16 @@ class RangeFetcher:
 
 def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int, *,
                include_headers: bool, fail_on_data_loss: bool, timeout_ms: int,
-               arrow_schema, security=None, isolation_level: int = 0):
+               arrow_schema, security=None, isolation_level: int = 0,
+               settings: FetchSettings | None = None):
     """Yield pyarrow.RecordBatches (schema arrow_schema) of topic-partition over [start, end);
     security: ClientSecurity's keys (ReadOptions.security); isolation_level 1: read_committed
-    (records of aborted transactions dropped)."""
+    (records of aborted transactions dropped); settings: the kafka.* Fetch settings."""
     from fastlog.spark._arrow import ColumnBuilder
 
     tp = TopicPartition(topic, partition)
     builder = ColumnBuilder(include_headers)
-    fetcher = RangeFetcher(bootstrap, tp, timeout_ms, security, isolation_level)
+    fetcher = RangeFetcher(bootstrap, tp, timeout_ms, security, isolation_level, settings)
     offset = start
     attempt = 0
     stalled_since = None

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import random
 import time
@@ -31,6 +32,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import (
@@ -44,8 +46,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from fastlog.protocol.topics import topic_name_problem
 from fastlog.spark import offsets as offsets_mod
-from fastlog.spark.fetch import report_data_loss
+from fastlog.spark.fetch import fetch_settings, report_data_loss
 from fastlog.spark.options import (
     OptionError,
     ReadOptions,
@@ -55,6 +58,7 @@ from fastlog.spark.options import (
 )
 
 log = logging.getLogger("fastlog.spark")
+metrics_log = logging.getLogger("fastlog.spark.metrics")
 
 HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()),
                                      StructField("value", BinaryType())]))
@@ -97,7 +101,8 @@ class _Metadata:
     def __init__(self, opts: ReadOptions):
         from fastlog.client import SyncAdmin
         self.opts = opts
-        self.admin = SyncAdmin(opts.bootstrap, client_id="fastlog-spark-driver",
+        self.admin = SyncAdmin(opts.bootstrap, client_id=opts.client_id,
+                               request_timeout_ms=opts.request_timeout_ms,
                                security=dict(opts.security))
 
     def close(self) -> None:
@@ -120,13 +125,26 @@ class _Metadata:
         return sorted(out)
 
     def list_offsets(self, specs: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
-        """Offsets for EARLIEST (-2) / LATEST (-1) / a timestamp (ms), per partition."""
+        """Offsets for EARLIEST (-2) / LATEST (-1) / a timestamp (ms), per partition; tried
+        fetchOffset.numRetries times, fetchOffset.retryIntervalMs apart, as Spark's driver."""
         from fastlog.client import TopicPartition
+        from fastlog.client.errors import FastlogError
         if not specs:
             return {}
-        got = self.admin.list_offsets({TopicPartition(t, p): s for (t, p), s in specs.items()},
-                                      isolation_level=self.opts.isolation_level)
-        return {(tp.topic, tp.partition): o.offset for tp, o in got.items()}
+        attempts = max(1, self.opts.fetch_offset_retries)
+        for attempt in range(1, attempts + 1):
+            try:
+                got = self.admin.list_offsets(
+                    {TopicPartition(t, p): s for (t, p), s in specs.items()},
+                    isolation_level=self.opts.isolation_level)
+                return {(tp.topic, tp.partition): o.offset for tp, o in got.items()}
+            except FastlogError as exc:
+                if attempt == attempts:
+                    raise
+                log.warning("listing offsets failed (attempt %d of %d), retrying in %d ms: %s",
+                            attempt, attempts, self.opts.fetch_offset_retry_interval_ms, exc)
+                time.sleep(self.opts.fetch_offset_retry_interval_ms / 1000.0)
+        raise AssertionError("unreachable")
 
     def earliest(self, tps) -> dict[tuple[str, int], int]:
         return self.list_offsets({tp: offsets_mod.EARLIEST for tp in tps})
@@ -134,26 +152,66 @@ class _Metadata:
     def latest(self, tps) -> dict[tuple[str, int], int]:
         return self.list_offsets({tp: offsets_mod.LATEST for tp in tps})
 
-    def resolve(self, spec, tps, timestamp: int | None, what: str) -> dict[tuple[str, int], int]:
-        """Concrete offsets of tps for 'earliest' / 'latest' / a JSON spec / a timestamp."""
+    def resolve(self, tps, starting: bool) -> dict[tuple[str, int], int]:
+        """Concrete start (or batch end) offsets of tps, after Spark's precedence: the
+        *Timestamp option, else *OffsetsByTimestamp, else *Offsets ('earliest', 'latest' or
+        JSON, which must name every partition of the subscription and no other)."""
+        o = self.opts
+        which = "starting" if starting else "ending"
+        timestamp = o.starting_timestamp if starting else o.ending_timestamp
+        by_time = o.starting_by_timestamp if starting else o.ending_by_timestamp
+        spec = o.starting if starting else o.ending
         if timestamp is not None:
-            by_time = self.list_offsets({tp: timestamp for tp in tps})
-            missing = [tp for tp, off in by_time.items() if off < 0]
-            latest = self.latest(missing)
-            return {tp: (latest[tp] if off < 0 else off) for tp, off in by_time.items()}
+            return self._by_timestamp({tp: timestamp for tp in tps}, starting,
+                                      f"{which}Timestamp")
+        if by_time is not None:
+            _check_names_every_partition(by_time, tps, f"{which}OffsetsByTimestamp", o)
+            return self._by_timestamp(by_time, starting, f"{which}OffsetsByTimestamp")
         if spec == "earliest":
             return self.earliest(tps)
         if spec == "latest":
             return self.latest(tps)
-        missing = sorted(set(tps) - set(spec))
-        if missing:
-            t, p = missing[0]
-            raise OptionError(f"option {what} must give an offset for every partition of the "
-                              f"subscription, but {t}-{p} has none")
+        what = f"{which}Offsets"
+        _check_names_every_partition(spec, tps, what, o)
         out = {tp: off for tp, off in spec.items() if off >= 0}
         out.update(self.earliest([tp for tp in tps if spec[tp] == offsets_mod.EARLIEST]))
-        out.update(self.latest([tp for tp in tps if spec[tp] == offsets_mod.LATEST]))
-        return {tp: out[tp] for tp in tps if tp in spec}
+        latest = self.latest(tps)
+        for tp in sorted(out):
+            if out[tp] > latest[tp]:
+                raise OptionError(f"option {what} gives {tp[0]}-{tp[1]} offset {out[tp]}, "
+                                  f"beyond the end of its log ({latest[tp]})")
+        out.update({tp: latest[tp] for tp in tps if spec[tp] == offsets_mod.LATEST})
+        return {tp: out[tp] for tp in tps}
+
+    def _by_timestamp(self, stamps: dict, starting: bool, what: str) -> dict:
+        """ListOffsets by timestamp: the first offset whose record's timestamp is at least
+        the one given. Where there is none, an end is the latest offset; a start is an
+        error, or the latest offset with startingOffsetsByTimestampStrategy latest."""
+        found = self.list_offsets(stamps)
+        none = sorted(tp for tp, off in found.items() if off < 0)
+        if none and starting and self.opts.timestamp_strategy == "error":
+            t, p = none[0]
+            raise OptionError(f"option {what}: no record of {t}-{p} has a timestamp at or after "
+                              f"{stamps[(t, p)]} (set startingOffsetsByTimestampStrategy to "
+                              f"latest to start such partitions at their end)")
+        latest = self.latest(none)
+        return {tp: (latest[tp] if off < 0 else off) for tp, off in found.items()}
+
+
+def _check_names_every_partition(spec: dict, tps, what: str, opts: ReadOptions) -> None:
+    """A JSON of offsets or timestamps must name exactly the partitions of the subscription
+    (as Spark's Kafka source asserts)."""
+    missing = sorted(set(tps) - set(spec))
+    if missing:
+        t, p = missing[0]
+        raise OptionError(f"option {what} must give every partition of the subscription, but "
+                          f"{t}-{p} has none")
+    extra = sorted(set(spec) - set(tps))
+    if extra:
+        t, p = extra[0]
+        subscribed = t in {tp[0] for tp in tps} or t in (opts.subscribe or ()) or opts.matches(t)
+        why = "does not exist" if subscribed else "is not in the subscription"
+        raise OptionError(f"option {what} names partition {t}-{p}, which {why}")
 
 
 def _ranges(start: dict, end: dict, opts: ReadOptions, meta: _Metadata | None,
@@ -224,6 +282,16 @@ def _rate_limit(start: dict, fresh: dict, latest: dict, limit: int) -> dict:
     return out
 
 
+def source_lag(end: dict, latest: dict) -> dict:
+    """Spark's Kafka source metrics of a batch ending at `end` while the partitions end at
+    `latest`: min/max/avg records behind the latest offset, over the latest's partitions."""
+    behind = [latest[tp] - end.get(tp, latest[tp]) for tp in sorted(latest)]
+    if not behind:
+        return {}
+    return {"minOffsetsBehindLatest": min(behind), "maxOffsetsBehindLatest": max(behind),
+            "avgOffsetsBehindLatest": sum(behind) / len(behind)}
+
+
 # ---------------------------------------------------------------------------------------
 # Readers
 
@@ -258,7 +326,8 @@ class _ReaderBase:
             partition.end, include_headers=self.opts.include_headers,
             fail_on_data_loss=self.opts.fail_on_data_loss,
             timeout_ms=self.opts.poll_timeout_ms, arrow_schema=arrow_schema,
-            security=dict(self.opts.security), isolation_level=self.opts.isolation_level)
+            security=dict(self.opts.security), isolation_level=self.opts.isolation_level,
+            settings=fetch_settings(self.opts))
 
     def stop(self) -> None:
         if self._meta is not None:
@@ -275,19 +344,24 @@ class FastlogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAv
         self._target = None          # availableNow: the offsets to stop at
         self._latest = None          # for reportLatestOffset
         self._fresh: dict = {}       # earliest offsets of partitions that appeared
+        self._last_trigger_ms = 0.0  # minOffsetsPerTrigger: when the last batch was let in
 
     def initialOffset(self) -> dict:
         # Spark calls this at least twice for a new query: it must not move.
         if self._initial is None:
             tps = self.meta.partitions()
-            start = self.meta.resolve(self.opts.starting, tps, self.opts.starting_timestamp,
-                                      "startingOffsets")
+            start = self.meta.resolve(tps, starting=True)
             self._initial = offsets_mod.to_json_dict(start)
         return self._initial
 
     def getDefaultReadLimit(self):
+        # Spark's Kafka source returns a composite of ReadMinRows (with maxTriggerDelay) and
+        # ReadMaxRows; a Python source can return only one, so it hands Spark the upper
+        # bound (or the lower one alone) and applies minOffsetsPerTrigger itself.
         if self.opts.max_offsets_per_trigger:
             return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        if self.opts.min_offsets_per_trigger:
+            return ReadMinRows(self.opts.min_offsets_per_trigger)
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -316,12 +390,80 @@ class FastlogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAv
             latest = {tp: min(off, self._target[tp]) for tp, off in latest.items()}
         self._latest = offsets_mod.to_json_dict(latest)
         end = latest
-        max_rows = getattr(limit, "max_rows", None) if isinstance(limit, ReadMaxRows) else None
-        if max_rows:
-            end = _rate_limit(start_offsets, self._fresh, latest, max_rows)
+        if not isinstance(limit, ReadAllAvailable):   # ReadAllAvailable wins, as in Kafka's
+            if self._delay_batch(start_offsets, latest):
+                return offsets_mod.to_json_dict(start_offsets)
+            max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+            if max_rows:
+                end = _rate_limit(start_offsets, self._fresh, latest, max_rows)
         # A partition whose start lies beyond its end (topic recreated) keeps its start, so
         # partitions() reports the loss once and the next batch moves past it.
-        return offsets_mod.to_json_dict(end)
+        end_json = offsets_mod.to_json_dict(end)
+        if end_json != offsets_mod.to_json_dict(start_offsets):
+            self._log_lag(end, latest)
+        return end_json
+
+    def _delay_batch(self, start: dict, latest: dict) -> bool:
+        """minOffsetsPerTrigger, as Kafka's delayBatch: skip this trigger while fewer
+        records wait, unless maxTriggerDelay has passed since the last batch (the first
+        trigger of a query always runs). Never under availableNow, which would wait for
+        records that its fixed end never lets in."""
+        want = self.opts.min_offsets_per_trigger
+        if not want or self._target is not None:
+            return False
+        now = time.time() * 1000.0
+        if now - self._last_trigger_ms >= self.opts.max_trigger_delay_ms:
+            self._last_trigger_ms = now
+            return False
+        waiting = sum(off - start.get(tp, self._fresh.get(tp, 0)) for tp, off in latest.items())
+        if waiting < want:
+            return True
+        self._last_trigger_ms = now
+        return False
+
+    def _log_lag(self, end: dict, latest: dict) -> None:
+        """Log the batch's lag metrics, the ones Spark's Kafka source reports in the query
+        progress (pyspark 4.3's Python sources have no hook for source metrics)."""
+        lag = source_lag(end, latest)
+        if not lag:
+            return
+        if lag["maxOffsetsBehindLatest"] > 0:
+            lag["estimatedBytesBehindLatest"] = self._bytes_behind(end, latest)
+        if not metrics_log.handlers and not logging.getLogger().handlers:
+            # the source process Spark starts configures no logging: write to its stderr,
+            # which Spark copies into the driver's log
+            handler = logging.StreamHandler()
+            handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
+            metrics_log.addHandler(handler)
+            metrics_log.setLevel(logging.INFO)
+        metrics_log.info("fastlog source batch ending at %s, source metrics %s",
+                         json.dumps(offsets_mod.to_json_dict(end)), json.dumps(lag))
+
+    def _bytes_behind(self, end: dict, latest: dict) -> int | None:
+        """Records behind times each partition's mean record size (its log size from
+        DescribeLogDirs over the records it holds); None when the brokers will not say."""
+        from fastlog.client import TopicPartition
+        from fastlog.client.errors import FastlogError
+        behind = {tp: latest[tp] - end.get(tp, latest[tp]) for tp in latest}
+        behind = {tp: n for tp, n in behind.items() if n > 0}
+        try:
+            sizes: dict = {}
+            dirs = self.meta.admin.describe_log_dirs(tps=[TopicPartition(*tp) for tp in behind])
+            for by_dir in dirs.values():
+                for desc in by_dir.values():
+                    for tp, replica in desc.replicas.items():
+                        key = (tp.topic, tp.partition)
+                        sizes[key] = max(sizes.get(key, 0), replica.size)
+            earliest = self.meta.earliest(list(behind))
+        except FastlogError as exc:
+            log.debug("no size estimate for the lag metrics: %s", exc)
+            return None
+        total = 0.0
+        for tp, n in behind.items():
+            held = latest[tp] - earliest.get(tp, 0)
+            if held > 0 and tp in sizes:
+                total += n * sizes[tp] / held
+        return int(total)
 
     def reportLatestOffset(self):
         return self._latest
@@ -337,6 +479,25 @@ class FastlogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAv
             self._fresh.pop(tp, None)
 
 
+class _RefusedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """A streaming read whose options are invalid: every call raises the one sentence."""
+
+    def __init__(self, message: str):
+        self.message = message
+
+    def _refuse(self, *args, **kwargs):
+        raise OptionError(self.message)
+
+    initialOffset = partitions = read = commit = getDefaultReadLimit = _refuse
+    prepareForTriggerAvailableNow = _refuse
+
+    def latestOffset(self, start, limit):
+        self._refuse()
+
+    def stop(self) -> None:
+        pass
+
+
 class FastlogBatchReader(_ReaderBase, DataSourceReader):
     """spark.read.format("fastlog"): one offset range per partition, fixed at planning."""
 
@@ -344,10 +505,13 @@ class FastlogBatchReader(_ReaderBase, DataSourceReader):
         meta = self.meta
         try:
             tps = meta.partitions()
-            start = meta.resolve(self.opts.starting, tps, self.opts.starting_timestamp,
-                                 "startingOffsets")
-            end = meta.resolve(self.opts.ending, tps, self.opts.ending_timestamp,
-                               "endingOffsets")
+            start = meta.resolve(tps, starting=True)
+            end = meta.resolve(tps, starting=False)
+            for tp in sorted(start):
+                if start[tp] > end.get(tp, start[tp]):
+                    raise OptionError(f"the read starts {tp[0]}-{tp[1]} at offset {start[tp]}, "
+                                      f"after where it ends ({end[tp]}): check startingOffsets "
+                                      f"and endingOffsets (or their timestamp forms)")
             return _ranges(start, end, self.opts, None) or [OffsetRange("", -1, 0, 0)]
         finally:
             self.stop()
@@ -395,9 +559,10 @@ class _WriterBase:
         from fastlog.client.partitioner import partition_for_key
 
         o = self.opts
-        producer = Producer(o.bootstrap, client_id="fastlog-spark-sink",
-                            security=dict(o.security),
-                            compression=o.compression, acks=o.acks, linger_ms=o.linger_ms)
+        producer = Producer(o.bootstrap, client_id=o.client_id, security=dict(o.security),
+                            compression=o.compression, acks=o.acks, linger_ms=o.linger_ms,
+                            request_timeout_ms=o.request_timeout_ms,
+                            max_request_size=o.max_request_size)
         await producer.start()
         counts: dict[str, int] = {}
         pending = []
@@ -424,6 +589,10 @@ class _WriterBase:
                             f"row {rows + i} has no topic: fill the 'topic' column or set "
                             f"the topic option of the fastlog sink")
                     if topic not in counts:
+                        problem = topic_name_problem(topic)
+                        if problem is not None:
+                            raise ValueError(f"row {rows + i} has an invalid topic name "
+                                             f"{topic!r}: {problem}")
                         counts[topic] = len(await producer.cluster.partitions_for(
                             topic, allow_auto_create=True))
                     key = keys[i]
@@ -521,11 +690,17 @@ class FastlogDataSource(DataSource):
         return FastlogBatchReader(schema, self._read_options(streaming=False))
 
     def streamReader(self, schema):
-        return FastlogStreamReader(schema, self._read_options(streaming=True))
+        try:
+            return FastlogStreamReader(schema, self._read_options(streaming=True))
+        except OptionError as exc:
+            # pyspark 4.3's runner follows an exception raised here with an
+            # UnboundLocalError of its own: refuse from the reader's first call instead.
+            return _RefusedStreamReader(str(exc))
 
     def writer(self, schema, overwrite: bool):
         if overwrite:
-            raise OptionError("the fastlog sink only appends: use mode('append')")
+            raise OptionError("save mode overwrite is not allowed for the fastlog sink (nor "
+                              "for Spark's Kafka sink): use mode('append')")
         return FastlogBatchWriter(schema, parse_write_options(self.options))
 
     def streamWriter(self, schema, overwrite: bool):
