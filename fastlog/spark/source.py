@@ -683,7 +683,8 @@ class FastlogDataSource(DataSource):
         # Called at load(): a bad read option fails here, with one sentence. Whether the
         # read is streaming is unknown yet, so streaming-only checks run again later.
         common = {k: v for k, v in dict(self.options).items()
-                  if k.lower() not in ("endingoffsets", "endingtimestamp")}
+                  if k.lower() not in ("endingoffsets", "endingoffsetsbytimestamp",
+                                       "endingtimestamp")}
         return kafka_schema(parse_read_options(common, streaming=True).include_headers)
 
     def reader(self, schema):

@@ -191,6 +191,40 @@ def test_lag_metrics_are_logged_for_each_batch(broker, caplog):
     assert 500 * 100 <= metrics["estimatedBytesBehindLatest"] <= 500 * 200, metrics
 
 
+def test_kafka_fetch_settings_reach_the_executor_reads(broker):
+    """kafka.max.partition.fetch.bytes and kafka.fetch.max.bytes far below the data: every
+    Fetch answers at least one record batch (as Kafka's), so the range is still read whole,
+    a few batches per Fetch."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from fastlog.spark.fetch import fetch_settings, read_range
+    from fastlog.spark.source import kafka_schema
+
+    create_topic(broker.bootstrap, "small-fetch", 1)
+    from confluent_kafka import Producer
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "batch.size": 300})
+    for i in range(200):
+        p.produce("small-fetch", b"%03d" % i + os.urandom(97), partition=0)
+    assert p.flush(30) == 0
+    opts = parse_read_options({"kafka.bootstrap.servers": broker.bootstrap,
+                               "subscribe": "small-fetch",
+                               "kafka.max.partition.fetch.bytes": "512",
+                               "kafka.fetch.max.bytes": "1024", "kafka.fetch.max.wait.ms": "10",
+                               "kafka.request.timeout.ms": "5000",
+                               "kafka.client.id": "small-fetcher"}, False)
+    settings = fetch_settings(opts)
+    assert (settings.partition_max_bytes, settings.max_bytes, settings.max_wait_ms,
+            settings.request_timeout_ms, settings.client_id) == (512, 1024, 10, 5000,
+                                                                 "small-fetcher")
+    batches = list(read_range(broker.bootstrap, "small-fetch", 0, 0, 200,
+                              include_headers=False, fail_on_data_loss=True, timeout_ms=30000,
+                              arrow_schema=to_arrow_schema(kafka_schema(False), timezone="UTC"),
+                              settings=settings))
+    offsets = [o for b in batches for o in b.column("offset").to_pylist()]
+    values = [v[:3] for b in batches for v in b.column("value").to_pylist()]
+    assert offsets == list(range(200)) and values == [b"%03d" % i for i in range(200)]
+
+
 def _collect_available_now(df, checkpoint):
     rows = []
 
@@ -221,7 +255,8 @@ def test_timestamp_options_and_refusals_in_spark(spark, broker, stamped, tmp_pat
     assert _collect_available_now(df, tmp_path / "ckpt") == [(0, 7), (0, 8), (0, 9)]
     # a batch between two timestamps
     df = source(False, startingOffsetsByTimestamp=json.dumps(
-        {"stamped": {"0": base + 8000, "1": base + 3000}}), endingTimestamp=str(base + 9000))
+        {"stamped": {"0": base + 8000, "1": base + 3000}}),
+        endingOffsetsByTimestamp=json.dumps({"stamped": {"0": base + 9000, "1": base + 9000}}))
     assert sorted((r.partition, r.offset) for r in df.collect()) == [(0, 8), (1, 3), (1, 4)]
     # endingOffsets on a stream: one sentence, without pyspark's follow-on error
     df = source(True, endingOffsets="latest")
