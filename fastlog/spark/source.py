@@ -108,10 +108,30 @@ class _Metadata:
     def close(self) -> None:
         self.admin.close()
 
+    def _retried(self, what: str, call):
+        """call() tried fetchOffset.numRetries times, fetchOffset.retryIntervalMs apart, as
+        Spark's driver tries its offset requests (each try is the client's own retries
+        within kafka.request.timeout.ms)."""
+        from fastlog.client.errors import FastlogError
+        attempts = max(1, self.opts.fetch_offset_retries)
+        for attempt in range(1, attempts + 1):
+            try:
+                return call()
+            except FastlogError as exc:
+                if attempt == attempts:
+                    raise
+                log.warning("%s failed (attempt %d of %d), retrying in %d ms: %s", what,
+                            attempt, attempts, self.opts.fetch_offset_retry_interval_ms, exc)
+                time.sleep(self.opts.fetch_offset_retry_interval_ms / 1000.0)
+        raise AssertionError("unreachable")
+
     def partitions(self) -> list[tuple[str, int]]:
         """The partitions the subscription covers now, sorted."""
         if self.opts.assign is not None:
             return list(self.opts.assign)
+        return self._retried("listing the subscription's partitions", self._partitions)
+
+    def _partitions(self) -> list[tuple[str, int]]:
         existing = self.admin.list_topics()
         if self.opts.subscribe is not None:
             topics = [t for t in self.opts.subscribe if t in existing]
@@ -125,26 +145,14 @@ class _Metadata:
         return sorted(out)
 
     def list_offsets(self, specs: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
-        """Offsets for EARLIEST (-2) / LATEST (-1) / a timestamp (ms), per partition; tried
-        fetchOffset.numRetries times, fetchOffset.retryIntervalMs apart, as Spark's driver."""
+        """Offsets for EARLIEST (-2) / LATEST (-1) / a timestamp (ms), per partition."""
         from fastlog.client import TopicPartition
-        from fastlog.client.errors import FastlogError
         if not specs:
             return {}
-        attempts = max(1, self.opts.fetch_offset_retries)
-        for attempt in range(1, attempts + 1):
-            try:
-                got = self.admin.list_offsets(
-                    {TopicPartition(t, p): s for (t, p), s in specs.items()},
-                    isolation_level=self.opts.isolation_level)
-                return {(tp.topic, tp.partition): o.offset for tp, o in got.items()}
-            except FastlogError as exc:
-                if attempt == attempts:
-                    raise
-                log.warning("listing offsets failed (attempt %d of %d), retrying in %d ms: %s",
-                            attempt, attempts, self.opts.fetch_offset_retry_interval_ms, exc)
-                time.sleep(self.opts.fetch_offset_retry_interval_ms / 1000.0)
-        raise AssertionError("unreachable")
+        request = {TopicPartition(t, p): s for (t, p), s in specs.items()}
+        got = self._retried("listing offsets", lambda: self.admin.list_offsets(
+            request, isolation_level=self.opts.isolation_level))
+        return {(tp.topic, tp.partition): o.offset for tp, o in got.items()}
 
     def earliest(self, tps) -> dict[tuple[str, int], int]:
         return self.list_offsets({tp: offsets_mod.EARLIEST for tp in tps})

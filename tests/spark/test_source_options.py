@@ -11,6 +11,7 @@ the ones that need Spark itself share the module's session and keep to a few que
 import json
 import logging
 import os
+import threading
 import time
 
 import pytest
@@ -160,6 +161,37 @@ def test_min_offsets_per_trigger_waits_for_records_or_max_trigger_delay(broker):
         assert _end(later) == {0: 25}
     finally:
         reader.stop()
+
+
+def test_fetch_offset_retries_ride_out_a_broker_restart(tmp_path, caplog):
+    """The driver's offset requests are tried fetchOffset.numRetries times,
+    fetchOffset.retryIntervalMs apart, each within kafka.request.timeout.ms: a trigger
+    while the broker restarts waits for it rather than failing the query."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from fastlog.testing import BrokerProcess
+
+    with BrokerProcess(tmp_path / "data") as b:
+        create_topic(b.bootstrap, "retried", 1)
+        _produce_at(b.bootstrap, "retried", 0, [None] * 3)
+        reader = _reader(b, subscribe="retried", startingOffsets="earliest",
+                         **{"kafka.request.timeout.ms": "500", "fetchOffset.numRetries": "120",
+                            "fetchOffset.retryIntervalMs": "250"})
+        caplog.set_level(logging.WARNING, logger="fastlog.spark")
+        try:
+            start = reader.initialOffset()
+            b.stop()
+            restart = threading.Timer(2.0, b.start)
+            restart.start()
+            try:
+                end = reader.latestOffset(start, ReadAllAvailable())
+            finally:
+                restart.join(60)
+        finally:
+            reader.stop()
+        assert {int(p): o for p, o in end["retried"].items()} == {0: 3}
+        assert any("failed (attempt 1 of 120), retrying in 250 ms" in r.getMessage()
+                   for r in caplog.records), [r.getMessage() for r in caplog.records]
 
 
 def test_lag_metrics_are_logged_for_each_batch(broker, caplog):
