@@ -17,7 +17,7 @@ import time
 import pytest
 
 from fastlog.spark.options import OptionError, parse_read_options
-from tests.spark.conftest import create_topic, start_query
+from tests.spark.conftest import create_topic, start_query, wait_until
 
 
 def _reader(broker, streaming=True, **options):
@@ -285,6 +285,11 @@ def test_timestamp_options_and_refusals_in_spark(spark, broker, stamped, tmp_pat
     df = source(True, startingTimestamp=str(base + 7000),
                 startingOffsetsByTimestampStrategy="latest")
     assert _collect_available_now(df, tmp_path / "ckpt") == [(0, 7), (0, 8), (0, 9)]
+    # Spark takes ReadMinRows as the default limit; availableNow reads to its end regardless
+    df = source(True, startingOffsets="earliest", minOffsetsPerTrigger="1000",
+                maxTriggerDelay="1h")
+    assert _collect_available_now(df, tmp_path / "min") == \
+        [(0, o) for o in range(10)] + [(1, o) for o in range(5)]
     # a batch between two timestamps
     df = source(False, startingOffsetsByTimestamp=json.dumps(
         {"stamped": {"0": base + 8000, "1": base + 3000}}),
@@ -305,6 +310,32 @@ def test_timestamp_options_and_refusals_in_spark(spark, broker, stamped, tmp_pat
     with pytest.raises(Exception) as failure:
         df.collect()
     assert "the read starts stamped-0 at offset 6, after where it ends (2)" in str(failure.value)
+
+
+def test_min_offsets_per_trigger_in_a_running_query(spark, broker):
+    """processingTime triggers: the first batch runs at once, later triggers are skipped
+    while fewer than minOffsetsPerTrigger records wait (maxTriggerDelay is an hour), and
+    the batch comes once enough have arrived."""
+    create_topic(broker.bootstrap, "min-live", 1)
+    _produce_at(broker.bootstrap, "min-live", 0, [None] * 5)
+    df = (spark.readStream.format("fastlog").option("kafka.bootstrap.servers", broker.bootstrap)
+          .option("subscribe", "min-live").option("startingOffsets", "earliest")
+          .option("minOffsetsPerTrigger", "50").option("maxTriggerDelay", "1h").load())
+    q = start_query(lambda: df.selectExpr("offset").writeStream.format("memory")
+                    .queryName("min_live").trigger(processingTime="300 milliseconds").start())
+    try:
+        def rows():
+            return spark.sql("select count(*) c from min_live").first().c
+
+        wait_until(lambda: rows() == 5, 120, "the first batch")
+        _produce_at(broker.bootstrap, "min-live", 0, [None] * 10)
+        time.sleep(3)        # about ten triggers ...
+        assert rows() == 5   # ... with 10 records waiting: none ran a batch
+        _produce_at(broker.bootstrap, "min-live", 0, [None] * 40)
+        wait_until(lambda: rows() == 55, 120, "the batch of 50")
+        assert q.exception() is None
+    finally:
+        q.stop()
 
 
 def test_sink_topic_option_and_column_partition_column_and_save_modes(spark, broker):
