@@ -615,6 +615,10 @@ class _WriterBase:
                             part = partition_for_key(key, counts[topic])
                         else:
                             part = sticky.setdefault(topic, random.randrange(counts[topic]))
+                    elif not 0 <= part < counts[topic]:
+                        raise ValueError(f"row {rows + i} names partition {part} of topic "
+                                         f"{topic!r}, which has partitions 0 to "
+                                         f"{counts[topic] - 1}")
                     hdrs = headers[i]
                     if hdrs:
                         hdrs = [(h["key"], h["value"]) for h in hdrs]

@@ -375,6 +375,12 @@ def test_sink_topic_option_and_column_partition_column_and_save_modes(spark, bro
         write(bad)
     text = str(failure.value)
     assert "has an invalid topic name 'bad/topic'" in text and "does not exist" not in text
+    # a partition the topic does not have
+    bad = spark.createDataFrame([("v", 2)], "value string, partition int")
+    with pytest.raises(Exception) as failure:
+        write(bad, topic="sink-opts")
+    assert "names partition 2 of topic 'sink-opts', which has partitions 0 to 1" in \
+        str(failure.value)
 
     # save modes: overwrite is refused as by Spark's Kafka sink; the default ErrorIfExists,
     # which Kafka's sink takes, is refused by pyspark for every Python data source
