@@ -11,12 +11,19 @@
 # (driver and executors) authenticates alike; the Java client's truststore/keystore are
 # taken as PEM files, JKS and PKCS12 are refused. kafka.isolation.level is read as Spark's
 # Kafka source reads it: read_uncommitted by default; read_committed ends offsets at the
-# last stable offset and drops aborted transactions' records.
-# Pure functions; the resulting dataclasses are picklable and travel to executors.
+# last stable offset and drops aborted transactions' records. The other kafka.* client
+# settings fastlog's clients honour (_KAFKA_CONSUMER, _KAFKA_PRODUCER) are kept as fields;
+# one side's keys on the other side are ignored with a warning (once per process), as a
+# Kafka client warns; every other kafka.* key is refused. Where a read starts and ends
+# follows Spark's precedence (*Timestamp, then *OffsetsByTimestamp, then *Offsets); the
+# offsets themselves are resolved against the broker by the reader (source.py).
+# Pure functions (apart from that warning); the resulting dataclasses are picklable and
+# travel to executors.
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 
 from fastlog.client.errors import FastlogError
@@ -24,6 +31,8 @@ from fastlog.client.security import KEYS as CLIENT_SECURITY_KEYS
 from fastlog.client.security import ClientSecurity
 from fastlog.protocol.topics import topic_name_problem
 from fastlog.spark import offsets as offsets_mod
+
+log = logging.getLogger("fastlog.spark")
 
 
 class OptionError(ValueError):
@@ -64,6 +73,7 @@ _KAFKA_PRODUCER = ["kafka.acks", "kafka.linger.ms", "kafka.batch.size",
                    "kafka.compression.type", "kafka.request.timeout.ms", "kafka.client.id",
                    "kafka.max.request.size"]
 _KAFKA_KNOWN = frozenset(_KAFKA_CONSUMER + _KAFKA_PRODUCER)
+_warned: set[tuple[str, str]] = set()   # (source/sink, key) warned about in this process
 STRATEGIES = ("error", "latest")   # startingOffsetsByTimestampStrategy
 MAX_TRIGGER_DELAY = "15m"          # Spark's default maxTriggerDelay
 # The Java client's PEM trust and key stores, as ClientSecurity's keys.
@@ -133,6 +143,13 @@ def _check_known(opts, allowed: list[str], what: str) -> None:
                 raise OptionError(f"option {key} is not supported by fastlog's client (it "
                                   f"takes {', '.join(sorted(_KAFKA_KNOWN))} and the security "
                                   f"options)")
+            own = _KAFKA_CONSUMER if what == "source" else _KAFKA_PRODUCER
+            if key not in own and key not in allowed_lower and (what, key) not in _warned:
+                _warned.add((what, key))
+                log.warning("option %s is a %s setting: the fastlog %s ignores it, as a "
+                            "Kafka %s does", key,
+                            "producer" if what == "source" else "consumer", what,
+                            "consumer" if what == "source" else "producer")
             continue
         if key in unsupported:
             raise OptionError(f"option {_name(key)} is not supported by the fastlog {what}")

@@ -5,6 +5,7 @@ strings. Every bad or contradictory combination must fail with one sentence nami
 """
 
 import json
+import logging
 
 import pytest
 
@@ -95,7 +96,7 @@ def test_timestamp_options_take_precedence_as_in_spark():
     assert o.timestamp_strategy == "latest"
 
 
-def test_trigger_limits_and_client_settings():
+def test_trigger_limits_and_client_settings(caplog):
     o = _read(subscribe="a")
     assert (o.min_offsets_per_trigger, o.max_trigger_delay_ms) == (None, 15 * 60 * 1000)
     assert (o.fetch_offset_retries, o.fetch_offset_retry_interval_ms) == (3, 1000)
@@ -114,8 +115,14 @@ def test_trigger_limits_and_client_settings():
     assert (o.request_timeout_ms, o.max_partition_fetch_bytes, o.fetch_max_bytes,
             o.fetch_min_bytes, o.fetch_max_wait_ms, o.client_id) == (
         5000, 4096, 65536, 0, 50, "job-7")
-    # one option map for a read and a write: each side accepts the other's client keys
-    _read(subscribe="a", **{"kafka.acks": "all", "kafka.linger.ms": "1"})
+    # one option map for a read and a write: each side accepts the other's client keys,
+    # with a warning (once) that it ignores them
+    with caplog.at_level(logging.WARNING, logger="fastlog.spark"):
+        _read(subscribe="a", **{"kafka.acks": "all", "kafka.linger.ms": "1"})
+        _read(subscribe="a", **{"kafka.acks": "all"})
+    warned = [r.getMessage() for r in caplog.records if "kafka.acks" in r.getMessage()]
+    assert warned == ["option kafka.acks is a producer setting: the fastlog source ignores "
+                      "it, as a Kafka consumer does"]
     w = parse_write_options({**BOOT, "kafka.isolation.level": "read_committed",
                              "kafka.request.timeout.ms": "7000", "kafka.client.id": "sink-1",
                              "kafka.max.request.size": "2097152"})
