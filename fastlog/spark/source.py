@@ -2,9 +2,13 @@
 #
 # Owns the Spark side of fastlog: FastlogDataSource (format "fastlog") with the schema and
 # options of Spark's Kafka source, a micro-batch stream reader (per-partition JSON offsets
-# in the checkpoint, admission control for maxOffsetsPerTrigger, availableNow, new topics
-# and partitions picked up, data-loss checks), a batch reader over an offset range, and a
-# batch + streaming Arrow writer that produces DataFrame rows into topics.
+# in the checkpoint, admission control for maxOffsetsPerTrigger and minOffsetsPerTrigger
+# with maxTriggerDelay, availableNow, new topics and partitions picked up, data-loss
+# checks, the lag metrics Spark's Kafka source reports, logged per batch), a batch reader
+# over an offset range, start and end offsets resolved on the driver (earliest / latest /
+# JSON / timestamps through ListOffsets, with fetchOffset.* retries) and refused with one
+# sentence when they cannot be read, and a batch + streaming Arrow writer that produces
+# DataFrame rows into topics.
 #
 # Where code runs (pyspark 4.3): the DataSource is created at load() in a Python worker
 # and pickled everywhere; the stream reader lives in the query's long-lived driver runner
