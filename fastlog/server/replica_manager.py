@@ -81,8 +81,10 @@ INLINE_GZIP_BYTES = 256 << 10
 # threads write the log): Log.append stamps it and places it on the loop, the pwrite runs
 # with the GIL released, and the append is published (log end, high watermark, producer
 # state) when the write is done; later appends to the partition wait for that (Log's
-# write-behind). Below it, a thread hand-off would cost more than the write.
-OFF_LOOP_WRITE_BYTES = 256 << 10
+# write-behind). Below it, a thread hand-off would cost more than the write: librdkafka's
+# ordinary requests (100-byte records, linger 5 ms: 180-300 KB) cost 0.18 against 0.24 us
+# of broker CPU per record written inline rather than behind (perf/README.md).
+OFF_LOOP_WRITE_BYTES = 512 << 10
 # A topic whose compression.type is not the producer's codec stores batches compressed
 # again: on the pool, too, above this size.
 INLINE_RECOMPRESS_BYTES = 64 << 10

@@ -15,7 +15,7 @@
 # retention or compaction stays readable for reads already in progress; its files are
 # renamed `.deleted` and unlinked after file.delete.delay.ms.
 # Write-behind: an append given a write_executor (the broker does so for batches of at
-# least 256 KiB) is stamped, checked and given its segment and byte position on the loop,
+# least 512 KiB) is stamped, checked and given its segment and byte position on the loop,
 # but its pwrite runs on the executor (the GIL released meanwhile), with the reservation
 # of its index space and the page faults of the index stores to come (file system calls
 # that can wait for the journal behind the data being written), and it stays
