@@ -5,6 +5,7 @@
 # against. Everything here is reentrant: any thread may call it, with or without the GIL.
 
 from libc.stdint cimport int32_t, int64_t, uint16_t, uint32_t, uint64_t
+from libc.string cimport memcpy
 from cpython.buffer cimport Py_buffer
 
 cdef extern from *:
@@ -45,6 +46,22 @@ cdef extern from *:
     void fl_put_be16(unsigned char *p, uint16_t v) noexcept nogil
     void fl_put_be32(unsigned char *p, uint32_t v) noexcept nogil
     void fl_put_be64(unsigned char *p, uint64_t v) noexcept nogil
+
+
+cdef inline unsigned char *fl_put_one_partition(unsigned char *q, const char *name,
+                                                Py_ssize_t name_len,
+                                                int32_t partition) noexcept nogil:
+    # A response's topic array holding one topic (`name`, name_len bytes, a non-flexible
+    # string) of one partition: both counts, the name, the partition index and a zero
+    # error code (Produce's and Fetch's compiled answers). Returns the position after.
+    fl_put_be32(q, 1)
+    fl_put_be16(q + 4, <uint16_t>name_len)
+    memcpy(q + 6, name, name_len)
+    q += 6 + name_len
+    fl_put_be32(q, 1)
+    fl_put_be32(q + 4, <uint32_t>partition)
+    fl_put_be16(q + 8, 0)
+    return q + 10
 
 
 # Varint readers return the position after the varint, or VARINT_TRUNCATED /

@@ -31,9 +31,16 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
-from libc.string cimport memcpy
 
-from fastlog._codec cimport fl_be16, fl_be32, fl_be64, fl_put_be16, fl_put_be32, fl_put_be64
+from fastlog._codec cimport (
+    fl_be16,
+    fl_be32,
+    fl_be64,
+    fl_put_be16,
+    fl_put_be32,
+    fl_put_be64,
+    fl_put_one_partition,
+)
 
 cdef extern from "Python.h":
     const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
@@ -177,16 +184,10 @@ def encode_fetch_response(int api_version, int32_t correlation_id, str topic,
         fl_put_be16(q, 0)                     # error_code
         fl_put_be32(q + 2, 0)                 # session_id
         q += 6
-    fl_put_be32(q, 1)
-    fl_put_be16(q + 4, <uint16_t>name_len)
-    memcpy(q + 6, name, name_len)
-    q += 6 + name_len
-    fl_put_be32(q, 1)
-    fl_put_be32(q + 4, <uint32_t>partition)
-    fl_put_be16(q + 8, 0)
-    fl_put_be64(q + 10, <uint64_t>high_watermark)
-    fl_put_be64(q + 18, <uint64_t>last_stable_offset)
-    q += 26
+    q = fl_put_one_partition(q, name, name_len, partition)
+    fl_put_be64(q, <uint64_t>high_watermark)
+    fl_put_be64(q + 8, <uint64_t>last_stable_offset)
+    q += 16
     if api_version >= 5:
         fl_put_be64(q, <uint64_t>log_start_offset)
         q += 8

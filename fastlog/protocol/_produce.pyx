@@ -22,9 +22,15 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
-from libc.string cimport memcpy
 
-from fastlog._codec cimport fl_be16, fl_be32, fl_put_be16, fl_put_be32, fl_put_be64
+from fastlog._codec cimport (
+    fl_be16,
+    fl_be32,
+    fl_put_be16,
+    fl_put_be32,
+    fl_put_be64,
+    fl_put_one_partition,
+)
 
 cdef extern from "Python.h":
     const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
@@ -118,16 +124,10 @@ def encode_produce_response(int api_version, int32_t correlation_id, str topic,
     out = PyBytes_FromStringAndSize(NULL, size)
     q = <unsigned char *>PyBytes_AS_STRING(out)
     fl_put_be32(q, <uint32_t>correlation_id)
-    fl_put_be32(q + 4, 1)
-    fl_put_be16(q + 8, <uint16_t>name_len)
-    memcpy(q + 10, name, name_len)
-    q += 10 + name_len
-    fl_put_be32(q, 1)
-    fl_put_be32(q + 4, <uint32_t>partition)
-    fl_put_be16(q + 8, 0)
-    fl_put_be64(q + 10, <uint64_t>base_offset)
-    fl_put_be64(q + 18, <uint64_t>log_append_time)
-    q += 26
+    q = fl_put_one_partition(q + 4, name, name_len, partition)
+    fl_put_be64(q, <uint64_t>base_offset)
+    fl_put_be64(q + 8, <uint64_t>log_append_time)
+    q += 16
     if api_version >= 5:
         fl_put_be64(q, <uint64_t>log_start_offset)
         q += 8
