@@ -40,6 +40,7 @@ from fastlog._codec cimport (
     fl_put_be32,
     fl_put_be64,
     fl_put_one_partition,
+    fl_request_header,
 )
 
 cdef extern from "Python.h":
@@ -48,7 +49,7 @@ cdef extern from "Python.h":
 # The versions this path reads: the ones served (protocol/versions.py) that are not flexible.
 FIRST_VERSION = 4
 LAST_VERSION = 11
-cdef int16_t FETCH_KEY = 1
+cdef uint16_t FETCH_KEY = 1
 
 
 def parse_fetch_request(frame):
@@ -69,19 +70,11 @@ def parse_fetch_request(frame):
     try:
         p = <const unsigned char *>view.buf
         n = view.len
-        if n < 10 or <int16_t>fl_be16(p) != FETCH_KEY:
-            return None
-        api_version = <int16_t>fl_be16(p + 2)
-        if api_version < FIRST_VERSION or api_version > LAST_VERSION:
-            return None
-        correlation_id = <int32_t>fl_be32(p + 4)
-        client_id_len = <int16_t>fl_be16(p + 8)
-        if client_id_len < -1:
-            return None
-        pos = 10 + (client_id_len if client_id_len > 0 else 0)
+        pos = fl_request_header(p, n, FETCH_KEY, FIRST_VERSION, LAST_VERSION,
+                                &api_version, &correlation_id, &client_id_len)
         # replica id, max wait, min bytes, max bytes (16), isolation level (1),
         # session id and epoch (8, v7+), the topic count (4)
-        if pos + 21 + (8 if api_version >= 7 else 0) > n:
+        if pos < 0 or pos + 21 + (8 if api_version >= 7 else 0) > n:
             return None
         if <int32_t>fl_be32(p + pos) != -1:
             return None   # a replica (or a client posing as one): the handler checks it

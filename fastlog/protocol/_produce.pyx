@@ -30,6 +30,7 @@ from fastlog._codec cimport (
     fl_put_be32,
     fl_put_be64,
     fl_put_one_partition,
+    fl_request_header,
 )
 
 cdef extern from "Python.h":
@@ -39,6 +40,7 @@ cdef extern from "Python.h":
 # and v9+ are flexible (not served).
 FIRST_VERSION = 3
 LAST_VERSION = 8
+cdef uint16_t PRODUCE_KEY = 0
 
 
 def parse_produce_request(frame):
@@ -58,15 +60,9 @@ def parse_produce_request(frame):
         n = view.len
         # header v1 (8 fixed bytes + client_id) and the body's fixed fields up to the
         # topic array: nullable transactional_id (2) + acks (2) + timeout (4) + count (4)
-        if n < 10 or fl_be16(p) != 0:
-            return None
-        api_version = <int16_t>fl_be16(p + 2)
-        if api_version < FIRST_VERSION or api_version > LAST_VERSION:
-            return None
-        correlation_id = <int32_t>fl_be32(p + 4)
-        client_id_len = <int16_t>fl_be16(p + 8)
-        pos = 10 + (client_id_len if client_id_len > 0 else 0)
-        if client_id_len < -1 or pos + 12 > n:
+        pos = fl_request_header(p, n, PRODUCE_KEY, FIRST_VERSION, LAST_VERSION,
+                                &api_version, &correlation_id, &client_id_len)
+        if pos < 0 or pos + 12 > n:
             return None
         if <int16_t>fl_be16(p + pos) != -1:
             return None   # transactional (or malformed): the handler answers it
