@@ -4,7 +4,8 @@
 # Python objects), plus the declarations of the cdef classes that cimporters may type
 # against. Everything here is reentrant: any thread may call it, with or without the GIL.
 
-from libc.stdint cimport int32_t, int64_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
+from libc.string cimport memcpy
 from cpython.buffer cimport Py_buffer
 
 cdef extern from *:
@@ -45,6 +46,43 @@ cdef extern from *:
     void fl_put_be16(unsigned char *p, uint16_t v) noexcept nogil
     void fl_put_be32(unsigned char *p, uint32_t v) noexcept nogil
     void fl_put_be64(unsigned char *p, uint64_t v) noexcept nogil
+
+
+cdef inline Py_ssize_t fl_request_header(const unsigned char *p, Py_ssize_t n,
+                                        uint16_t api_key, int first_version,
+                                        int last_version, int16_t *api_version,
+                                        int32_t *correlation_id,
+                                        int16_t *client_id_len) noexcept nogil:
+    # A request header v1 (int16 api_key, int16 api_version, int32 correlation_id,
+    # nullable int16-length client_id) of `api_key` at a version in [first_version,
+    # last_version] (Produce's and Fetch's compiled readers): the position after it (the
+    # client id's bytes are not checked to be there), or -1 for any other header.
+    if n < 10 or fl_be16(p) != api_key:
+        return -1
+    api_version[0] = <int16_t>fl_be16(p + 2)
+    if api_version[0] < first_version or api_version[0] > last_version:
+        return -1
+    correlation_id[0] = <int32_t>fl_be32(p + 4)
+    client_id_len[0] = <int16_t>fl_be16(p + 8)
+    if client_id_len[0] < -1:
+        return -1
+    return 10 + (client_id_len[0] if client_id_len[0] > 0 else 0)
+
+
+cdef inline unsigned char *fl_put_one_partition(unsigned char *q, const char *name,
+                                                Py_ssize_t name_len,
+                                                int32_t partition) noexcept nogil:
+    # A response's topic array holding one topic (`name`, name_len bytes, a non-flexible
+    # string) of one partition: both counts, the name, the partition index and a zero
+    # error code (Produce's and Fetch's compiled answers). Returns the position after.
+    fl_put_be32(q, 1)
+    fl_put_be16(q + 4, <uint16_t>name_len)
+    memcpy(q + 6, name, name_len)
+    q += 6 + name_len
+    fl_put_be32(q, 1)
+    fl_put_be32(q + 4, <uint32_t>partition)
+    fl_put_be16(q + 8, 0)
+    return q + 10
 
 
 # Varint readers return the position after the varint, or VARINT_TRUNCATED /

@@ -22,9 +22,16 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
-from libc.string cimport memcpy
 
-from fastlog._codec cimport fl_be16, fl_be32, fl_put_be16, fl_put_be32, fl_put_be64
+from fastlog._codec cimport (
+    fl_be16,
+    fl_be32,
+    fl_put_be16,
+    fl_put_be32,
+    fl_put_be64,
+    fl_put_one_partition,
+    fl_request_header,
+)
 
 cdef extern from "Python.h":
     const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
@@ -33,6 +40,7 @@ cdef extern from "Python.h":
 # and v9+ are flexible (not served).
 FIRST_VERSION = 3
 LAST_VERSION = 8
+cdef uint16_t PRODUCE_KEY = 0
 
 
 def parse_produce_request(frame):
@@ -52,15 +60,9 @@ def parse_produce_request(frame):
         n = view.len
         # header v1 (8 fixed bytes + client_id) and the body's fixed fields up to the
         # topic array: nullable transactional_id (2) + acks (2) + timeout (4) + count (4)
-        if n < 10 or fl_be16(p) != 0:
-            return None
-        api_version = <int16_t>fl_be16(p + 2)
-        if api_version < FIRST_VERSION or api_version > LAST_VERSION:
-            return None
-        correlation_id = <int32_t>fl_be32(p + 4)
-        client_id_len = <int16_t>fl_be16(p + 8)
-        pos = 10 + (client_id_len if client_id_len > 0 else 0)
-        if client_id_len < -1 or pos + 12 > n:
+        pos = fl_request_header(p, n, PRODUCE_KEY, FIRST_VERSION, LAST_VERSION,
+                                &api_version, &correlation_id, &client_id_len)
+        if pos < 0 or pos + 12 > n:
             return None
         if <int16_t>fl_be16(p + pos) != -1:
             return None   # transactional (or malformed): the handler answers it
@@ -118,16 +120,10 @@ def encode_produce_response(int api_version, int32_t correlation_id, str topic,
     out = PyBytes_FromStringAndSize(NULL, size)
     q = <unsigned char *>PyBytes_AS_STRING(out)
     fl_put_be32(q, <uint32_t>correlation_id)
-    fl_put_be32(q + 4, 1)
-    fl_put_be16(q + 8, <uint16_t>name_len)
-    memcpy(q + 10, name, name_len)
-    q += 10 + name_len
-    fl_put_be32(q, 1)
-    fl_put_be32(q + 4, <uint32_t>partition)
-    fl_put_be16(q + 8, 0)
-    fl_put_be64(q + 10, <uint64_t>base_offset)
-    fl_put_be64(q + 18, <uint64_t>log_append_time)
-    q += 26
+    q = fl_put_one_partition(q + 4, name, name_len, partition)
+    fl_put_be64(q, <uint64_t>base_offset)
+    fl_put_be64(q + 8, <uint64_t>log_append_time)
+    q += 16
     if api_version >= 5:
         fl_put_be64(q, <uint64_t>log_start_offset)
         q += 8

@@ -8,6 +8,9 @@
 # A Produce request of one partition (what a producer sends to a partition leader) skips
 # the generic decode/dispatch/encode: fastlog.protocol._produce reads it from the frame and
 # writes its success answer (`_produce_one` does what handle_produce does for that shape).
+# Likewise a consumer's Fetch of one partition without a fetch session: fastlog.protocol.
+# _fetch reads it and writes its answer when the partition has data for it at once
+# (`_fetch_one`); an error or a wait for data goes through handle_fetch.
 # Called from: the broker's asyncio API loop only (fastlog._net runs every handler
 # coroutine there), so broker state needs no locks; a handler may await (parked fetch)
 # without blocking other connections.
@@ -61,6 +64,7 @@ from fastlog.logs import report_limited
 from fastlog.metadata import DEFAULT_BROKER_ENTITY
 from fastlog.metadata.model import ELECTED, NOT_AVAILABLE, NOT_NEEDED, UNKNOWN_PARTITION
 from fastlog.protocol import ApiKey, Errors, KafkaApiError
+from fastlog.protocol._fetch import encode_fetch_response, parse_fetch_request
 from fastlog.protocol._produce import encode_produce_response, parse_produce_request
 from fastlog.protocol.api_keys import SCRAM_MECHANISM_TYPES
 from fastlog.protocol.topics import INTERNAL_TOPICS
@@ -357,7 +361,7 @@ class KafkaApis:
             return await self._dispatch(conn, frame, True)
         fast = parse_produce_request(frame)
         if fast is not None and (self.broker.authorizer is None
-                                 or self._may_write_fast(conn, fast[5])):
+                                 or self._may_fast(conn, WRITE, fast[5])):
             try:
                 return await self._produce_one(*fast)
             except CloseConnection:
@@ -365,13 +369,23 @@ class KafkaApis:
             except Exception:
                 log.exception("PRODUCE v%d from client %r failed", fast[0], fast[2])
                 raise CloseConnection("handler failed") from None
+        fast = parse_fetch_request(frame)
+        if fast is not None and (self.broker.authorizer is None
+                                 or self._may_fast(conn, READ, fast[7])):
+            try:
+                parts = self._fetch_one(*fast)
+            except Exception:
+                log.exception("FETCH v%d from client %r failed", fast[0], fast[2])
+                raise CloseConnection("handler failed") from None
+            if parts is not None:
+                return parts
         return await self._dispatch(conn, frame)
 
-    def _may_write_fast(self, conn, topic: str) -> bool:
-        """May the connection's principal write to the topic? (Otherwise the generic path
-        answers the refusal and logs it.)"""
+    def _may_fast(self, conn, operation, topic: str) -> bool:
+        """May the connection's principal do the operation (WRITE, READ) on the topic?
+        (Otherwise the generic path answers the refusal and logs it.)"""
         state = conn.state
-        return self.broker.authorizer.authorize(state["principal"], state["host"], WRITE,
+        return self.broker.authorizer.authorize(state["principal"], state["host"], operation,
                                                 TOPIC, topic)
 
     async def _dispatch(self, conn, frame, quotas: bool = False):
@@ -1035,6 +1049,37 @@ class KafkaApis:
             "throttle_time_ms": 0})
 
     # ------------------------------------------------------------------ Fetch
+    def _fetch_one(self, api_version, correlation_id, client_id, max_wait_ms, min_bytes,
+                   max_bytes, isolation_level, topic, partition, current_leader_epoch,
+                   fetch_offset, partition_max_bytes):
+        """Fetch v4-v11 of one partition by a consumer without a fetch session, as
+        fastlog.protocol._fetch read it from the frame: the read handle_fetch makes for
+        that shape, answered in compiled code. None when the answer is not that simple (an
+        error, a follower's read, too little data for a fetch that waits): handle_fetch
+        then serves the request (reading again; a consumer's read changes nothing)."""
+        broker = self.broker
+        p, err = self._led_partition(topic, partition)
+        if p is None or _check_leader_epoch(current_leader_epoch, p.leader_epoch) != Errors.NONE:
+            return None
+        read_committed = isolation_level == 1
+        budget = min(partition_max_bytes, max_bytes, broker.config["fetch.max.bytes"])
+        res = broker.replica_manager.read_partition(
+            p, fetch_offset, max(budget, 0), min_one_batch=True, from_follower=False,
+            api_version=api_version, replica_id=-1, read_committed=read_committed)
+        if (res.error != Errors.NONE or res.preferred_read_replica >= 0
+                or (res.size < min_bytes and max_wait_ms > 0)):
+            return None
+        regions = res.regions
+        broker.topic_stats.fetch_done([{"topic": topic, "partitions": [{
+            "error_code": Errors.NONE, "records": (regions, res.size) if regions else b""}]}],
+            False)
+        aborted = None
+        if read_committed:
+            aborted = res.aborted_transactions or []
+        return encode_fetch_response(api_version, correlation_id, topic, partition,
+                                     res.high_watermark, res.last_stable_offset,
+                                     res.log_start_offset, aborted, regions or None, res.size)
+
     async def handle_fetch(self, ctx, request):
         v = ctx.api_version
         rm = self.broker.replica_manager

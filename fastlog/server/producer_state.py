@@ -10,8 +10,11 @@
 # binary layout: b"FLPS", int16 version, uint32 CRC-32C of the rest, int32 producer count,
 # then per producer: int64 pid, int16 epoch, int64 last timestamp, (v2: int32 coordinator
 # epoch, int64 first offset of its open transaction or -1), int8 batch count and per
-# batch int32 first_seq, int32 last_seq, int64 first_offset, int64 last_offset, int64 ts.
-# Version 2 is written; version 1 (no transaction fields) is still read.
+# batch int32 first_seq, int32 last_seq, int64 first_offset, int64 last_offset, int64 ts;
+# (v3) then int32 count and the int64 base offsets of the log's segments whose `.txnindex`
+# holds aborted transactions (that file is created with its first entry, so the load tells
+# a lost one from one never needed by this list).
+# Version 3 is written; versions 1 (no transaction fields) and 2 (no segment list) are read.
 # Transactions (KIP-98): a transactional batch opens the producer's transaction at its
 # offset, a marker (control batch) ends it; the last stable offset is the first offset
 # of an open transaction, or of an ended one whose marker the high watermark has not
@@ -39,7 +42,7 @@ BATCHES_KEPT = 5
 
 SNAPSHOT_SUFFIX = ".snapshot"
 _MAGIC = b"FLPS"
-_VERSION = 2
+_VERSION = 3
 _HEAD = struct.Struct(">4shI")
 _PRODUCER_V1 = struct.Struct(">qhqb")
 # v2 adds the coordinator epoch and the open transaction's first offset (-1: none)
@@ -155,6 +158,9 @@ class ProducerStateManager:
         # ended transactions whose marker is not yet below the high watermark, by first
         # offset (Kafka's unreplicatedTxns): they still hold the last stable offset back
         self.unreplicated: dict[int, CompletedTxn] = {}
+        # base offsets of the segments whose .txnindex held entries when the loaded
+        # snapshot was taken (empty without a v3 snapshot)
+        self.txn_index_bases: list[int] = []
 
     # -------------------------------------------------------------- client appends
     def check(self, producer_id: int, epoch: int, first_seq: int, record_count: int,
@@ -333,13 +339,14 @@ class ProducerStateManager:
             del self.producers[pid]
 
     # -------------------------------------------------------------- snapshots
-    def encode_snapshot(self) -> bytes:
+    def encode_snapshot(self, txn_index_bases=()) -> bytes:
         body = bytearray(struct.pack(">i", len(self.producers)))
         for e in self.producers.values():
             body += _PRODUCER.pack(e.producer_id, e.epoch, e.last_timestamp, e.coordinator_epoch,
                                    e.current_txn_first_offset, len(e.batches))
             for b in e.batches:
                 body += _BATCH.pack(b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp)
+        body += struct.pack(f">i{len(txn_index_bases)}q", len(txn_index_bases), *txn_index_bases)
         return _HEAD.pack(_MAGIC, _VERSION, crc32c.crc32c(bytes(body))) + bytes(body)
 
     def decode_snapshot(self, data: bytes) -> None:
@@ -347,7 +354,7 @@ class ProducerStateManager:
         if len(data) < _HEAD.size + 4:
             raise ValueError("snapshot too short")
         magic, version, crc = _HEAD.unpack_from(data, 0)
-        if magic != _MAGIC or version not in (1, _VERSION):
+        if magic != _MAGIC or version not in (1, 2, _VERSION):
             raise ValueError("not a fastlog producer snapshot")
         head = _PRODUCER if version >= 2 else _PRODUCER_V1
         body = memoryview(data)[_HEAD.size:]
@@ -375,21 +382,31 @@ class ProducerStateManager:
                 e.batches.append(BatchMetadata(*_BATCH.unpack_from(body, pos)))
                 pos += _BATCH.size
             producers[pid] = e
+        bases: list[int] = []
+        if version >= 3:
+            if pos + 4 > len(body):
+                raise ValueError("snapshot truncated")
+            (n,) = struct.unpack_from(">i", body, pos)
+            if n < 0 or pos + 4 + 8 * n > len(body):
+                raise ValueError("snapshot truncated")
+            bases = list(struct.unpack_from(f">{n}q", body, pos + 4))
         self.producers = producers
+        self.txn_index_bases = bases
         self.ongoing = dict(sorted((e.current_txn_first_offset, e.producer_id)
                                    for e in producers.values()
                                    if e.current_txn_first_offset >= 0))
         self.unreplicated = {}
 
-    def write_snapshot(self, directory: str) -> str:
+    def write_snapshot(self, directory: str, txn_index_bases=()) -> str:
         """Write `<map_end_offset>.snapshot` atomically and drop older snapshots."""
-        return self.snapshot_job(directory)()
+        return self.snapshot_job(directory, txn_index_bases)()
 
-    def snapshot_job(self, directory: str):
-        """Encode the state now; the returned callable writes it (any thread): tmp file,
+    def snapshot_job(self, directory: str, txn_index_bases=()):
+        """Encode the state now (with the log's segments that hold aborted transactions,
+        Log.txn_index_bases); the returned callable writes it (any thread): tmp file,
         fsync, rename, then older snapshots go."""
         offset = self.map_end_offset
-        data = self.encode_snapshot()
+        data = self.encode_snapshot(txn_index_bases)
 
         def write() -> str:
             name = os.path.join(directory, f"{offset:020d}{SNAPSHOT_SUFFIX}")
@@ -422,6 +439,7 @@ class ProducerStateManager:
             self.map_end_offset = offset
             return offset
         self.producers.clear()
+        self.txn_index_bases = []
         return -1
 
 

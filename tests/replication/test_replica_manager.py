@@ -404,7 +404,7 @@ def test_large_batches_written_off_the_loop_replicate_in_order(tmp_path):
     # them, and followers only ever fetch what is published.
     from fastlog.server.replica_manager import OFF_LOOP_WRITE_BYTES
 
-    large = [bytes([65 + i % 26]) * 4000 for i in range(100)]
+    large = [bytes([65 + i % 26]) * 4000 for i in range(160)]
     assert len(_batch(large)) >= OFF_LOOP_WRITE_BYTES
 
     async def body(pair):
@@ -415,14 +415,14 @@ def test_large_batches_written_off_the_loop_replicate_in_order(tmp_path):
             sends.append(pair.produce(pair.b1, [b"small-%d" % i]))
         results = await asyncio.gather(*sends)
         assert all(r.error == Errors.NONE for r in results), results
-        spans = sorted((r.base_offset, 100 if i % 2 == 0 else 1)
+        spans = sorted((r.base_offset, len(large) if i % 2 == 0 else 1)
                        for i, r in enumerate(results))
         offset = 0
         for base, n in spans:
             assert base == offset
             offset += n
-        assert offset == 404
+        assert offset == 4 * len(large) + 4
         p2 = pair.b2.replica_manager.get_partition(*KEY)
-        assert await _until(lambda: p2.high_watermark == 404)
-        assert _crcs(pair.b1, 404) == _crcs(pair.b2, 404)
+        assert await _until(lambda: p2.high_watermark == offset)
+        assert _crcs(pair.b1, offset) == _crcs(pair.b2, offset)
     run(tmp_path, body)

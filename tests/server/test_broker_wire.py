@@ -227,6 +227,36 @@ def test_fetch_times_out_empty_and_out_of_range(broker, wire):
     assert resp.responses[0].partitions[0].error_code == Errors.OFFSET_OUT_OF_RANGE
 
 
+@pytest.mark.parametrize("isolation", [0, 1])
+def test_one_partition_fetch_answers_as_the_generic_path(broker, wire, isolation):
+    """A consumer's sessionless fetch of one partition is answered in compiled code
+    (fastlog.protocol._fetch); the same request with a forgotten topic (which a
+    sessionless fetch ignores) takes the generic path: the answers are byte-identical,
+    from the middle of the log, at its end and past it."""
+    topic = f"wire-fast-fetch-{isolation}"
+    create_topic(broker, topic)
+    for i in range(5):
+        assert produce(wire, topic, batch([b"v%d-%d" % (i, j) for j in range(3)])
+                       ).error_code == 0
+    for version in range(7, 12):
+        for offset in (0, 4, 15, 99):
+            answers = []
+            for forgotten in ([], [{"topic": "other", "partitions": [0]}]):
+                body = fetch_body(topic, offset, 0, min_bytes=0)
+                body["isolation_level"] = isolation
+                body["forgotten_topics_data"] = forgotten
+                wire.send(ApiKey.FETCH, version, body)
+                answers.append(wire.recv_frame())
+            assert answers[0][4:] == answers[1][4:], (version, offset)   # (after the correlation id)
+            _, resp = protocol.decode_response(ApiKey.FETCH, version, answers[0])
+            part = resp.responses[0].partitions[0]
+            if offset == 99:
+                assert part.error_code == Errors.OFFSET_OUT_OF_RANGE
+            else:
+                got = _codec.read_records(bytes(part.records or b""))
+                assert len(got) == 15 - offset // 3 * 3 and part.high_watermark == 15
+
+
 def test_zstd_only_to_fetch_v10_and_up(broker, wire):
     create_topic(broker, "wire-zstd-fetch")
     assert produce(wire, "wire-zstd-fetch", batch([b"z"], compression=4)).error_code == 0

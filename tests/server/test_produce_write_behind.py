@@ -13,7 +13,8 @@ from fastlog.server.replica_manager import OFF_LOOP_WRITE_BYTES
 from fastlog.testing import BrokerProcess
 from tests.server.wire import Wire, batch, create_topic, fetch_body, init_pid, produce
 
-LARGE_VALUES = [bytes([65 + i % 26]) * 4096 for i in range(96)]   # ~400 KB uncompressed
+LARGE_VALUES = [bytes([65 + i % 26]) * 4096 for i in range(160)]   # ~650 KB uncompressed
+N = len(LARGE_VALUES)
 
 
 def fetch_all(broker, topic, end, max_bytes=64 << 20):
@@ -131,10 +132,11 @@ def test_idempotent_producer_sequences_across_large_batches(broker):
             p = resp.responses[0].partition_responses[0]
             assert p.error_code == Errors.NONE
             offsets.append(p.base_offset)
-        assert offsets == [0, 96, 97, 193, 194, 290]
+        assert offsets == [0, N, N + 1, 2 * N + 1, 2 * N + 2, 3 * N + 2]
         # A retry of the last large batch is a duplicate: answered with its offset.
-        r = produce(w, topic, batch(LARGE_VALUES, producer_id=pid, epoch=epoch, seq=seq - 97))
-        assert r.error_code == Errors.NONE and r.base_offset == 194
+        r = produce(w, topic, batch(LARGE_VALUES, producer_id=pid, epoch=epoch,
+                                    seq=seq - N - 1))
+        assert r.error_code == Errors.NONE and r.base_offset == 2 * N + 2
     finally:
         w.close()
 
@@ -148,11 +150,11 @@ def test_acknowledged_large_batch_survives_a_crash(tmp_path):
         finally:
             w.close()
         assert [r.error_code for r in acked] == [0, 0, 0]
-        assert [r.base_offset for r in acked] == [0, 96, 192]
+        assert [r.base_offset for r in acked] == [0, N, 2 * N]
         b.kill()
         b.start()
-        got = fetch_all(b, "wb-crash", 288)
-        assert [base for base, _, _ in got] == [0, 96, 192]
+        got = fetch_all(b, "wb-crash", 3 * N)
+        assert [base for base, _, _ in got] == [0, N, 2 * N]
         assert all(values == LARGE_VALUES for _, _, values in got)
 
 
@@ -185,7 +187,7 @@ def test_clean_shutdown_while_large_batches_are_written(tmp_path):
         t.join(30)
         assert not t.is_alive() and len(acked) >= 5
         b.start()
-        assert acked == [96 * i for i in range(len(acked))]
+        assert acked == [N * i for i in range(len(acked))]
         w = Wire(b)
         try:
             end = w.call(ApiKey.LIST_OFFSETS, 1, {"replica_id": -1, "topics": [{
@@ -193,7 +195,7 @@ def test_clean_shutdown_while_large_batches_are_written(tmp_path):
                 ).topics[0].partitions[0].offset
         finally:
             w.close()
-        assert end >= 96 * len(acked) and end % 96 == 0
+        assert end >= N * len(acked) and end % N == 0
         got = fetch_all(b, "wb-stop", end)
-        assert [base for base, _, _ in got] == list(range(0, end, 96))
+        assert [base for base, _, _ in got] == list(range(0, end, N))
         assert all(values == LARGE_VALUES for _, _, values in got)

@@ -186,6 +186,30 @@ def test_snapshot_keeps_open_transactions_and_reads_version_1(tmp_path):
     assert v1.check(7, 3, 5, 1) is None
 
 
+def test_snapshot_lists_the_segments_with_aborted_transactions_and_reads_version_2(tmp_path):
+    ps = ProducerStateManager("t", 0)
+    appended(ps, 2, 0, 0, 1, 2)
+    ps.update_map_end_offset(3)
+    ps.write_snapshot(str(tmp_path), [0, 1200])
+    back = ProducerStateManager("t", 0)
+    assert back.load_latest_snapshot(str(tmp_path), 3) == 3
+    assert back.txn_index_bases == [0, 1200] and back.producers[2].last_seq == 0
+    # version 2: the producers as version 3 writes them, no segment list
+    body = struct.pack(">i", 1) + struct.pack(">qhqiqb", 7, 3, 1000, 4, -1, 1) + \
+        struct.pack(">iiqqq", 0, 4, 10, 14, 1000)
+    (tmp_path / f"{20:020d}.snapshot").write_bytes(
+        b"FLPS" + struct.pack(">hI", 2, crc32c.crc32c(body)) + body)
+    v2 = ProducerStateManager("t", 0)
+    assert v2.load_latest_snapshot(str(tmp_path), 20) == 20
+    assert v2.txn_index_bases == [] and v2.producers[7].coordinator_epoch == 4
+    # a list cut short is a damaged snapshot (ignored, as any other)
+    data = ps.encode_snapshot([5, 6])
+    body = data[10:-8]
+    cut = b"FLPS" + struct.pack(">hI", 3, crc32c.crc32c(body)) + body
+    with pytest.raises(ValueError):
+        ProducerStateManager("t", 0).decode_snapshot(cut)
+
+
 def test_replay_applies_data_and_markers():
     ps = ProducerStateManager("t", 0)
     data = bytearray(_codec.build_batch([(1000, None, b"x")], producer_id=4, producer_epoch=0,

@@ -15,7 +15,7 @@
 # retention or compaction stays readable for reads already in progress; its files are
 # renamed `.deleted` and unlinked after file.delete.delay.ms.
 # Write-behind: an append given a write_executor (the broker does so for batches of at
-# least 256 KiB) is stamped, checked and given its segment and byte position on the loop,
+# least 512 KiB) is stamped, checked and given its segment and byte position on the loop,
 # but its pwrite runs on the executor (the GIL released meanwhile), with the reservation
 # of its index space and the page faults of the index stores to come (file system calls
 # that can wait for the journal behind the data being written), and it stays
@@ -394,18 +394,15 @@ class Log:
         return segments
 
     def _check_txn_indexes(self, segments: list[LogSegment]) -> None:
-        """Load step after the segments: a `.txnindex` that is damaged, missing beside a
-        non-empty segment, has entries past its segment's end, or (for a segment just
-        recovered) lacks an ABORT marker's entry, is rebuilt from the log with every
-        later one (one WARNING; one INFO line when no segment has one, as in a log written
-        before transactions)."""
+        """Load step after the segments: a `.txnindex` that is damaged, has entries past
+        its segment's end, or (for a segment just recovered) lacks an ABORT marker's
+        entry, is rebuilt from the log with every later one (one WARNING). A missing one
+        is no problem here (the file comes with the first entry); the producer-state
+        snapshot's list of segments that need one is checked by check_txn_indexes."""
         bad = []
         for seg in segments:
             ti = seg.txn_index
             problem = ti.problem
-            if problem == "missing" and seg.size == 0:
-                ti.reset()
-                problem = None
             if problem is None and ti.entries and ti.entries[-1].last_offset >= seg.next_offset:
                 problem = (f"an entry for offset {ti.entries[-1].last_offset}, past the "
                            f"segment's end {seg.next_offset}")
@@ -414,19 +411,34 @@ class Log:
                 problem = "an aborted transaction of the recovered segment is missing"
             if problem is not None:
                 bad.append((seg, problem))
+        self._rebuild_bad_txn_indexes(segments, bad)
+
+    @_reports_failure
+    def check_txn_indexes(self, bases) -> None:
+        """The segments at these base offsets held aborted transactions (the producer-state
+        snapshot's list, Log.txn_index_bases when it was taken): one of them still in the
+        log whose `.txnindex` is gone is rebuilt from the log with every later one."""
+        segs, known = self._view
+        bad = []
+        for base in sorted(set(bases)):
+            i = bisect.bisect_left(known, base)
+            if i < len(known) and known[i] == base and not segs[i].txn_index.exists:
+                bad.append((segs[i], "missing"))
+        self._rebuild_bad_txn_indexes(list(segs), bad)
+
+    def txn_index_bases(self) -> list[int]:
+        """Base offsets of the segments whose `.txnindex` holds entries (for the
+        producer-state snapshot; check_txn_indexes takes the list back)."""
+        return [s.base_offset for s in self._view[0] if s.txn_index.entries]
+
+    def _rebuild_bad_txn_indexes(self, segments: list[LogSegment], bad) -> None:
         if not bad:
             return
         first, why = bad[0]
-        if all(why == "missing" for _, why in bad) and len(bad) == sum(
-                1 for s in segments if s.size):
-            # (no .txnindex at all: a log written before fastlog took transactions)
-            logger.info("%s: creating the transaction indexes of %d segment(s) from the log",
-                        self.dir, len(bad))
-        else:
-            logger.warning("%s: rebuilding the transaction index of %d segment(s) from %d "
-                           "on from the log: %s: %s", self.dir, len(bad), first.base_offset,
-                           os.path.basename(first.txn_index.path), why)
-            self.load_report.rebuilt_segments += len(bad)
+        logger.warning("%s: rebuilding the transaction index of %d segment(s) from %d "
+                       "on from the log: %s: %s", self.dir, len(bad), first.base_offset,
+                       os.path.basename(first.txn_index.path), why)
+        self.load_report.rebuilt_segments += len(bad)
         self._rebuild_txn_indexes(segments, first.base_offset)
 
     def _unindexed_abort(self, seg: LogSegment) -> bool:

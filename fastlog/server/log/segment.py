@@ -251,7 +251,7 @@ class LogSegment:
                                    base_offset, config.segment_index_bytes)
         time_index = TimeIndex(file_name(dir_path, base_offset, TIME_INDEX_SUFFIX + suffix),
                                base_offset, config.segment_index_bytes)
-        # (a new segment gets an empty .txnindex, so that a missing one is noticed)
+        # (a new segment's .txnindex file comes with its first aborted transaction)
         txn_index = TransactionIndex(file_name(dir_path, base_offset, TXN_INDEX_SUFFIX + suffix),
                                      base_offset, create=not file_already_exists)
         jitter = 0

@@ -5,8 +5,11 @@
 # id, int64 first offset (the transaction's first batch), int64 last offset (its ABORT
 # marker), int64 last stable offset (the partition's LSO once the marker was written).
 # An entry lives in the segment holding its marker; entries come in increasing last
-# offset. Every segment fastlog creates gets the file (empty: no aborted transaction), so
-# a missing one on a non-empty segment is noticed and rebuilt from the log (Log).
+# offset. As Kafka's, the file is created with a segment's first entry: no file, no
+# aborted transaction. A lost one is noticed where the segment is known to need it: a
+# recovered segment holding an ABORT marker (Log load), or a segment the partition's
+# producer-state snapshot lists as holding aborts (Log.check_txn_indexes); it is then
+# rebuilt from the log.
 # read_committed fetches ask for the aborted transactions overlapping what they return
 # (Kafka's collectAbortedTxns). The entries are kept in memory as well (aborts are rare;
 # a fetch never reads the file). Also here: reading a transaction marker's control
@@ -75,11 +78,11 @@ class TransactionIndex:
         self.start_offset = start_offset
         self.entries: list[AbortedTxn] = []
         self._dirty = False
-        # Why the file could not be used at open (missing, damaged): the Log rebuilds it.
+        # Why the file could not be used at open (damaged): the Log rebuilds it.
         self.problem: str | None = None
-        if create:
-            self._write_all()
-        else:
+        # whether the file is there (created lazily, with the first entry)
+        self.exists = False
+        if not create:
             self._load()
 
     def _load(self) -> None:
@@ -87,8 +90,8 @@ class TransactionIndex:
             with open(self.path, "rb") as f:
                 data = f.read()
         except FileNotFoundError:
-            self.problem = "missing"
             return
+        self.exists = True
         try:
             self.entries = decode_entries(data, self.start_offset)
         except CorruptIndexError as e:
@@ -107,7 +110,7 @@ class TransactionIndex:
         self.entries.append(txn)
         with open(self.path, "ab") as f:
             f.write(txn.encode())
-        self._dirty = True
+        self.exists = self._dirty = True
 
     def has(self, last_offset: int) -> bool:
         return any(e.last_offset == last_offset for e in self.entries)
@@ -137,11 +140,13 @@ class TransactionIndex:
         return False
 
     def _write_all(self) -> None:
+        if not self.entries and not self.exists:
+            return   # (no entry, no file)
         tmp = self.path + ".tmp"
         with open(tmp, "wb") as f:
             f.write(b"".join(e.encode() for e in self.entries))
         os.replace(tmp, self.path)
-        self._dirty = True
+        self.exists = self._dirty = True
 
     def flush(self) -> None:
         if not self._dirty:
@@ -164,6 +169,7 @@ class TransactionIndex:
         self.path = path
 
     def delete(self) -> None:
+        self.exists = False
         try:
             os.unlink(self.path)
         except FileNotFoundError:

@@ -141,15 +141,13 @@ def test_truncate_fully_and_start_at(tmp_path):
     append_n(log, 1)
     assert read_all(log)[0][0] == 500
     # the new segment's offset and time indexes get their files with a first entry, or at
-    # close (its .txnindex is made with it, empty, so that a lost one is noticed)
+    # close; its .txnindex with a first aborted transaction (none here)
     assert sorted(os.listdir(tmp_path / "t-0")) == [
-        "00000000000000000500.log", "00000000000000000500.txnindex",
-        "leader-epoch-checkpoint"]
+        "00000000000000000500.log", "leader-epoch-checkpoint"]
     log.close()
     assert sorted(os.listdir(tmp_path / "t-0")) == [
         "00000000000000000500.index", "00000000000000000500.log",
-        "00000000000000000500.timeindex", "00000000000000000500.txnindex",
-        "leader-epoch-checkpoint"]
+        "00000000000000000500.timeindex", "leader-epoch-checkpoint"]
 
 
 def test_delete_records_before_moves_start_offset(tmp_path):

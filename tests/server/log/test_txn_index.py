@@ -1,6 +1,7 @@
 """The aborted-transaction index (.txnindex): Kafka's 34-byte entries, one file per
-segment, collected for read_committed fetches, truncated, deleted with its segment, and
-rebuilt from the log when missing or damaged."""
+segment with aborted transactions (created with the first), collected for read_committed
+fetches, truncated, deleted with its segment, and rebuilt from the log when damaged, or
+missing where the segment needs one."""
 
 import logging
 import os
@@ -84,6 +85,7 @@ def test_entries_are_written_collected_and_survive_reopen(tmp_path):
 def test_missing_or_damaged_index_is_rebuilt_from_the_log(tmp_path, caplog, damage):
     log, expected = aborted_log(tmp_path)
     bases = [s.base_offset for s in log.segments]
+    listed = log.txn_index_bases()
     log.close()
     path = index_path(log, bases[0])
     if damage == "delete":
@@ -96,6 +98,8 @@ def test_missing_or_damaged_index_is_rebuilt_from_the_log(tmp_path, caplog, dama
             f.write(AbortedTxn(9, 10_000, 10_001, 10_002).encode())
     with caplog.at_level(logging.WARNING, logger="fastlog.server.log.log"):
         back = open_log(tmp_path / "t-0", segment_bytes=400)
+        # (the broker passes its producer-state snapshot's list of segments with aborts)
+        back.check_txn_indexes(listed)
     lines = [r for r in caplog.records if "transaction index" in r.getMessage()]
     assert len(lines) == 1
     assert back.collect_aborted_txns(0, back.log_end_offset) == expected
@@ -115,20 +119,45 @@ def test_truncation_and_retention_keep_the_index_consistent(tmp_path):
     assert not os.path.exists(index_path(log, first))
 
 
-def test_a_log_from_before_transactions_gets_empty_indexes(tmp_path, caplog):
+def test_segments_without_aborts_have_no_file_and_need_none(tmp_path, caplog):
+    """As Kafka's: no aborted transaction, no .txnindex file (a fresh partition costs one
+    inode less); a log without them (or from before transactions) opens without a word."""
     log = open_log(tmp_path / "t-0", segment_bytes=300)
     append_n(log, 12)
+    txn_data(log, 5)
+    marker(log, 5, True)   # a commit needs no entry either
     bases = [s.base_offset for s in log.segments]
     assert len(bases) > 2
+    assert log.txn_index_bases() == []
     log.close()
-    for base in bases:
-        os.unlink(index_path(log, base))
+    assert not any(name.endswith(".txnindex") for name in os.listdir(tmp_path / "t-0"))
     with caplog.at_level(logging.INFO, logger="fastlog.server.log.log"):
         back = open_log(tmp_path / "t-0", segment_bytes=300)
-    lines = [r for r in caplog.records if "transaction index" in r.getMessage()]
-    assert [r.levelno for r in lines] == [logging.INFO]
+        back.check_txn_indexes([])
+    assert not [r for r in caplog.records if "transaction index" in r.getMessage()]
     assert back.load_report.rebuilt_segments == 0
-    assert all(os.path.getsize(index_path(back, b)) == 0 for b in bases)
+    assert back.collect_aborted_txns(0, back.log_end_offset) == []
+    assert not any(name.endswith(".txnindex") for name in os.listdir(tmp_path / "t-0"))
+
+
+def test_the_file_comes_with_the_first_abort_and_is_listed(tmp_path):
+    log, expected = aborted_log(tmp_path)
+    bases = [s.base_offset for s in log.segments]
+    # producer 1 aborted in the first segment, producer 3 in the last; the middle has none
+    assert log.txn_index_bases() == [bases[0], bases[-1]]
+    assert [os.path.exists(index_path(log, b)) for b in bases] == [
+        b in (bases[0], bases[-1]) for b in bases]
+
+
+def test_a_lost_index_of_a_segment_without_aborts_needs_no_rebuild(tmp_path, caplog):
+    log, expected = aborted_log(tmp_path)
+    bases = [s.base_offset for s in log.segments]
+    log.close()
+    with caplog.at_level(logging.WARNING, logger="fastlog.server.log.log"):
+        back = open_log(tmp_path / "t-0", segment_bytes=400)
+        back.check_txn_indexes([bases[0], bases[-1], 10_000])   # (one no longer in the log)
+    assert not [r for r in caplog.records if "transaction index" in r.getMessage()]
+    assert back.collect_aborted_txns(0, back.log_end_offset) == expected
 
 
 def test_a_read_bounds_the_aborted_transactions_it_needs(tmp_path):

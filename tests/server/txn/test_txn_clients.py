@@ -311,6 +311,41 @@ def test_coordinator_state_survives_restart(tmp_path):
             b.stop()
 
 
+def test_a_lost_txnindex_of_a_partition_with_aborts_is_rebuilt_at_restart(tmp_path):
+    """A `.txnindex` comes with a segment's first aborted transaction (a partition with
+    none has no file); the producer-state snapshot lists the segments that have one, so a
+    lost file is rebuilt at the restart and read_committed readers still skip the aborted
+    records (the clean shutdown's snapshot covers the whole log: nothing is replayed)."""
+    b = BrokerProcess(tmp_path / "data", overrides=OVERRIDES)
+    b.start()
+    try:
+        aborted, committed = topics(b, 2)
+        p = producer(b, fresh("tx-lost-index"))
+        p.begin_transaction()
+        send(p, [aborted, committed], [b"c%d" % i for i in range(PARTITIONS)])
+        p.commit_transaction(30)
+        p.begin_transaction()
+        send(p, [aborted], [b"a%d" % i for i in range(PARTITIONS)])
+        assert p.flush(10) == 0
+        p.abort_transaction(30)
+        del p
+        want = expected([aborted, committed], [b"c%d" % i for i in range(PARTITIONS)])
+        assert read_confluent(b, [aborted, committed], expect=len(want)) == want
+        assert b.stop() == 0, b.log_tail()
+        indexes = sorted(b.data_dir.glob(f"{aborted}-*/*.txnindex"))
+        assert len(indexes) == PARTITIONS
+        assert not list(b.data_dir.glob(f"{committed}-*/*.txnindex"))
+        for path in indexes:
+            path.unlink()
+        b.start()
+        assert read_confluent(b, [aborted, committed], expect=len(want)) == want
+        assert sorted(b.data_dir.glob(f"{aborted}-*/*.txnindex")) == indexes
+        assert "rebuilding the transaction index" in b.log_tail(400)
+    finally:
+        if b.alive():
+            b.stop()
+
+
 def test_pending_offsets_survive_a_restart_and_commit_after_it(tmp_path):
     """Offsets sent in a transaction still open at a restart are pending again after it
     (rebuilt from the transactional batch in __consumer_offsets), and become visible when

@@ -1,0 +1,204 @@
+# fastlog/protocol/_fetch.pyx: Fetch v4-v11 in a consumer's everyday shape, read and
+# answered in compiled code.
+#
+# A consumer of one partition sends one Fetch per poll, and librdkafka's carry one topic,
+# one partition, no fetch session (session id 0, epoch -1: librdkafka never uses
+# sessions) and no rack. For those, parse_fetch_request reads the request header and
+# body straight from the frame, and encode_fetch_response writes the answer of one
+# partition read without error, with the bytes exactly as the generic schema-driven codec
+# (wire.py) reads and writes them. Everything else — other APIs and versions, replicas,
+# fetch sessions, several topics or partitions, forgotten topics, a rack id, anything
+# malformed — returns None and is left to the generic path (KafkaApis.handle_fetch), which
+# also answers every error and every fetch that waits for data. Why: the generic path
+# builds and walks a request object, a fetch context and a dict per partition, and
+# encodes through the schema (about a third of a one-partition fetch's broker CPU that
+# is not the sendfile); this path touches a handful of objects.
+#
+# Formats (non-flexible versions only, so no tagged fields): request header v1 (int16
+# api_key, int16 api_version, int32 correlation_id, nullable int16-length client_id);
+# FetchRequest v4-v11 (int32 replica_id, int32 max_wait_ms, int32 min_bytes, int32
+# max_bytes, int8 isolation_level, v7+: int32 session_id, int32 session_epoch; [topic
+# string, [int32 partition, v9+: int32 current_leader_epoch, int64 fetch_offset, v5+:
+# int64 log_start_offset, int32 partition_max_bytes]], v7+: [forgotten topics], v11+:
+# string rack_id); response header v0 and FetchResponse v4-v11 (int32 throttle_time_ms,
+# v7+: int16 error_code, int32 session_id; [topic string, [int32 partition_index, int16
+# error_code, int64 high_watermark, int64 last_stable_offset, v5+: int64
+# log_start_offset, nullable [int64 producer_id, int64 first_offset]
+# aborted_transactions, v11+: int32 preferred_read_replica, nullable int32-length
+# records]]). Pure functions, any thread.
+
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
+
+from fastlog._codec cimport (
+    fl_be16,
+    fl_be32,
+    fl_be64,
+    fl_put_be16,
+    fl_put_be32,
+    fl_put_be64,
+    fl_put_one_partition,
+    fl_request_header,
+)
+
+cdef extern from "Python.h":
+    const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
+
+# The versions this path reads: the ones served (protocol/versions.py) that are not flexible.
+FIRST_VERSION = 4
+LAST_VERSION = 11
+cdef uint16_t FETCH_KEY = 1
+
+
+def parse_fetch_request(frame):
+    """(api_version, correlation_id, client_id, max_wait_ms, min_bytes, max_bytes,
+    isolation_level, topic, partition, current_leader_epoch, fetch_offset,
+    partition_max_bytes) for a Fetch v4-v11 request of a consumer (replica id -1) without
+    a fetch session, naming exactly one partition of one topic, no forgotten topics and no
+    rack id, all of ``frame`` consumed; None for anything else."""
+    cdef Py_buffer view
+    cdef const unsigned char *p
+    cdef Py_ssize_t n, pos, name_len, name_pos
+    cdef int16_t api_version, client_id_len
+    cdef int32_t correlation_id, max_wait_ms, min_bytes, max_bytes, partition
+    cdef int32_t leader_epoch = -1, partition_max_bytes
+    cdef int8_t isolation
+    cdef int64_t fetch_offset
+    PyObject_GetBuffer(frame, &view, PyBUF_SIMPLE)
+    try:
+        p = <const unsigned char *>view.buf
+        n = view.len
+        pos = fl_request_header(p, n, FETCH_KEY, FIRST_VERSION, LAST_VERSION,
+                                &api_version, &correlation_id, &client_id_len)
+        # replica id, max wait, min bytes, max bytes (16), isolation level (1),
+        # session id and epoch (8, v7+), the topic count (4)
+        if pos < 0 or pos + 21 + (8 if api_version >= 7 else 0) > n:
+            return None
+        if <int32_t>fl_be32(p + pos) != -1:
+            return None   # a replica (or a client posing as one): the handler checks it
+        max_wait_ms = <int32_t>fl_be32(p + pos + 4)
+        min_bytes = <int32_t>fl_be32(p + pos + 8)
+        max_bytes = <int32_t>fl_be32(p + pos + 12)
+        isolation = <int8_t>p[pos + 16]
+        if isolation != 0 and isolation != 1:
+            return None
+        pos += 17
+        if api_version >= 7:
+            if fl_be32(p + pos) != 0 or <int32_t>fl_be32(p + pos + 4) != -1:
+                return None   # a fetch session
+            pos += 8
+        if fl_be32(p + pos) != 1:
+            return None
+        pos += 4
+        if pos + 2 > n:
+            return None
+        name_len = <int16_t>fl_be16(p + pos)
+        name_pos = pos + 2
+        pos = name_pos + name_len
+        # name, partition count (4), partition (4)
+        if name_len < 0 or pos + 8 > n or fl_be32(p + pos) != 1:
+            return None
+        partition = <int32_t>fl_be32(p + pos + 4)
+        pos += 8
+        # current leader epoch (v9+), fetch offset, log start offset (v5+), max bytes
+        if pos + (4 if api_version >= 9 else 0) + 8 + (8 if api_version >= 5 else 0) + 4 > n:
+            return None
+        if api_version >= 9:
+            leader_epoch = <int32_t>fl_be32(p + pos)
+            pos += 4
+        fetch_offset = <int64_t>fl_be64(p + pos)
+        pos += 8
+        if api_version >= 5:
+            pos += 8   # (a consumer's log start offset is not used)
+        partition_max_bytes = <int32_t>fl_be32(p + pos)
+        pos += 4
+        if api_version >= 7:
+            if pos + 4 > n or fl_be32(p + pos) != 0:
+                return None   # forgotten topics
+            pos += 4
+        if api_version >= 11:
+            if pos + 2 > n or fl_be16(p + pos) != 0:
+                return None   # a rack id (KIP-392), or malformed
+            pos += 2
+        if pos != n:
+            return None
+        try:
+            client_id = (PyUnicode_DecodeUTF8(<const char *>p + 10, client_id_len, "strict")
+                         if client_id_len >= 0 else None)
+            topic = PyUnicode_DecodeUTF8(<const char *>p + name_pos, name_len, "strict")
+        except UnicodeDecodeError:
+            return None
+        return (api_version, correlation_id, client_id, max_wait_ms, min_bytes, max_bytes,
+                isolation, topic, partition, leader_epoch, fetch_offset, partition_max_bytes)
+    finally:
+        PyBuffer_Release(&view)
+
+
+def encode_fetch_response(int api_version, int32_t correlation_id, str topic,
+                          int32_t partition, int64_t high_watermark,
+                          int64_t last_stable_offset, int64_t log_start_offset,
+                          list aborted, list regions, int64_t size):
+    """Response header v0 + a FetchResponse v4-v11 answering one partition of one topic
+    without error (no throttling, no session, no preferred replica), as a list of parts:
+    the bytes, then `regions` (the FileRegions read, `size` bytes in all) uncopied.
+    `aborted`: the (producer id, first offset) pairs of a read_committed fetch, None for
+    read_uncommitted (a null array)."""
+    cdef Py_ssize_t name_len
+    cdef const char *name = PyUnicode_AsUTF8AndSize(topic, &name_len)
+    cdef Py_ssize_t size_out, n_aborted = 0, i
+    cdef unsigned char *q
+    cdef int64_t pid, first
+    if api_version < FIRST_VERSION or api_version > LAST_VERSION:
+        raise ValueError(f"Fetch v{api_version} is not encoded here")
+    if name_len > 0x7fff:
+        raise ValueError("topic name too long")
+    if size < 0 or size > 0x7fffffff or (size > 0 and not regions):
+        raise ValueError(f"bad records size {size}")
+    if aborted is not None:
+        n_aborted = len(aborted)
+    # correlation id, throttle time, (v7+ error code, session id), topic count, name,
+    # partition count, index, error, high watermark, last stable offset, (v5+ log start
+    # offset), aborted count and entries, (v11+ preferred read replica), records length
+    size_out = 4 + 4 + 4 + 2 + name_len + 4 + 4 + 2 + 8 + 8 + 4 + 16 * n_aborted + 4
+    if api_version >= 7:
+        size_out += 6
+    if api_version >= 5:
+        size_out += 8
+    if api_version >= 11:
+        size_out += 4
+    out = PyBytes_FromStringAndSize(NULL, size_out)
+    q = <unsigned char *>PyBytes_AS_STRING(out)
+    fl_put_be32(q, <uint32_t>correlation_id)
+    fl_put_be32(q + 4, 0)                     # throttle_time_ms
+    q += 8
+    if api_version >= 7:
+        fl_put_be16(q, 0)                     # error_code
+        fl_put_be32(q + 2, 0)                 # session_id
+        q += 6
+    q = fl_put_one_partition(q, name, name_len, partition)
+    fl_put_be64(q, <uint64_t>high_watermark)
+    fl_put_be64(q + 8, <uint64_t>last_stable_offset)
+    q += 16
+    if api_version >= 5:
+        fl_put_be64(q, <uint64_t>log_start_offset)
+        q += 8
+    if aborted is None:
+        fl_put_be32(q, 0xffffffff)
+        q += 4
+    else:
+        fl_put_be32(q, <uint32_t>n_aborted)
+        q += 4
+        for i in range(n_aborted):
+            pid, first = aborted[i]
+            fl_put_be64(q, <uint64_t>pid)
+            fl_put_be64(q + 8, <uint64_t>first)
+            q += 16
+    if api_version >= 11:
+        fl_put_be32(q, 0xffffffff)            # preferred_read_replica: -1
+        q += 4
+    fl_put_be32(q, <uint32_t>size)
+    if size == 0:
+        return [out]
+    return [out, *regions]

@@ -1,0 +1,171 @@
+"""fastlog.protocol._fetch: the compiled Fetch v4-v11 reader and answer agree with the
+generic codec byte for byte, and step aside (None) for every other shape."""
+
+import struct
+
+import pytest
+from fastlog._codec import FileRegion
+from fastlog.protocol._fetch import (
+    FIRST_VERSION,
+    LAST_VERSION,
+    encode_fetch_response,
+    parse_fetch_request,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fastlog.protocol import (
+    ApiKey,
+    decode_request,
+    decode_request_header,
+    encode_request,
+    encode_response,
+)
+
+VERSIONS = range(FIRST_VERSION, LAST_VERSION + 1)
+
+
+def fetch_frame(version, *, topics=(("events", ((0, 1234),)),), replica_id=-1,
+                max_wait_ms=500, min_bytes=1, max_bytes=52428800, isolation_level=0,
+                session_id=0, session_epoch=-1, forgotten=(), rack_id="", leader_epoch=-1,
+                client_id="rdkafka", correlation_id=7):
+    body = {"replica_id": replica_id, "max_wait_ms": max_wait_ms, "min_bytes": min_bytes,
+            "max_bytes": max_bytes, "isolation_level": isolation_level,
+            "session_id": session_id, "session_epoch": session_epoch,
+            "topics": [{"topic": name, "partitions": [
+                {"partition": i, "current_leader_epoch": leader_epoch, "fetch_offset": off,
+                 "log_start_offset": -1, "partition_max_bytes": 1048576}
+                for i, off in parts]} for name, parts in topics],
+            "forgotten_topics_data": [{"topic": t, "partitions": [0]} for t in forgotten],
+            "rack_id": rack_id}
+    return encode_request(ApiKey.FETCH, version, correlation_id, client_id, body)
+
+
+def generic_parse(frame):
+    header, offset = decode_request_header(frame)
+    req = decode_request(header.api_key, header.api_version, frame, offset)
+    t = req.topics[0]
+    p = t.partitions[0]
+    return (header.api_version, header.correlation_id, header.client_id, req.max_wait_ms,
+            req.min_bytes, req.max_bytes, req.isolation_level, t.topic, p.partition,
+            p.current_leader_epoch if header.api_version >= 9 else -1, p.fetch_offset,
+            p.partition_max_bytes)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("client_id", [None, "", "rdkafka", "ü" * 40])
+@pytest.mark.parametrize("topic", ["t", "tøpic-ü", "x" * 249])
+def test_reads_what_the_generic_decoder_reads(version, client_id, topic):
+    frame = fetch_frame(version, topics=((topic, ((3, 2**40),)),), client_id=client_id,
+                        max_wait_ms=100, min_bytes=7, max_bytes=9999, isolation_level=1,
+                        leader_epoch=5, correlation_id=-5)
+    fast = parse_fetch_request(memoryview(frame))
+    assert fast is not None
+    assert fast == generic_parse(frame)
+    assert fast[:9] == (version, -5, client_id, 100, 7, 9999, 1, topic, 3)
+
+
+@pytest.mark.parametrize("frame, why", [
+    (fetch_frame(11, replica_id=2), "a replica"),
+    (fetch_frame(11, session_id=5, session_epoch=0), "a session"),
+    (fetch_frame(11, session_id=0, session_epoch=0), "a new session"),
+    (fetch_frame(11, forgotten=("a",)), "forgotten topics"),
+    (fetch_frame(11, rack_id="r1"), "a rack"),
+    (fetch_frame(11, isolation_level=2), "an unknown isolation level"),
+    (fetch_frame(11, topics=(("a", ((0, 0),)), ("b", ((0, 0),)))), "two topics"),
+    (fetch_frame(11, topics=(("a", ((0, 0), (1, 0))),)), "two partitions"),
+    (fetch_frame(11, topics=()), "no topic"),
+    (fetch_frame(11, topics=(("a", ()),)), "no partition"),
+    (fetch_frame(11) + b"\0", "trailing byte"),
+    (encode_request(ApiKey.PRODUCE, 8, 1, "c", {
+        "transactional_id": None, "acks": 1, "timeout_ms": 0, "topic_data": []}),
+     "another API"),
+])
+def test_other_shapes_are_left_to_the_generic_path(frame, why):
+    assert parse_fetch_request(frame) is None, why
+
+
+@pytest.mark.parametrize("version", [3, 12])
+def test_versions_not_read_here_are_left_alone(version):
+    frame = bytearray(fetch_frame(11))   # (v12 is flexible, v3 has no isolation level)
+    struct.pack_into(">h", frame, 2, version)
+    assert parse_fetch_request(frame) is None
+
+
+def test_invalid_utf8_names_are_left_to_the_generic_path():
+    frame = bytearray(fetch_frame(11, topics=(("abc", ((0, 0),)),), client_id="cid"))
+    frame[frame.index(b"abc")] = 0xFF
+    assert parse_fetch_request(bytes(frame)) is None
+    frame = bytearray(fetch_frame(11, client_id="cid"))
+    frame[frame.index(b"cid")] = 0xFF
+    assert parse_fetch_request(bytes(frame)) is None
+
+
+@pytest.mark.parametrize("version", [4, 7, 11])
+def test_every_truncation_is_refused(version):
+    frame = fetch_frame(version, client_id="cid")
+    for n in range(len(frame)):
+        assert parse_fetch_request(frame[:n]) is None
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(list(VERSIONS)), st.integers(0, 200), st.binary(min_size=1, max_size=4))
+def test_damaged_frames_never_crash_and_never_disagree(version, at, patch):
+    frame = bytearray(fetch_frame(version))
+    at = min(at, len(frame) - 1)
+    frame[at:at + len(patch)] = patch
+    fast = parse_fetch_request(bytes(frame))
+    if fast is not None:
+        assert fast == generic_parse(bytes(frame))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(list(VERSIONS)), st.binary(max_size=80))
+def test_arbitrary_bytes_after_a_fetch_header_never_crash(version, body):
+    frame = struct.pack(">hhih", ApiKey.FETCH, version, 1, -1) + body
+    fast = parse_fetch_request(frame)
+    if fast is not None:
+        assert fast == generic_parse(frame)
+
+
+def _flat(parts):
+    """Bytes parts joined, each FileRegion as a marker (the same object must appear)."""
+    out = []
+    for p in parts:
+        if isinstance(p, FileRegion):
+            out.append(p)
+        elif out and isinstance(out[-1], bytes):
+            out[-1] += bytes(p)
+        else:
+            out.append(bytes(p))
+    return out
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("topic", ["t", "tøpic-ü", "x" * 249])
+@pytest.mark.parametrize("aborted", [None, [], [(7, 100), (2**40, -1)]])
+@pytest.mark.parametrize("sizes", [(), (5,), (3, 4096)])
+def test_answer_is_the_generic_encoding(tmp_path, version, topic, aborted, sizes):
+    path = tmp_path / "seg.log"
+    path.write_bytes(b"x" * 8192)
+    with open(path, "rb") as f:
+        regions = [FileRegion(f.fileno(), 10 * i, n) for i, n in enumerate(sizes)]
+        size = sum(sizes)
+        generic = encode_response(ApiKey.FETCH, version, -9, {
+            "throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": [{
+                "topic": topic, "partitions": [{
+                    "partition_index": 4, "error_code": 0, "high_watermark": 2**33,
+                    "last_stable_offset": 17, "log_start_offset": 3,
+                    "aborted_transactions": None if aborted is None else [
+                        {"producer_id": pid, "first_offset": first} for pid, first in aborted],
+                    "preferred_read_replica": -1,
+                    "records": (regions, size) if regions else b""}]}]})
+        fast = encode_fetch_response(version, -9, topic, 4, 2**33, 17, 3, aborted,
+                                     regions or None, size)
+        assert _flat(fast) == _flat(generic)
+
+
+@pytest.mark.parametrize("version", [3, 12])
+def test_answer_refuses_versions_it_does_not_encode(version):
+    with pytest.raises(ValueError):
+        encode_fetch_response(version, 1, "t", 0, 0, 0, 0, None, None, 0)
