@@ -88,6 +88,8 @@ class TxnMetadata:
     pending: TxnState | None = None
     # Not yet written to the log (a new id whose first InitProducerId is in flight).
     fresh: bool = False
+    # The id's __transaction_state key, encoded once (every transition writes it).
+    key: bytes = dataclasses.field(default=b"", repr=False, compare=False)
 
     def record(self, **changes) -> TxnRecord:
         rec = TxnRecord(self.producer_id, self.producer_epoch, self.timeout_ms, self.state,
@@ -277,8 +279,10 @@ class TransactionCoordinator(PartitionedCoordinator):
         try:
             if getattr(self.broker, "cluster", None) is None and txn.fresh:
                 await self._create_topic()   # one node: the first id creates the topic
+            if not txn.key:
+                txn.key = encode_txn_key(txn_id)
             await self.store.append(self.partition_for(txn_id), [
-                (encode_txn_key(txn_id), encode_txn_value(rec))])
+                (txn.key, encode_txn_value(rec))])
         except StoreError as e:
             txn.pending = None
             if txn.fresh and self.txns.get(txn_id) is txn:
