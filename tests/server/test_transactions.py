@@ -8,7 +8,13 @@ import pytest
 
 from fastlog import _codec
 from fastlog.protocol import ApiKey, Errors
+from tests.broker_fixture import broker_fixtures
 from tests.server.wire import Wire, batch, create_topic, fetch_body, init_pid, produce
+
+# These tests write transactional batches straight to partitions, with no coordinator:
+# Kafka 3.6+ refuses that (KIP-890, tests/server/txn/test_verification.py) unless the
+# check is off, as here.
+broker, broker_factory = broker_fixtures({"transaction.partition.verification.enable": "false"})
 
 
 @pytest.fixture

@@ -415,6 +415,27 @@ class TransactionCoordinator(PartitionedCoordinator):
                              start_ms=now, last_update_ms=now)
         return await self._transit(txn, rec)
 
+    def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions: list[tuple[str, int]]) -> dict[tuple[str, int], Errors]:
+        """Kafka's handleVerifyPartitionsInTransaction (KIP-890 part 1: AddPartitionsToTxn
+        verifyOnly, which a partition leader asks before it takes a producer's first
+        transactional batch): NONE for each partition of the producer's transaction,
+        INVALID_TXN_STATE for the others; one error for all when the id is not known
+        here or the producer is not its current one. A write in flight does not matter
+        (Kafka neither: partitions leave the transaction only once its markers are
+        written)."""
+        err = self._check_status(transactional_id)
+        if err is Errors.NONE:
+            txn = self.txns.get(transactional_id)
+            if txn is None or txn.fresh or txn.producer_id != producer_id:
+                err = Errors.INVALID_PRODUCER_ID_MAPPING
+            elif txn.producer_epoch != producer_epoch:
+                err = Errors.PRODUCER_FENCED
+            else:
+                return {tp: Errors.NONE if tp in txn.partitions else Errors.INVALID_TXN_STATE
+                        for tp in partitions}
+        return dict.fromkeys(partitions, err)
+
     # ================================================================ EndTxn
     async def end_transaction(self, transactional_id: str, producer_id: int,
                               producer_epoch: int, commit: bool) -> Errors:
