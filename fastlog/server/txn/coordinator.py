@@ -148,6 +148,9 @@ class TransactionCoordinator(PartitionedCoordinator):
         # for the same id gets its own completion)
         self._completing: dict[str, TxnMetadata] = {}
         self._create_lock = asyncio.Lock()
+        # Partitions refused by KIP-890's check (verification.py), for Kafka's
+        # AddPartitionsToTxnManager VerificationFailureRate (fastlog/server/metrics.py)
+        self.verification_failures = 0
 
     # ================================================================ lifecycle
     async def startup(self, load: bool = True) -> None:

@@ -94,6 +94,7 @@ def unverified_partitions(broker: Any, transactional_id: str | None,
                                                      tps).items():
             if err is not Errors.NONE:
                 out[tp] = _result(err)
+    coordinator.verification_failures += len(out)
     return out
 
 
