@@ -23,7 +23,7 @@ SERVED = {
     "Metadata": (0, 8),
     "OffsetCommit": (1, 7),
     "OffsetFetch": (1, 7),
-    "FindCoordinator": (0, 2),
+    "FindCoordinator": (0, 4),
     "JoinGroup": (0, 5),
     "Heartbeat": (0, 3),
     "LeaveGroup": (0, 3),

@@ -20,7 +20,7 @@ SUPPORTED_VERSIONS = {
     ApiKey.METADATA: (0, 8),
     ApiKey.OFFSET_COMMIT: (1, 7),
     ApiKey.OFFSET_FETCH: (1, 7),
-    ApiKey.FIND_COORDINATOR: (0, 2),
+    ApiKey.FIND_COORDINATOR: (0, 4),
     ApiKey.JOIN_GROUP: (0, 5),
     ApiKey.HEARTBEAT: (0, 3),
     ApiKey.LEAVE_GROUP: (0, 3),
