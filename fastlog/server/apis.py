@@ -123,8 +123,8 @@ from fastlog.server.group import GROUP_HANDLERS
 from fastlog.server.replica_manager import PartitionResult, is_transactional_records
 from fastlog.server.request_metrics import response_size
 from fastlog.server.txn import TXN_HANDLERS, handle_init_transactional_producer
-from fastlog.server.txn.verification import unverified_partitions
 from fastlog.server.txn.markers import complete_group_offsets
+from fastlog.server.txn.verification import unverified_partitions
 
 log = logging.getLogger("fastlog.server.apis")
 

@@ -6,7 +6,9 @@ transactional producer is unaffected."""
 
 from __future__ import annotations
 
-from fastlog.protocol import ApiKey, Errors
+import contextlib
+
+from fastlog.protocol import Errors
 from fastlog.testing import Wire
 from tests.server.group.clients import wait_until
 from tests.server.txn.test_txn_clients import (  # noqa: F401 - txn_broker is a fixture
@@ -20,26 +22,28 @@ from tests.server.txn.test_txn_clients import (  # noqa: F401 - txn_broker is a 
     topics,
     txn_broker,
 )
-from tests.server.wire import batch, create_topic, init_pid, produce
-
-
-def txn_batch(values, pid, epoch, seq):
-    return batch(values, producer_id=pid, epoch=epoch, seq=seq, is_transactional=True)
+from tests.server.wire import create_topic, init_pid, list_offset, produce, txn_batch
 
 
 def lso(w, topic, partition):
-    r = w.call(ApiKey.LIST_OFFSETS, 2, {"replica_id": -1, "isolation_level": 1, "topics": [
-        {"name": topic, "partitions": [{"partition_index": partition, "timestamp": -1}]}]})
-    return r.topics[0].partitions[0].offset
+    return list_offset(w, topic, 1, partition=partition)
 
 
-def test_a_partition_not_added_is_refused(txn_broker):
-    t = topics(txn_broker, 1)[0]
-    txn_id = fresh("verify")
-    w = Wire(txn_broker)
+@contextlib.contextmanager
+def initialized(broker, prefix):
+    """(connection, a fresh topic, a transactional id, its producer id and epoch)."""
+    t = topics(broker, 1)[0]
+    txn_id = fresh(prefix)
+    w = Wire(broker)
     try:
         r = init(w, txn_id)
-        pid, epoch = r.producer_id, r.producer_epoch
+        yield w, t, txn_id, r.producer_id, r.producer_epoch
+    finally:
+        w.close()
+
+
+def test_a_partition_not_added_is_refused(txn_broker):  # noqa: F811 - the imported fixture
+    with initialized(txn_broker, "verify") as (w, t, txn_id, pid, epoch):
         assert add_partitions(w, txn_id, pid, epoch, [(t, 0)]) == {(t, 0): Errors.NONE}
         assert produce(w, t, txn_batch([b"a"], pid, epoch, 0), partition=0,
                        transactional_id=txn_id).error_code == Errors.NONE
@@ -60,17 +64,10 @@ def test_a_partition_not_added_is_refused(txn_broker):
         assert produce(w, t, txn_batch([b"late"], pid, epoch, 2), partition=0,
                        transactional_id=txn_id).error_code == Errors.INVALID_TXN_STATE
         assert lso(w, t, 0) == 3    # a, b and the COMMIT marker: nothing left open
-    finally:
-        w.close()
 
 
-def test_fenced_and_unknown_producers_are_refused(txn_broker):
-    t = topics(txn_broker, 1)[0]
-    txn_id = fresh("verify-fenced")
-    w = Wire(txn_broker)
-    try:
-        r = init(w, txn_id)
-        pid, old = r.producer_id, r.producer_epoch
+def test_fenced_and_unknown_producers_are_refused(txn_broker):  # noqa: F811 - the imported fixture
+    with initialized(txn_broker, "verify-fenced") as (w, t, txn_id, pid, old):
         r = init(w, txn_id, pid=pid, epoch=old)     # a newer instance: the epoch moves on
         new = r.producer_epoch
         assert new == old + 1
@@ -90,8 +87,6 @@ def test_fenced_and_unknown_producers_are_refused(txn_broker):
         assert produce(w, t, txn_batch([b"ok"], pid, new, 0),
                        transactional_id=txn_id).error_code == Errors.NONE
         assert end(w, txn_id, pid, new, False) == Errors.NONE
-    finally:
-        w.close()
 
 
 def test_the_check_can_be_turned_off(broker_factory):
@@ -107,7 +102,7 @@ def test_the_check_can_be_turned_off(broker_factory):
         w.close()
 
 
-def test_librdkafka_transactions_pass_the_check(txn_broker):
+def test_librdkafka_transactions_pass_the_check(txn_broker):  # noqa: F811 - the imported fixture
     names = topics(txn_broker, 2)
     p = producer(txn_broker, fresh("verify-rdkafka"))
     for round_ in range(3):
