@@ -51,7 +51,7 @@ SERVED = {
     "DeleteAcls": (1, 3),
     "AlterPartitionReassignments": (0, 0),
     "ListPartitionReassignments": (0, 0),
-    "AddPartitionsToTxn": (0, 3),
+    "AddPartitionsToTxn": (0, 5),
     "AddOffsetsToTxn": (0, 3),
     "EndTxn": (0, 3),
     "TxnOffsetCommit": (0, 3),

@@ -964,7 +964,7 @@ class KafkaApis:
             return {"responses": responses, "throttle_time_ms": 0}
         results = {}
         # KIP-890: a transactional write to a partition not in the transaction is refused
-        unverified = {} if request.transactional_id is None else unverified_partitions(
+        unverified = {} if request.transactional_id is None else await unverified_partitions(
             self.broker, request.transactional_id,
             [(t.name, p.index, p.records) for t in request.topic_data for p in t.partition_data])
         for t in request.topic_data:

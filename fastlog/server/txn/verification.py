@@ -17,21 +17,27 @@ request to refuse, with the codes Kafka gives producers of the versions our clie
   which producers retry;
 * an unknown producer: INVALID_PRODUCER_ID_MAPPING.
 
-Kafka's switch is ``transaction.partition.verification.enable`` (default true). The check
-is made here when this broker is the transactional id's coordinator (always on one node);
-in cluster mode a leader whose coordinator is another broker takes the batch unverified,
-as a Kafka leader does when the coordinator cannot answer verifyOnly requests.
+Kafka's switch is ``transaction.partition.verification.enable`` (default true). When this
+broker is the transactional id's coordinator (always on one node) the coordinator is asked
+in place; otherwise (cluster mode) its broker gets an AddPartitionsToTxn v4 verify_only
+request over the inter-broker listener (the coordinator's MarkerWriter connections). A
+coordinator broker that does not serve v4 lets the batch through unverified, as Kafka's
+leader does; one that cannot be reached answers NETWORK_EXCEPTION, which producers retry.
 
-Called by KafkaApis.handle_produce on the event loop; synchronous (no await between the
-check and the append).
+Called (awaited) by KafkaApis.handle_produce on the event loop; with a local coordinator
+nothing is awaited between the check and the append.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from fastlog.client.errors import ProtocolMismatch
+from fastlog.protocol import ApiKey
 from fastlog.protocol.errors import Errors
 from fastlog.server.replica_manager import PartitionResult, is_transactional_records
+
+from .coordinator import TXN_STATE_TOPIC
 
 # Record batch v2 header: the attributes' low byte at 22 (0x20: a control batch),
 # producerId (int64) at byte 43, producerEpoch (int16) at 51; the header is 61 bytes.
@@ -41,6 +47,8 @@ _PRODUCER_ID_AT = 43
 _PRODUCER_EPOCH_AT = 51
 _HEADER_BYTES = 61
 
+# AddPartitionsToTxn's first version with verify_only
+VERIFY_VERSION = 4
 _RETRIABLE = (Errors.CONCURRENT_TRANSACTIONS, Errors.COORDINATOR_LOAD_IN_PROGRESS,
               Errors.COORDINATOR_NOT_AVAILABLE, Errors.NOT_COORDINATOR)
 
@@ -64,9 +72,9 @@ def _result(err: Errors) -> PartitionResult:
     return PartitionResult(err)
 
 
-def unverified_partitions(broker: Any, transactional_id: str | None,
-                          partitions: list[tuple[str, int, Any]]
-                          ) -> dict[tuple[str, int], PartitionResult]:
+async def unverified_partitions(broker: Any, transactional_id: str | None,
+                                partitions: list[tuple[str, int, Any]]
+                                ) -> dict[tuple[str, int], PartitionResult]:
     """The partitions of a Produce request ((topic, partition, records) each, the request's
     transactional id already authorized) to refuse, with their results; {} to append all.
     Only transactional batches of producers without an open transaction on a partition
@@ -85,17 +93,69 @@ def unverified_partitions(broker: Any, transactional_id: str | None,
         producer = _producer(records)
         if not rm.has_ongoing_txn(topic, partition, producer[0]):
             wanted.setdefault(producer, []).append((topic, partition))
-    if not wanted or (getattr(broker, "cluster", None) is not None
-                      and coordinator.partition_for(transactional_id) not in coordinator.owned):
+    if not wanted:
         return {}
+    local = getattr(broker, "cluster", None) is None \
+        or coordinator.partition_for(transactional_id) in coordinator.owned
     out: dict[tuple[str, int], PartitionResult] = {}
     for (producer_id, epoch), tps in wanted.items():
-        for tp, err in coordinator.verify_partitions(transactional_id, producer_id, epoch,
-                                                     tps).items():
+        errors = coordinator.verify_partitions(transactional_id, producer_id, epoch, tps) \
+            if local else await _ask_coordinator(broker, coordinator, transactional_id,
+                                                 producer_id, epoch, tps)
+        for tp, err in errors.items():
             if err is not Errors.NONE:
                 out[tp] = _result(err)
     coordinator.verification_failures += len(out)
     return out
+
+
+async def _ask_coordinator(broker: Any, coordinator: Any, transactional_id: str,
+                           producer_id: int, epoch: int, tps: list[tuple[str, int]]
+                           ) -> dict[tuple[str, int], Errors]:
+    """AddPartitionsToTxn v4 verify_only to the broker leading the id's
+    __transaction_state partition (Kafka's AddPartitionsToTxnManager.verifyTransaction)."""
+    try:
+        state = broker.metadata.topic(TXN_STATE_TOPIC)
+        node = int(state.partitions[coordinator.partition_for(transactional_id)].leader)
+    except Exception:  # noqa: BLE001 - no topic or no leader: Kafka's coordinator lookup fails
+        node = -1
+    if node < 0:
+        return dict.fromkeys(tps, Errors.COORDINATOR_NOT_AVAILABLE)
+    topics: dict[str, list[int]] = {}
+    for t, p in tps:
+        topics.setdefault(t, []).append(p)
+    try:
+        resp = await coordinator.markers.request(node, ApiKey.ADD_PARTITIONS_TO_TXN, {
+            "transactions": [{"transactional_id": transactional_id, "producer_id": producer_id,
+                              "producer_epoch": epoch, "verify_only": True,
+                              "topics": [{"name": t, "partitions": ps}
+                                         for t, ps in topics.items()]}]}, VERIFY_VERSION,
+            timeout=int(broker.config["request.timeout.ms"]) / 1000)
+    except LookupError:
+        return dict.fromkeys(tps, Errors.COORDINATOR_NOT_AVAILABLE)
+    except ProtocolMismatch:
+        return {}   # a coordinator that cannot verify: as Kafka, go on unverified
+    except Exception:  # noqa: BLE001 - unreachable: the producer retries
+        return dict.fromkeys(tps, Errors.NETWORK_EXCEPTION)
+    if resp.error_code != Errors.NONE:
+        # (Kafka hides CLUSTER_AUTHORIZATION_FAILED from producers as INVALID_TXN_STATE)
+        err = Errors.INVALID_TXN_STATE if resp.error_code == Errors.CLUSTER_AUTHORIZATION_FAILED \
+            else _code(resp.error_code)
+        return dict.fromkeys(tps, err)
+    out = dict.fromkeys(tps, Errors.NONE)
+    for txn in resp.results_by_transaction:
+        for t in txn.topic_results:
+            for r in t.results_by_partition:
+                if (t.name, r.partition_index) in out:
+                    out[(t.name, r.partition_index)] = _code(r.partition_error_code)
+    return out
+
+
+def _code(code: int) -> Errors:
+    try:
+        return Errors(int(code))
+    except ValueError:
+        return Errors.UNKNOWN_SERVER_ERROR
 
 
 __all__ = ["unverified_partitions"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 
-from fastlog.protocol import Errors
+from fastlog.protocol import ApiKey, Errors
 from fastlog.testing import Wire
 from tests.server.group.clients import wait_until
 from tests.server.txn.test_txn_clients import (  # noqa: F401 - txn_broker is a fixture
@@ -113,3 +113,37 @@ def test_librdkafka_transactions_pass_the_check(txn_broker):  # noqa: F811 - the
         p.commit_transaction(30)
     assert read_confluent(txn_broker, names, expect=18) == sorted(
         (t, f"{r}-{part}".encode()) for r in range(3) for t in names for part in range(3))
+
+
+def test_add_partitions_v4_from_brokers(txn_broker):  # noqa: F811 - the imported fixture
+    """AddPartitionsToTxn v4-5, what a partition leader sends the coordinator: a batch of
+    transactions, each verified (verify_only) or added."""
+    with initialized(txn_broker, "verify-v4") as (w, t, txn_id, pid, epoch):
+        assert add_partitions(w, txn_id, pid, epoch, [(t, 0)]) == {(t, 0): Errors.NONE}
+        other = fresh("verify-v4-other")
+        o = init(w, other)
+
+        def call(version, *txns):
+            r = w.call(ApiKey.ADD_PARTITIONS_TO_TXN, version, {"transactions": [
+                {"transactional_id": i, "producer_id": p, "producer_epoch": e,
+                 "verify_only": verify, "topics": [{"name": t, "partitions": parts}]}
+                for i, p, e, verify, parts in txns]})
+            assert r.error_code == Errors.NONE
+            return {(x.transactional_id, p.partition_index): p.partition_error_code
+                    for x in r.results_by_transaction for tr in x.topic_results
+                    for p in tr.results_by_partition}
+
+        for version in (4, 5):
+            assert call(version, (txn_id, pid, epoch, True, [0, 1]),
+                        (txn_id + "-unknown", pid, epoch, True, [0])) == {
+                (txn_id, 0): Errors.NONE, (txn_id, 1): Errors.INVALID_TXN_STATE,
+                (txn_id + "-unknown", 0): Errors.INVALID_PRODUCER_ID_MAPPING}
+        assert call(4, (txn_id, pid, epoch + 1, True, [0])) == {
+            (txn_id, 0): Errors.PRODUCER_FENCED}
+        # not verify_only: added, as v3 adds them
+        assert call(4, (other, o.producer_id, o.producer_epoch, False, [1])) == {
+            (other, 1): Errors.NONE}
+        assert [(x.topic, list(x.partitions)) for x in describe(txn_broker, other).topics] == [
+            (t, [1])]
+        assert end(w, other, o.producer_id, o.producer_epoch, False) == Errors.NONE
+        assert end(w, txn_id, pid, epoch, False) == Errors.NONE
