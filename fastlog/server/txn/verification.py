@@ -38,6 +38,7 @@ from fastlog.protocol.errors import Errors
 from fastlog.server.replica_manager import PartitionResult, is_transactional_records
 
 from .coordinator import TXN_STATE_TOPIC
+from .markers import _errors
 
 # Record batch v2 header: the attributes' low byte at 22 (0x20: a control batch),
 # producerId (int64) at byte 43, producerEpoch (int16) at 51; the header is 61 bytes.
@@ -140,22 +141,15 @@ async def _ask_coordinator(broker: Any, coordinator: Any, transactional_id: str,
     if resp.error_code != Errors.NONE:
         # (Kafka hides CLUSTER_AUTHORIZATION_FAILED from producers as INVALID_TXN_STATE)
         err = Errors.INVALID_TXN_STATE if resp.error_code == Errors.CLUSTER_AUTHORIZATION_FAILED \
-            else _code(resp.error_code)
+            else _errors(resp.error_code)
         return dict.fromkeys(tps, err)
     out = dict.fromkeys(tps, Errors.NONE)
     for txn in resp.results_by_transaction:
         for t in txn.topic_results:
             for r in t.results_by_partition:
                 if (t.name, r.partition_index) in out:
-                    out[(t.name, r.partition_index)] = _code(r.partition_error_code)
+                    out[(t.name, r.partition_index)] = _errors(r.partition_error_code)
     return out
-
-
-def _code(code: int) -> Errors:
-    try:
-        return Errors(int(code))
-    except ValueError:
-        return Errors.UNKNOWN_SERVER_ERROR
 
 
 __all__ = ["unverified_partitions"]
