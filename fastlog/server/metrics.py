@@ -279,7 +279,9 @@ class BrokerCollector:
     def _replica_metrics(self, b):
         rm = b.replica_manager
         parts = list(rm.partitions.values())
-        leaders = under = under_min = offline = 0
+        leaders = under = under_min = offline = late = 0
+        now = int(time.time() * 1000)
+        max_timeout = int(b.config["transaction.max.timeout.ms"])
         for p in parts:
             if p.offline:
                 offline += 1
@@ -287,6 +289,8 @@ class BrokerCollector:
             if not p.is_leader:
                 continue
             leaders += 1
+            if p.producer_state.has_late_transaction(now, max_timeout):
+                late += 1
             isr = len(p.isr)
             if isr < len(p.replicas):
                 under += 1
@@ -306,6 +310,9 @@ class BrokerCollector:
                           under_min)
         yield self._gauge(prefix + "offlinereplicacount",
                           "Hosted replicas in a failed log dir.", offline)
+        yield self._gauge(prefix + "partitionswithlatetransactionscount",
+                          "Led partitions with a transaction open past "
+                          "transaction.max.timeout.ms plus 5 minutes (KIP-664).", late)
         m = dict(rm.metrics)
         yield self._counter(prefix + "isrshrinks", "ISR shrinks written by this broker.",
                             m.get("isr_shrinks", 0))

@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from fastlog import _codec
 from fastlog.protocol import ApiKey, Errors
 from fastlog.testing import BrokerProcess, _free_port, wait_until
 from tests.server.scrape import get, http_overrides, scrape, value
-from tests.server.wire import Wire, batch, create_topic, fetch_body, healthy, produce
+from tests.server.wire import Wire, batch, create_topic, fetch_body, healthy, init_pid, produce
 
 BTM = "kafka_server_brokertopicmetrics_"
 
@@ -316,6 +317,30 @@ def test_transaction_coordinator_figures(broker_factory):
         avg = value(loaded, f"kafka_server_{kind}_coordinator_metrics_partition_load_time_avg")
         assert 0 <= avg <= most < 60_000
     assert value(loaded, ids, state="CompleteCommit") == 1
+
+
+def test_partitions_with_late_transactions(broker_factory):
+    """KIP-664's gauge: a transaction written without its coordinator (the check off), its
+    producer's last write an hour old, is late past transaction.max.timeout.ms + 5 min."""
+    props, port = http_overrides()
+    b = broker_factory({**props, "transaction.partition.verification.enable": "false",
+                        "transaction.max.timeout.ms": "1000"})
+    create_topic(b, "late")
+    create_topic(b, "recent")
+    name = "kafka_server_replicamanager_partitionswithlatetransactionscount"
+    assert value(scrape(port), name) == 0
+    w = Wire(b)
+    try:
+        pid, epoch = init_pid(w)
+        now = int(time.time() * 1000)
+        for topic, ts in (("late", now - 3_600_000), ("recent", now)):
+            hanging = _codec.build_batch([(ts, None, b"h")], producer_id=pid,
+                                         producer_epoch=epoch, base_sequence=0,
+                                         is_transactional=True)
+            assert produce(w, topic, hanging, transactional_id="raw").error_code == 0
+    finally:
+        w.close()
+    assert value(scrape(port), name) == 1
 
 
 def test_no_http_listener_by_default(broker_factory):
