@@ -18,17 +18,19 @@ import pytest
 from fastlog.testing import BrokerProcess
 
 
-def broker_fixtures():
+def broker_fixtures(overrides: dict | None = None):
     """(broker, broker_factory) pytest fixtures; assign both in a conftest.py:
 
         from tests.broker_fixture import broker_fixtures
         broker, broker_factory = broker_fixtures()
-    """
+
+    `overrides`: settings of every broker they start (a test module that needs them
+    assigns its own pair the same way)."""
 
     @pytest.fixture(scope="module")
     def broker(tmp_path_factory):
         """One broker per test module (tests must use their own topic names)."""
-        b = BrokerProcess(tmp_path_factory.mktemp("broker") / "data")
+        b = BrokerProcess(tmp_path_factory.mktemp("broker") / "data", overrides)
         b.start()
         yield b
         if b.alive():
@@ -40,8 +42,8 @@ def broker_fixtures():
         """Start extra brokers with their own overrides; all stopped at teardown."""
         made: list[BrokerProcess] = []
 
-        def make(overrides=None, name="data") -> BrokerProcess:
-            b = BrokerProcess(tmp_path / name, overrides)
+        def make(more=None, name="data") -> BrokerProcess:
+            b = BrokerProcess(tmp_path / name, {**(overrides or {}), **(more or {})})
             made.append(b)
             return b.start()
 

@@ -33,20 +33,30 @@ def run_fastlog(*args, input: bytes = b"", timeout: float = 60) -> subprocess.Co
     return proc
 
 
-@pytest.fixture(scope="module")
-def bootstrap(tmp_path_factory):
-    external = os.environ.get("FASTLOG_TEST_BOOTSTRAP")
-    if external:
-        yield external
-        return
-    b = BrokerProcess(tmp_path_factory.mktemp("broker") / "data",
-                      overrides={"num.partitions": "1",
-                                 "group.initial.rebalance.delay.ms": "0"})
-    b.start()
-    yield b.bootstrap
-    if b.alive():
-        code = b.stop()
-        assert code == 0, f"broker exited with {code}:\n{b.log_tail()}"
+def bootstrap_fixture(overrides: dict | None = None):
+    """The module-scoped `bootstrap` fixture, its broker started with `overrides` too (a
+    test module that needs other settings assigns `bootstrap = bootstrap_fixture({...})`)."""
+
+    @pytest.fixture(scope="module")
+    def bootstrap(tmp_path_factory):
+        external = os.environ.get("FASTLOG_TEST_BOOTSTRAP")
+        if external:
+            yield external
+            return
+        b = BrokerProcess(tmp_path_factory.mktemp("broker") / "data",
+                          overrides={"num.partitions": "1",
+                                     "group.initial.rebalance.delay.ms": "0",
+                                     **(overrides or {})})
+        b.start()
+        yield b.bootstrap
+        if b.alive():
+            code = b.stop()
+            assert code == 0, f"broker exited with {code}:\n{b.log_tail()}"
+
+    return bootstrap
+
+
+bootstrap = bootstrap_fixture()
 
 
 @pytest.fixture

@@ -208,18 +208,27 @@ OFFSET_FETCH_RESPONSE = Message(9, 'response', 'OffsetFetch', valid=(1, 7), flex
     F('error_code', 'int16', '2+', default=0),
 ))
 
-FIND_COORDINATOR_REQUEST = Message(10, 'request', 'FindCoordinator', valid=(0, 2), flexible=3, fields=(
-    F('key', 'string', '0+'),
+FIND_COORDINATOR_REQUEST = Message(10, 'request', 'FindCoordinator', valid=(0, 4), flexible=3, fields=(
+    F('key', 'string', '0-3'),
     F('key_type', 'int8', '1+', default=0),
+    F('coordinator_keys', '[]string', '4+'),
 ))
 
-FIND_COORDINATOR_RESPONSE = Message(10, 'response', 'FindCoordinator', valid=(0, 2), flexible=3, fields=(
+FIND_COORDINATOR_RESPONSE = Message(10, 'response', 'FindCoordinator', valid=(0, 4), flexible=3, fields=(
     F('throttle_time_ms', 'int32', '1+'),
-    F('error_code', 'int16', '0+'),
-    F('error_message', 'string', '1+', nullable='1+'),
-    F('node_id', 'int32', '0+'),
-    F('host', 'string', '0+'),
-    F('port', 'int32', '0+'),
+    F('error_code', 'int16', '0-3'),
+    F('error_message', 'string', '1-3', nullable='1-3'),
+    F('node_id', 'int32', '0-3'),
+    F('host', 'string', '0-3'),
+    F('port', 'int32', '0-3'),
+    F('coordinators', '[]Coordinator', '4+', fields=(
+        F('key', 'string', '4+'),
+        F('node_id', 'int32', '4+'),
+        F('host', 'string', '4+'),
+        F('port', 'int32', '4+'),
+        F('error_code', 'int16', '4+'),
+        F('error_message', 'string', '4+', nullable='4+'),
+    )),
 ))
 
 JOIN_GROUP_REQUEST = Message(11, 'request', 'JoinGroup', valid=(0, 5), flexible=6, fields=(
@@ -791,19 +800,40 @@ LIST_PARTITION_REASSIGNMENTS_RESPONSE = Message(46, 'response', 'ListPartitionRe
     )),
 ))
 
-ADD_PARTITIONS_TO_TXN_REQUEST = Message(24, 'request', 'AddPartitionsToTxn', valid=(0, 3), flexible=3, fields=(
-    F('v3_and_below_transactional_id', 'string', '0+'),
-    F('v3_and_below_producer_id', 'int64', '0+'),
-    F('v3_and_below_producer_epoch', 'int16', '0+'),
-    F('v3_and_below_topics', '[]AddPartitionsToTxnTopic', '0+', fields=(
+ADD_PARTITIONS_TO_TXN_REQUEST = Message(24, 'request', 'AddPartitionsToTxn', valid=(0, 5), flexible=3, fields=(
+    F('transactions', '[]AddPartitionsToTxnTransaction', '4+', fields=(
+        F('transactional_id', 'string', '4+'),
+        F('producer_id', 'int64', '4+'),
+        F('producer_epoch', 'int16', '4+'),
+        F('verify_only', 'bool', '4+', default=False),
+        F('topics', '[]AddPartitionsToTxnTopic', '4+', fields=(
+            F('name', 'string', '0+'),
+            F('partitions', '[]int32', '0+'),
+        )),
+    )),
+    F('v3_and_below_transactional_id', 'string', '0-3'),
+    F('v3_and_below_producer_id', 'int64', '0-3'),
+    F('v3_and_below_producer_epoch', 'int16', '0-3'),
+    F('v3_and_below_topics', '[]AddPartitionsToTxnTopic', '0-3', fields=(
         F('name', 'string', '0+'),
         F('partitions', '[]int32', '0+'),
     )),
 ))
 
-ADD_PARTITIONS_TO_TXN_RESPONSE = Message(24, 'response', 'AddPartitionsToTxn', valid=(0, 3), flexible=3, fields=(
+ADD_PARTITIONS_TO_TXN_RESPONSE = Message(24, 'response', 'AddPartitionsToTxn', valid=(0, 5), flexible=3, fields=(
     F('throttle_time_ms', 'int32', '0+'),
-    F('results_by_topic_v3_and_below', '[]AddPartitionsToTxnTopicResult', '0+', fields=(
+    F('error_code', 'int16', '4+'),
+    F('results_by_transaction', '[]AddPartitionsToTxnResult', '4+', fields=(
+        F('transactional_id', 'string', '4+'),
+        F('topic_results', '[]AddPartitionsToTxnTopicResult', '4+', fields=(
+            F('name', 'string', '0+'),
+            F('results_by_partition', '[]AddPartitionsToTxnPartitionResult', '0+', fields=(
+                F('partition_index', 'int32', '0+'),
+                F('partition_error_code', 'int16', '0+'),
+            )),
+        )),
+    )),
+    F('results_by_topic_v3_and_below', '[]AddPartitionsToTxnTopicResult', '0-3', fields=(
         F('name', 'string', '0+'),
         F('results_by_partition', '[]AddPartitionsToTxnPartitionResult', '0+', fields=(
             F('partition_index', 'int32', '0+'),

@@ -128,6 +128,7 @@ from fastlog.server.replica_manager import PartitionResult, is_transactional_rec
 from fastlog.server.request_metrics import response_size
 from fastlog.server.txn import TXN_HANDLERS, handle_init_transactional_producer
 from fastlog.server.txn.markers import complete_group_offsets
+from fastlog.server.txn.verification import unverified_partitions
 
 log = logging.getLogger("fastlog.server.apis")
 
@@ -976,14 +977,20 @@ class KafkaApis:
                 raise CloseConnection("transactional produce refused")
             return {"responses": responses, "throttle_time_ms": 0}
         results = {}
+        # KIP-890: a transactional write to a partition not in the transaction is refused
+        unverified = {} if request.transactional_id is None else await unverified_partitions(
+            self.broker, request.transactional_id,
+            [(t.name, p.index, p.records) for t in request.topic_data for p in t.partition_data])
         for t in request.topic_data:
             if not authorize(ctx, WRITE, TOPIC, t.name):
                 for p in t.partition_data:
                     results[(t.name, p.index)] = PartitionResult(Errors.TOPIC_AUTHORIZATION_FAILED)
                 continue
             for p in t.partition_data:
+                r = unverified.get((t.name, p.index))
                 results[(t.name, p.index)] = await self._append_led(
-                    t.name, p.index, p.records, acks, v)
+                    t.name, p.index, p.records, acks, v) if r is None else \
+                    self.broker.topic_stats.produce_done(t.name, p.records, r)
         wait = self.broker.replica_manager.completion(results, acks, request.timeout_ms)
         if wait is not None:
             await wait

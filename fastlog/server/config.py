@@ -493,6 +493,7 @@ _KEYS: list[ConfigKey] = [
     ConfigKey("transaction.state.log.segment.bytes", "int", 104857600, check=_at_least(1)),
     ConfigKey("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000, "How often transactions past their timeout are aborted.", _at_least(1)),
     ConfigKey("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000, "How often expired transactional ids are removed.", _at_least(1)),
+    ConfigKey("transaction.partition.verification.enable", "boolean", True, "KIP-890: a partition leader checks with the transaction coordinator that a transactional write's partition was added to the transaction (fastlog/server/txn/verification.py)."),
     # replication (cluster mode; fastlog/server/replica_manager.py, replica_fetcher.py)
     ConfigKey("replica.lag.time.max.ms", "long", 30000, "A follower not caught up for this long leaves the ISR.", _at_least(1)),
     ConfigKey("replica.fetch.max.bytes", "int", 1048576, "Bytes a follower asks for per partition.", _at_least(1)),

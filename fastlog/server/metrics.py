@@ -43,6 +43,7 @@ from fastlog.security.quota import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUE
 from fastlog.server.lag import RemoteHighWatermarks
 from fastlog.server.request_metrics import TIME_BUCKETS_MS, request_name
 from fastlog.server.topic_stats import BROKER_COUNTERS, TOPIC_COUNTERS
+from fastlog.server.txn.schemas import TxnState
 
 # Kafka's BrokerState values (kafka.server:type=KafkaServer,name=BrokerState).
 BROKER_STATE_STARTING = 1
@@ -168,6 +169,10 @@ class BrokerCollector:
             yield from self._log_metrics(b)
         if b.group_coordinator is not None:
             yield from self._group_metrics(b)
+            yield from self._load_time_metrics("group", b.group_coordinator)
+        if getattr(b, "txn_coordinator", None) is not None:
+            yield from self._txn_metrics(b.txn_coordinator)
+            yield from self._load_time_metrics("transaction", b.txn_coordinator)
         yield from self._quota_metrics(b.quotas)
         yield from self._fetch_session_metrics(b.fetch_manager.cache)
 
@@ -274,7 +279,9 @@ class BrokerCollector:
     def _replica_metrics(self, b):
         rm = b.replica_manager
         parts = list(rm.partitions.values())
-        leaders = under = under_min = offline = 0
+        leaders = under = under_min = offline = late = 0
+        now = int(time.time() * 1000)
+        max_timeout = int(b.config["transaction.max.timeout.ms"])
         for p in parts:
             if p.offline:
                 offline += 1
@@ -282,6 +289,8 @@ class BrokerCollector:
             if not p.is_leader:
                 continue
             leaders += 1
+            if p.producer_state.has_late_transaction(now, max_timeout):
+                late += 1
             isr = len(p.isr)
             if isr < len(p.replicas):
                 under += 1
@@ -301,6 +310,9 @@ class BrokerCollector:
                           under_min)
         yield self._gauge(prefix + "offlinereplicacount",
                           "Hosted replicas in a failed log dir.", offline)
+        yield self._gauge(prefix + "partitionswithlatetransactionscount",
+                          "Led partitions with a transaction open past "
+                          "transaction.max.timeout.ms plus 5 minutes (KIP-664).", late)
         m = dict(rm.metrics)
         yield self._counter(prefix + "isrshrinks", "ISR shrinks written by this broker.",
                             m.get("isr_shrinks", 0))
@@ -449,6 +461,35 @@ class BrokerCollector:
         yield current
         yield lag
         yield lag_sum
+
+
+    def _load_time_metrics(self, kind: str, coordinator):
+        """Kafka's partition-load-time-max/avg of the group- or transaction-coordinator-
+        metrics group, as the JMX exporter names an attribute of a bean without a name
+        key."""
+        most, avg = coordinator.partition_load_time()
+        prefix = f"kafka_server_{kind}_coordinator_metrics_partition_load_time_"
+        yield self._gauge(prefix + "max", f"Longest load of a {kind} coordinator partition "
+                          "in the last minute, ms (NaN: none).", most)
+        yield self._gauge(prefix + "avg", f"Average load of a {kind} coordinator partition "
+                          "in the last minute, ms (NaN: none).", avg)
+
+    def _txn_metrics(self, tc):
+        by_state: dict[str, int] = {}
+        for txn in list(tc.txns.values()):
+            if not txn.fresh:
+                name = txn.state.kafka_name
+                by_state[name] = by_state.get(name, 0) + 1
+        ids = GaugeMetricFamily("fastlog_transaction_coordinator_transactional_ids",
+                                "Transactional ids this broker coordinates, by state.",
+                                labels=["state"])
+        for name in (s.kafka_name for s in TxnState):
+            ids.add_metric([name], by_state.get(name, 0))
+        yield ids
+        yield self._counter("kafka_server_addpartitionstotxnmanager_verificationfailurerate",
+                            "Partitions of transactional writes refused because they were "
+                            "not added to the transaction (KIP-890).",
+                            tc.verification_failures)
 
 
 def _broker_state(b) -> int:

@@ -9,7 +9,9 @@ COORDINATOR_LOAD_IN_PROGRESS), an election counter per partition (a load finishe
 its own election is still the current one, so a load that leadership moved under is
 dropped), the background tasks, and one INFO line per batch of loads. Subclasses give
 ``TOPIC``, ``LOADED`` (what a load counts, for that line), ``load_partition`` and
-``_forget_partition`` (drop the keys of a partition no longer led here).
+``_forget_partition`` (drop the keys of a partition no longer led here). It also keeps how
+long each partition's load took, for Kafka's ``partition-load-time-max`` / ``-avg``
+(``partition_load_time``, read by the metrics scrape on the HTTP thread).
 
 Event-loop thread only, like the coordinators.
 """
@@ -17,12 +19,18 @@ Event-loop thread only, like the coordinators.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
+import math
 import time
 from typing import Any
 
 log = logging.getLogger(__name__)
+
+# Kafka's sensors sample over metrics.num.samples (2) windows of metrics.sample.window.ms
+# (30 s): a load counts towards partition-load-time-max/avg for up to a minute.
+LOAD_TIME_WINDOW_S = 60.0
 
 
 class PartitionedCoordinator:
@@ -38,6 +46,8 @@ class PartitionedCoordinator:
         self._elections: dict[int, int] = {}
         self.active = False
         self._tasks: set[asyncio.Task] = set()
+        # (wall time the load ended, ms it took) of recent partition loads
+        self._load_times: collections.deque[tuple[float, float]] = collections.deque(maxlen=256)
 
     # ---------------------------------------------------------------- subclasses
     async def load_partition(self, partition: int, election: int | None = None) -> int | None:
@@ -47,6 +57,17 @@ class PartitionedCoordinator:
 
     def _forget_partition(self, partition: int) -> None:
         """Drop the keys of a partition this broker no longer leads."""
+
+    def partition_load_time(self, now: float | None = None) -> tuple[float, float]:
+        """(max, avg) ms of the partition loads that ended in the last LOAD_TIME_WINDOW_S
+        seconds; NaN for both when there was none, as Kafka's sensors answer. Any thread
+        (the deque is copied in one step)."""
+        now = time.time() if now is None else now
+        recent = [ms for ended, ms in list(self._load_times)
+                  if now - ended <= LOAD_TIME_WINDOW_S]
+        if not recent:
+            return math.nan, math.nan
+        return max(recent), sum(recent) / len(recent)
 
     # ---------------------------------------------------------------- lifecycle
     def _own_led_partitions(self, load: bool) -> None:
@@ -117,6 +138,7 @@ class PartitionedCoordinator:
         started = time.monotonic()
         loaded = keys = 0
         for p, election in elections.items():
+            began = time.monotonic()
             try:
                 installed = await self.load_partition(p, election)
             except Exception:
@@ -125,6 +147,8 @@ class PartitionedCoordinator:
                 if installed is not None:
                     loaded += 1
                     keys += installed
+                    self._load_times.append((time.time(),
+                                             (time.monotonic() - began) * 1000.0))
             finally:
                 if self._elections.get(p, 0) == election:   # else a newer load owns it
                     self.loading.discard(p)

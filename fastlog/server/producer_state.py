@@ -142,6 +142,10 @@ class ProducerStateEntry:
         return None
 
 
+# Kafka's ProducerStateManager.LATE_TRANSACTION_BUFFER_MS
+LATE_TRANSACTION_BUFFER_MS = 5 * 60 * 1000
+
+
 class ProducerStateManager:
     """Idempotence and transaction bookkeeping for one partition."""
 
@@ -289,6 +293,18 @@ class ProducerStateManager:
             u = min(self.unreplicated)
             low = u if low is None else min(low, u)
         return low
+
+    def has_late_transaction(self, now_ms: int, max_timeout_ms: int) -> bool:
+        """Kafka's hasLateTransaction (KIP-664): the producer of the oldest open
+        transaction last wrote longer ago than transaction.max.timeout.ms plus
+        LATE_TRANSACTION_BUFFER_MS, so no coordinator will end it (a hanging transaction).
+        Any thread: the open transactions are copied in one step first."""
+        ongoing = dict(self.ongoing)
+        if not ongoing:
+            return False
+        entry = self.producers.get(next(iter(ongoing.values())))
+        last = entry.last_timestamp if entry is not None else -1
+        return last > 0 and now_ms - last > max_timeout_ms + LATE_TRANSACTION_BUFFER_MS
 
     def on_high_watermark_updated(self, high_watermark: int) -> None:
         if self.unreplicated:

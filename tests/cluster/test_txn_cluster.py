@@ -13,8 +13,8 @@ import pytest
 from fastlog.protocol import ApiKey, Errors
 from fastlog.server.group.offsets import partition_for
 from fastlog.testing import wait_until
-from tests.server.txn.test_txn_clients import describe
-from tests.server.wire import Wire, markers
+from tests.server.txn.test_txn_clients import add_partitions, describe, end, init
+from tests.server.wire import Wire, markers, produce, txn_batch
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Producer  # noqa: E402
@@ -126,3 +126,38 @@ def test_prepare_commit_survives_a_coordinator_restart_and_completes(fresh_clust
     wait_until(lambda: describe(cluster.brokers[coordinator], txn_id).transaction_state
                == "CompleteCommit", 30, what="CompleteCommit once the leader is back")
     assert controls(cluster.brokers[data_leader], "txr", 0) == ["COMMIT"]
+
+
+def test_a_leader_verifies_with_a_coordinator_on_another_broker(fresh_cluster):
+    """KIP-890 across brokers: the partition's leader asks the id's coordinator (another
+    broker) with AddPartitionsToTxn v4 verify_only, and refuses a write to a partition
+    the transaction did not add; the added one is taken."""
+    cluster = fresh_cluster(**TXN_OVERRIDES)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic("txv", 2, 1)], operation_timeout=10)["txv"].result(15)
+    leaders = cluster.wait_leaders("txv", 2)
+    coordinator_of(cluster, "probe")                     # creates __transaction_state
+    state_leaders = cluster.wait_leaders("__transaction_state", 6)
+    txn_id = next(t for t in (f"txv-{i}" for i in range(200))
+                  if state_leaders[partition_for(t, 6)] not in leaders.values())
+    coordinator = state_leaders[partition_for(txn_id, 6)]
+    assert coordinator_of(cluster, txn_id) == coordinator
+    wc = Wire(cluster.brokers[coordinator])
+    try:
+        r = init(wc, txn_id)
+        pid, epoch = r.producer_id, r.producer_epoch
+        assert add_partitions(wc, txn_id, pid, epoch, [("txv", 0)]) == {
+            ("txv", 0): Errors.NONE}
+        for q, expect in ((1, Errors.INVALID_TXN_STATE), (0, Errors.NONE)):
+            wl = Wire(cluster.brokers[leaders[q]])
+            try:
+                r = produce(wl, "txv", txn_batch([b"v"], pid, epoch, 0), partition=q,
+                            transactional_id=txn_id)
+                assert r.error_code == expect, (q, r)
+            finally:
+                wl.close()
+        assert end(wc, txn_id, pid, epoch, True) == Errors.NONE
+    finally:
+        wc.close()
+    wait_until(lambda: controls(cluster.brokers[leaders[0]], "txv", 0) == ["COMMIT"], 20,
+               what="the COMMIT marker")

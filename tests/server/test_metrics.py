@@ -6,6 +6,7 @@ paths, bad paths and bad HTTP clients, and a real Prometheus server scraping the
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import socket
 import subprocess
@@ -15,12 +16,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
+from fastlog import _codec
 from fastlog.protocol import ApiKey, Errors
 from fastlog.testing import BrokerProcess, _free_port, wait_until
 from tests.server.scrape import get, http_overrides, scrape, value
-from tests.server.wire import Wire, batch, create_topic, fetch_body, healthy, produce
+from tests.server.wire import Wire, batch, create_topic, fetch_body, healthy, init_pid, produce
 
 BTM = "kafka_server_brokertopicmetrics_"
 
@@ -269,6 +271,76 @@ def test_a_prometheus_server_scrapes_the_broker(mbroker, tmp_path):
             proc.kill()
             proc.wait(5)
         log.close()
+
+
+def test_transaction_coordinator_figures(broker_factory):
+    """Transactional ids by state, KIP-890's refusals, and how long loading the
+    coordinators' partitions took after a restart (NaN before any load, as Kafka)."""
+    props, port = http_overrides()
+    b = broker_factory({**props, "transaction.state.log.num.partitions": "2",
+                        "offsets.topic.num.partitions": "2"})
+    create_topic(b, "mtxn")
+    before = scrape(port)
+    assert math.isnan(value(before, "kafka_server_transaction_coordinator_metrics_"
+                                    "partition_load_time_max"))
+    assert value(before, "kafka_server_addpartitionstotxnmanager_verificationfailurerate_total"
+                 ) == 0
+    p = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": "m-txn"})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce("mtxn", b"v", partition=0)
+    p.commit_transaction(30)
+    w = Wire(b)
+    try:   # a write to a partition the transaction never added: refused, counted
+        r = w.call(ApiKey.INIT_PRODUCER_ID, 1, {"transactional_id": None,
+                                                "transaction_timeout_ms": 60000})
+        refused = produce(w, "mtxn", batch([b"x"], producer_id=r.producer_id,
+                                           epoch=r.producer_epoch, seq=0,
+                                           is_transactional=True), transactional_id="m-txn")
+        assert refused.error_code == Errors.INVALID_PRODUCER_ID_MAPPING
+    finally:
+        w.close()
+    ids = "fastlog_transaction_coordinator_transactional_ids"
+    wait_until(lambda: value(scrape(port), ids, state="CompleteCommit") == 1, 10,
+               what="the committed transaction counted")
+    after = scrape(port)
+    assert value(after, ids, state="Ongoing") == 0
+    assert value(after, "kafka_server_addpartitionstotxnmanager_verificationfailurerate_total"
+                 ) == 1
+    b.restart()
+    wait_until(lambda: not math.isnan(value(
+        scrape(port), "kafka_server_transaction_coordinator_metrics_partition_load_time_max")),
+        10, what="a transaction coordinator load timed")
+    loaded = scrape(port)
+    for kind in ("transaction", "group"):
+        most = value(loaded, f"kafka_server_{kind}_coordinator_metrics_partition_load_time_max")
+        avg = value(loaded, f"kafka_server_{kind}_coordinator_metrics_partition_load_time_avg")
+        assert 0 <= avg <= most < 60_000
+    assert value(loaded, ids, state="CompleteCommit") == 1
+
+
+def test_partitions_with_late_transactions(broker_factory):
+    """KIP-664's gauge: a transaction written without its coordinator (the check off), its
+    producer's last write an hour old, is late past transaction.max.timeout.ms + 5 min."""
+    props, port = http_overrides()
+    b = broker_factory({**props, "transaction.partition.verification.enable": "false",
+                        "transaction.max.timeout.ms": "1000"})
+    create_topic(b, "late")
+    create_topic(b, "recent")
+    name = "kafka_server_replicamanager_partitionswithlatetransactionscount"
+    assert value(scrape(port), name) == 0
+    w = Wire(b)
+    try:
+        pid, epoch = init_pid(w)
+        now = int(time.time() * 1000)
+        for topic, ts in (("late", now - 3_600_000), ("recent", now)):
+            hanging = _codec.build_batch([(ts, None, b"h")], producer_id=pid,
+                                         producer_epoch=epoch, base_sequence=0,
+                                         is_transactional=True)
+            assert produce(w, topic, hanging, transactional_id="raw").error_code == 0
+    finally:
+        w.close()
+    assert value(scrape(port), name) == 1
 
 
 def test_no_http_listener_by_default(broker_factory):

@@ -8,7 +8,22 @@ import pytest
 
 from fastlog import _codec
 from fastlog.protocol import ApiKey, Errors
-from tests.server.wire import Wire, batch, create_topic, fetch_body, init_pid, produce
+from tests.broker_fixture import broker_fixtures
+from tests.server.wire import (
+    Wire,
+    batch,
+    create_topic,
+    fetch_body,
+    init_pid,
+    list_offset,
+    produce,
+    txn_batch,
+)
+
+# These tests write transactional batches straight to partitions, with no coordinator:
+# Kafka 3.6+ refuses that (KIP-890, tests/server/txn/test_verification.py) unless the
+# check is off, as here.
+broker, broker_factory = broker_fixtures({"transaction.partition.verification.enable": "false"})
 
 
 @pytest.fixture
@@ -81,10 +96,6 @@ def test_markers_are_fenced_by_older_epochs(broker, wire):
         (pid, topic, 0): Errors.NONE}
 
 
-def txn_batch(values, pid, epoch, seq):
-    return batch(values, producer_id=pid, epoch=epoch, seq=seq, is_transactional=True)
-
-
 def test_transactional_produce(broker, wire):
     topic = "txn-produce"
     create_topic(broker, topic)
@@ -108,13 +119,6 @@ def test_transactional_produce(broker, wire):
 
 
 # ---------------------------------------------------------------------------- read_committed
-def list_offset(w, topic, isolation, timestamp=-1):
-    r = w.call(ApiKey.LIST_OFFSETS, 2, {"replica_id": -1, "isolation_level": isolation,
-                                        "topics": [{"name": topic, "partitions": [
-                                            {"partition_index": 0, "timestamp": timestamp}]}]})
-    return r.topics[0].partitions[0].offset
-
-
 def mixed_log(w, topic):
     """0 p0 | 1-2 a1 a2 (producer A, aborted at 3) | 4 p1 | 5 b1 (producer B, committed at
     6) | 7 c1 (A again, left open) | 8 p2. Returns (pid A, epoch A)."""

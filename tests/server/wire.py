@@ -38,6 +38,20 @@ def produce(w, topic, records, version=7, acks=-1, partition=0, transactional_id
     return resp.responses[0].partition_responses[0]
 
 
+def txn_batch(values, pid, epoch, seq):
+    """A transactional batch of the producer (its sequence starting at seq)."""
+    return batch(values, producer_id=pid, epoch=epoch, seq=seq, is_transactional=True)
+
+
+def list_offset(w, topic, isolation, timestamp=-1, partition=0):
+    """ListOffsets v2 of one partition: read_committed (isolation 1) answers the LSO."""
+    r = w.call(ApiKey.LIST_OFFSETS, 2, {"replica_id": -1, "isolation_level": isolation,
+                                        "topics": [{"name": topic, "partitions": [
+                                            {"partition_index": partition,
+                                             "timestamp": timestamp}]}]})
+    return r.topics[0].partitions[0].offset
+
+
 def healthy(broker):
     """A fresh connection still gets ApiVersions and Metadata answered."""
     w = Wire(broker)

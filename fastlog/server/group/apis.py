@@ -6,8 +6,8 @@ the return value a dict that fastlog.protocol encodes for ``ctx.api_version`` (f
 the version lacks are ignored). The handlers only translate between the wire and
 ``ctx.broker.group_coordinator``; every decision is the coordinator's.
 
-FindCoordinator 0-2 (key type 1, transactional ids, points at the transaction
-coordinator the same way), JoinGroup 0-5, SyncGroup 0-3, Heartbeat 0-3, LeaveGroup 0-3,
+FindCoordinator 0-4 (key type 1, transactional ids, points at the transaction
+coordinator the same way; v4 asks for a batch of keys, KIP-699), JoinGroup 0-5, SyncGroup 0-3, Heartbeat 0-3, LeaveGroup 0-3,
 OffsetCommit 1-7, OffsetFetch 1-7 (v7's require_stable answers UNSTABLE_OFFSET_COMMIT for a
 partition with a transactional commit pending), ListGroups 0-5, DescribeGroups 0-4,
 DeleteGroups 0-1, OffsetDelete 0. With an authorizer, each checks the principal as Kafka does (Read on the
@@ -77,22 +77,33 @@ def _by_topic(pairs: dict[tuple[str, int], Any], make) -> list[dict]:
 
 # ------------------------------------------------------------------ FindCoordinator
 async def handle_find_coordinator(ctx, request):
+    """v0-3 name one key; v4 (KIP-699) a batch of keys of one type, answered key by key."""
+    if ctx.api_version < 4:
+        return {"throttle_time_ms": 0,
+                **await _find_coordinator(ctx, request.key_type, request.key)}
+    return {"throttle_time_ms": 0, "coordinators": [
+        {"key": key, **await _find_coordinator(ctx, request.key_type, key)}
+        for key in request.coordinator_keys]}
+
+
+async def _find_coordinator(ctx, key_type: int, key: str) -> dict:
+    """One key's coordinator: error_code, error_message, node_id, host, port."""
     broker = ctx.broker
 
     def fail(err: Errors, msg: str):
-        return {"throttle_time_ms": 0, "error_code": err, "error_message": msg,
-                "node_id": -1, "host": "", "port": -1}
+        return {"error_code": err, "error_message": msg, "node_id": -1, "host": "",
+                "port": -1}
 
-    kind = _COORDINATORS.get(request.key_type)
+    kind = _COORDINATORS.get(key_type)
     if kind is None:
-        return fail(Errors.INVALID_REQUEST, f"unknown key type {request.key_type}")
+        return fail(Errors.INVALID_REQUEST, f"unknown key type {key_type}")
     attr, topic, resource, refusal, refusal_text = kind
     c = getattr(broker, attr, None)
-    if not authorize(ctx, DESCRIBE, resource, request.key):
+    if not authorize(ctx, DESCRIBE, resource, key):
         return fail(refusal, refusal_text)
     if c is None or not c.active:
         return fail(Errors.COORDINATOR_NOT_AVAILABLE, "the coordinator is not running")
-    if not request.key:
+    if not key:
         return fail(Errors.INVALID_REQUEST, "empty key")
     ensure = getattr(broker, "ensure_internal_topic", None)
     if ensure is not None and getattr(broker, "cluster", None) is not None:
@@ -107,19 +118,19 @@ async def handle_find_coordinator(ctx, request):
     # Endpoints on the listener the request came in on, as Metadata gives them.
     state = getattr(ctx.connection, "state", None)
     listener = state.get("listener") if state else None
-    if c.is_coordinator_for(request.key):
+    if c.is_coordinator_for(key):
         own = getattr(broker, "own_endpoint", lambda _: None)(listener)
         host, port = own if own is not None else (broker.advertised_host,
                                                   broker.advertised_port)
-        return {"throttle_time_ms": 0, "error_code": Errors.NONE, "error_message": None,
+        return {"error_code": Errors.NONE, "error_message": None,
                 "node_id": broker.node_id, "host": host, "port": port}
     # Another broker leads the key's partition (cluster mode): point the client there.
-    endpoint = _leader_endpoint(broker, c.partition_for(request.key), listener, topic)
+    endpoint = _leader_endpoint(broker, c.partition_for(key), listener, topic)
     if endpoint is None:
         return fail(Errors.COORDINATOR_NOT_AVAILABLE, f"no leader for the key's {topic} partition")
     node, host, port = endpoint
-    return {"throttle_time_ms": 0, "error_code": Errors.NONE, "error_message": None,
-            "node_id": node, "host": host, "port": port}
+    return {"error_code": Errors.NONE, "error_message": None, "node_id": node, "host": host,
+            "port": port}
 
 
 def _leader_endpoint(broker, partition: int, listener: str | None = None,

@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import os
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Protocol
 
+from fastlog import _codec
 from fastlog.protocol.errors import Errors
 
 log = logging.getLogger(__name__)
@@ -43,8 +46,11 @@ def java_string_hashcode(s: str) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def partition_for(group_id: str, num_partitions: int) -> int:
-    """Kafka's partitionFor(groupId); Utils.abs maps Integer.MIN_VALUE to 0."""
+    """Kafka's partitionFor(groupId); Utils.abs maps Integer.MIN_VALUE to 0. Memoized:
+    every request of a group or transactional id routes by it, and the hash is a Python
+    loop over the id's UTF-16 units."""
     h = java_string_hashcode(group_id)
     h = 0 if h == -(1 << 31) else abs(h)
     return h % num_partitions
@@ -130,8 +136,6 @@ class LogGroupStore:
 
     async def append(self, partition: int, records: list[tuple[bytes, bytes | None]],
                      producer: tuple[int, int] | None = None) -> None:
-        from fastlog import _codec
-
         batch = _build_batch(_codec, records, producer)
         try:
             info = await self.broker.replica_manager.append_internal(
@@ -152,7 +156,6 @@ class LogGroupStore:
                    ) -> AsyncIterator[list[tuple[bytes | None, bytes | None]]]:
         """Every record of the partition, one chunk per LOAD_CHUNK bytes read from the
         log's file regions."""
-        from fastlog import _codec
 
         log_ = self.broker.replica_manager.get_log(self.topic, partition)
         if log_ is None:
@@ -212,8 +215,6 @@ def _build_batch(codec: Any, records: list[tuple[bytes, bytes | None]],
                  producer: tuple[int, int] | None = None) -> bytearray:
     """One uncompressed v2 batch of the records, timestamped now; transactional, of the
     producer (id, epoch), when one is given (sequence 0, as Kafka's coordinator writes)."""
-    import time
-
     ts = int(time.time() * 1000)
     txn = {} if producer is None else {"producer_id": producer[0],
                                        "producer_epoch": producer[1], "base_sequence": 0,

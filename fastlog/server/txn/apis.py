@@ -6,7 +6,8 @@ struct, the return value a dict encoded for ``ctx.api_version``; the handlers tr
 between the wire and ``ctx.broker.txn_coordinator`` (every decision is the
 coordinator's) or, for TxnOffsetCommit, ``ctx.broker.group_coordinator``.
 
-AddPartitionsToTxn 0-3, AddOffsetsToTxn 0-3, EndTxn 0-3, TxnOffsetCommit 0-3,
+AddPartitionsToTxn 0-5 (4-5: brokers' batched and verify-only requests, KIP-890),
+AddOffsetsToTxn 0-3, EndTxn 0-3, TxnOffsetCommit 0-3,
 DescribeTransactions 0, ListTransactions 0-1. With an authorizer each checks as Kafka's
 KafkaApis: Write on the TransactionalId (Describe to describe or list it), Write on each
 topic added, Read on the group whose offsets are added or committed, Read on each topic
@@ -22,6 +23,7 @@ from __future__ import annotations
 from fastlog.protocol.api_keys import ApiKey
 from fastlog.protocol.errors import Errors
 from fastlog.server.authz import (
+    CLUSTER_ACTION,
     DESCRIBE,
     GROUP,
     READ,
@@ -29,6 +31,7 @@ from fastlog.server.authz import (
     TRANSACTIONAL_ID,
     WRITE,
     authorize,
+    authorize_cluster,
 )
 from fastlog.server.group.apis import _by_topic, refuse_offset_commits
 from fastlog.server.group.offsets import GROUP_METADATA_TOPIC
@@ -77,36 +80,61 @@ async def handle_init_transactional_producer(ctx, request):
 
 # ------------------------------------------------------------------ AddPartitionsToTxn
 async def handle_add_partitions_to_txn(ctx, request):
+    """v0-3 from producers: one transaction. v4-5 (KIP-890) from brokers only (ClusterAction
+    on the cluster): a batch of transactions, each added or, with verify_only, checked
+    (a partition leader asking whether a producer's partitions are in its transaction)."""
+    v = ctx.api_version
+    if v < 4:
+        result = await _add_partitions(
+            ctx, request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
+            request.v3_and_below_producer_epoch,
+            [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions], False)
+        return {"throttle_time_ms": 0, "results_by_topic_v3_and_below": _topic_results(result)}
+    if not authorize_cluster(ctx, CLUSTER_ACTION):
+        return {"throttle_time_ms": 0, "error_code": Errors.CLUSTER_AUTHORIZATION_FAILED,
+                "results_by_transaction": []}
+    out = []
+    for txn in request.transactions:
+        result = await _add_partitions(
+            ctx, txn.transactional_id, txn.producer_id, txn.producer_epoch,
+            [(t.name, p) for t in txn.topics for p in t.partitions], txn.verify_only)
+        out.append({"transactional_id": txn.transactional_id,
+                    "topic_results": _topic_results(result)})
+    return {"throttle_time_ms": 0, "error_code": Errors.NONE, "results_by_transaction": out}
+
+
+def _topic_results(result: dict[tuple[str, int], Errors]) -> list[dict]:
+    return [{"name": t["name"], "results_by_partition": t["partitions"]}
+            for t in _by_topic(result, lambda p, e: {"partition_index": p,
+                                                      "partition_error_code": e})]
+
+
+async def _add_partitions(ctx, txn_id, producer_id, producer_epoch, wanted, verify_only
+                          ) -> dict[tuple[str, int], Errors]:
+    """Kafka's handleAddPartitionsToTransaction (or, verify_only,
+    handleVerifyPartitionsInTransaction) for one transaction: an error per partition."""
     c = _coordinator(ctx)
     v = ctx.api_version
-    txn_id = request.v3_and_below_transactional_id
-    wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
-    result: dict[tuple[str, int], Errors] = {}
     if not authorize(ctx, WRITE, TRANSACTIONAL_ID, txn_id):
-        result = dict.fromkeys(wanted, Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    else:
-        refused: dict[tuple[str, int], Errors] = {}
-        writable: dict[str, bool] = {}
-        for t, p in wanted:
-            if t not in writable:
-                writable[t] = authorize(ctx, WRITE, TOPIC, t)
-            if not writable[t]:
-                refused[(t, p)] = Errors.TOPIC_AUTHORIZATION_FAILED
-            elif not _topic_exists(ctx, t, p):
-                refused[(t, p)] = Errors.UNKNOWN_TOPIC_OR_PARTITION
-        if refused:
-            # Nothing is added when any partition is refused; the rest were not tried.
-            result = {tp: refused.get(tp, Errors.OPERATION_NOT_ATTEMPTED) for tp in wanted}
-        elif c is None:
-            result = dict.fromkeys(wanted, Errors.COORDINATOR_NOT_AVAILABLE)
-        else:
-            err = await c.add_partitions(txn_id, request.v3_and_below_producer_id,
-                                         request.v3_and_below_producer_epoch, set(wanted))
-            result = dict.fromkeys(wanted, _fenced(err, v, 2))
-    return {"throttle_time_ms": 0, "results_by_topic_v3_and_below": [
-        {"name": t["name"], "results_by_partition": t["partitions"]}
-        for t in _by_topic(result, lambda p, e: {"partition_index": p,
-                                                  "partition_error_code": e})]}
+        return dict.fromkeys(wanted, Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if c is None:
+        return dict.fromkeys(wanted, Errors.COORDINATOR_NOT_AVAILABLE)
+    if verify_only:
+        return c.verify_partitions(txn_id, producer_id, producer_epoch, wanted)
+    refused: dict[tuple[str, int], Errors] = {}
+    writable: dict[str, bool] = {}
+    for t, p in wanted:
+        if t not in writable:
+            writable[t] = authorize(ctx, WRITE, TOPIC, t)
+        if not writable[t]:
+            refused[(t, p)] = Errors.TOPIC_AUTHORIZATION_FAILED
+        elif not _topic_exists(ctx, t, p):
+            refused[(t, p)] = Errors.UNKNOWN_TOPIC_OR_PARTITION
+    if refused:
+        # Nothing is added when any partition is refused; the rest were not tried.
+        return {tp: refused.get(tp, Errors.OPERATION_NOT_ATTEMPTED) for tp in wanted}
+    err = await c.add_partitions(txn_id, producer_id, producer_epoch, set(wanted))
+    return dict.fromkeys(wanted, _fenced(err, v, 2))
 
 
 # ------------------------------------------------------------------ AddOffsetsToTxn

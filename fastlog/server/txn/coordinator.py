@@ -88,6 +88,8 @@ class TxnMetadata:
     pending: TxnState | None = None
     # Not yet written to the log (a new id whose first InitProducerId is in flight).
     fresh: bool = False
+    # The id's __transaction_state key, encoded once (every transition writes it).
+    key: bytes = dataclasses.field(default=b"", repr=False, compare=False)
 
     def record(self, **changes) -> TxnRecord:
         rec = TxnRecord(self.producer_id, self.producer_epoch, self.timeout_ms, self.state,
@@ -146,6 +148,9 @@ class TransactionCoordinator(PartitionedCoordinator):
         # for the same id gets its own completion)
         self._completing: dict[str, TxnMetadata] = {}
         self._create_lock = asyncio.Lock()
+        # Partitions refused by KIP-890's check (verification.py), for Kafka's
+        # AddPartitionsToTxnManager VerificationFailureRate (fastlog/server/metrics.py)
+        self.verification_failures = 0
 
     # ================================================================ lifecycle
     async def startup(self, load: bool = True) -> None:
@@ -277,8 +282,10 @@ class TransactionCoordinator(PartitionedCoordinator):
         try:
             if getattr(self.broker, "cluster", None) is None and txn.fresh:
                 await self._create_topic()   # one node: the first id creates the topic
+            if not txn.key:
+                txn.key = encode_txn_key(txn_id)
             await self.store.append(self.partition_for(txn_id), [
-                (encode_txn_key(txn_id), encode_txn_value(rec))])
+                (txn.key, encode_txn_value(rec))])
         except StoreError as e:
             txn.pending = None
             if txn.fresh and self.txns.get(txn_id) is txn:
@@ -410,6 +417,27 @@ class TransactionCoordinator(PartitionedCoordinator):
             rec = txn.record(state=TxnState.ONGOING, partitions=set(partitions),
                              start_ms=now, last_update_ms=now)
         return await self._transit(txn, rec)
+
+    def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions: list[tuple[str, int]]) -> dict[tuple[str, int], Errors]:
+        """Kafka's handleVerifyPartitionsInTransaction (KIP-890 part 1: AddPartitionsToTxn
+        verifyOnly, which a partition leader asks before it takes a producer's first
+        transactional batch): NONE for each partition of the producer's transaction,
+        INVALID_TXN_STATE for the others; one error for all when the id is not known
+        here or the producer is not its current one. A write in flight does not matter
+        (Kafka neither: partitions leave the transaction only once its markers are
+        written)."""
+        err = self._check_status(transactional_id)
+        if err is Errors.NONE:
+            txn = self.txns.get(transactional_id)
+            if txn is None or txn.fresh or txn.producer_id != producer_id:
+                err = Errors.INVALID_PRODUCER_ID_MAPPING
+            elif txn.producer_epoch != producer_epoch:
+                err = Errors.PRODUCER_FENCED
+            else:
+                return {tp: Errors.NONE if tp in txn.partitions else Errors.INVALID_TXN_STATE
+                        for tp in partitions}
+        return dict.fromkeys(partitions, err)
 
     # ================================================================ EndTxn
     async def end_transaction(self, transactional_id: str, producer_id: int,

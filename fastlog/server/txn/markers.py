@@ -126,36 +126,19 @@ class MarkerWriter:
         return result
 
     async def _write_remote(self, leader: int, marker) -> dict[tuple[str, int], Errors]:
-        from fastlog.client.connection import BrokerConnection
-
         producer_id, producer_epoch, committed, coordinator_epoch, partitions = marker
-        conn = self._conns.get(leader)
+        topics: dict[str, list[int]] = {}
+        for t, p in partitions:
+            topics.setdefault(t, []).append(p)
         try:
-            if conn is None or not conn.connected:
-                ep = self.broker.replica_manager.broker_endpoint(leader)
-                if ep is None:
-                    return dict.fromkeys(partitions, Errors.NOT_LEADER_OR_FOLLOWER)
-                conn = BrokerConnection(
-                    ep[0], ep[1], client_id=f"fastlog-txn-markers-{self.broker.node_id}",
-                    node_id=leader, security=getattr(self.broker, "inter_broker_security",
-                                                     None))
-                await conn.connect()
-                self._conns[leader] = conn
-            topics: dict[str, list[int]] = {}
-            for t, p in partitions:
-                topics.setdefault(t, []).append(p)
-            resp = await conn.request(ApiKey.WRITE_TXN_MARKERS, {"markers": [{
+            resp = await self.request(leader, ApiKey.WRITE_TXN_MARKERS, {"markers": [{
                 "producer_id": producer_id, "producer_epoch": producer_epoch,
                 "transaction_result": committed,
                 "topics": [{"name": t, "partition_indexes": ps} for t, ps in topics.items()],
-                "coordinator_epoch": coordinator_epoch}]},
-                version=WRITE_TXN_MARKERS_VERSION)
-        except Exception as e:  # noqa: BLE001 - unreachable leader: retried later
-            report_limited(log, logging.INFO, ("txn-markers-to", leader),
-                           "writing transaction markers to broker %d failed: %s", leader, e)
-            self._conns.pop(leader, None)
-            if conn is not None:
-                await conn.close()
+                "coordinator_epoch": coordinator_epoch}]}, WRITE_TXN_MARKERS_VERSION)
+        except LookupError:
+            return dict.fromkeys(partitions, Errors.NOT_LEADER_OR_FOLLOWER)
+        except Exception:  # noqa: BLE001 - unreachable leader: retried later
             return dict.fromkeys(partitions, Errors.COORDINATOR_NOT_AVAILABLE)
         out = dict.fromkeys(partitions, Errors.UNKNOWN_SERVER_ERROR)
         for m in resp.markers:
@@ -164,6 +147,45 @@ class MarkerWriter:
                     if (t.name, p.partition_index) in out:
                         out[(t.name, p.partition_index)] = _errors(p.error_code)
         return out
+
+    async def request(self, node: int, api_key: int, body: dict, version: int,
+                      timeout: float | None = None):
+        """One request to another broker over the inter-broker listener, on this writer's
+        connection to it (opened on first use, secured as the replica fetchers'; also
+        the partition leaders' channel to transaction coordinators, verification.py).
+        LookupError when the broker's endpoint is unknown, ProtocolMismatch when it does
+        not serve that version; a failed connection is dropped (the next request opens a
+        new one) and its error raised."""
+        from fastlog.client.connection import BrokerConnection
+        from fastlog.client.errors import ProtocolMismatch
+
+        conn = self._conns.get(node)
+        try:
+            if conn is None or not conn.connected:
+                ep = self.broker.replica_manager.broker_endpoint(node)
+                if ep is None:
+                    raise LookupError(f"no endpoint known for broker {node}")
+                conn = BrokerConnection(
+                    ep[0], ep[1], client_id=f"fastlog-txn-markers-{self.broker.node_id}",
+                    node_id=node, security=getattr(self.broker, "inter_broker_security",
+                                                   None))
+                await conn.connect()
+                self._conns[node] = conn
+            lo, hi = (conn.broker_versions or {}).get(api_key, (version, version))
+            if not lo <= version <= hi:
+                raise ProtocolMismatch(f"broker {node} serves {ApiKey(api_key).name} "
+                                       f"v{lo}-{hi}, not v{version}")
+            return await conn.request(api_key, body, version=version, timeout=timeout)
+        except (LookupError, ProtocolMismatch):
+            raise
+        except Exception as e:
+            report_limited(log, logging.INFO, ("txn-broker-request", node),
+                           "%s to broker %d failed: %s", ApiKey(api_key).name, node, e)
+            if self._conns.get(node) is conn:
+                del self._conns[node]
+            if conn is not None:
+                await conn.close()
+            raise
 
     async def close(self) -> None:
         conns, self._conns = self._conns, {}

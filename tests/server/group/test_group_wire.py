@@ -48,6 +48,23 @@ def test_join_sync_heartbeat_leave_error_codes(group_broker):
             txn = await conn.request(ApiKey.FIND_COORDINATOR, {"key": "tx", "key_type": 1},
                                      version=1)
             assert txn.error_code == Errors.NONE and txn.node_id == fc.node_id
+            v3 = await conn.request(ApiKey.FIND_COORDINATOR, {"key": group, "key_type": 0},
+                                    version=3)   # flexible
+            assert (v3.error_code, v3.node_id, v3.port) == (Errors.NONE, fc.node_id, fc.port)
+            # v4 (KIP-699): a batch of keys, each answered on its own
+            batch = await conn.request(ApiKey.FIND_COORDINATOR, {
+                "key_type": 0, "coordinator_keys": [group, "", "other"]}, version=4)
+            assert [(c.key, c.error_code, c.node_id, c.port) for c in batch.coordinators] == [
+                (group, Errors.NONE, fc.node_id, fc.port),
+                ("", Errors.INVALID_REQUEST, -1, -1),
+                ("other", Errors.NONE, fc.node_id, fc.port)]
+            bad_type = await conn.request(ApiKey.FIND_COORDINATOR, {
+                "key_type": 7, "coordinator_keys": ["tx"]}, version=4)
+            assert [c.error_code for c in bad_type.coordinators] == [Errors.INVALID_REQUEST]
+            txns = await conn.request(ApiKey.FIND_COORDINATOR, {
+                "key_type": 1, "coordinator_keys": ["tx", "ty"]}, version=4)
+            assert [(c.key, c.error_code) for c in txns.coordinators] == [
+                ("tx", Errors.NONE), ("ty", Errors.NONE)]
             # v4+: the first join only hands out a member id
             first = await conn.request(ApiKey.JOIN_GROUP, join_body(group), version=5)
             assert first.error_code == Errors.MEMBER_ID_REQUIRED and first.member_id
