@@ -372,7 +372,7 @@ _KEYS: list[ConfigKey] = [
     ConfigKey("fastlog.request.receive.timeout.ms", "long", 30000,
               "A connection that began to send a request and has not sent all of it after "
               "this long is closed; 0: never.", _at_least(0)),
-    ConfigKey("request.timeout.ms", "int", 30000, inert=True),
+    ConfigKey("request.timeout.ms", "int", 30000),  # inter-broker calls: markers, verification
     # security (fastlog/server/authenticator.py; each can be set per listener as
     # listener.name.<listener>.<key>, the JAAS line per mechanism as
     # listener.name.<listener>.<mechanism>.sasl.jaas.config)
