@@ -28,8 +28,8 @@ from types import SimpleNamespace as NS
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fastlog.metadata import PartitionState, TopicState  # noqa: E402
-from fastlog.server.group.group import GroupState  # noqa: E402
 from fastlog.server.fetch_session import FetchSessionCache  # noqa: E402
+from fastlog.server.group.group import GroupState  # noqa: E402
 from fastlog.server.metrics import BrokerMetrics  # noqa: E402
 from fastlog.server.request_metrics import RequestMetrics  # noqa: E402
 from fastlog.server.topic_stats import BrokerTopicStats  # noqa: E402

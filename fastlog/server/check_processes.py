@@ -11,6 +11,8 @@
 # What crosses: the record bytes (copied out of the request frame on the loop, pickled by
 # the pool's feeder thread and written through a pipe) and back the batch headers, the
 # CodecError or the rule's sentence (check_records' answers, all picklable).
+# A worker dies with the broker: the kernel kills it when the thread that started it (the
+# broker's loop) ends, even by SIGKILL (PR_SET_PDEATHSIG), so no worker outlives it.
 # Failure: a pool that cannot start or breaks (a worker killed, by the OOM killer or an
 # operator) is logged (rate-limited) and the check runs on the caller's thread pool
 # instead; the next check makes a new pool.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import ctypes
 import logging
 import multiprocessing
 import os
@@ -35,11 +38,24 @@ log = logging.getLogger("fastlog.server.check_processes")
 # Added to a worker's nice value (0..19; a worker at 10 gets about a tenth of a core
 # against a busy thread at 0).
 NICE = 10
+_PR_SET_PDEATHSIG = 1
 
 
-def _worker_start() -> None:
-    """In each worker: lower its priority; Ctrl-C and SIGTERM are the broker's to handle
-    (the pool ends its workers when the broker closes it, or when the broker is gone)."""
+def die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this process when the thread that started it ends (Linux;
+    elsewhere a no-op)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _worker_start(broker_pid: int) -> None:
+    """In each worker: die with the broker, lower its priority; Ctrl-C and SIGTERM are
+    the broker's to handle (it closes the pool on shutdown)."""
+    die_with_parent()
+    if os.getppid() != broker_pid:   # the broker ended before the line above
+        os._exit(0)
     try:
         os.nice(NICE)
     except OSError:
@@ -61,7 +77,7 @@ class CheckProcesses:
         if self._pool is None:
             self._pool = concurrent.futures.ProcessPoolExecutor(
                 max_workers=self.processes, mp_context=multiprocessing.get_context("spawn"),
-                initializer=_worker_start)
+                initializer=_worker_start, initargs=(os.getpid(),))
         return self._pool
 
     def _broken(self, exc: BaseException) -> None:

@@ -48,6 +48,7 @@ import time
 from fastlog import _codec
 from fastlog.logs import report_limited
 from fastlog.protocol.errors import Errors
+from fastlog.server.check_processes import CheckProcesses
 from fastlog.server.log import KafkaStorageError, OffsetOutOfRangeError, RecordBatchTooLargeError
 from fastlog.server.log.checkpoint import (
     REPLICATION_OFFSET_CHECKPOINT,
@@ -63,7 +64,6 @@ from fastlog.server.producer_state import (
     list_snapshots,
 )
 from fastlog.server.purgatory import Purgatory
-from fastlog.server.check_processes import CheckProcesses
 
 log = logging.getLogger("fastlog.server.replica_manager")
 

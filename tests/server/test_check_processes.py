@@ -1,7 +1,7 @@
 """Large produce batches checked in niced worker processes (fastlog/server/check_processes.py),
 against a real broker: the worker runs at a lower priority, a killed worker costs no
 request (the check runs on the broker's threads, then a new pool starts), and the
-workers end with the broker."""
+workers end with the broker, also when it is SIGKILLed."""
 
 import os
 import random
@@ -91,3 +91,17 @@ def test_a_killed_worker_costs_no_request(vbroker):
         w.close()
     text = vbroker.log_path.read_text(errors="replace")
     assert "Traceback" not in text, vbroker.log_tail()
+
+
+def test_workers_die_with_a_killed_broker(vbroker):
+    w = Wire(vbroker)
+    try:
+        assert produce(w, TOPIC, _big_batch(6), acks=1).error_code == Errors.NONE
+    finally:
+        w.close()
+    assert wait_until(lambda: _workers(vbroker.proc.pid), timeout=10)
+    workers = _workers(vbroker.proc.pid)
+    vbroker.proc.kill()
+    vbroker.proc.wait(10)
+    assert wait_until(lambda: all(_stat(pid) is None or _stat(pid)[0] == b"Z"
+                                  for pid in workers), timeout=10), "workers outlived the broker"
