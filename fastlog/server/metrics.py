@@ -14,10 +14,12 @@
 # Rendering: the library's encoder writes the families of a few samples each, one family
 # at a time; the families of one sample per partition or per committed offset
 # (kafka_log_log_*, kafka_consumergroup_*) are written straight to exposition text by
-# GaugeLines (the same lines the library would write, at a tenth of its cost per sample).
+# GaugeLines (the lines the library would write; a collection over 3,000 partitions takes
+# 19 instead of 110 ms of CPU, perf/bench_metrics.py).
 # The scrape runs on the HTTP thread but needs the interpreter lock, which the request
 # loop then waits for when it wakes (up to the 5 ms switch interval): GilBreaks hands
-# the lock over every GIL_HOLD_S of the scrape's work, so the loop waits at most that.
+# the lock over every GIL_HOLD_S of the scrape's work, so the loop waits about that long
+# rather than the switch interval.
 # Called from: `BrokerMetrics(broker)` on the broker's asyncio loop at startup (it notes
 # that thread for the idle figures); `collect` / `render` / `readiness` on the HTTP
 # server's thread (fastlog/server/http.py). Broker state is read without locks: the
