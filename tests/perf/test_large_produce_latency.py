@@ -27,6 +27,16 @@ def test_small_run_reports_both_probes_and_the_large_stream():
     assert summary == {"p99_loaded_vs_idle": run["p99_loaded_vs_idle"]}
 
 
+def test_override_runs_the_broker_with_a_config_key():
+    r = subprocess.run([sys.executable, str(SCRIPT), "--batch-records", "300",
+                        "--record-size", "1000", "--rate", "300", "--probe-seconds", "1",
+                        "--override", "num.network.threads=2", "--json"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    run = json.loads(r.stdout.strip().splitlines()[0])
+    assert run["large_requests"] > 0
+
+
 def test_bad_options_are_one_sentence_and_exit_2():
     assert_refused(SCRIPT, "--streams", "0", needle="--streams")
     assert_refused(SCRIPT, "--batch-records", "100000", "--record-size", "1000",
