@@ -34,7 +34,6 @@ The broker command is $FASTLOG_TEST_SERVER (split on spaces) when set, else the
 from __future__ import annotations
 
 import atexit
-import ctypes
 import os
 import re
 import select
@@ -54,6 +53,7 @@ import uuid
 from pathlib import Path
 
 from fastlog import protocol
+from fastlog.server.check_processes import die_with_parent
 
 _LISTENING = re.compile(r"listening on PLAINTEXT://([^:\s]+):(\d+)")
 _ENDPOINT = re.compile(r"([A-Z0-9_]+)://([^:\s,]+):(\d+)")
@@ -233,7 +233,6 @@ class BrokerProcess:
 
 ZOOKEEPER_JAR = "/usr/share/java/zookeeper.jar"
 SLF4J_SIMPLE_JAR = "/usr/share/java/slf4j-simple.jar"
-_PR_SET_PDEATHSIG = 1
 
 
 def zookeeper_available() -> bool:
@@ -244,14 +243,6 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _die_with_parent():
-    # Runs in the child between fork and exec: if this process dies, the kernel kills the JVM.
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:
-        pass
 
 
 def four_letter(port: int, word: str, timeout: float = 1.0) -> str:
@@ -345,7 +336,8 @@ class ZooKeeperServer:
                 "-cp", classpath, "org.apache.zookeeper.server.ZooKeeperServerMain", cfg,
             ],
             stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=_die_with_parent,
+            # if this process dies, the kernel kills the JVM
+            start_new_session=True, preexec_fn=die_with_parent,
         )
 
     def wait_ready(self, timeout: float = 30.0) -> None:

@@ -6,6 +6,11 @@ broker's parts (what the collector reads of them, nothing else), so partition co
 beyond what this machine's open-file limit lets a real broker host can be measured;
 perf/metrics_scrape.py measures a real broker. Prints one row per rep and a JSON line.
 
+Beside each collection a thread stands in for the request loop: it sleeps 1 ms at a
+time (its epoll wait) and notes how late it woke, i.e. how long it waited for the
+interpreter lock the collection held; the same thread's lateness with no collection
+running, over as many wake-ups, is the anchor.
+
     .venv/bin/python perf/bench_metrics.py [--partitions 10000] [--reps 5]
 """
 
@@ -15,6 +20,7 @@ import argparse
 import json
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace as NS
@@ -22,6 +28,7 @@ from types import SimpleNamespace as NS
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fastlog.metadata import PartitionState, TopicState  # noqa: E402
+from fastlog.server.fetch_session import FetchSessionCache  # noqa: E402
 from fastlog.server.group.group import GroupState  # noqa: E402
 from fastlog.server.metrics import BrokerMetrics  # noqa: E402
 from fastlog.server.request_metrics import RequestMetrics  # noqa: E402
@@ -58,7 +65,21 @@ def synthetic_broker(n: int):
                        verification_stats={"passes": 0}),
         group_coordinator=NS(groups={"g": NS(group_id="g", state=GroupState.STABLE,
                                              members={}, offsets=offsets)}),
+        quotas=NS(throttle_ms_total={}), fetch_manager=NS(cache=FetchSessionCache(1000)),
     )
+
+
+def lateness(stop: threading.Event, out: list[float]) -> None:
+    """Sleeps 1 ms at a time until `stop`, appending how late (ms) each wake-up was."""
+    while not stop.is_set():
+        t0 = time.perf_counter()
+        time.sleep(0.001)
+        out.append((time.perf_counter() - t0 - 0.001) * 1000)
+
+
+def quantile(xs: list[float], f: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(f * len(xs)))] if xs else float("nan")
 
 
 def main() -> int:
@@ -67,17 +88,40 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=5)
     args = ap.parse_args()
     metrics = BrokerMetrics(synthetic_broker(args.partitions))
-    rows = []
+    rows, busy, quiet = [], [], []
     for rep in range(args.reps):
-        c0, t0 = time.process_time(), time.perf_counter()
+        stop, late = threading.Event(), []
+        waker = threading.Thread(target=lateness, args=(stop, late))
+        waker.start()
+        c0, t0 = time.thread_time(), time.perf_counter()
         body, _ = metrics.render(None)
-        cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+        cpu, wall = time.thread_time() - c0, time.perf_counter() - t0
+        stop.set()
+        waker.join()
+        busy.extend(late)
         rows.append((cpu, wall))
+        # the anchor: as many wake-ups with nothing else running
+        stop, alone = threading.Event(), []
+        waker = threading.Thread(target=lateness, args=(stop, alone))
+        waker.start()
+        while len(alone) < len(late) and waker.is_alive():
+            time.sleep(0.01)
+        stop.set()
+        waker.join()
+        quiet.extend(alone)
         print(f"rep {rep}: {cpu * 1000:.0f} ms CPU, {wall * 1000:.0f} ms wall, "
-              f"{len(body) / 1e6:.2f} MB, {body.count(NL)} lines", flush=True)
+              f"{len(body) / 1e6:.2f} MB, {body.count(NL)} lines; a 1 ms sleeper woke late "
+              f"by p50 {quantile(late, .5):.2f} / max {max(late, default=0):.2f} ms "
+              f"({len(late)} wake-ups)", flush=True)
     print(json.dumps({"partitions": args.partitions,
                       "collect_cpu_ms_median": round(statistics.median(r[0] for r in rows) * 1000, 1),
-                      "collect_wall_ms_median": round(statistics.median(r[1] for r in rows) * 1000, 1)}))
+                      "collect_wall_ms_median": round(statistics.median(r[1] for r in rows) * 1000, 1),
+                      "sleeper_late_ms_p50_p99_max_collecting": [
+                          round(quantile(busy, .5), 3), round(quantile(busy, .99), 3),
+                          round(max(busy, default=0), 3)],
+                      "sleeper_late_ms_p50_p99_max_alone": [
+                          round(quantile(quiet, .5), 3), round(quantile(quiet, .99), 3),
+                          round(max(quiet, default=0), 3)]}))
     return 0
 
 

@@ -20,7 +20,7 @@ loaded p99 over the idle p99, both measured in one broker run (goal: at most 2).
 
 Usage: .venv/bin/python perf/large_produce_latency.py [--codec gzip] [--batch-records N]
            [--record-size B] [--streams S] [--rate R] [--probe-seconds S] [--tree DIR]
-           [--json]
+           [--override KEY=VALUE ...] [--json]
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def run(opts, emit) -> dict:
     raw_bytes = opts.batch_records * opts.record_size
     with tempfile.TemporaryDirectory(prefix="fastlog-large-produce-") as tmp:
         broker = start_fastlog(Path(tmp), "fastlog", tree=opts.tree,
-                               extra=("log.segment.bytes=268435456",))
+                               extra=("log.segment.bytes=268435456", *opts.override))
         try:
             with SyncAdmin(broker.bootstrap) as admin:
                 admin.create_topic(PROBE_TOPIC, 1, 1)
@@ -151,6 +151,9 @@ def main(argv=None) -> int:
                     help="length of each latency probe (default 8)")
     ap.add_argument("--tree", type=Path, default=None,
                     help="run the broker of this built checkout instead")
+    ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                    help="a broker config key for the run (repeatable), e.g. "
+                         "num.network.threads=2")
     ap.add_argument("--json", action="store_true", help="JSON lines only")
     opts = ap.parse_args(argv)
     if (opts.batch_records < 1 or opts.record_size < 1 or not 1 <= opts.streams <= 16

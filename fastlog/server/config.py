@@ -337,7 +337,7 @@ _KEYS: list[ConfigKey] = [
     ConfigKey("num.network.threads", "int", 1, "Processor loops that read and write sockets.", _at_least(1)),
     # Kafka's request handler threads; here handlers run on the API loop, and these threads
     # check large produce batches (decompression, record walk) off it.
-    ConfigKey("num.io.threads", "int", 8, "Threads that check large produce batches, and write those of 512 KiB or more, off the request loop.", _at_least(1)),
+    ConfigKey("num.io.threads", "int", 8, "Threads that write produce batches of 512 KiB or more off the request loop; also the most worker processes (no more than the cores) that check large batches.", _at_least(1)),
     # The log cleaner runs Python on its own thread: at Python's default switch interval (5
     # ms) the request loop waits up to 5 ms for the interpreter lock after each of its
     # syscalls while a compaction pass runs, and produce latency at 2,000 rec/s went from

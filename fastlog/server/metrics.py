@@ -11,6 +11,15 @@
 # Nothing here runs on the request path: the hot paths bump plain integers
 # (topic_stats.BrokerTopicStats, request_metrics.RequestMetrics, ReplicaManager.metrics,
 # the log verifier's stats), and this module turns them into samples when scraped.
+# Rendering: the library's encoder writes the families of a few samples each, one family
+# at a time; the families of one sample per partition or per committed offset
+# (kafka_log_log_*, kafka_consumergroup_*) are written straight to exposition text by
+# GaugeLines (the lines the library would write; a collection over 3,000 partitions takes
+# 19 instead of 110 ms of CPU, perf/bench_metrics.py).
+# The scrape runs on the HTTP thread but needs the interpreter lock, which the request
+# loop then waits for when it wakes (up to the 5 ms switch interval): GilBreaks hands
+# the lock over every GIL_HOLD_S of the scrape's work, so the loop waits about that long
+# rather than the switch interval.
 # Called from: `BrokerMetrics(broker)` on the broker's asyncio loop at startup (it notes
 # that thread for the idle figures); `collect` / `render` / `readiness` on the HTTP
 # server's thread (fastlog/server/http.py). Broker state is read without locks: the
@@ -38,6 +47,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
 from fastlog.security.quota import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE
 from fastlog.server.lag import RemoteHighWatermarks
@@ -61,6 +71,78 @@ _GROUP_STATE_GAUGES = (
 QUOTA_FAMILIES = ((PRODUCER_BYTE_RATE, "produce"), (CONSUMER_BYTE_RATE, "fetch"),
                   (REQUEST_PERCENTAGE, "request"))
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+# A scrape holds the interpreter lock for at most this long before handing it over
+# (perf/bench_metrics.py, perf/metrics_scrape.py: the request loop's wait for it).
+GIL_HOLD_S = 0.00025
+# How long the scrape thread sleeps to hand the lock over: long enough for a thread
+# woken by its release to take it (a futex wake and a reschedule).
+GIL_BREAK_S = 0.00005
+_OPENMETRICS_EOF = b"# EOF\n"
+
+
+class GilBreaks:
+    """Called often by a long computation on a thread other than the request loop: once
+    `hold` seconds have passed since the last break, sleeps `pause` seconds, releasing the
+    interpreter lock, so a thread waiting for it (the request loop woken by a request)
+    takes it then rather than after the interpreter's switch interval (5 ms)."""
+
+    __slots__ = ("hold", "pause", "last", "breaks")
+
+    def __init__(self, hold: float = GIL_HOLD_S, pause: float = GIL_BREAK_S):
+        self.hold = hold
+        self.pause = pause
+        self.last = time.perf_counter()
+        self.breaks = 0
+
+    def __call__(self) -> None:
+        if time.perf_counter() - self.last >= self.hold:
+            time.sleep(self.pause)
+            self.breaks += 1
+            self.last = time.perf_counter()
+
+
+def label_value(value: str) -> str:
+    """A label value escaped for the exposition formats (backslash, quote, newline)."""
+    if "\\" in value or '"' in value or "\n" in value:
+        return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return value
+
+
+class GaugeLines:
+    """A gauge family with labels, written straight to exposition text, one line per
+    `add` (labels: the pairs already formatted and escaped, `topic="t",partition="0"`).
+    The lines are those prometheus_client writes for a GaugeMetricFamily in both the
+    Prometheus text format and OpenMetrics, integers written as integers."""
+
+    __slots__ = ("name", "doc", "lines")
+
+    def __init__(self, name: str, doc: str):
+        self.name = name
+        self.doc = doc
+        self.lines: list[str] = []
+
+    def add(self, labels: str, value) -> None:
+        v = str(value) if value.__class__ is int else floatToGoString(value)
+        self.lines.append(f"{self.name}{{{labels}}} {v}\n")
+
+    def text(self, openmetrics: bool) -> bytes:
+        doc = self.doc.replace("\\", r"\\").replace("\n", r"\n")
+        if openmetrics:
+            doc = doc.replace('"', r'\"')
+        head = f"# HELP {self.name} {doc}\n# TYPE {self.name} gauge\n"
+        return (head + "".join(self.lines)).encode()
+
+
+class _OneFamily:
+    """One collected family, as the encoders' registry argument."""
+
+    __slots__ = ("family",)
+
+    def __init__(self, family):
+        self.family = family
+
+    def collect(self):
+        return (self.family,)
 
 
 def thread_cpu_seconds(native_id: int) -> float | None:
@@ -150,6 +232,8 @@ class BrokerCollector:
         self.idle = IdleMeter()
         # high watermarks of partitions led elsewhere (cluster mode), for consumer lag
         self.remote_high_watermarks = remote_high_watermarks
+        # called in every loop over partitions (BrokerMetrics.render sets a GilBreaks)
+        self.pause = _no_pause
 
     def describe(self):
         return []  # collected at scrape time only (the registry must not call collect)
@@ -175,6 +259,15 @@ class BrokerCollector:
             yield from self._load_time_metrics("transaction", b.txn_coordinator)
         yield from self._quota_metrics(b.quotas)
         yield from self._fetch_session_metrics(b.fetch_manager.cache)
+
+    def series(self):
+        """The families of one sample per partition or committed offset, as GaugeLines
+        (see the module comment); the registry's `collect` yields the others."""
+        b = self.broker
+        if b.log_manager is not None:
+            yield from self._log_series(b.log_manager)
+        if b.group_coordinator is not None:
+            yield from self._group_series(b)
 
     # ------------------------------------------------------------------ families
     @staticmethod
@@ -282,7 +375,9 @@ class BrokerCollector:
         leaders = under = under_min = offline = late = 0
         now = int(time.time() * 1000)
         max_timeout = int(b.config["transaction.max.timeout.ms"])
+        pause = self.pause
         for p in parts:
+            pause()
             if p.offline:
                 offline += 1
                 continue
@@ -354,6 +449,7 @@ class BrokerCollector:
                     continue
                 topics += 1
                 for ps in list(state.partitions.values()):
+                    self.pause()
                     partitions += 1
                     if ps.leader < 0 or ps.leader not in live:
                         offline += 1
@@ -370,26 +466,6 @@ class BrokerCollector:
 
     def _log_metrics(self, b):
         lm = b.log_manager
-        labels = ["topic", "partition"]
-        size = GaugeMetricFamily("kafka_log_log_size", "Bytes of the partition's segments.",
-                                 labels=labels)
-        end = GaugeMetricFamily("kafka_log_log_logendoffset", "The log end offset.",
-                                labels=labels)
-        start = GaugeMetricFamily("kafka_log_log_logstartoffset", "The log start offset.",
-                                  labels=labels)
-        segs = GaugeMetricFamily("kafka_log_log_numlogsegments", "Segments of the log.",
-                                 labels=labels)
-        for lg in lm.all_logs():
-            segments = lg.segments  # an immutable snapshot
-            lv = [lg.topic, str(lg.partition)]
-            size.add_metric(lv, sum(s.size for s in segments))
-            end.add_metric(lv, lg.log_end_offset)
-            start.add_metric(lv, lg.log_start_offset)
-            segs.add_metric(lv, len(segments))
-        yield size
-        yield end
-        yield start
-        yield segs
         offline_dirs = set(lm.dir_failure_channel.offline)
         yield self._gauge("kafka_log_logmanager_offlinelogdirectorycount",
                           "Log dirs that failed.", len(offline_dirs))
@@ -407,36 +483,69 @@ class BrokerCollector:
                          ("cpu_seconds", "CPU seconds the background check used.")):
             yield self._counter(f"fastlog_log_verification_{key}", doc, v.get(key, 0))
 
+    def _log_series(self, lm):
+        size = GaugeLines("kafka_log_log_size", "Bytes of the partition's segments.")
+        end = GaugeLines("kafka_log_log_logendoffset", "The log end offset.")
+        start = GaugeLines("kafka_log_log_logstartoffset", "The log start offset.")
+        segs = GaugeLines("kafka_log_log_numlogsegments", "Segments of the log.")
+        pause = self.pause
+        topics: dict[str, str] = {}
+        for lg in lm.all_logs():
+            pause()
+            segments = lg.segments  # an immutable snapshot
+            topic = lg.topic
+            escaped = topics.get(topic)
+            if escaped is None:
+                escaped = topics[topic] = label_value(topic)
+            lv = f'topic="{escaped}",partition="{lg.partition}"'
+            size.add(lv, sum([s.size for s in segments]))
+            end.add(lv, lg.log_end_offset)
+            start.add(lv, lg.log_start_offset)
+            segs.add(lv, len(segments))
+        return size, end, start, segs
+
     def _group_metrics(self, b):
-        gc = b.group_coordinator
-        groups = list(gc.groups.values())
-        parts = dict(b.replica_manager.partitions) if b.replica_manager is not None else {}
-        remote = self.remote_high_watermarks
+        groups = list(b.group_coordinator.groups.values())
         by_state = dict.fromkeys((s for s, _ in _GROUP_STATE_GAUGES), 0)
         offsets_count = 0
-        labels = ["consumergroup", "topic", "partition"]
-        current = GaugeMetricFamily("kafka_consumergroup_current_offset",
-                                    "The group's committed offset.", labels=labels)
-        lag = GaugeMetricFamily("kafka_consumergroup_lag",
-                                "High watermark minus the committed offset (in a "
-                                "cluster, from the leader of a partition this broker does "
-                                "not host).", labels=labels)
-        lag_sum = GaugeMetricFamily("kafka_consumergroup_lag_sum",
-                                    "The group's lag summed over a topic's partitions.",
-                                    labels=["consumergroup", "topic"])
-        members = GaugeMetricFamily("kafka_consumergroup_members", "Members of the group.",
-                                    labels=["consumergroup"])
         for g in groups:
             state = g.state.value
             if state in by_state:
                 by_state[state] += 1
-            gid = g.group_id
-            members.add_metric([gid], len(g.members))
+            offsets_count += len(g.offsets)
+        prefix = "kafka_coordinator_group_groupmetadatamanager_"
+        yield self._gauge(prefix + "numgroups", "Groups this broker coordinates.",
+                          len(groups))
+        for state, part in _GROUP_STATE_GAUGES:
+            yield self._gauge(prefix + part, f"Groups in state {state}.", by_state[state])
+        yield self._gauge(prefix + "numoffsets", "Committed offsets held.", offsets_count)
+
+    def _group_series(self, b):
+        groups = list(b.group_coordinator.groups.values())
+        parts = dict(b.replica_manager.partitions) if b.replica_manager is not None else {}
+        remote = self.remote_high_watermarks
+        pause = self.pause
+        current = GaugeLines("kafka_consumergroup_current_offset",
+                             "The group's committed offset.")
+        lag = GaugeLines("kafka_consumergroup_lag",
+                         "High watermark minus the committed offset (in a cluster, from the "
+                         "leader of a partition this broker does not host).")
+        lag_sum = GaugeLines("kafka_consumergroup_lag_sum",
+                             "The group's lag summed over a topic's partitions.")
+        members = GaugeLines("kafka_consumergroup_members", "Members of the group.")
+        topics: dict[str, str] = {}
+        for g in groups:
+            pause()
+            gid = label_value(g.group_id)
+            members.add(f'consumergroup="{gid}"', len(g.members))
             sums: dict[str, int] = {}
             for (topic, index), om in sorted(dict(g.offsets).items()):
-                offsets_count += 1
-                lv = [gid, topic, str(index)]
-                current.add_metric(lv, om.offset)
+                pause()
+                escaped = topics.get(topic)
+                if escaped is None:
+                    escaped = topics[topic] = label_value(topic)
+                lv = f'consumergroup="{gid}",topic="{escaped}",partition="{index}"'
+                current.add(lv, om.offset)
                 p = parts.get((topic, index))
                 if p is not None:
                     hw = None if p.offline else p.log.high_watermark
@@ -447,20 +556,15 @@ class BrokerCollector:
                 if hw is None:
                     continue
                 behind = max(0, hw - om.offset)
-                lag.add_metric(lv, behind)
-                sums[topic] = sums.get(topic, 0) + behind
-            for topic, total in sums.items():
-                lag_sum.add_metric([gid, topic], total)
-        prefix = "kafka_coordinator_group_groupmetadatamanager_"
-        yield self._gauge(prefix + "numgroups", "Groups this broker coordinates.",
-                          len(groups))
-        for state, part in _GROUP_STATE_GAUGES:
-            yield self._gauge(prefix + part, f"Groups in state {state}.", by_state[state])
-        yield self._gauge(prefix + "numoffsets", "Committed offsets held.", offsets_count)
-        yield members
-        yield current
-        yield lag
-        yield lag_sum
+                lag.add(lv, behind)
+                sums[escaped] = sums.get(escaped, 0) + behind
+            for escaped, total in sums.items():
+                lag_sum.add(f'consumergroup="{gid}",topic="{escaped}"', total)
+        return members, current, lag, lag_sum
+
+
+def _no_pause() -> None:
+    pass
 
 
     def _load_time_metrics(self, kind: str, coordinator):
@@ -532,7 +636,24 @@ class BrokerMetrics:
 
     def render(self, accept: str | None) -> tuple[bytes, str]:
         """The exposition (Prometheus text, or OpenMetrics when `accept` asks for it) and
-        its content type. One scrape at a time."""
+        its content type. One scrape at a time, with GIL breaks (see the module comment)."""
         encoder, content_type = choose_encoder(accept or "")
+        openmetrics = content_type.startswith("application/openmetrics-text")
         with self._lock:
-            return encoder(self.registry), content_type
+            pause = self.collector.pause = GilBreaks()
+            try:
+                out = []
+                for family in self.registry.collect():
+                    text = encoder(_OneFamily(family))
+                    if openmetrics and text.endswith(_OPENMETRICS_EOF):
+                        text = text[:-len(_OPENMETRICS_EOF)]
+                    out.append(text)
+                    pause()
+                for lines in self.collector.series():
+                    out.append(lines.text(openmetrics))
+                    pause()
+            finally:
+                self.collector.pause = _no_pause
+            if openmetrics:
+                out.append(_OPENMETRICS_EOF)
+            return b"".join(out), content_type

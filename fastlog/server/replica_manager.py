@@ -30,8 +30,9 @@
 # a task copies its batches into a future log there, then swaps it in; see _move_log).
 # Called from: the broker's asyncio API loop only (handlers, group coordinator, role
 # handler, fetchers); it touches files only for producer snapshots and the HW checkpoint.
-# Its verification pool (num.io.threads) checks large batches and writes those of
-# OFF_LOOP_WRITE_BYTES or more (Log's write-behind; published back on the loop).
+# Its verification pool (num.io.threads) writes batches of OFF_LOOP_WRITE_BYTES or more
+# (Log's write-behind; published back on the loop); large batches are checked in niced
+# worker processes (fastlog/server/check_processes.py), on that pool when those cannot run.
 """Hosted partitions: append with validation and idempotence, fetch with long polling."""
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ import time
 from fastlog import _codec
 from fastlog.logs import report_limited
 from fastlog.protocol.errors import Errors
+from fastlog.server.check_processes import CheckProcesses
 from fastlog.server.log import KafkaStorageError, OffsetOutOfRangeError, RecordBatchTooLargeError
 from fastlog.server.log.checkpoint import (
     REPLICATION_OFFSET_CHECKPOINT,
@@ -71,8 +73,9 @@ COMPRESSION_ZSTD = 4
 # millisecond): records of at most INLINE_CHECK_BYTES that decompress to at most
 # INLINE_DECOMPRESS_BYTES (less for gzip, the slow codec to inflate). Anything larger (a
 # big batch, or a small one that inflates: up to DEFAULT_DECOMPRESS_LIMIT, 64 MiB) is
-# checked on the verification pool (num.io.threads), GIL released, so the other
-# connections are served meanwhile. librdkafka's lz4 requests (tens of KiB, a few hundred
+# checked off the loop, in worker processes of lower priority (CheckProcesses: at most
+# num.io.threads of them, and no more than the cores), so the other connections are
+# served meanwhile. librdkafka's lz4 requests (tens of KiB, a few hundred
 # KiB decompressed) stay inline, where a thread hand-off would cost more than the work.
 INLINE_CHECK_BYTES = 1 << 20
 INLINE_DECOMPRESS_BYTES = 1 << 20
@@ -236,6 +239,8 @@ class ReplicaManager:
         self._stopped = False
         self._cluster_tasks_started = False
         self._verifier: concurrent.futures.ThreadPoolExecutor | None = None
+        self._check_processes = CheckProcesses(
+            min(int(self._cfg("num.io.threads", 8)), os.cpu_count() or 1))
         # Counters for operators and tests (Kafka's IsrShrinksPerSec, IsrExpandsPerSec ...).
         self.metrics = {
             "isr_shrinks": 0, "isr_expands": 0, "isr_update_failures": 0,
@@ -1065,10 +1070,9 @@ class ReplicaManager:
                                     INLINE_GZIP_BYTES if gzip else INLINE_DECOMPRESS_BYTES,
                                     False, cfg.compact)
         if checked is None or isinstance(checked, _codec.DecompressionLimitError):
-            checked = await loop.run_in_executor(self._verify_pool(), check_records, records,
-                                                 max_bytes, allow_zstd,
-                                                 _codec.DEFAULT_DECOMPRESS_LIMIT, True,
-                                                 cfg.compact)
+            checked = await self._check_processes.check(
+                self._verify_pool(), check_records, records, max_bytes, allow_zstd,
+                _codec.DEFAULT_DECOMPRESS_LIMIT, True, cfg.compact)
         if (type(checked) is list and cfg.target_codec is not None
                 and cfg.target_codec != checked[0].compression
                 and len(records) > INLINE_RECOMPRESS_BYTES):
@@ -1486,6 +1490,7 @@ class ReplicaManager:
 
     def shutdown(self) -> None:
         self._stopped = True
+        self._check_processes.close()
         if self._verifier is not None:
             self._verifier.shutdown(wait=False, cancel_futures=True)
         for t in list(self._tasks):

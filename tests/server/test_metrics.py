@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from fastlog import _codec
 from fastlog.protocol import ApiKey, Errors
+from fastlog.server.metrics import GilBreaks
 from fastlog.testing import BrokerProcess, _free_port, wait_until
 from tests.server.scrape import get, http_overrides, scrape, value
 from tests.server.wire import Wire, batch, create_topic, fetch_body, healthy, init_pid, produce
@@ -148,6 +149,57 @@ def test_committed_offsets_and_lag(mbroker):
     assert value(m, "kafka_consumergroup_lag_sum", consumergroup="lag-group",
                  topic="lagging") == 25
     assert value(m, "kafka_coordinator_group_groupmetadatamanager_numoffsets") >= 1
+
+
+def test_both_formats_carry_the_same_series_with_escaped_label_values(mbroker):
+    """The per-partition and per-offset families are written as text by the broker
+    itself (metrics.GaugeLines): a group id with a quote, a backslash and a newline comes
+    back intact through the parsers of both formats, and each family is declared once."""
+    topic_with_records(mbroker, "escaped", 7)
+    group = 'odd "group" \\ with\na newline'
+    w = Wire(mbroker)
+    try:
+        assert w.call(ApiKey.FIND_COORDINATOR, 1, {"key": group, "key_type": 0}).error_code == 0
+        r = w.call(ApiKey.OFFSET_COMMIT, 2, {
+            "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+            "retention_time_ms": -1, "topics": [{"name": "escaped", "partitions": [
+                {"partition_index": 0, "committed_offset": 3, "committed_metadata": ""}]}]})
+        assert r.topics[0].partitions[0].error_code == Errors.NONE
+    finally:
+        w.close()
+    _, _, text = get(mbroker.http_port, "/metrics")
+    _, _, om = get(mbroker.http_port, "/metrics", headers={
+        "Accept": "application/openmetrics-text; version=1.0.0; charset=utf-8"})
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
+    from prometheus_client.parser import text_string_to_metric_families as text_parse
+
+    def samples(families):
+        return {(s.name, frozenset(s.labels.items())): s.value
+                for f in families for s in f.samples
+                if f.name.startswith(("kafka_log_log_", "kafka_consumergroup_"))}
+
+    in_text, in_om = samples(text_parse(text)), samples(om_parse(om))
+    assert in_text == in_om
+    labels = {"consumergroup": group, "topic": "escaped", "partition": 0}
+    assert value(in_text, "kafka_consumergroup_current_offset", **labels) == 3
+    assert value(in_text, "kafka_consumergroup_lag", **labels) == 4
+    assert value(in_text, "kafka_consumergroup_members", consumergroup=group) == 0
+    assert value(in_text, "kafka_log_log_logendoffset", topic="escaped", partition=0) == 7
+    for body in (text, om):
+        helps = [line.split()[2] for line in body.splitlines() if line.startswith("# HELP")]
+        assert len(helps) == len(set(helps))
+        assert "kafka_log_log_size" in helps
+
+
+def test_gil_breaks_sleep_once_the_hold_has_passed():
+    breaks = GilBreaks(hold=3600.0)
+    for _ in range(1000):
+        breaks()
+    assert breaks.breaks == 0
+    breaks = GilBreaks(hold=0.0, pause=0.0)
+    for _ in range(10):
+        breaks()
+    assert breaks.breaks == 10
 
 
 def test_broker_figures_on_one_node(mbroker):

@@ -1,0 +1,107 @@
+"""Large produce batches checked in niced worker processes (fastlog/server/check_processes.py),
+against a real broker: the worker runs at a lower priority, a killed worker costs no
+request (the check runs on the broker's threads, then a new pool starts), and the
+workers end with the broker, also when it is SIGKILLed."""
+
+import os
+import random
+import signal
+import time
+
+import pytest
+
+from fastlog.protocol import Errors
+from fastlog.server.check_processes import NICE
+from fastlog.testing import BrokerProcess, wait_until
+from tests.server.wire import Wire, batch, create_topic, healthy, produce
+
+TOPIC = "verified"
+
+
+@pytest.fixture
+def vbroker(tmp_path):
+    b = BrokerProcess(tmp_path / "data")
+    b.start()
+    create_topic(b, TOPIC, configs={"max.message.bytes": str(16 << 20)})
+    yield b
+    if b.alive():
+        b.stop()
+
+
+def _big_batch(seed: int) -> bytes:
+    """Over the inline bounds (2.4 MB of random values, gzip: checked off the loop)."""
+    rng = random.Random(seed)
+    return bytes(batch([rng.randbytes(1200) for _ in range(2000)], compression=1))
+
+
+def _stat(pid: int) -> list[bytes] | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return data[data.rfind(b")") + 2:].split()
+
+
+def _workers(parent: int) -> list[int]:
+    """Children of `parent` at the check processes' nice value (fields: ppid 2nd, nice 17th)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            fields = _stat(int(name))
+            if fields and int(fields[1]) == parent and int(fields[16]) == NICE:
+                out.append(int(name))
+    return out
+
+
+def test_large_batches_are_checked_in_niced_worker_processes(vbroker):
+    w = Wire(vbroker)
+    try:
+        r = produce(w, TOPIC, _big_batch(1), acks=1)
+        assert r.error_code == Errors.NONE and r.base_offset == 0
+        assert wait_until(lambda: _workers(vbroker.proc.pid), timeout=10)
+        r = produce(w, TOPIC, batch([b"small"]), acks=1)
+        assert r.error_code == Errors.NONE and r.base_offset == 2000
+    finally:
+        w.close()
+    workers = _workers(vbroker.proc.pid)
+    assert vbroker.stop() == 0
+    assert wait_until(lambda: all(_stat(pid) is None or _stat(pid)[0] == b"Z"
+                                  for pid in workers), timeout=10), "workers outlived the broker"
+
+
+def test_a_killed_worker_costs_no_request(vbroker):
+    w = Wire(vbroker)
+    try:
+        assert produce(w, TOPIC, _big_batch(2), acks=1).error_code == Errors.NONE
+        assert wait_until(lambda: _workers(vbroker.proc.pid), timeout=10)
+        for pid in _workers(vbroker.proc.pid):
+            os.kill(pid, signal.SIGKILL)
+        time.sleep(0.5)   # the pool notices its worker is gone
+        offsets = []
+        for seed in (3, 4, 5):
+            r = produce(w, TOPIC, _big_batch(seed), acks=1)
+            assert r.error_code == Errors.NONE
+            offsets.append(r.base_offset)
+        assert offsets == [2000, 4000, 6000]
+        assert healthy(vbroker)
+        # a new pool: checks run in worker processes again
+        assert wait_until(lambda: _workers(vbroker.proc.pid), timeout=10)
+    finally:
+        w.close()
+    text = vbroker.log_path.read_text(errors="replace")
+    assert "Traceback" not in text, vbroker.log_tail()
+
+
+def test_workers_die_with_a_killed_broker(vbroker):
+    w = Wire(vbroker)
+    try:
+        assert produce(w, TOPIC, _big_batch(6), acks=1).error_code == Errors.NONE
+    finally:
+        w.close()
+    assert wait_until(lambda: _workers(vbroker.proc.pid), timeout=10)
+    workers = _workers(vbroker.proc.pid)
+    vbroker.proc.kill()
+    vbroker.proc.wait(10)
+    assert wait_until(lambda: all(_stat(pid) is None or _stat(pid)[0] == b"Z"
+                                  for pid in workers), timeout=10), "workers outlived the broker"
