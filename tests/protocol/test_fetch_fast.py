@@ -4,7 +4,6 @@ generic codec byte for byte, and step aside (None) for every other shape."""
 import struct
 
 import pytest
-from fastlog._codec import FileRegion
 from fastlog.protocol._fetch import (
     FIRST_VERSION,
     LAST_VERSION,
@@ -14,6 +13,7 @@ from fastlog.protocol._fetch import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fastlog._codec import FileRegion
 from fastlog.protocol import (
     ApiKey,
     decode_request,
