@@ -63,6 +63,7 @@ from fastlog.metadata.model import ELECTED, NOT_AVAILABLE, NOT_NEEDED, UNKNOWN_P
 from fastlog.protocol import ApiKey, Errors, KafkaApiError
 from fastlog.protocol._produce import encode_produce_response, parse_produce_request
 from fastlog.protocol.api_keys import SCRAM_MECHANISM_TYPES
+from fastlog.protocol.schema import ZERO_UUID
 from fastlog.protocol.topics import INTERNAL_TOPICS
 from fastlog.security import ScramCredential
 from fastlog.security.acl import AclBindingFilter, binding_from_wire
@@ -137,6 +138,8 @@ OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 LIST_OFFSETS_LATEST = -1
 LIST_OFFSETS_EARLIEST = -2
 LIST_OFFSETS_MAX_TIMESTAMP = -3
+LIST_OFFSETS_EARLIEST_LOCAL = -4   # v8+ (KIP-405): the local log's start
+LIST_OFFSETS_LATEST_TIERED = -5    # v9+ (KIP-1005): the last offset in remote storage
 
 # DescribeCluster v1's endpoint types (Kafka's EndpointType).
 ENDPOINT_BROKER = 1
@@ -718,13 +721,39 @@ class KafkaApis:
         broker = self.broker
         v = ctx.api_version
         md = broker.metadata
+        topics = []
+        by_id = False
         if request.topics is None or (v == 0 and not request.topics):
             # All topics: only those the principal may Describe are listed.
             names = [n for n in md.topic_names()
                      if authorize(ctx, DESCRIBE, TOPIC, n, log_denied=False)]
         else:
-            names = list(dict.fromkeys(t.name for t in request.topics))  # Kafka dedups
-        auto_create = broker.config["auto.create.topics.enable"] and (
+            for t in request.topics:
+                if v >= 10 and (t.name is None if v < 12 else
+                                t.name is None and t.topic_id == ZERO_UUID) or (
+                        v in (10, 11) and t.topic_id != ZERO_UUID):
+                    # Kafka: v10-11 carry names only; v12+ a name or an id
+                    why = f"Metadata v{v}: a topic needs a name" + (
+                        " or an id" if v >= 12 else " (no topic ids before v12)")
+                    report_limited(log, logging.INFO, ("metadata-topic", v), "closing %r: %s",
+                                   ctx.connection, why)
+                    raise CloseConnection(why)
+            # v12+: topics asked for by id (Kafka then ignores the names)
+            by_id = v >= 12 and any(t.topic_id != ZERO_UUID for t in request.topics)
+            if by_id:
+                ids = {t.topic_id for t in request.topics if t.topic_id != ZERO_UUID}
+                known = {}
+                for n in md.topic_names():
+                    state = md.topic(n)
+                    if state is not None and state.topic_id_bytes in ids:
+                        known[state.topic_id_bytes] = n
+                names = [known[i] for i in ids if i in known]
+                topics.extend({"error_code": Errors.UNKNOWN_TOPIC_ID, "name": None,
+                               "topic_id": i, "is_internal": False, "partitions": []}
+                              for i in ids if i not in known)
+            else:
+                names = list(dict.fromkeys(t.name for t in request.topics))  # Kafka dedups
+        auto_create = broker.config["auto.create.topics.enable"] and not by_id and (
             v < 4 or request.allow_auto_topic_creation)
         topic_ops = v >= 8 and request.include_topic_authorized_operations
         may_create_any = None
@@ -732,10 +761,13 @@ class KafkaApis:
         # Each broker as reachable on the listener this request came in on (Kafka matches
         # the listener name; a broker without that listener is left out).
         live = broker.live_brokers(request_listener(ctx))
-        topics = []
         for name in names:
             if not authorize(ctx, DESCRIBE, TOPIC, name):
-                topics.append({"error_code": Errors.TOPIC_AUTHORIZATION_FAILED, "name": name,
+                # (asked by id: the id is answered, the name withheld, as Kafka does)
+                state = md.topic(name) if by_id else None
+                topics.append({"error_code": Errors.TOPIC_AUTHORIZATION_FAILED,
+                               "name": None if by_id else name,
+                               "topic_id": state.topic_id_bytes if state else ZERO_UUID,
                                "is_internal": False, "partitions": []})
                 continue
             state = md.topic(name)
@@ -767,6 +799,7 @@ class KafkaApis:
             topics.append({
                 "error_code": Errors.NONE,
                 "name": name,
+                "topic_id": state.topic_id_bytes,
                 "is_internal": state.internal,
                 "partitions": [_partition_metadata(p, ps, live_ids, broker.node_id,
                                                    broker.replica_manager.is_offline(name, p))
@@ -1119,6 +1152,20 @@ class KafkaApis:
                     entry["error_code"] = epoch_error
                     errored = True
                     continue
+                if v >= 12 and fp.last_fetched_epoch >= 0:
+                    # KIP-595/Fetch v12: the fetcher's log ends with that epoch; if ours
+                    # ends that epoch earlier (or knows only older ones), answer where they
+                    # diverge instead of records, so it truncates without
+                    # OffsetForLeaderEpoch (Kafka's Partition.readRecords).
+                    epoch, end = self.broker.end_offset_for_epoch(p, fp.last_fetched_epoch)
+                    if epoch < fp.last_fetched_epoch or end < fp.fetch_offset:
+                        log_ = p.log
+                        entry.update(high_watermark=p.high_watermark,
+                                     last_stable_offset=rm.last_stable_offset(p),
+                                     log_start_offset=log_.log_start_offset,
+                                     diverging_epoch={"epoch": epoch, "end_offset": end})
+                        errored = True  # answer now: the fetcher must truncate first
+                        continue
                 budget = min(fp.partition_max_bytes, max_bytes - total)
                 res = rm.read_partition(p, fp.fetch_offset, max(budget, 0),
                                         min_one_batch=(total == 0), from_follower=from_follower,
@@ -1174,6 +1221,13 @@ class KafkaApis:
                 if ts == LIST_OFFSETS_EARLIEST:
                     entry["offset"] = log_.log_start_offset
                     entry["leader_epoch"] = p.leader_epoch
+                elif ts == LIST_OFFSETS_EARLIEST_LOCAL:
+                    # no tiered storage: the whole log is local (Kafka answers the same)
+                    entry["offset"] = log_.log_start_offset
+                    entry["leader_epoch"] = log_.leader_epoch_cache.epoch_for_offset(
+                        log_.log_start_offset)
+                elif ts == LIST_OFFSETS_LATEST_TIERED:
+                    pass  # nothing tiered: Kafka answers offset -1, epoch -1
                 elif ts == LIST_OFFSETS_LATEST:
                     if self.broker.replica_manager.high_watermark_pending(p):
                         # a new leader still learning the committed end: clients retry
@@ -1219,6 +1273,7 @@ class KafkaApis:
         may_create_any = authorize_cluster(ctx, CREATE, log_denied=False)
         for t in request.topics:
             error, message = Errors.NONE, None
+            created = {}
             name = t.name
             try:
                 if seen[name] > 1:
@@ -1238,6 +1293,17 @@ class KafkaApis:
                 if not request.validate_only:
                     await broker.create_topic(name, partitions, rf, configs,
                                               assignment=assignment)
+                if v >= 5:
+                    # KIP-525: what the topic got (also for validate_only, as Kafka); its
+                    # configs only for a principal that may describe them
+                    created = {"num_partitions": partitions, "replication_factor": rf}
+                    if authorize(ctx, DESCRIBE_CONFIGS, TOPIC, name, log_denied=False):
+                        created["configs"] = [
+                            {k: c[k] for k in ("name", "value", "read_only", "config_source",
+                                               "is_sensitive")}
+                            for c in self._topic_config_entries(configs, None, False)]
+                    else:
+                        created["topic_config_error_code"] = Errors.TOPIC_AUTHORIZATION_FAILED
             except _ApiError as e:
                 error, message = e.code, e.message
             except KeyError:  # cluster mode: another broker created it meanwhile
@@ -1245,7 +1311,8 @@ class KafkaApis:
             except Exception as e:  # noqa: BLE001 - one bad topic must not fail the rest
                 log.exception("creating topic %r failed", name)
                 error, message = Errors.UNKNOWN_SERVER_ERROR, str(e)
-            results.append({"name": name, "error_code": error, "error_message": message})
+            results.append({"name": name, "error_code": error, "error_message": message,
+                            **created})
         return {"throttle_time_ms": 0, "topics": results}
 
     def _creation_shape(self, t, v) -> tuple[int, int, list[list[int]] | None]:
@@ -1420,14 +1487,19 @@ class KafkaApis:
             if problem is not None:
                 raise _ApiError(Errors.INVALID_TOPIC_EXCEPTION, problem)
             raise _ApiError(Errors.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist")
-        defaults = broker.config.topic_defaults()
+        return self._topic_config_entries(state.configs, keys, synonyms)
+
+    def _topic_config_entries(self, overrides: dict[str, str], keys, synonyms) -> list[dict]:
+        """Every topic config key (or those in `keys`) of a topic with these overrides,
+        with its value, source and (with `synonyms`) the layers below it."""
+        defaults = self.broker.config.topic_defaults()
         out = []
         for key in sorted(TOPIC_CONFIG_TYPES):
             if keys is not None and key not in keys:
                 continue
             syn = self._broker_synonyms(key)
-            if key in state.configs:
-                value, source = state.configs[key], SOURCE_DYNAMIC_TOPIC
+            if key in overrides:
+                value, source = overrides[key], SOURCE_DYNAMIC_TOPIC
                 syn.insert(0, {"name": key, "value": value, "source": SOURCE_DYNAMIC_TOPIC})
             else:
                 value = format_config_value(defaults[key])

@@ -19,9 +19,10 @@ def _ours(kind, key):
 def _their_names(key, kind, value):
     # kafka-python renames Metadata's and DescribeCluster's ClusterAuthorizedOperations to
     # authorized_operations
-    if key in (3, 60) and kind == "response" and "authorized_operations" in value:
-        value["cluster_authorized_operations"] = value.pop("authorized_operations")
-        for topic in value.get("topics") or ():
+    if key in (3, 60) and kind == "response":
+        if "authorized_operations" in value:
+            value["cluster_authorized_operations"] = value.pop("authorized_operations")
+        for topic in value.get("topics") or ():  # (Metadata v11+ has only the topics')
             if "authorized_operations" in topic:
                 topic["topic_authorized_operations"] = topic.pop("authorized_operations")
     return value

@@ -167,7 +167,7 @@ async def handle_join_group(ctx, request):
         "error_code": res.error,
         "generation_id": res.generation_id,
         "protocol_type": res.protocol_type,  # v7+, if ever served
-        "protocol_name": res.protocol_name or "",
+        "protocol_name": res.protocol_name or ("" if v < 7 else None),  # null v7+
         "leader": res.leader_id,
         "member_id": res.member_id,
         "members": [{"member_id": m, "group_instance_id": i, "metadata": md}
@@ -183,9 +183,10 @@ async def handle_sync_group(ctx, request):
     if c is None:
         return {"throttle_time_ms": 0, "error_code": Errors.COORDINATOR_NOT_AVAILABLE,
                 "assignment": b""}
+    v5 = ctx.api_version >= 5  # (below, the fields hold their default, "": not sent)
     res = await c.sync_group(
         request.group_id, request.generation_id, request.member_id, request.group_instance_id,
-        getattr(request, "protocol_type", None), getattr(request, "protocol_name", None),
+        request.protocol_type if v5 else None, request.protocol_name if v5 else None,
         {a.member_id: bytes(a.assignment) for a in request.assignments})
     return {"throttle_time_ms": 0, "error_code": res.error,
             "protocol_type": res.protocol_type, "protocol_name": res.protocol_name,
