@@ -1043,7 +1043,7 @@ class KafkaApis:
 
     async def _produce_one(self, api_version, correlation_id, client_id, acks, timeout_ms,
                            topic, partition, records):
-        """Produce v3-v8 of one partition of one topic without a transactional id, as
+        """Produce v3-v11 of one partition of one topic without a transactional id, as
         fastlog.protocol._produce read it from the frame: the same steps as
         handle_produce, answered in compiled code when the append succeeded. Returns
         the response parts (None for acks=0)."""
