@@ -99,14 +99,8 @@ def parse_produce_request(frame):
         pos += 12
         if rec_len < 0 or pos + rec_len != n:
             return None
-        try:
-            client_id = (PyUnicode_DecodeUTF8(<const char *>p + 10, client_id_len, "strict")
-                         if client_id_len >= 0 else None)
-            topic = PyUnicode_DecodeUTF8(<const char *>p + name_pos, name_len, "strict")
-        except UnicodeDecodeError:
-            return None
-        return (api_version, correlation_id, client_id, acks, timeout_ms, topic, partition,
-                frame[pos:n])
+        return _parsed(frame, p, api_version, correlation_id, client_id_len, acks,
+                       timeout_ms, name_pos, name_len, partition, pos, n)
     finally:
         PyBuffer_Release(&view)
 
@@ -143,6 +137,16 @@ cdef object _parse_flexible(object frame, const unsigned char *p, Py_ssize_t n,
     # the partition's, the topic's and the request's empty tag buffers end the frame
     if pos + 3 != n or p[pos] != 0 or p[pos + 1] != 0 or p[pos + 2] != 0:
         return None
+    return _parsed(frame, p, api_version, correlation_id, client_id_len, acks, timeout_ms,
+                   name_pos, name_len, partition, rec_pos, pos)
+
+
+cdef object _parsed(object frame, const unsigned char *p, int16_t api_version,
+                    int32_t correlation_id, int16_t client_id_len, int16_t acks,
+                    int32_t timeout_ms, Py_ssize_t name_pos, Py_ssize_t name_len,
+                    int32_t partition, Py_ssize_t rec_start, Py_ssize_t rec_end):
+    """parse_produce_request's answer once the frame's shape is checked (the client id
+    starts at byte 10 in both header versions); None for names that are not UTF-8."""
     try:
         client_id = (PyUnicode_DecodeUTF8(<const char *>p + 10, client_id_len, "strict")
                      if client_id_len >= 0 else None)
@@ -150,7 +154,7 @@ cdef object _parse_flexible(object frame, const unsigned char *p, Py_ssize_t n,
     except UnicodeDecodeError:
         return None
     return (api_version, correlation_id, client_id, acks, timeout_ms, topic, partition,
-            frame[rec_pos:pos])
+            frame[rec_start:rec_end])
 
 
 def encode_produce_response(int api_version, int32_t correlation_id, str topic,
