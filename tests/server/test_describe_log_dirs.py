@@ -71,15 +71,21 @@ def _partition_dirs(b, topic):
             for res in r.results for t in res.topics if t.name == topic for p in t.partitions}
 
 
-def test_alter_replica_log_dirs_moves_a_partition_while_it_serves(broker_factory, tmp_path):
+def _partition_to_move(broker_factory, tmp_path, count: int):
+    """A broker with two log dirs and small segments (a move copies many of them), topic
+    "mv" of one partition holding the first half of `count` records; (broker, the
+    records, the partition's dir, the other dir)."""
     dirs = [os.path.abspath(tmp_path / "d1"), os.path.abspath(tmp_path / "d2")]
-    # small segments: the move copies many of them
     b = broker_factory({"log.dirs": ",".join(dirs), "log.segment.bytes": "20000"})
     create(b, "mv", partitions=1)
-    values = [b"v%05d-" % i + b"x" * 200 for i in range(1000)]
-    produce(b, "mv", values[:500])
-    (source,) = {d for (p, fut), d in _partition_dirs(b, "mv").items() if p == 0}
-    dest = next(d for d in dirs if d != source)
+    values = [b"v%05d-" % i + b"x" * 200 for i in range(count)]
+    produce(b, "mv", values[:count // 2])
+    (source,) = _partition_dirs(b, "mv").values()
+    return b, values, source, next(d for d in dirs if d != source)
+
+
+def test_alter_replica_log_dirs_moves_a_partition_while_it_serves(broker_factory, tmp_path):
+    b, values, source, dest = _partition_to_move(broker_factory, tmp_path, 1000)
     # a producer keeps writing while the partition moves
     stop = threading.Event()
     sent = []
@@ -158,13 +164,7 @@ def test_a_moved_partition_keeps_its_log_start(broker_factory, tmp_path):
 
 
 def test_a_move_interrupted_by_a_restart_goes_on(broker_factory, tmp_path):
-    dirs = [os.path.abspath(tmp_path / "d1"), os.path.abspath(tmp_path / "d2")]
-    b = broker_factory({"log.dirs": ",".join(dirs), "log.segment.bytes": "20000"})
-    create(b, "mv", partitions=1)
-    values = [b"v%05d-" % i + b"x" * 200 for i in range(600)]
-    produce(b, "mv", values[:300])
-    (source,) = _partition_dirs(b, "mv").values()
-    dest = next(d for d in dirs if d != source)
+    b, values, source, dest = _partition_to_move(broker_factory, tmp_path, 600)
     # What a move stopped by a crash half way leaves: the destination's future log holding
     # the first 300 records while the current log went on to 600.
     b.stop()
