@@ -182,7 +182,7 @@ METADATA_RESPONSE = Message(3, 'response', 'Metadata', valid=(0, 13), flexible=9
     F('error_code', 'int16', '13+'),
 ))
 
-OFFSET_COMMIT_REQUEST = Message(8, 'request', 'OffsetCommit', valid=(1, 8), flexible=8, fields=(
+OFFSET_COMMIT_REQUEST = Message(8, 'request', 'OffsetCommit', valid=(1, 9), flexible=8, fields=(
     F('group_id', 'string', '1+'),
     F('generation_id_or_member_epoch', 'int32', '1+', default=-1),
     F('member_id', 'string', '1+'),
@@ -200,7 +200,7 @@ OFFSET_COMMIT_REQUEST = Message(8, 'request', 'OffsetCommit', valid=(1, 8), flex
     )),
 ))
 
-OFFSET_COMMIT_RESPONSE = Message(8, 'response', 'OffsetCommit', valid=(1, 8), flexible=8, fields=(
+OFFSET_COMMIT_RESPONSE = Message(8, 'response', 'OffsetCommit', valid=(1, 9), flexible=8, fields=(
     F('throttle_time_ms', 'int32', '3+'),
     F('topics', '[]OffsetCommitResponseTopic', '1+', fields=(
         F('name', 'string', '1+'),
@@ -211,45 +211,77 @@ OFFSET_COMMIT_RESPONSE = Message(8, 'response', 'OffsetCommit', valid=(1, 8), fl
     )),
 ))
 
-OFFSET_FETCH_REQUEST = Message(9, 'request', 'OffsetFetch', valid=(1, 7), flexible=6, fields=(
-    F('group_id', 'string', '1+'),
-    F('topics', '[]OffsetFetchRequestTopic', '1+', nullable='2+', fields=(
-        F('name', 'string', '1+'),
-        F('partition_indexes', '[]int32', '1+'),
+OFFSET_FETCH_REQUEST = Message(9, 'request', 'OffsetFetch', valid=(1, 9), flexible=6, fields=(
+    F('group_id', 'string', '1-7'),
+    F('topics', '[]OffsetFetchRequestTopic', '1-7', nullable='2-7', fields=(
+        F('name', 'string', '1-7'),
+        F('partition_indexes', '[]int32', '1-7'),
+    )),
+    F('groups', '[]OffsetFetchRequestGroup', '8+', fields=(
+        F('group_id', 'string', '8+'),
+        F('member_id', 'string', '9+', nullable='9+', default=NULL),
+        F('member_epoch', 'int32', '9+', default=-1),
+        F('topics', '[]OffsetFetchRequestTopics', '8+', nullable='8+', fields=(
+            F('name', 'string', '8+'),
+            F('partition_indexes', '[]int32', '8+'),
+        )),
     )),
     F('require_stable', 'bool', '7+', default=False),
 ))
 
-OFFSET_FETCH_RESPONSE = Message(9, 'response', 'OffsetFetch', valid=(1, 7), flexible=6, fields=(
+OFFSET_FETCH_RESPONSE = Message(9, 'response', 'OffsetFetch', valid=(1, 9), flexible=6, fields=(
     F('throttle_time_ms', 'int32', '3+'),
-    F('topics', '[]OffsetFetchResponseTopic', '1+', fields=(
-        F('name', 'string', '1+'),
-        F('partitions', '[]OffsetFetchResponsePartition', '1+', fields=(
-            F('partition_index', 'int32', '1+'),
-            F('committed_offset', 'int64', '1+'),
-            F('committed_leader_epoch', 'int32', '5+', default=-1),
-            F('metadata', 'string', '1+', nullable='1+'),
-            F('error_code', 'int16', '1+'),
+    F('topics', '[]OffsetFetchResponseTopic', '1-7', fields=(
+        F('name', 'string', '1-7'),
+        F('partitions', '[]OffsetFetchResponsePartition', '1-7', fields=(
+            F('partition_index', 'int32', '1-7'),
+            F('committed_offset', 'int64', '1-7'),
+            F('committed_leader_epoch', 'int32', '5-7', default=-1),
+            F('metadata', 'string', '1-7', nullable='1-7'),
+            F('error_code', 'int16', '1-7'),
         )),
     )),
-    F('error_code', 'int16', '2+', default=0),
+    F('error_code', 'int16', '2-7', default=0),
+    F('groups', '[]OffsetFetchResponseGroup', '8+', fields=(
+        F('group_id', 'string', '8+'),
+        F('topics', '[]OffsetFetchResponseTopics', '8+', fields=(
+            F('name', 'string', '8+'),
+            F('partitions', '[]OffsetFetchResponsePartitions', '8+', fields=(
+                F('partition_index', 'int32', '8+'),
+                F('committed_offset', 'int64', '8+'),
+                F('committed_leader_epoch', 'int32', '8+', default=-1),
+                F('metadata', 'string', '8+', nullable='8+'),
+                F('error_code', 'int16', '8+'),
+            )),
+        )),
+        F('error_code', 'int16', '8+', default=0),
+    )),
 ))
 
-FIND_COORDINATOR_REQUEST = Message(10, 'request', 'FindCoordinator', valid=(0, 3), flexible=3, fields=(
-    F('key', 'string', '0+'),
+FIND_COORDINATOR_REQUEST = Message(10, 'request', 'FindCoordinator', valid=(0, 4), flexible=3, fields=(
+    F('key', 'string', '0-3'),
     F('key_type', 'int8', '1+', default=0),
+    F('coordinator_keys', '[]string', '4+'),
 ))
 
-FIND_COORDINATOR_RESPONSE = Message(10, 'response', 'FindCoordinator', valid=(0, 3), flexible=3, fields=(
+FIND_COORDINATOR_RESPONSE = Message(10, 'response', 'FindCoordinator', valid=(0, 4), flexible=3, fields=(
     F('throttle_time_ms', 'int32', '1+'),
-    F('error_code', 'int16', '0+'),
-    F('error_message', 'string', '1+', nullable='1+'),
-    F('node_id', 'int32', '0+'),
-    F('host', 'string', '0+'),
-    F('port', 'int32', '0+'),
+    F('error_code', 'int16', '0-3'),
+    F('error_message', 'string', '1-3', nullable='1-3'),
+    F('node_id', 'int32', '0-3'),
+    F('host', 'string', '0-3'),
+    F('port', 'int32', '0-3'),
+    F('coordinators', '[]Coordinator', '4+', fields=(
+        F('key', 'string', '4+'),
+        F('node_id', 'int32', '4+'),
+        F('host', 'string', '4+'),
+        F('port', 'int32', '4+'),
+        F('error_code', 'int16', '4+'),
+        F('error_message', 'string', '4+', nullable='4+'),
+    )),
 ))
 
-JOIN_GROUP_REQUEST = Message(11, 'request', 'JoinGroup', valid=(0, 8), flexible=6, fields=(
+JOIN_GROUP_REQUEST = Message(11, 'request', 'JoinGroup', valid=(0, 9), flexible=6, fields=(
     F('group_id', 'string', '0+'),
     F('session_timeout_ms', 'int32', '0+'),
     F('rebalance_timeout_ms', 'int32', '1+', default=-1),
@@ -263,13 +295,14 @@ JOIN_GROUP_REQUEST = Message(11, 'request', 'JoinGroup', valid=(0, 8), flexible=
     F('reason', 'string', '8+', nullable='8+', default=NULL),
 ))
 
-JOIN_GROUP_RESPONSE = Message(11, 'response', 'JoinGroup', valid=(0, 8), flexible=6, fields=(
+JOIN_GROUP_RESPONSE = Message(11, 'response', 'JoinGroup', valid=(0, 9), flexible=6, fields=(
     F('throttle_time_ms', 'int32', '2+'),
     F('error_code', 'int16', '0+'),
     F('generation_id', 'int32', '0+', default=-1),
     F('protocol_type', 'string', '7+', nullable='7+', default=NULL),
     F('protocol_name', 'string', '0+', nullable='7+'),
     F('leader', 'string', '0+'),
+    F('skip_assignment', 'bool', '9+', default=False),
     F('member_id', 'string', '0+'),
     F('members', '[]JoinGroupResponseMember', '0+', fields=(
         F('member_id', 'string', '0+'),
@@ -399,7 +432,7 @@ API_VERSIONS_RESPONSE = Message(18, 'response', 'ApiVersions', valid=(0, 4), fle
     F('zk_migration_ready', 'bool', '3+', tag=3, tagged='3+', default=False),
 ))
 
-CREATE_TOPICS_REQUEST = Message(19, 'request', 'CreateTopics', valid=(2, 5), flexible=5, fields=(
+CREATE_TOPICS_REQUEST = Message(19, 'request', 'CreateTopics', valid=(2, 7), flexible=5, fields=(
     F('topics', '[]CreatableTopic', '2+', fields=(
         F('name', 'string', '2+'),
         F('num_partitions', 'int32', '2+'),
@@ -417,10 +450,11 @@ CREATE_TOPICS_REQUEST = Message(19, 'request', 'CreateTopics', valid=(2, 5), fle
     F('validate_only', 'bool', '2+', default=False),
 ))
 
-CREATE_TOPICS_RESPONSE = Message(19, 'response', 'CreateTopics', valid=(2, 5), flexible=5, fields=(
+CREATE_TOPICS_RESPONSE = Message(19, 'response', 'CreateTopics', valid=(2, 7), flexible=5, fields=(
     F('throttle_time_ms', 'int32', '2+'),
     F('topics', '[]CreatableTopicResult', '2+', fields=(
         F('name', 'string', '2+'),
+        F('topic_id', 'uuid', '7+'),
         F('error_code', 'int16', '2+'),
         F('error_message', 'string', '2+', nullable='2+'),
         F('topic_config_error_code', 'int16', '5+', tag=0, tagged='5+'),
@@ -436,15 +470,20 @@ CREATE_TOPICS_RESPONSE = Message(19, 'response', 'CreateTopics', valid=(2, 5), f
     )),
 ))
 
-DELETE_TOPICS_REQUEST = Message(20, 'request', 'DeleteTopics', valid=(1, 5), flexible=4, fields=(
-    F('topic_names', '[]string', '1+'),
+DELETE_TOPICS_REQUEST = Message(20, 'request', 'DeleteTopics', valid=(1, 6), flexible=4, fields=(
+    F('topics', '[]DeleteTopicState', '6+', fields=(
+        F('name', 'string', '6+', nullable='6+', default=NULL),
+        F('topic_id', 'uuid', '6+'),
+    )),
+    F('topic_names', '[]string', '1-5'),
     F('timeout_ms', 'int32', '1+'),
 ))
 
-DELETE_TOPICS_RESPONSE = Message(20, 'response', 'DeleteTopics', valid=(1, 5), flexible=4, fields=(
+DELETE_TOPICS_RESPONSE = Message(20, 'response', 'DeleteTopics', valid=(1, 6), flexible=4, fields=(
     F('throttle_time_ms', 'int32', '1+'),
     F('responses', '[]DeletableTopicResult', '1+', fields=(
-        F('name', 'string', '1+'),
+        F('name', 'string', '1+', nullable='6+'),
+        F('topic_id', 'uuid', '6+'),
         F('error_code', 'int16', '1+'),
         F('error_message', 'string', '5+', nullable='5+', default=NULL),
     )),

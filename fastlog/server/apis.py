@@ -742,11 +742,7 @@ class KafkaApis:
             by_id = v >= 12 and any(t.topic_id != ZERO_UUID for t in request.topics)
             if by_id:
                 ids = {t.topic_id for t in request.topics if t.topic_id != ZERO_UUID}
-                known = {}
-                for n in md.topic_names():
-                    state = md.topic(n)
-                    if state is not None and state.topic_id_bytes in ids:
-                        known[state.topic_id_bytes] = n
+                known = _topic_names_by_id(md, ids)
                 names = [known[i] for i in ids if i in known]
                 topics.extend({"error_code": Errors.UNKNOWN_TOPIC_ID, "name": None,
                                "topic_id": i, "is_internal": False, "partitions": []}
@@ -1274,6 +1270,7 @@ class KafkaApis:
         for t in request.topics:
             error, message = Errors.NONE, None
             created = {}
+            topic_id = ZERO_UUID  # (v7+: the new topic's; validate_only creates none)
             name = t.name
             try:
                 if seen[name] > 1:
@@ -1291,8 +1288,9 @@ class KafkaApis:
                 configs = self._parse_topic_configs({c.name: c.value for c in t.configs},
                                                     name)
                 if not request.validate_only:
-                    await broker.create_topic(name, partitions, rf, configs,
-                                              assignment=assignment)
+                    state = await broker.create_topic(name, partitions, rf, configs,
+                                                      assignment=assignment)
+                    topic_id = state.topic_id_bytes if state is not None else ZERO_UUID
                 if v >= 5:
                     # KIP-525: what the topic got (also for validate_only, as Kafka); its
                     # configs only for a principal that may describe them
@@ -1311,8 +1309,8 @@ class KafkaApis:
             except Exception as e:  # noqa: BLE001 - one bad topic must not fail the rest
                 log.exception("creating topic %r failed", name)
                 error, message = Errors.UNKNOWN_SERVER_ERROR, str(e)
-            results.append({"name": name, "error_code": error, "error_message": message,
-                            **created})
+            results.append({"name": name, "topic_id": topic_id, "error_code": error,
+                            "error_message": message, **created})
         return {"throttle_time_ms": 0, "topics": results}
 
     def _creation_shape(self, t, v) -> tuple[int, int, list[list[int]] | None]:
@@ -1407,13 +1405,35 @@ class KafkaApis:
     # ------------------------------------------------------------------ DeleteTopics
     async def handle_delete_topics(self, ctx, request):
         broker = self.broker
+        # (name, id) of each topic: v6+ names a topic or gives its id (KIP-516)
+        if ctx.api_version >= 6:
+            asked = [(t.name, bytes(t.topic_id)) for t in request.topics]
+        else:
+            asked = [(name, ZERO_UUID) for name in request.topic_names]
         if self._not_controller():
             return {"throttle_time_ms": 0, "responses": [
-                {"name": name, "error_code": Errors.NOT_CONTROLLER}
-                for name in request.topic_names]}
+                {"name": name, "topic_id": topic_id, "error_code": Errors.NOT_CONTROLLER}
+                for name, topic_id in asked]}
+        known = _topic_names_by_id(broker.metadata,
+                                   {i for n, i in asked if n is None and i != ZERO_UUID})
         results = []
-        for name in request.topic_names:
+        for name, topic_id in asked:
             error = Errors.NONE
+            message = None
+            if name is not None and topic_id != ZERO_UUID:
+                results.append({"name": name, "topic_id": topic_id,
+                                "error_code": Errors.INVALID_REQUEST, "error_message":
+                                "You may not specify both topic name and topic id."})
+                continue
+            if name is None:
+                name = known.get(topic_id)
+                if name is None:
+                    results.append({"name": None, "topic_id": topic_id,
+                                    "error_code": Errors.UNKNOWN_TOPIC_ID})
+                    continue
+            state = broker.metadata.topic(name)
+            if state is not None:
+                topic_id = state.topic_id_bytes
             if not authorize(ctx, DELETE, TOPIC, name):
                 error = Errors.TOPIC_AUTHORIZATION_FAILED
             elif not broker.config["delete.topic.enable"]:
@@ -1427,10 +1447,11 @@ class KafkaApis:
             else:
                 try:
                     await broker.delete_topic(name)
-                except Exception:  # noqa: BLE001
+                except Exception as e:  # noqa: BLE001
                     log.exception("deleting topic %r failed", name)
-                    error = Errors.UNKNOWN_SERVER_ERROR
-            results.append({"name": name, "error_code": error})
+                    error, message = Errors.UNKNOWN_SERVER_ERROR, str(e)
+            results.append({"name": name, "topic_id": topic_id, "error_code": error,
+                            "error_message": message})
         return {"throttle_time_ms": 0, "responses": results}
 
     # ------------------------------------------------------------------ DeleteRecords
@@ -1847,6 +1868,19 @@ def _check_config_access(ctx, res, operation: int) -> None:
         if not authorize_cluster(ctx, operation):
             raise _ApiError(Errors.CLUSTER_AUTHORIZATION_FAILED,
                             "Cluster authorization failed.")
+
+
+def _topic_names_by_id(md, ids: set[bytes]) -> dict[bytes, str]:
+    """{topic id (16 bytes): name} of the topics with those ids (a scan: requests by id
+    are rare and small)."""
+    if not ids:
+        return {}
+    found = {}
+    for name in md.topic_names():
+        state = md.topic(name)
+        if state is not None and state.topic_id_bytes in ids:
+            found[state.topic_id_bytes] = name
+    return found
 
 
 def _timestamp_offset(found, default_epoch: int) -> tuple[int, int, int]:

@@ -4,8 +4,10 @@ Produce 9-10, Fetch 12, Metadata 12-13, the group APIs' flexible versions — an
 consume and commit as before (the broker's per-version request counts show what was
 used); and what those versions add does what Kafka does: topic ids in Metadata (v10+,
 kept across a restart) and topics asked for by id (v12+), Fetch v12's diverging epoch,
-ListOffsets v8-v9's local-start and tiered timestamps, CreateTopics v5's answer of what
-the topic got."""
+ListOffsets v8-v9's local-start and tiered timestamps, CreateTopics v5-v7's answer of what
+the topic got (its id from v7), DeleteTopics v6 by name or id, and the batched versions:
+OffsetFetch v8-v9 of several groups, FindCoordinator v4 of several keys; JoinGroup v9 tells a
+restarted static leader to skip the assignment (KIP-814)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from fastlog.protocol import ApiKey, Errors
 from fastlog.testing import BrokerProcess, wait_until
 from tests.server.scrape import http_overrides, scrape
+from tests.server.group.test_group_wire import join_body
 from tests.server.test_confluent_kafka import create
 from tests.server.wire import Wire, create_topic
 
@@ -79,10 +82,10 @@ def test_librdkafka_negotiates_the_flexible_versions(fbroker):
         c.close()
     used = _used(before, _versions(fbroker))
     # librdkafka 2.16's highest: Produce 10, Fetch 12 (13+ only where every topic has
-    # an id and the broker serves it), Metadata 13, ListOffsets 7, OffsetCommit 8 (of 9),
-    # OffsetFetch 7 (of 9)
+    # an id and the broker serves it), Metadata 13, OffsetCommit 9, OffsetFetch 9 (the
+    # groups array of v8+)
     for api, version in (("Produce", 10), ("Fetch", 12), ("Metadata", 13),
-                         ("OffsetCommit", 8), ("OffsetFetch", 7), ("ApiVersions", 3)):
+                         ("OffsetCommit", 9), ("OffsetFetch", 9), ("ApiVersions", 3)):
         assert (api, version) in used, (api, version, sorted(used))
     assert not {k for k in used if k[0] in ("Produce", "Fetch") and k[1] < 10}
 
@@ -115,7 +118,7 @@ def test_kafka_python_negotiates_the_flexible_versions(fbroker):
     used = _used(before, _versions(fbroker))
     for api, version in (("Produce", 11 if ("Produce", 11) in used else 9), ("Fetch", 12),
                          ("JoinGroup", 7), ("SyncGroup", 5), ("LeaveGroup", 5),
-                         ("OffsetCommit", 8), ("FindCoordinator", 3)):
+                         ("OffsetCommit", 8), ("OffsetFetch", 8), ("FindCoordinator", 4)):
         assert (api, version) in used, (api, version, sorted(used))
 
 
@@ -249,5 +252,109 @@ def test_create_topics_v5_answers_what_the_topic_got(broker_factory):
             "configs": []}], "timeout_ms": 10000, "validate_only": False})
         (t,) = r.topics
         assert t.error_code == Errors.TOPIC_ALREADY_EXISTS and t.num_partitions == -1
+    finally:
+        w.close()
+
+
+def test_create_topics_v7_and_delete_topics_v6_by_id(broker_factory):
+    b = broker_factory()
+    w = Wire(b)
+    try:
+        r = w.call(ApiKey.CREATE_TOPICS, 7, {"topics": [
+            {"name": n, "num_partitions": 1, "replication_factor": 1, "assignments": [],
+             "configs": []} for n in ("byid", "byname", "both")],
+            "timeout_ms": 10000, "validate_only": False})
+        ids = {t.name: bytes(t.topic_id) for t in r.topics}
+        assert {t.error_code for t in r.topics} == {0} and bytes(16) not in ids.values()
+        md = _metadata(w, 12, [{"name": n} for n in ids])
+        assert {t.name: bytes(t.topic_id) for t in md.topics} == ids
+        unknown = uuid.uuid4().bytes
+        r = w.call(ApiKey.DELETE_TOPICS, 6, {"topics": [
+            {"name": None, "topic_id": ids["byid"]}, {"name": "byname"},
+            {"name": None, "topic_id": unknown}, {"name": "both", "topic_id": ids["both"]}],
+            "timeout_ms": 10000})
+        got = {(t.name, bytes(t.topic_id)): t.error_code for t in r.responses}
+        assert got == {("byid", ids["byid"]): Errors.NONE, ("byname", ids["byname"]): Errors.NONE,
+                       (None, unknown): Errors.UNKNOWN_TOPIC_ID,
+                       ("both", ids["both"]): Errors.INVALID_REQUEST}
+        md = _metadata(w, 12, [{"name": n} for n in ids])
+        assert {t.name: t.error_code for t in md.topics} == {
+            "byid": Errors.UNKNOWN_TOPIC_OR_PARTITION,
+            "byname": Errors.UNKNOWN_TOPIC_OR_PARTITION, "both": Errors.NONE}
+    finally:
+        w.close()
+
+
+def test_offset_fetch_v8_v9_of_several_groups_and_find_coordinator_v4(fbroker):
+    topic = f"of-{uuid.uuid4().hex[:8]}"
+    create(fbroker, topic, partitions=2)
+    groups = [f"{topic}-a", f"{topic}-b", f"{topic}-none"]
+    w = Wire(fbroker)
+    try:
+        r = w.call(ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": groups})
+        assert sorted(c.key for c in r.coordinators) == sorted(groups)
+        assert {(c.error_code, c.node_id, c.port) for c in r.coordinators} == {
+            (0, 0, int(fbroker.bootstrap.rsplit(":", 1)[1]))}
+        for g, offset in zip(groups[:2], (5, 9), strict=True):
+            r = w.call(ApiKey.OFFSET_COMMIT, 9, {
+                "group_id": g, "generation_id_or_member_epoch": -1, "member_id": "",
+                "group_instance_id": None, "topics": [{"name": topic, "partitions": [
+                    {"partition_index": 1, "committed_offset": offset,
+                     "committed_leader_epoch": -1, "committed_metadata": "m"}]}]})
+            assert r.topics[0].partitions[0].error_code == 0
+        for version in (8, 9):
+            r = w.call(ApiKey.OFFSET_FETCH, version, {"require_stable": True, "groups": [
+                {"group_id": g, "member_id": None, "member_epoch": -1,
+                 "topics": [{"name": topic, "partition_indexes": [0, 1]}]} for g in groups]})
+            got = {g.group_id: (g.error_code, {(p.partition_index, p.committed_offset)
+                                               for t in g.topics for p in t.partitions})
+                   for g in r.groups}
+            assert got == {groups[0]: (0, {(0, -1), (1, 5)}), groups[1]: (0, {(0, -1), (1, 9)}),
+                           groups[2]: (0, {(0, -1), (1, -1)})}
+            # all of a group's offsets (null topics)
+            r = w.call(ApiKey.OFFSET_FETCH, version, {"require_stable": False, "groups": [
+                {"group_id": groups[1], "member_id": None, "member_epoch": -1,
+                 "topics": None}]})
+            assert [(t.name, [(p.partition_index, p.committed_offset) for p in t.partitions])
+                    for t in r.groups[0].topics] == [(topic, [(1, 9)])]
+    finally:
+        w.close()
+
+
+def test_join_group_v9_a_restarted_static_leader_skips_the_assignment(fbroker):
+    group = f"static-{uuid.uuid4().hex[:8]}"
+    w = Wire(fbroker)
+    try:
+        first = w.call(ApiKey.JOIN_GROUP, 9, {**join_body(group, instance="i1"), "reason": None})
+        assert first.error_code == 0 and first.leader == first.member_id
+        assert first.skip_assignment is False and len(first.members) == 1
+        sync = w.call(ApiKey.SYNC_GROUP, 5, {
+            "group_id": group, "generation_id": first.generation_id,
+            "member_id": first.member_id, "group_instance_id": "i1",
+            "protocol_type": "consumer", "protocol_name": "range",
+            "assignments": [{"member_id": first.member_id, "assignment": b"A"}]})
+        assert sync.error_code == 0 and (sync.protocol_type, sync.protocol_name) == (
+            "consumer", "range")
+        # v8: the restarted leader is told the old leader id (it syncs as a follower)
+        again = w.call(ApiKey.JOIN_GROUP, 8, {**join_body(group, instance="i1"),
+                                              "reason": "restart"})
+        assert again.error_code == 0 and again.generation_id == first.generation_id
+        assert again.leader == first.member_id != again.member_id and not again.members
+        # v9: it is the leader, with the members, and skips the assignment
+        third = w.call(ApiKey.JOIN_GROUP, 9, {**join_body(group, instance="i1"), "reason": None})
+        assert third.error_code == 0 and third.generation_id == first.generation_id
+        assert third.leader == third.member_id and third.skip_assignment is True
+        assert [m.group_instance_id for m in third.members] == ["i1"]
+        sync = w.call(ApiKey.SYNC_GROUP, 5, {
+            "group_id": group, "generation_id": third.generation_id,
+            "member_id": third.member_id, "group_instance_id": "i1",
+            "protocol_type": "consumer", "protocol_name": "range", "assignments": []})
+        assert sync.error_code == 0 and bytes(sync.assignment) == b"A"
+        # a SyncGroup v5 naming another protocol is refused (Kafka's check)
+        sync = w.call(ApiKey.SYNC_GROUP, 5, {
+            "group_id": group, "generation_id": third.generation_id,
+            "member_id": third.member_id, "group_instance_id": "i1",
+            "protocol_type": "consumer", "protocol_name": "roundrobin", "assignments": []})
+        assert sync.error_code == Errors.INCONSISTENT_GROUP_PROTOCOL
     finally:
         w.close()

@@ -77,22 +77,32 @@ def _by_topic(pairs: dict[tuple[str, int], Any], make) -> list[dict]:
 
 # ------------------------------------------------------------------ FindCoordinator
 async def handle_find_coordinator(ctx, request):
+    if ctx.api_version >= 4:
+        # v4+ (KIP-699): a batch of keys of one type, each answered on its own
+        return {"throttle_time_ms": 0, "coordinators": [
+            {"key": key, **await _find_coordinator(ctx, request.key_type, key)}
+            for key in request.coordinator_keys]}
+    return {"throttle_time_ms": 0, **await _find_coordinator(ctx, request.key_type,
+                                                             request.key)}
+
+
+async def _find_coordinator(ctx, key_type: int, key: str) -> dict:
+    """The coordinator of one key: error code and message, node id, host and port."""
     broker = ctx.broker
 
     def fail(err: Errors, msg: str):
-        return {"throttle_time_ms": 0, "error_code": err, "error_message": msg,
-                "node_id": -1, "host": "", "port": -1}
+        return {"error_code": err, "error_message": msg, "node_id": -1, "host": "", "port": -1}
 
-    kind = _COORDINATORS.get(request.key_type)
+    kind = _COORDINATORS.get(key_type)
     if kind is None:
-        return fail(Errors.INVALID_REQUEST, f"unknown key type {request.key_type}")
+        return fail(Errors.INVALID_REQUEST, f"unknown key type {key_type}")
     attr, topic, resource, refusal, refusal_text = kind
     c = getattr(broker, attr, None)
-    if not authorize(ctx, DESCRIBE, resource, request.key):
+    if not authorize(ctx, DESCRIBE, resource, key):
         return fail(refusal, refusal_text)
     if c is None or not c.active:
         return fail(Errors.COORDINATOR_NOT_AVAILABLE, "the coordinator is not running")
-    if not request.key:
+    if not key:
         return fail(Errors.INVALID_REQUEST, "empty key")
     ensure = getattr(broker, "ensure_internal_topic", None)
     if ensure is not None and getattr(broker, "cluster", None) is not None:
@@ -107,18 +117,18 @@ async def handle_find_coordinator(ctx, request):
     # Endpoints on the listener the request came in on, as Metadata gives them.
     state = getattr(ctx.connection, "state", None)
     listener = state.get("listener") if state else None
-    if c.is_coordinator_for(request.key):
+    if c.is_coordinator_for(key):
         own = getattr(broker, "own_endpoint", lambda _: None)(listener)
         host, port = own if own is not None else (broker.advertised_host,
                                                   broker.advertised_port)
-        return {"throttle_time_ms": 0, "error_code": Errors.NONE, "error_message": None,
+        return {"error_code": Errors.NONE, "error_message": None,
                 "node_id": broker.node_id, "host": host, "port": port}
     # Another broker leads the key's partition (cluster mode): point the client there.
-    endpoint = _leader_endpoint(broker, c.partition_for(request.key), listener, topic)
+    endpoint = _leader_endpoint(broker, c.partition_for(key), listener, topic)
     if endpoint is None:
         return fail(Errors.COORDINATOR_NOT_AVAILABLE, f"no leader for the key's {topic} partition")
     node, host, port = endpoint
-    return {"throttle_time_ms": 0, "error_code": Errors.NONE, "error_message": None,
+    return {"error_code": Errors.NONE, "error_message": None,
             "node_id": node, "host": host, "port": port}
 
 
@@ -161,7 +171,8 @@ async def handle_join_group(ctx, request):
         rebalance_timeout_ms=request.rebalance_timeout_ms if v >= 1 else -1,
         session_timeout_ms=request.session_timeout_ms,
         protocol_type=request.protocol_type,
-        protocols=[(p.name, bytes(p.metadata)) for p in request.protocols])
+        protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
+        skip_assignment_supported=v >= 9)
     return {
         "throttle_time_ms": 0,
         "error_code": res.error,
@@ -169,6 +180,7 @@ async def handle_join_group(ctx, request):
         "protocol_type": res.protocol_type,  # v7+, if ever served
         "protocol_name": res.protocol_name or ("" if v < 7 else None),  # null v7+
         "leader": res.leader_id,
+        "skip_assignment": res.skip_assignment,
         "member_id": res.member_id,
         "members": [{"member_id": m, "group_instance_id": i, "metadata": md}
                     for m, i, md in res.members],
@@ -288,23 +300,42 @@ async def handle_offset_commit(ctx, request):
 async def handle_offset_fetch(ctx, request):
     c = _coordinator(ctx)
     v = ctx.api_version
+    if v >= 8:
+        # v8+ (KIP-709): several groups in one request, each answered as a request of its
+        # own would be (v9's member id and epoch are for KIP-848 groups; a classic group,
+        # the only kind served, ignores them as Kafka's does)
+        groups = []
+        for g in request.groups:
+            err, topics = await _fetch_group_offsets(ctx, c, g.group_id, g.topics,
+                                                     request.require_stable)
+            groups.append({"group_id": g.group_id, "error_code": err, "topics": topics})
+        return {"throttle_time_ms": 0, "groups": groups}
+    err, topics = await _fetch_group_offsets(ctx, c, request.group_id, request.topics,
+                                             v >= 7 and request.require_stable)
+    if err is not Errors.NONE and v < 2:
+        # v1 has no top-level error: every partition carries it.
+        got = dict.fromkeys([(t.name, p) for t in request.topics or ()
+                             for p in t.partition_indexes], None)
+        return {"throttle_time_ms": 0, "topics": _by_topic(got, lambda p, _: {
+            "partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1,
+            "metadata": "", "error_code": err})}
+    return {"throttle_time_ms": 0, "error_code": err, "topics": topics}
+
+
+async def _fetch_group_offsets(ctx, c, group_id: str, asked, require_stable: bool):
+    """(error code, topic answers) of one group's OffsetFetch: the partitions `asked`
+    (request topics; None for all the group has)."""
     wanted = None
-    if request.topics is not None:
-        wanted = [(t.name, p) for t in request.topics for p in t.partition_indexes]
-    if not authorize(ctx, READ, GROUP, request.group_id):
+    if asked is not None:
+        wanted = [(t.name, p) for t in asked for p in t.partition_indexes]
+    if not authorize(ctx, READ, GROUP, group_id):
         err, got = Errors.GROUP_AUTHORIZATION_FAILED, {}
     elif c is None:
         err, got = Errors.COORDINATOR_NOT_AVAILABLE, {}
     else:
-        err, got = await c.fetch_offsets(request.group_id, wanted)
+        err, got = await c.fetch_offsets(group_id, wanted)
     if err is not Errors.NONE:
-        if v < 2:
-            # v1 has no top-level error: every partition carries it.
-            got = dict.fromkeys(wanted or [], None)
-            return {"throttle_time_ms": 0, "topics": _by_topic(got, lambda p, _: {
-                "partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1,
-                "metadata": "", "error_code": err})}
-        return {"throttle_time_ms": 0, "error_code": err, "topics": []}
+        return err, []
 
     def part(p, om):
         if om is None:
@@ -334,13 +365,13 @@ async def handle_offset_fetch(ctx, request):
     allowed = {tp: om for tp, om in got.items() if topics[tp[0]]}
     # v7 require_stable (KIP-447): a partition with a transactional commit still pending
     # answers UNSTABLE_OFFSET_COMMIT (the client retries) instead of the older offset.
-    if v >= 7 and request.require_stable:
-        for tp in c.unstable_offsets(request.group_id, allowed):
+    if require_stable:
+        for tp in c.unstable_offsets(group_id, allowed):
             allowed[tp] = _UNSTABLE
     out = _by_topic(allowed, part_or_unstable)
     if wanted is not None:
         out += _by_topic(denied, refused)
-    return {"throttle_time_ms": 0, "error_code": Errors.NONE, "topics": out}
+    return Errors.NONE, out
 
 
 async def handle_offset_delete(ctx, request):
