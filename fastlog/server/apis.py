@@ -729,10 +729,10 @@ class KafkaApis:
                      if authorize(ctx, DESCRIBE, TOPIC, n, log_denied=False)]
         else:
             for t in request.topics:
-                if v >= 10 and (t.name is None if v < 12 else
-                                t.name is None and t.topic_id == ZERO_UUID) or (
-                        v in (10, 11) and t.topic_id != ZERO_UUID):
-                    # Kafka: v10-11 carry names only; v12+ a name or an id
+                named, with_id = t.name is not None, t.topic_id != ZERO_UUID
+                if (v < 12 and (not named or with_id)) or not (named or with_id):
+                    # Kafka: up to v11 names only (v10-11 have the id field unused); v12+
+                    # a name or an id
                     why = f"Metadata v{v}: a topic needs a name" + (
                         " or an id" if v >= 12 else " (no topic ids before v12)")
                     report_limited(log, logging.INFO, ("metadata-topic", v), "closing %r: %s",

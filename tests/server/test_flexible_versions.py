@@ -23,7 +23,7 @@ from fastlog.testing import BrokerProcess, wait_until
 from tests.server.scrape import http_overrides, scrape
 from tests.server.group.test_group_wire import join_body
 from tests.server.test_confluent_kafka import create
-from tests.server.wire import Wire, create_topic
+from tests.server.wire import Wire, create_topic, healthy
 
 REQ = "kafka_network_requestmetrics_requests_total"
 
@@ -150,14 +150,17 @@ def test_topic_ids_in_metadata_and_topics_asked_for_by_id(broker_factory):
         assert r.error_code == 0 and bytes(r.topics[0].topic_id) == topic_id
     finally:
         w.close()
-    # a topic name is required before v12: the request is refused (connection closed)
-    w = Wire(b)
-    try:
-        w.send(ApiKey.METADATA, 11, {"topics": [{"name": None}],
-                                     "allow_auto_topic_creation": False})
-        assert w.closed_by_broker()
-    finally:
-        w.close()
+    # a topic name is required before v12, a name or an id from v12: the request is
+    # refused (connection closed)
+    for version, topic in ((11, {"name": None}), (12, {"name": None, "topic_id": bytes(16)})):
+        w = Wire(b)
+        try:
+            w.send(ApiKey.METADATA, version, {"topics": [topic],
+                                              "allow_auto_topic_creation": False})
+            assert w.closed_by_broker()
+        finally:
+            w.close()
+    assert healthy(b)
     b.restart()
     w = Wire(b)
     try:
