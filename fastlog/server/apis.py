@@ -362,7 +362,7 @@ class KafkaApis:
         if fast is not None and (self.broker.authorizer is None
                                  or self._may_write_fast(conn, fast[5])):
             try:
-                return await self._produce_one(*fast)
+                return await self._produce_one(conn, *fast)
             except CloseConnection:
                 raise
             except Exception:
@@ -1007,11 +1007,38 @@ class KafkaApis:
             if any(r.error != Errors.NONE for r in results.values()):
                 raise CloseConnection("acks=0 produce failed")
             return None
+        moved = []
         for t in request.topic_data:
-            responses.append({"name": t.name, "partition_responses": [
-                _partition_produce_response(p.index, results[(t.name, p.index)])
-                for p in t.partition_data]})
-        return {"responses": responses, "throttle_time_ms": 0}
+            parts = []
+            for p in t.partition_data:
+                parts.append(_partition_produce_response(p.index, results[(t.name, p.index)]))
+                if parts[-1]["error_code"] == Errors.NOT_LEADER_OR_FOLLOWER:
+                    moved.append((parts[-1], t.name, p.index))
+            responses.append({"name": t.name, "partition_responses": parts})
+        return {"responses": responses, "throttle_time_ms": 0,
+                "node_endpoints": self._leader_hints(request_listener(ctx), moved)
+                if moved and v >= 10 else []}
+
+    def _leader_hints(self, listener: str | None, moved: list[tuple[dict, str, int]]
+                      ) -> list[dict]:
+        """KIP-951 (Produce v10+, Fetch v12+): each partition answer in `moved` (a
+        partition answered NOT_LEADER_OR_FOLLOWER, or FENCED_LEADER_EPOCH to a fetch, with
+        its topic and index) names the partition's leader and epoch as this broker knows
+        them, so the client goes there without a Metadata round trip; returns those
+        leaders' endpoints on `listener` (Produce's node_endpoints)."""
+        md = self.broker.metadata
+        leaders = set()
+        for entry, topic, partition in moved:
+            state = md.topic(topic)
+            ps = state.partitions.get(partition) if state is not None else None
+            if ps is None or ps.leader < 0:
+                continue  # unknown: Kafka's -1/-1, the tag's default
+            entry["current_leader"] = {"leader_id": ps.leader, "leader_epoch": ps.leader_epoch}
+            leaders.add(ps.leader)
+        if not leaders:
+            return []
+        return [{"node_id": b, "host": host, "port": port, "rack": rack}
+                for b, host, port, rack in self.broker.live_brokers(listener) if b in leaders]
 
     async def _append_led(self, topic, partition, records, acks, api_version
                           ) -> PartitionResult:
@@ -1037,8 +1064,8 @@ class KafkaApis:
             topic, partition, records, acks, api_version, in_place=True, checked=checked,
             write_behind=True))
 
-    async def _produce_one(self, api_version, correlation_id, client_id, acks, timeout_ms,
-                           topic, partition, records):
+    async def _produce_one(self, conn, api_version, correlation_id, client_id, acks,
+                           timeout_ms, topic, partition, records):
         """Produce v3-v11 of one partition of one topic without a transactional id, as
         fastlog.protocol._produce read it from the frame: the same steps as
         handle_produce, answered in compiled code when the append succeeded. Returns
@@ -1058,10 +1085,12 @@ class KafkaApis:
             return [encode_produce_response(api_version, correlation_id, topic, partition,
                                             r.base_offset, r.log_append_time,
                                             r.log_start_offset)]
+        answer = _partition_produce_response(partition, r)
+        endpoints = (self._leader_hints(conn.state.get("listener"), [(answer, topic, partition)])
+                     if api_version >= 10 and r.error == Errors.NOT_LEADER_OR_FOLLOWER else [])
         return protocol.encode_response(ApiKey.PRODUCE, api_version, correlation_id, {
-            "responses": [{"name": topic, "partition_responses": [
-                _partition_produce_response(partition, r)]}],
-            "throttle_time_ms": 0})
+            "responses": [{"name": topic, "partition_responses": [answer]}],
+            "throttle_time_ms": 0, "node_endpoints": endpoints})
 
     # ------------------------------------------------------------------ Fetch
     async def handle_fetch(self, ctx, request):
@@ -1135,6 +1164,8 @@ class KafkaApis:
                 if p is None:
                     entry["error_code"] = err
                     errored = True
+                    if v >= 12 and err == Errors.NOT_LEADER_OR_FOLLOWER:
+                        self._leader_hints(None, [(entry, t.topic, fp.partition)])
                     continue
                 if from_follower and (request.replica_id not in p.replicas
                                       or request.replica_id == self.broker.node_id):
@@ -1147,6 +1178,8 @@ class KafkaApis:
                 if epoch_error != Errors.NONE:
                     entry["error_code"] = epoch_error
                     errored = True
+                    if v >= 12 and epoch_error == Errors.FENCED_LEADER_EPOCH:
+                        self._leader_hints(None, [(entry, t.topic, fp.partition)])
                     continue
                 if v >= 12 and fp.last_fetched_epoch >= 0:
                     # KIP-595/Fetch v12: the fetcher's log ends with that epoch; if ours
