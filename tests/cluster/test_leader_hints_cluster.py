@@ -1,7 +1,8 @@
 """KIP-951 in a three-broker ZooKeeper cluster: a Produce v10 or Fetch v12 sent to a broker
 that does not lead the partition is answered NOT_LEADER_OR_FOLLOWER with the leader and
 its epoch (and, for Produce, the leader's endpoint), so a client can go there without a
-Metadata round trip; older versions carry neither, nor do answers without that error."""
+Metadata round trip; older versions carry neither, nor do answers without that error.
+Metadata v12 gives the same topic id from every broker."""
 
 from __future__ import annotations
 
@@ -46,6 +47,17 @@ def test_not_leader_answers_name_the_leader(cluster):
     assert cluster.wait_leaders("hints", 1) == {0: leader}
     epoch = cluster.state("hints", 0)["leader_epoch"]
     host, port = cluster.brokers[leader].bootstrap.rsplit(":", 1)
+    # every broker answers the topic's one id (kept in ZooKeeper with its assignment)
+    ids = set()
+    for b in cluster.brokers.values():
+        w = Wire(b)
+        try:
+            ids.add(bytes(w.call(ApiKey.METADATA, 12, {
+                "topics": [{"name": "hints"}], "allow_auto_topic_creation": False,
+                "include_topic_authorized_operations": False}).topics[0].topic_id))
+        finally:
+            w.close()
+    assert len(ids) == 1 and ids != {bytes(16)}
 
     w = Wire(cluster.brokers[other])
     try:
