@@ -1,7 +1,7 @@
-"""Micro-benchmark of fastlog.protocol: Metadata v8 response with 100 partitions (encode
-and decode), Produce v8 request with 10 partitions (decode and encode) and a Fetch v11
-response with 10 partitions whose records are FileRegions (encode, framed), in µs per
-message. The anchor, measured in the same run, is kafka-python's generated codec doing the
+"""Micro-benchmark of fastlog.protocol: Metadata v8 and v12 responses with 100 partitions
+(encode and decode), Produce v8 and v9 requests with 10 partitions (decode and encode) and
+Fetch v11 and v12 responses with 10 partitions whose records are FileRegions (encode,
+framed), in µs per message: the last non-flexible versions and the first flexible ones. The anchor, measured in the same run, is kafka-python's generated codec doing the
 same work on the same bytes; the ratio column is kafka-python time / fastlog time.
 
     .venv/bin/python perf/bench_protocol.py [--seconds 0.5]
@@ -83,37 +83,42 @@ def main():
     from kafka.protocol.producer.produce import ProduceRequest
 
     md_msg, pr_msg = RESPONSES[ApiKey.METADATA], REQUESTS[ApiKey.PRODUCE]
-    md_obj = md_msg.decoder(8)(Reader(encoder(md_msg, 8, metadata_response())()))
-    md_bytes = encoder(md_msg, 8, md_obj)()
-    pr_bytes = encoder(pr_msg, 8, produce_request())()
-    pr_obj = pr_msg.decoder(8)(Reader(pr_bytes))
-    kp_md = MetadataResponse[8].decode(md_bytes)
-    kp_md._header = None
-    kp_pr = ProduceRequest[8].decode(pr_bytes)
-    kp_pr._header = None
-
-    cases = [
-        ("Metadata v8 response, 100 partitions: encode (dict)",
-         encoder(md_msg, 8, metadata_response()), lambda: kp_md.encode(version=8)),
-        ("Metadata v8 response, 100 partitions: encode (struct)",
-         encoder(md_msg, 8, md_obj), lambda: kp_md.encode(version=8)),
-        ("Metadata v8 response, 100 partitions: decode",
-         decoder(md_msg, 8, md_bytes), lambda: MetadataResponse[8].decode(md_bytes)),
-        ("Produce v8 request, 10 partitions: decode",
-         decoder(pr_msg, 8, pr_bytes), lambda: ProduceRequest[8].decode(pr_bytes)),
-        ("Produce v8 request, 10 partitions: encode",
-         encoder(pr_msg, 8, pr_obj), lambda: kp_pr.encode(version=8)),
-    ]
     seg = tempfile.TemporaryFile()
     seg.write(bytes(4096))
     region = FileRegion(seg, 0, 4096)
     fetch_regions = fetch_response(region)
-    kp_fetch = FetchResponse[11].decode(encoder(RESPONSES[ApiKey.FETCH], 11,
-                                                fetch_response(bytes(4096)))())
-    kp_fetch._header = None
-    cases.append(("Fetch v11 response, 10 partitions: encode (FileRegions; anchor copies)",
-                  lambda: encode_response(ApiKey.FETCH, 11, 1, fetch_regions, framed=True),
-                  lambda: kp_fetch.encode(version=11)))
+    cases = []
+    # the last non-flexible versions, then the flexible ones (KIP-482) clients now use
+    for md_v, pr_v, fetch_v in ((8, 8, 11), (12, 9, 12)):
+        md_obj = md_msg.decoder(md_v)(Reader(encoder(md_msg, md_v, metadata_response())()))
+        md_bytes = encoder(md_msg, md_v, md_obj)()
+        pr_bytes = encoder(pr_msg, pr_v, produce_request())()
+        pr_obj = pr_msg.decoder(pr_v)(Reader(pr_bytes))
+        kp_md = MetadataResponse[md_v].decode(md_bytes)
+        kp_md._header = None
+        kp_pr = ProduceRequest[pr_v].decode(pr_bytes)
+        kp_pr._header = None
+        kp_fetch = FetchResponse[fetch_v].decode(encoder(RESPONSES[ApiKey.FETCH], fetch_v,
+                                                         fetch_response(bytes(4096)))())
+        kp_fetch._header = None
+        cases += [
+            (f"Metadata v{md_v} response, 100 partitions: encode (dict)",
+             encoder(md_msg, md_v, metadata_response()),
+             lambda kp_md=kp_md, v=md_v: kp_md.encode(version=v)),
+            (f"Metadata v{md_v} response, 100 partitions: encode (struct)",
+             encoder(md_msg, md_v, md_obj), lambda kp_md=kp_md, v=md_v: kp_md.encode(version=v)),
+            (f"Metadata v{md_v} response, 100 partitions: decode",
+             decoder(md_msg, md_v, md_bytes),
+             lambda b=md_bytes, v=md_v: MetadataResponse[v].decode(b)),
+            (f"Produce v{pr_v} request, 10 partitions: decode",
+             decoder(pr_msg, pr_v, pr_bytes),
+             lambda b=pr_bytes, v=pr_v: ProduceRequest[v].decode(b)),
+            (f"Produce v{pr_v} request, 10 partitions: encode",
+             encoder(pr_msg, pr_v, pr_obj), lambda kp_pr=kp_pr, v=pr_v: kp_pr.encode(version=v)),
+            (f"Fetch v{fetch_v} response, 10 partitions: encode (FileRegions; anchor copies)",
+             lambda v=fetch_v: encode_response(ApiKey.FETCH, v, 1, fetch_regions, framed=True),
+             lambda kp_fetch=kp_fetch, v=fetch_v: kp_fetch.encode(version=v)),
+        ]
     print(f"{'case':72s} {'fastlog µs':>10s} {'kafka-python µs':>16s} {'ratio':>6s}")
     for name, ours, theirs in cases:
         a = timeit(ours, args.seconds)

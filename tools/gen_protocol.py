@@ -17,31 +17,31 @@ import sys
 
 # (spec file stem, api key) -> versions described (and so encodable/decodable) by fastlog.
 SERVED = {
-    "Produce": (0, 8),
-    "Fetch": (4, 11),
-    "ListOffsets": (1, 5),
-    "Metadata": (0, 8),
-    "OffsetCommit": (1, 7),
-    "OffsetFetch": (1, 7),
+    "Produce": (0, 11),
+    "Fetch": (4, 12),
+    "ListOffsets": (1, 9),
+    "Metadata": (0, 13),
+    "OffsetCommit": (1, 9),
+    "OffsetFetch": (1, 9),
     "FindCoordinator": (0, 4),
-    "JoinGroup": (0, 5),
-    "Heartbeat": (0, 3),
-    "LeaveGroup": (0, 3),
-    "SyncGroup": (0, 3),
-    "DescribeGroups": (0, 4),
+    "JoinGroup": (0, 9),
+    "Heartbeat": (0, 4),
+    "LeaveGroup": (0, 5),
+    "SyncGroup": (0, 5),
+    "DescribeGroups": (0, 5),
     "ListGroups": (0, 5),
     "ApiVersions": (0, 4),
-    "CreateTopics": (2, 4),
-    "DeleteTopics": (1, 3),
-    "DeleteRecords": (0, 1),
+    "CreateTopics": (2, 7),
+    "DeleteTopics": (1, 6),
+    "DeleteRecords": (0, 2),
     "InitProducerId": (0, 4),
-    "OffsetForLeaderEpoch": (2, 3),
-    "DescribeConfigs": (1, 3),
-    "AlterConfigs": (0, 1),
+    "OffsetForLeaderEpoch": (2, 4),
+    "DescribeConfigs": (1, 4),
+    "AlterConfigs": (0, 2),
     "IncrementalAlterConfigs": (0, 1),
-    "DeleteGroups": (0, 1),
+    "DeleteGroups": (0, 2),
     "OffsetDelete": (0, 0),
-    "CreatePartitions": (0, 1),
+    "CreatePartitions": (0, 3),
     "SaslHandshake": (0, 1),
     "SaslAuthenticate": (0, 2),
     "DescribeUserScramCredentials": (0, 0),
@@ -164,7 +164,7 @@ def emit_fields(fields, served, indent, out, common=None):
             raise ValueError(f"field-level flexibleVersions in {f['name']} not handled")
         default = parse_default(ftype, f.get("default"))
         if default is not None:
-            args.append(f"default={default}" if default == "None" else f"default={default!r}")
+            args.append("default=NULL" if default == "None" else f"default={default!r}")
         sub = f.get("fields")
         if sub is None and ftype.startswith("[]"):
             sub = common.get(ftype[2:])
@@ -190,7 +190,7 @@ def render():
         "Pure data: imported once at startup, compiled into per-version plans by schema.py.",
         '"""',
         "",
-        "from .schema import F, Message",
+        "from .schema import NULL, F, Message",
         "",
         "# fmt: off",
     ]

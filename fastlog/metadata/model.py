@@ -50,6 +50,10 @@ class TopicState:
 
     @property
     def topic_id_bytes(self) -> bytes:
+        """The id's 16 raw bytes, as the wire carries it (all zero, Kafka's ZERO_UUID, for
+        a topic created before topic ids, which ZooKeeper then holds without one)."""
+        if not self.topic_id:
+            return bytes(16)
         return base64.urlsafe_b64decode(self.topic_id + "==")
 
     @property

@@ -1,4 +1,4 @@
-# fastlog/protocol/_produce.pyx: Produce v3-v8 in its everyday shape, read and answered
+# fastlog/protocol/_produce.pyx: Produce v3-v11 in its everyday shape, read and answered
 # in compiled code.
 #
 # A producer sends one Produce request per linger interval, and almost all of them carry
@@ -7,21 +7,25 @@
 # body straight from the frame and encode_produce_response writes the success answer,
 # with the bytes exactly as the generic schema-driven codec (wire.py) reads and writes
 # them. Everything else — other APIs, other versions, several partitions, transactions,
-# null records, anything malformed, and every error answer — returns None / is left to
-# the generic path, which also names the fault. Why: the generic path touches hundreds of
-# Python objects per request, and after the few milliseconds a producer lingers between
-# requests those are all cache misses; this path touches a handful.
+# null records, tagged fields, anything malformed, and every error answer — returns None /
+# is left to the generic path, which also names the fault. Why: the generic path touches
+# hundreds of Python objects per request, and after the few milliseconds a producer
+# lingers between requests those are all cache misses; this path touches a handful.
 #
-# Formats (non-flexible versions only, so no tagged fields): request header v1 (int16
-# api_key, int16 api_version, int32 correlation_id, nullable int16-length client_id);
-# ProduceRequest v3-v8 (nullable string transactional_id, int16 acks, int32 timeout_ms,
-# [topic string, [int32 partition, nullable int32-length records]]); response header v0
-# and ProduceResponse v3-v8. Pure functions, any thread.
+# Formats. v3-v8: request header v1 (int16 api_key, int16 api_version, int32
+# correlation_id, nullable int16-length client_id); ProduceRequest (nullable string
+# transactional_id, int16 acks, int32 timeout_ms, [topic string, [int32 partition,
+# nullable int32-length records]]); response header v0 and ProduceResponse v3-v8.
+# v9-v11 (flexible, KIP-482): request header v2 (v1 + a tag buffer); strings, arrays and
+# records as compact ones (unsigned varint length + 1, 0 for null) and a tag buffer after
+# each struct; response header v1 (+ a tag buffer). Only empty tag buffers (the single
+# byte 0, what clients send) are read here. Pure functions, any thread.
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
+from libc.string cimport memcpy
 
 from fastlog._codec cimport (
     fl_be16,
@@ -31,24 +35,27 @@ from fastlog._codec cimport (
     fl_put_be64,
     fl_put_one_partition,
     fl_request_header,
+    read_uvarint32,
+    uvarint_size,
+    write_uvarint,
 )
 
 cdef extern from "Python.h":
     const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
 
-# The versions this path reads; Produce v0-v2 are answered with an error by the handler
-# and v9+ are flexible (not served).
+# The versions this path reads; Produce v0-v2 are answered with an error by the handler.
 FIRST_VERSION = 3
-LAST_VERSION = 8
+LAST_VERSION = 11
+FIRST_FLEXIBLE = 9
 cdef uint16_t PRODUCE_KEY = 0
 
 
 def parse_produce_request(frame):
     """(api_version, correlation_id, client_id, acks, timeout_ms, topic, partition,
     records) for a
-    Produce v3-v8 request with no transactional id and exactly one topic holding exactly
-    one partition with non-null records, all of ``frame`` consumed; None for anything
-    else. ``records`` is a slice of ``frame`` (no copy)."""
+    Produce v3-v11 request with no transactional id and exactly one topic holding exactly
+    one partition with non-null records (and, v9+, no tagged fields), all of ``frame``
+    consumed; None for anything else. ``records`` is a slice of ``frame`` (no copy)."""
     cdef Py_buffer view
     cdef const unsigned char *p
     cdef Py_ssize_t n, pos, name_len, name_pos, rec_len
@@ -62,7 +69,12 @@ def parse_produce_request(frame):
         # topic array: nullable transactional_id (2) + acks (2) + timeout (4) + count (4)
         pos = fl_request_header(p, n, PRODUCE_KEY, FIRST_VERSION, LAST_VERSION,
                                 &api_version, &correlation_id, &client_id_len)
-        if pos < 0 or pos + 12 > n:
+        if pos < 0:
+            return None
+        if api_version >= FIRST_FLEXIBLE:
+            return _parse_flexible(frame, p, n, pos, api_version, correlation_id,
+                                   client_id_len)
+        if pos + 12 > n:
             return None
         if <int16_t>fl_be16(p + pos) != -1:
             return None   # transactional (or malformed): the handler answers it
@@ -84,23 +96,70 @@ def parse_produce_request(frame):
         pos += 12
         if rec_len < 0 or pos + rec_len != n:
             return None
-        try:
-            client_id = (PyUnicode_DecodeUTF8(<const char *>p + 10, client_id_len, "strict")
-                         if client_id_len >= 0 else None)
-            topic = PyUnicode_DecodeUTF8(<const char *>p + name_pos, name_len, "strict")
-        except UnicodeDecodeError:
-            return None
-        return (api_version, correlation_id, client_id, acks, timeout_ms, topic, partition,
-                frame[pos:n])
+        return _parsed(frame, p, api_version, correlation_id, client_id_len, acks,
+                       timeout_ms, name_pos, name_len, partition, pos, n)
     finally:
         PyBuffer_Release(&view)
+
+
+cdef object _parse_flexible(object frame, const unsigned char *p, Py_ssize_t n,
+                           Py_ssize_t pos, int16_t api_version, int32_t correlation_id,
+                           int16_t client_id_len):
+    """parse_produce_request's v9+ body, from ``pos`` (after the header's client id)."""
+    cdef uint32_t name_n, rec_n
+    cdef Py_ssize_t name_pos, name_len, rec_pos, rec_len
+    cdef int16_t acks
+    cdef int32_t timeout_ms, partition
+    # header tag buffer (0), null transactional_id (0), acks (2), timeout (4), one topic (2)
+    if pos + 10 > n or p[pos] != 0 or p[pos + 1] != 0:
+        return None
+    acks = <int16_t>fl_be16(p + pos + 2)
+    timeout_ms = <int32_t>fl_be32(p + pos + 4)
+    if p[pos + 8] != 2:
+        return None
+    name_pos = read_uvarint32(p, pos + 9, n, &name_n)
+    if name_pos < 0 or name_n == 0 or name_n - 1 > 0x7fff:
+        return None   # truncated, null or too long a name: the generic path says which
+    name_len = name_n - 1
+    pos = name_pos + name_len
+    # one partition (1), its index (4), then the records' compact length
+    if pos + 5 >= n or p[pos] != 2:
+        return None
+    partition = <int32_t>fl_be32(p + pos + 1)
+    rec_pos = read_uvarint32(p, pos + 5, n, &rec_n)
+    if rec_pos < 0 or rec_n == 0 or rec_n - 1 > <uint32_t>(n - rec_pos):
+        return None
+    rec_len = rec_n - 1
+    pos = rec_pos + rec_len
+    # the partition's, the topic's and the request's empty tag buffers end the frame
+    if pos + 3 != n or p[pos] != 0 or p[pos + 1] != 0 or p[pos + 2] != 0:
+        return None
+    return _parsed(frame, p, api_version, correlation_id, client_id_len, acks, timeout_ms,
+                   name_pos, name_len, partition, rec_pos, pos)
+
+
+cdef object _parsed(object frame, const unsigned char *p, int16_t api_version,
+                    int32_t correlation_id, int16_t client_id_len, int16_t acks,
+                    int32_t timeout_ms, Py_ssize_t name_pos, Py_ssize_t name_len,
+                    int32_t partition, Py_ssize_t rec_start, Py_ssize_t rec_end):
+    """parse_produce_request's answer once the frame's shape is checked (the client id
+    starts at byte 10 in both header versions); None for names that are not UTF-8."""
+    try:
+        client_id = (PyUnicode_DecodeUTF8(<const char *>p + 10, client_id_len, "strict")
+                     if client_id_len >= 0 else None)
+        topic = PyUnicode_DecodeUTF8(<const char *>p + name_pos, name_len, "strict")
+    except UnicodeDecodeError:
+        return None
+    return (api_version, correlation_id, client_id, acks, timeout_ms, topic, partition,
+            frame[rec_start:rec_end])
 
 
 def encode_produce_response(int api_version, int32_t correlation_id, str topic,
                             int32_t partition, int64_t base_offset, int64_t log_append_time,
                             int64_t log_start_offset):
-    """Response header v0 + a ProduceResponse v3-v8 answering one partition of one topic
-    without error (no record errors, null error message, no throttling), as bytes."""
+    """The response header (v0; v1 from Produce v9) + a ProduceResponse v3-v11 answering
+    one partition of one topic without error (no record errors, null error message, no
+    throttling, no tagged fields), as bytes."""
     cdef Py_ssize_t name_len
     cdef const char *name = PyUnicode_AsUTF8AndSize(topic, &name_len)
     cdef Py_ssize_t size
@@ -109,6 +168,9 @@ def encode_produce_response(int api_version, int32_t correlation_id, str topic,
         raise ValueError(f"Produce v{api_version} is not encoded here")
     if name_len > 0x7fff:
         raise ValueError("topic name too long")
+    if api_version >= FIRST_FLEXIBLE:
+        return _encode_flexible(correlation_id, name, name_len, partition, base_offset,
+                                log_append_time, log_start_offset)
     # correlation id, topic count, name, partition count, index, error, base offset,
     # log_append_time (v2+), log_start_offset (v5+), record_errors + error_message (v8),
     # throttle_time_ms (v1+)
@@ -132,4 +194,36 @@ def encode_produce_response(int api_version, int32_t correlation_id, str topic,
         fl_put_be16(q + 4, 0xffff)        # error_message: null
         q += 6
     fl_put_be32(q, 0)                     # throttle_time_ms
+    return out
+
+
+cdef bytes _encode_flexible(int32_t correlation_id, const char *name, Py_ssize_t name_len,
+                            int32_t partition, int64_t base_offset, int64_t log_append_time,
+                            int64_t log_start_offset):
+    """encode_produce_response for v9-v11: header v1 and the compact body."""
+    cdef int name_n = uvarint_size(<uint64_t>name_len + 1)
+    # correlation id + header tags (5), one topic (1), name, one partition (1), index,
+    # error, base offset, log_append_time, log_start_offset (30), no record errors (1),
+    # null error message (1), partition tags (1), topic tags (1), throttle (4), tags (1)
+    cdef Py_ssize_t size = 5 + 1 + name_n + name_len + 1 + 30 + 1 + 1 + 1 + 1 + 4 + 1
+    out = PyBytes_FromStringAndSize(NULL, size)
+    cdef unsigned char *q = <unsigned char *>PyBytes_AS_STRING(out)
+    fl_put_be32(q, <uint32_t>correlation_id)
+    q[4] = 0
+    q[5] = 2
+    q += 6 + write_uvarint(q + 6, <uint64_t>name_len + 1)
+    memcpy(q, name, name_len)
+    q += name_len
+    q[0] = 2
+    fl_put_be32(q + 1, <uint32_t>partition)
+    fl_put_be16(q + 5, 0)
+    fl_put_be64(q + 7, <uint64_t>base_offset)
+    fl_put_be64(q + 15, <uint64_t>log_append_time)
+    fl_put_be64(q + 23, <uint64_t>log_start_offset)
+    q[31] = 1                             # record_errors: empty
+    q[32] = 0                             # error_message: null
+    q[33] = 0                             # partition tags
+    q[34] = 0                             # topic tags
+    fl_put_be32(q + 35, 0)                # throttle_time_ms
+    q[39] = 0                             # tags
     return out

@@ -8,12 +8,12 @@ ranges are clipped to the served range, so 'N+' means 'from N to the highest ser
 Pure data: imported once at startup, compiled into per-version plans by schema.py.
 """
 
-from .schema import F, Message
+from .schema import NULL, F, Message
 
 # fmt: off
 
-PRODUCE_REQUEST = Message(0, 'request', 'Produce', valid=(0, 8), flexible=9, fields=(
-    F('transactional_id', 'string', '3+', nullable='3+', default=None),
+PRODUCE_REQUEST = Message(0, 'request', 'Produce', valid=(0, 11), flexible=9, fields=(
+    F('transactional_id', 'string', '3+', nullable='3+', default=NULL),
     F('acks', 'int16', '0+'),
     F('timeout_ms', 'int32', '0+'),
     F('topic_data', '[]TopicProduceData', '0+', fields=(
@@ -25,7 +25,7 @@ PRODUCE_REQUEST = Message(0, 'request', 'Produce', valid=(0, 8), flexible=9, fie
     )),
 ))
 
-PRODUCE_RESPONSE = Message(0, 'response', 'Produce', valid=(0, 8), flexible=9, fields=(
+PRODUCE_RESPONSE = Message(0, 'response', 'Produce', valid=(0, 11), flexible=9, fields=(
     F('responses', '[]TopicProduceResponse', '0+', fields=(
         F('name', 'string', '0+'),
         F('partition_responses', '[]PartitionProduceResponse', '0+', fields=(
@@ -36,15 +36,26 @@ PRODUCE_RESPONSE = Message(0, 'response', 'Produce', valid=(0, 8), flexible=9, f
             F('log_start_offset', 'int64', '5+', default=-1),
             F('record_errors', '[]BatchIndexAndErrorMessage', '8+', fields=(
                 F('batch_index', 'int32', '8+'),
-                F('batch_index_error_message', 'string', '8+', nullable='8+', default=None),
+                F('batch_index_error_message', 'string', '8+', nullable='8+', default=NULL),
             )),
-            F('error_message', 'string', '8+', nullable='8+', default=None),
+            F('error_message', 'string', '8+', nullable='8+', default=NULL),
+            F('current_leader', 'LeaderIdAndEpoch', '10+', tag=0, tagged='10+', fields=(
+                F('leader_id', 'int32', '10+', default=-1),
+                F('leader_epoch', 'int32', '10+', default=-1),
+            )),
         )),
     )),
     F('throttle_time_ms', 'int32', '1+', default=0),
+    F('node_endpoints', '[]NodeEndpoint', '10+', tag=0, tagged='10+', fields=(
+        F('node_id', 'int32', '10+'),
+        F('host', 'string', '10+'),
+        F('port', 'int32', '10+'),
+        F('rack', 'string', '10+', nullable='10+', default=NULL),
+    )),
 ))
 
-FETCH_REQUEST = Message(1, 'request', 'Fetch', valid=(4, 11), flexible=12, fields=(
+FETCH_REQUEST = Message(1, 'request', 'Fetch', valid=(4, 12), flexible=12, fields=(
+    F('cluster_id', 'string', '12+', nullable='12+', tag=0, tagged='12+', default=NULL),
     F('replica_id', 'int32', '4+', default=-1),
     F('max_wait_ms', 'int32', '4+'),
     F('min_bytes', 'int32', '4+'),
@@ -58,6 +69,7 @@ FETCH_REQUEST = Message(1, 'request', 'Fetch', valid=(4, 11), flexible=12, field
             F('partition', 'int32', '4+'),
             F('current_leader_epoch', 'int32', '9+', default=-1),
             F('fetch_offset', 'int64', '4+'),
+            F('last_fetched_epoch', 'int32', '12+', default=-1),
             F('log_start_offset', 'int64', '5+', default=-1),
             F('partition_max_bytes', 'int32', '4+'),
         )),
@@ -69,7 +81,7 @@ FETCH_REQUEST = Message(1, 'request', 'Fetch', valid=(4, 11), flexible=12, field
     F('rack_id', 'string', '11+', default=''),
 ))
 
-FETCH_RESPONSE = Message(1, 'response', 'Fetch', valid=(4, 11), flexible=12, fields=(
+FETCH_RESPONSE = Message(1, 'response', 'Fetch', valid=(4, 12), flexible=12, fields=(
     F('throttle_time_ms', 'int32', '4+'),
     F('error_code', 'int16', '7+'),
     F('session_id', 'int32', '7+', default=0),
@@ -81,6 +93,18 @@ FETCH_RESPONSE = Message(1, 'response', 'Fetch', valid=(4, 11), flexible=12, fie
             F('high_watermark', 'int64', '4+'),
             F('last_stable_offset', 'int64', '4+', default=-1),
             F('log_start_offset', 'int64', '5+', default=-1),
+            F('diverging_epoch', 'EpochEndOffset', '12+', tag=0, tagged='12+', fields=(
+                F('epoch', 'int32', '12+', default=-1),
+                F('end_offset', 'int64', '12+', default=-1),
+            )),
+            F('current_leader', 'LeaderIdAndEpoch', '12+', tag=1, tagged='12+', fields=(
+                F('leader_id', 'int32', '12+', default=-1),
+                F('leader_epoch', 'int32', '12+', default=-1),
+            )),
+            F('snapshot_id', 'SnapshotId', '12+', tag=2, tagged='12+', fields=(
+                F('end_offset', 'int64', '4+', default=-1),
+                F('epoch', 'int32', '4+', default=-1),
+            )),
             F('aborted_transactions', '[]AbortedTransaction', '4+', nullable='4+', fields=(
                 F('producer_id', 'int64', '4+'),
                 F('first_offset', 'int64', '4+'),
@@ -91,7 +115,7 @@ FETCH_RESPONSE = Message(1, 'response', 'Fetch', valid=(4, 11), flexible=12, fie
     )),
 ))
 
-LIST_OFFSETS_REQUEST = Message(2, 'request', 'ListOffsets', valid=(1, 5), flexible=6, fields=(
+LIST_OFFSETS_REQUEST = Message(2, 'request', 'ListOffsets', valid=(1, 9), flexible=6, fields=(
     F('replica_id', 'int32', '1+'),
     F('isolation_level', 'int8', '2+'),
     F('topics', '[]ListOffsetsTopic', '1+', fields=(
@@ -104,7 +128,7 @@ LIST_OFFSETS_REQUEST = Message(2, 'request', 'ListOffsets', valid=(1, 5), flexib
     )),
 ))
 
-LIST_OFFSETS_RESPONSE = Message(2, 'response', 'ListOffsets', valid=(1, 5), flexible=6, fields=(
+LIST_OFFSETS_RESPONSE = Message(2, 'response', 'ListOffsets', valid=(1, 9), flexible=6, fields=(
     F('throttle_time_ms', 'int32', '2+'),
     F('topics', '[]ListOffsetsTopicResponse', '1+', fields=(
         F('name', 'string', '1+'),
@@ -118,28 +142,30 @@ LIST_OFFSETS_RESPONSE = Message(2, 'response', 'ListOffsets', valid=(1, 5), flex
     )),
 ))
 
-METADATA_REQUEST = Message(3, 'request', 'Metadata', valid=(0, 8), flexible=9, fields=(
+METADATA_REQUEST = Message(3, 'request', 'Metadata', valid=(0, 13), flexible=9, fields=(
     F('topics', '[]MetadataRequestTopic', '0+', nullable='1+', fields=(
-        F('name', 'string', '0+'),
+        F('topic_id', 'uuid', '10+'),
+        F('name', 'string', '0+', nullable='10+'),
     )),
     F('allow_auto_topic_creation', 'bool', '4+', default=True),
-    F('include_cluster_authorized_operations', 'bool', '8+'),
+    F('include_cluster_authorized_operations', 'bool', '8-10'),
     F('include_topic_authorized_operations', 'bool', '8+'),
 ))
 
-METADATA_RESPONSE = Message(3, 'response', 'Metadata', valid=(0, 8), flexible=9, fields=(
+METADATA_RESPONSE = Message(3, 'response', 'Metadata', valid=(0, 13), flexible=9, fields=(
     F('throttle_time_ms', 'int32', '3+'),
     F('brokers', '[]MetadataResponseBroker', '0+', fields=(
         F('node_id', 'int32', '0+'),
         F('host', 'string', '0+'),
         F('port', 'int32', '0+'),
-        F('rack', 'string', '1+', nullable='1+', default=None),
+        F('rack', 'string', '1+', nullable='1+', default=NULL),
     )),
-    F('cluster_id', 'string', '2+', nullable='2+', default=None),
+    F('cluster_id', 'string', '2+', nullable='2+', default=NULL),
     F('controller_id', 'int32', '1+', default=-1),
     F('topics', '[]MetadataResponseTopic', '0+', fields=(
         F('error_code', 'int16', '0+'),
-        F('name', 'string', '0+'),
+        F('name', 'string', '0+', nullable='12+'),
+        F('topic_id', 'uuid', '10+'),
         F('is_internal', 'bool', '1+', default=False),
         F('partitions', '[]MetadataResponsePartition', '0+', fields=(
             F('error_code', 'int16', '0+'),
@@ -152,14 +178,15 @@ METADATA_RESPONSE = Message(3, 'response', 'Metadata', valid=(0, 8), flexible=9,
         )),
         F('topic_authorized_operations', 'int32', '8+', default=-2147483648),
     )),
-    F('cluster_authorized_operations', 'int32', '8+', default=-2147483648),
+    F('cluster_authorized_operations', 'int32', '8-10', default=-2147483648),
+    F('error_code', 'int16', '13+'),
 ))
 
-OFFSET_COMMIT_REQUEST = Message(8, 'request', 'OffsetCommit', valid=(1, 7), flexible=8, fields=(
+OFFSET_COMMIT_REQUEST = Message(8, 'request', 'OffsetCommit', valid=(1, 9), flexible=8, fields=(
     F('group_id', 'string', '1+'),
     F('generation_id_or_member_epoch', 'int32', '1+', default=-1),
     F('member_id', 'string', '1+'),
-    F('group_instance_id', 'string', '7+', nullable='7+', default=None),
+    F('group_instance_id', 'string', '7+', nullable='7+', default=NULL),
     F('retention_time_ms', 'int64', '2-4', default=-1),
     F('topics', '[]OffsetCommitRequestTopic', '1+', fields=(
         F('name', 'string', '1+'),
@@ -173,7 +200,7 @@ OFFSET_COMMIT_REQUEST = Message(8, 'request', 'OffsetCommit', valid=(1, 7), flex
     )),
 ))
 
-OFFSET_COMMIT_RESPONSE = Message(8, 'response', 'OffsetCommit', valid=(1, 7), flexible=8, fields=(
+OFFSET_COMMIT_RESPONSE = Message(8, 'response', 'OffsetCommit', valid=(1, 9), flexible=8, fields=(
     F('throttle_time_ms', 'int32', '3+'),
     F('topics', '[]OffsetCommitResponseTopic', '1+', fields=(
         F('name', 'string', '1+'),
@@ -184,28 +211,51 @@ OFFSET_COMMIT_RESPONSE = Message(8, 'response', 'OffsetCommit', valid=(1, 7), fl
     )),
 ))
 
-OFFSET_FETCH_REQUEST = Message(9, 'request', 'OffsetFetch', valid=(1, 7), flexible=6, fields=(
-    F('group_id', 'string', '1+'),
-    F('topics', '[]OffsetFetchRequestTopic', '1+', nullable='2+', fields=(
-        F('name', 'string', '1+'),
-        F('partition_indexes', '[]int32', '1+'),
+OFFSET_FETCH_REQUEST = Message(9, 'request', 'OffsetFetch', valid=(1, 9), flexible=6, fields=(
+    F('group_id', 'string', '1-7'),
+    F('topics', '[]OffsetFetchRequestTopic', '1-7', nullable='2-7', fields=(
+        F('name', 'string', '1-7'),
+        F('partition_indexes', '[]int32', '1-7'),
+    )),
+    F('groups', '[]OffsetFetchRequestGroup', '8+', fields=(
+        F('group_id', 'string', '8+'),
+        F('member_id', 'string', '9+', nullable='9+', default=NULL),
+        F('member_epoch', 'int32', '9+', default=-1),
+        F('topics', '[]OffsetFetchRequestTopics', '8+', nullable='8+', fields=(
+            F('name', 'string', '8+'),
+            F('partition_indexes', '[]int32', '8+'),
+        )),
     )),
     F('require_stable', 'bool', '7+', default=False),
 ))
 
-OFFSET_FETCH_RESPONSE = Message(9, 'response', 'OffsetFetch', valid=(1, 7), flexible=6, fields=(
+OFFSET_FETCH_RESPONSE = Message(9, 'response', 'OffsetFetch', valid=(1, 9), flexible=6, fields=(
     F('throttle_time_ms', 'int32', '3+'),
-    F('topics', '[]OffsetFetchResponseTopic', '1+', fields=(
-        F('name', 'string', '1+'),
-        F('partitions', '[]OffsetFetchResponsePartition', '1+', fields=(
-            F('partition_index', 'int32', '1+'),
-            F('committed_offset', 'int64', '1+'),
-            F('committed_leader_epoch', 'int32', '5+', default=-1),
-            F('metadata', 'string', '1+', nullable='1+'),
-            F('error_code', 'int16', '1+'),
+    F('topics', '[]OffsetFetchResponseTopic', '1-7', fields=(
+        F('name', 'string', '1-7'),
+        F('partitions', '[]OffsetFetchResponsePartition', '1-7', fields=(
+            F('partition_index', 'int32', '1-7'),
+            F('committed_offset', 'int64', '1-7'),
+            F('committed_leader_epoch', 'int32', '5-7', default=-1),
+            F('metadata', 'string', '1-7', nullable='1-7'),
+            F('error_code', 'int16', '1-7'),
         )),
     )),
-    F('error_code', 'int16', '2+', default=0),
+    F('error_code', 'int16', '2-7', default=0),
+    F('groups', '[]OffsetFetchResponseGroup', '8+', fields=(
+        F('group_id', 'string', '8+'),
+        F('topics', '[]OffsetFetchResponseTopics', '8+', fields=(
+            F('name', 'string', '8+'),
+            F('partitions', '[]OffsetFetchResponsePartitions', '8+', fields=(
+                F('partition_index', 'int32', '8+'),
+                F('committed_offset', 'int64', '8+'),
+                F('committed_leader_epoch', 'int32', '8+', default=-1),
+                F('metadata', 'string', '8+', nullable='8+'),
+                F('error_code', 'int16', '8+'),
+            )),
+        )),
+        F('error_code', 'int16', '8+', default=0),
+    )),
 ))
 
 FIND_COORDINATOR_REQUEST = Message(10, 'request', 'FindCoordinator', valid=(0, 4), flexible=3, fields=(
@@ -231,55 +281,59 @@ FIND_COORDINATOR_RESPONSE = Message(10, 'response', 'FindCoordinator', valid=(0,
     )),
 ))
 
-JOIN_GROUP_REQUEST = Message(11, 'request', 'JoinGroup', valid=(0, 5), flexible=6, fields=(
+JOIN_GROUP_REQUEST = Message(11, 'request', 'JoinGroup', valid=(0, 9), flexible=6, fields=(
     F('group_id', 'string', '0+'),
     F('session_timeout_ms', 'int32', '0+'),
     F('rebalance_timeout_ms', 'int32', '1+', default=-1),
     F('member_id', 'string', '0+'),
-    F('group_instance_id', 'string', '5+', nullable='5+', default=None),
+    F('group_instance_id', 'string', '5+', nullable='5+', default=NULL),
     F('protocol_type', 'string', '0+'),
     F('protocols', '[]JoinGroupRequestProtocol', '0+', fields=(
         F('name', 'string', '0+'),
         F('metadata', 'bytes', '0+'),
     )),
+    F('reason', 'string', '8+', nullable='8+', default=NULL),
 ))
 
-JOIN_GROUP_RESPONSE = Message(11, 'response', 'JoinGroup', valid=(0, 5), flexible=6, fields=(
+JOIN_GROUP_RESPONSE = Message(11, 'response', 'JoinGroup', valid=(0, 9), flexible=6, fields=(
     F('throttle_time_ms', 'int32', '2+'),
     F('error_code', 'int16', '0+'),
     F('generation_id', 'int32', '0+', default=-1),
-    F('protocol_name', 'string', '0+'),
+    F('protocol_type', 'string', '7+', nullable='7+', default=NULL),
+    F('protocol_name', 'string', '0+', nullable='7+'),
     F('leader', 'string', '0+'),
+    F('skip_assignment', 'bool', '9+', default=False),
     F('member_id', 'string', '0+'),
     F('members', '[]JoinGroupResponseMember', '0+', fields=(
         F('member_id', 'string', '0+'),
-        F('group_instance_id', 'string', '5+', nullable='5+', default=None),
+        F('group_instance_id', 'string', '5+', nullable='5+', default=NULL),
         F('metadata', 'bytes', '0+'),
     )),
 ))
 
-HEARTBEAT_REQUEST = Message(12, 'request', 'Heartbeat', valid=(0, 3), flexible=4, fields=(
+HEARTBEAT_REQUEST = Message(12, 'request', 'Heartbeat', valid=(0, 4), flexible=4, fields=(
     F('group_id', 'string', '0+'),
     F('generation_id', 'int32', '0+'),
     F('member_id', 'string', '0+'),
-    F('group_instance_id', 'string', '3+', nullable='3+', default=None),
+    F('group_instance_id', 'string', '3+', nullable='3+', default=NULL),
 ))
 
-HEARTBEAT_RESPONSE = Message(12, 'response', 'Heartbeat', valid=(0, 3), flexible=4, fields=(
+HEARTBEAT_RESPONSE = Message(12, 'response', 'Heartbeat', valid=(0, 4), flexible=4, fields=(
     F('throttle_time_ms', 'int32', '1+'),
     F('error_code', 'int16', '0+'),
 ))
 
-LEAVE_GROUP_REQUEST = Message(13, 'request', 'LeaveGroup', valid=(0, 3), flexible=4, fields=(
+LEAVE_GROUP_REQUEST = Message(13, 'request', 'LeaveGroup', valid=(0, 5), flexible=4, fields=(
     F('group_id', 'string', '0+'),
     F('member_id', 'string', '0-2'),
     F('members', '[]MemberIdentity', '3+', fields=(
         F('member_id', 'string', '3+'),
-        F('group_instance_id', 'string', '3+', nullable='3+', default=None),
+        F('group_instance_id', 'string', '3+', nullable='3+', default=NULL),
+        F('reason', 'string', '5+', nullable='5+', default=NULL),
     )),
 ))
 
-LEAVE_GROUP_RESPONSE = Message(13, 'response', 'LeaveGroup', valid=(0, 3), flexible=4, fields=(
+LEAVE_GROUP_RESPONSE = Message(13, 'response', 'LeaveGroup', valid=(0, 5), flexible=4, fields=(
     F('throttle_time_ms', 'int32', '1+'),
     F('error_code', 'int16', '0+'),
     F('members', '[]MemberResponse', '3+', fields=(
@@ -289,29 +343,33 @@ LEAVE_GROUP_RESPONSE = Message(13, 'response', 'LeaveGroup', valid=(0, 3), flexi
     )),
 ))
 
-SYNC_GROUP_REQUEST = Message(14, 'request', 'SyncGroup', valid=(0, 3), flexible=4, fields=(
+SYNC_GROUP_REQUEST = Message(14, 'request', 'SyncGroup', valid=(0, 5), flexible=4, fields=(
     F('group_id', 'string', '0+'),
     F('generation_id', 'int32', '0+'),
     F('member_id', 'string', '0+'),
-    F('group_instance_id', 'string', '3+', nullable='3+', default=None),
+    F('group_instance_id', 'string', '3+', nullable='3+', default=NULL),
+    F('protocol_type', 'string', '5+', nullable='5+', default=NULL),
+    F('protocol_name', 'string', '5+', nullable='5+', default=NULL),
     F('assignments', '[]SyncGroupRequestAssignment', '0+', fields=(
         F('member_id', 'string', '0+'),
         F('assignment', 'bytes', '0+'),
     )),
 ))
 
-SYNC_GROUP_RESPONSE = Message(14, 'response', 'SyncGroup', valid=(0, 3), flexible=4, fields=(
+SYNC_GROUP_RESPONSE = Message(14, 'response', 'SyncGroup', valid=(0, 5), flexible=4, fields=(
     F('throttle_time_ms', 'int32', '1+'),
     F('error_code', 'int16', '0+'),
+    F('protocol_type', 'string', '5+', nullable='5+', default=NULL),
+    F('protocol_name', 'string', '5+', nullable='5+', default=NULL),
     F('assignment', 'bytes', '0+'),
 ))
 
-DESCRIBE_GROUPS_REQUEST = Message(15, 'request', 'DescribeGroups', valid=(0, 4), flexible=5, fields=(
+DESCRIBE_GROUPS_REQUEST = Message(15, 'request', 'DescribeGroups', valid=(0, 5), flexible=5, fields=(
     F('groups', '[]string', '0+'),
     F('include_authorized_operations', 'bool', '3+'),
 ))
 
-DESCRIBE_GROUPS_RESPONSE = Message(15, 'response', 'DescribeGroups', valid=(0, 4), flexible=5, fields=(
+DESCRIBE_GROUPS_RESPONSE = Message(15, 'response', 'DescribeGroups', valid=(0, 5), flexible=5, fields=(
     F('throttle_time_ms', 'int32', '1+'),
     F('groups', '[]DescribedGroup', '0+', fields=(
         F('error_code', 'int16', '0+'),
@@ -321,7 +379,7 @@ DESCRIBE_GROUPS_RESPONSE = Message(15, 'response', 'DescribeGroups', valid=(0, 4
         F('protocol_data', 'string', '0+'),
         F('members', '[]DescribedGroupMember', '0+', fields=(
             F('member_id', 'string', '0+'),
-            F('group_instance_id', 'string', '4+', nullable='4+', default=None),
+            F('group_instance_id', 'string', '4+', nullable='4+', default=NULL),
             F('client_id', 'string', '0+'),
             F('client_host', 'string', '0+'),
             F('member_metadata', 'bytes', '0+'),
@@ -374,7 +432,7 @@ API_VERSIONS_RESPONSE = Message(18, 'response', 'ApiVersions', valid=(0, 4), fle
     F('zk_migration_ready', 'bool', '3+', tag=3, tagged='3+', default=False),
 ))
 
-CREATE_TOPICS_REQUEST = Message(19, 'request', 'CreateTopics', valid=(2, 4), flexible=5, fields=(
+CREATE_TOPICS_REQUEST = Message(19, 'request', 'CreateTopics', valid=(2, 7), flexible=5, fields=(
     F('topics', '[]CreatableTopic', '2+', fields=(
         F('name', 'string', '2+'),
         F('num_partitions', 'int32', '2+'),
@@ -392,29 +450,46 @@ CREATE_TOPICS_REQUEST = Message(19, 'request', 'CreateTopics', valid=(2, 4), fle
     F('validate_only', 'bool', '2+', default=False),
 ))
 
-CREATE_TOPICS_RESPONSE = Message(19, 'response', 'CreateTopics', valid=(2, 4), flexible=5, fields=(
+CREATE_TOPICS_RESPONSE = Message(19, 'response', 'CreateTopics', valid=(2, 7), flexible=5, fields=(
     F('throttle_time_ms', 'int32', '2+'),
     F('topics', '[]CreatableTopicResult', '2+', fields=(
         F('name', 'string', '2+'),
+        F('topic_id', 'uuid', '7+'),
         F('error_code', 'int16', '2+'),
         F('error_message', 'string', '2+', nullable='2+'),
+        F('topic_config_error_code', 'int16', '5+', tag=0, tagged='5+'),
+        F('num_partitions', 'int32', '5+', default=-1),
+        F('replication_factor', 'int16', '5+', default=-1),
+        F('configs', '[]CreatableTopicConfigs', '5+', nullable='5+', fields=(
+            F('name', 'string', '5+'),
+            F('value', 'string', '5+', nullable='5+'),
+            F('read_only', 'bool', '5+'),
+            F('config_source', 'int8', '5+', default=-1),
+            F('is_sensitive', 'bool', '5+'),
+        )),
     )),
 ))
 
-DELETE_TOPICS_REQUEST = Message(20, 'request', 'DeleteTopics', valid=(1, 3), flexible=4, fields=(
-    F('topic_names', '[]string', '1+'),
+DELETE_TOPICS_REQUEST = Message(20, 'request', 'DeleteTopics', valid=(1, 6), flexible=4, fields=(
+    F('topics', '[]DeleteTopicState', '6+', fields=(
+        F('name', 'string', '6+', nullable='6+', default=NULL),
+        F('topic_id', 'uuid', '6+'),
+    )),
+    F('topic_names', '[]string', '1-5'),
     F('timeout_ms', 'int32', '1+'),
 ))
 
-DELETE_TOPICS_RESPONSE = Message(20, 'response', 'DeleteTopics', valid=(1, 3), flexible=4, fields=(
+DELETE_TOPICS_RESPONSE = Message(20, 'response', 'DeleteTopics', valid=(1, 6), flexible=4, fields=(
     F('throttle_time_ms', 'int32', '1+'),
     F('responses', '[]DeletableTopicResult', '1+', fields=(
-        F('name', 'string', '1+'),
+        F('name', 'string', '1+', nullable='6+'),
+        F('topic_id', 'uuid', '6+'),
         F('error_code', 'int16', '1+'),
+        F('error_message', 'string', '5+', nullable='5+', default=NULL),
     )),
 ))
 
-DELETE_RECORDS_REQUEST = Message(21, 'request', 'DeleteRecords', valid=(0, 1), flexible=2, fields=(
+DELETE_RECORDS_REQUEST = Message(21, 'request', 'DeleteRecords', valid=(0, 2), flexible=2, fields=(
     F('topics', '[]DeleteRecordsTopic', '0+', fields=(
         F('name', 'string', '0+'),
         F('partitions', '[]DeleteRecordsPartition', '0+', fields=(
@@ -425,7 +500,7 @@ DELETE_RECORDS_REQUEST = Message(21, 'request', 'DeleteRecords', valid=(0, 1), f
     F('timeout_ms', 'int32', '0+'),
 ))
 
-DELETE_RECORDS_RESPONSE = Message(21, 'response', 'DeleteRecords', valid=(0, 1), flexible=2, fields=(
+DELETE_RECORDS_RESPONSE = Message(21, 'response', 'DeleteRecords', valid=(0, 2), flexible=2, fields=(
     F('throttle_time_ms', 'int32', '0+'),
     F('topics', '[]DeleteRecordsTopicResult', '0+', fields=(
         F('name', 'string', '0+'),
@@ -451,7 +526,7 @@ INIT_PRODUCER_ID_RESPONSE = Message(22, 'response', 'InitProducerId', valid=(0, 
     F('producer_epoch', 'int16', '0+'),
 ))
 
-OFFSET_FOR_LEADER_EPOCH_REQUEST = Message(23, 'request', 'OffsetForLeaderEpoch', valid=(2, 3), flexible=4, fields=(
+OFFSET_FOR_LEADER_EPOCH_REQUEST = Message(23, 'request', 'OffsetForLeaderEpoch', valid=(2, 4), flexible=4, fields=(
     F('replica_id', 'int32', '3+', default=-2),
     F('topics', '[]OffsetForLeaderTopic', '2+', fields=(
         F('topic', 'string', '2+'),
@@ -463,7 +538,7 @@ OFFSET_FOR_LEADER_EPOCH_REQUEST = Message(23, 'request', 'OffsetForLeaderEpoch',
     )),
 ))
 
-OFFSET_FOR_LEADER_EPOCH_RESPONSE = Message(23, 'response', 'OffsetForLeaderEpoch', valid=(2, 3), flexible=4, fields=(
+OFFSET_FOR_LEADER_EPOCH_RESPONSE = Message(23, 'response', 'OffsetForLeaderEpoch', valid=(2, 4), flexible=4, fields=(
     F('throttle_time_ms', 'int32', '2+'),
     F('topics', '[]OffsetForLeaderTopicResult', '2+', fields=(
         F('topic', 'string', '2+'),
@@ -476,7 +551,7 @@ OFFSET_FOR_LEADER_EPOCH_RESPONSE = Message(23, 'response', 'OffsetForLeaderEpoch
     )),
 ))
 
-DESCRIBE_CONFIGS_REQUEST = Message(32, 'request', 'DescribeConfigs', valid=(1, 3), flexible=4, fields=(
+DESCRIBE_CONFIGS_REQUEST = Message(32, 'request', 'DescribeConfigs', valid=(1, 4), flexible=4, fields=(
     F('resources', '[]DescribeConfigsResource', '1+', fields=(
         F('resource_type', 'int8', '1+'),
         F('resource_name', 'string', '1+'),
@@ -486,7 +561,7 @@ DESCRIBE_CONFIGS_REQUEST = Message(32, 'request', 'DescribeConfigs', valid=(1, 3
     F('include_documentation', 'bool', '3+', default=False),
 ))
 
-DESCRIBE_CONFIGS_RESPONSE = Message(32, 'response', 'DescribeConfigs', valid=(1, 3), flexible=4, fields=(
+DESCRIBE_CONFIGS_RESPONSE = Message(32, 'response', 'DescribeConfigs', valid=(1, 4), flexible=4, fields=(
     F('throttle_time_ms', 'int32', '1+'),
     F('results', '[]DescribeConfigsResult', '1+', fields=(
         F('error_code', 'int16', '1+'),
@@ -510,7 +585,7 @@ DESCRIBE_CONFIGS_RESPONSE = Message(32, 'response', 'DescribeConfigs', valid=(1,
     )),
 ))
 
-ALTER_CONFIGS_REQUEST = Message(33, 'request', 'AlterConfigs', valid=(0, 1), flexible=2, fields=(
+ALTER_CONFIGS_REQUEST = Message(33, 'request', 'AlterConfigs', valid=(0, 2), flexible=2, fields=(
     F('resources', '[]AlterConfigsResource', '0+', fields=(
         F('resource_type', 'int8', '0+'),
         F('resource_name', 'string', '0+'),
@@ -522,7 +597,7 @@ ALTER_CONFIGS_REQUEST = Message(33, 'request', 'AlterConfigs', valid=(0, 1), fle
     F('validate_only', 'bool', '0+'),
 ))
 
-ALTER_CONFIGS_RESPONSE = Message(33, 'response', 'AlterConfigs', valid=(0, 1), flexible=2, fields=(
+ALTER_CONFIGS_RESPONSE = Message(33, 'response', 'AlterConfigs', valid=(0, 2), flexible=2, fields=(
     F('throttle_time_ms', 'int32', '0+'),
     F('responses', '[]AlterConfigsResourceResponse', '0+', fields=(
         F('error_code', 'int16', '0+'),
@@ -555,11 +630,11 @@ INCREMENTAL_ALTER_CONFIGS_RESPONSE = Message(44, 'response', 'IncrementalAlterCo
     )),
 ))
 
-DELETE_GROUPS_REQUEST = Message(42, 'request', 'DeleteGroups', valid=(0, 1), flexible=2, fields=(
+DELETE_GROUPS_REQUEST = Message(42, 'request', 'DeleteGroups', valid=(0, 2), flexible=2, fields=(
     F('groups_names', '[]string', '0+'),
 ))
 
-DELETE_GROUPS_RESPONSE = Message(42, 'response', 'DeleteGroups', valid=(0, 1), flexible=2, fields=(
+DELETE_GROUPS_RESPONSE = Message(42, 'response', 'DeleteGroups', valid=(0, 2), flexible=2, fields=(
     F('throttle_time_ms', 'int32', '0+'),
     F('results', '[]DeletableGroupResult', '0+', fields=(
         F('group_id', 'string', '0+'),
@@ -589,7 +664,7 @@ OFFSET_DELETE_RESPONSE = Message(47, 'response', 'OffsetDelete', valid=(0, 0), f
     )),
 ))
 
-CREATE_PARTITIONS_REQUEST = Message(37, 'request', 'CreatePartitions', valid=(0, 1), flexible=2, fields=(
+CREATE_PARTITIONS_REQUEST = Message(37, 'request', 'CreatePartitions', valid=(0, 3), flexible=2, fields=(
     F('topics', '[]CreatePartitionsTopic', '0+', fields=(
         F('name', 'string', '0+'),
         F('count', 'int32', '0+'),
@@ -601,12 +676,12 @@ CREATE_PARTITIONS_REQUEST = Message(37, 'request', 'CreatePartitions', valid=(0,
     F('validate_only', 'bool', '0+'),
 ))
 
-CREATE_PARTITIONS_RESPONSE = Message(37, 'response', 'CreatePartitions', valid=(0, 1), flexible=2, fields=(
+CREATE_PARTITIONS_RESPONSE = Message(37, 'response', 'CreatePartitions', valid=(0, 3), flexible=2, fields=(
     F('throttle_time_ms', 'int32', '0+'),
     F('results', '[]CreatePartitionsTopicResult', '0+', fields=(
         F('name', 'string', '0+'),
         F('error_code', 'int16', '0+'),
-        F('error_message', 'string', '0+', nullable='0+', default=None),
+        F('error_message', 'string', '0+', nullable='0+', default=NULL),
     )),
 ))
 
@@ -758,7 +833,7 @@ ALTER_PARTITION_REASSIGNMENTS_REQUEST = Message(45, 'request', 'AlterPartitionRe
         F('name', 'string', '0+'),
         F('partitions', '[]ReassignablePartition', '0+', fields=(
             F('partition_index', 'int32', '0+'),
-            F('replicas', '[]int32', '0+', nullable='0+', default=None),
+            F('replicas', '[]int32', '0+', nullable='0+', default=NULL),
         )),
     )),
 ))
@@ -779,7 +854,7 @@ ALTER_PARTITION_REASSIGNMENTS_RESPONSE = Message(45, 'response', 'AlterPartition
 
 LIST_PARTITION_REASSIGNMENTS_REQUEST = Message(46, 'request', 'ListPartitionReassignments', valid=(0, 0), flexible=0, fields=(
     F('timeout_ms', 'int32', '0+', default=60000),
-    F('topics', '[]ListPartitionReassignmentsTopics', '0+', nullable='0+', default=None, fields=(
+    F('topics', '[]ListPartitionReassignmentsTopics', '0+', nullable='0+', default=NULL, fields=(
         F('name', 'string', '0+'),
         F('partition_indexes', '[]int32', '0+'),
     )),
@@ -873,7 +948,7 @@ TXN_OFFSET_COMMIT_REQUEST = Message(28, 'request', 'TxnOffsetCommit', valid=(0, 
     F('producer_epoch', 'int16', '0+'),
     F('generation_id', 'int32', '3+', default=-1),
     F('member_id', 'string', '3+', default=''),
-    F('group_instance_id', 'string', '3+', nullable='3+', default=None),
+    F('group_instance_id', 'string', '3+', nullable='3+', default=NULL),
     F('topics', '[]TxnOffsetCommitRequestTopic', '0+', fields=(
         F('name', 'string', '0+'),
         F('partitions', '[]TxnOffsetCommitRequestPartition', '0+', fields=(
@@ -974,7 +1049,7 @@ DESCRIBE_PRODUCERS_RESPONSE = Message(61, 'response', 'DescribeProducers', valid
         F('partitions', '[]PartitionResponse', '0+', fields=(
             F('partition_index', 'int32', '0+'),
             F('error_code', 'int16', '0+'),
-            F('error_message', 'string', '0+', nullable='0+', default=None),
+            F('error_message', 'string', '0+', nullable='0+', default=NULL),
             F('active_producers', '[]ProducerState', '0+', fields=(
                 F('producer_id', 'int64', '0+'),
                 F('producer_epoch', 'int32', '0+'),
@@ -995,7 +1070,7 @@ DESCRIBE_CLUSTER_REQUEST = Message(60, 'request', 'DescribeCluster', valid=(0, 1
 DESCRIBE_CLUSTER_RESPONSE = Message(60, 'response', 'DescribeCluster', valid=(0, 1), flexible=0, fields=(
     F('throttle_time_ms', 'int32', '0+'),
     F('error_code', 'int16', '0+'),
-    F('error_message', 'string', '0+', nullable='0+', default=None),
+    F('error_message', 'string', '0+', nullable='0+', default=NULL),
     F('endpoint_type', 'int8', '1+', default=1),
     F('cluster_id', 'string', '0+'),
     F('controller_id', 'int32', '0+', default=-1),
@@ -1003,7 +1078,7 @@ DESCRIBE_CLUSTER_RESPONSE = Message(60, 'response', 'DescribeCluster', valid=(0,
         F('broker_id', 'int32', '0+'),
         F('host', 'string', '0+'),
         F('port', 'int32', '0+'),
-        F('rack', 'string', '0+', nullable='0+', default=None),
+        F('rack', 'string', '0+', nullable='0+', default=NULL),
     )),
     F('cluster_authorized_operations', 'int32', '0+', default=-2147483648),
 ))

@@ -2,9 +2,10 @@
 decode and encode functions over _codec's Reader/Writer.
 
 Description format (ours): ``F(name, type, versions, nullable=, tag=, tagged=, default=,
-fields=)``. ``type`` is a primitive (int8 int16 int32 int64 uint16 float64 bool uuid string
-bytes records), ``[]X`` for an array of primitive X or of struct X (then ``fields`` gives
-X's fields), or a struct name with ``fields`` for a single nested struct. Version strings
+fields=)``, ``default=NULL`` for the spec's explicit null. ``type`` is a primitive (int8
+int16 int32 int64 uint16 float64 bool uuid string bytes records), ``[]X`` for an array of
+primitive X or of struct X (then ``fields`` gives X's fields), or a struct name with
+``fields`` for a single nested struct. Version strings
 are "N+", "N-M" or "N". A Message adds the api key, the served version range and the first
 flexible version (compact strings/arrays/bytes and a tag buffer after every struct).
 
@@ -43,6 +44,16 @@ _ZERO = {"int8": 0, "int16": 0, "int32": 0, "int64": 0, "uint16": 0, "float64": 
 ZERO_UUID = bytes(16)  # _codec reads and writes uuids as their 16 raw bytes
 
 
+class _Null:
+    """F(default=NULL): the spec's explicit null default, told apart from no default."""
+
+    def __repr__(self):
+        return "NULL"
+
+
+NULL = _Null()
+
+
 def parse_versions(text):
     """'3+' -> (3, None); '0-12' -> (0, 12); '2' -> (2, 2)."""
     if text is None:
@@ -79,6 +90,8 @@ class F:
         self.default = self._resolve_default(default)
 
     def _resolve_default(self, default):
+        if default is NULL:
+            return None  # the spec's "default": "null" (e.g. group_instance_id)
         if self.is_array or self.fields is not None:
             return None if default is None and self.nullable is not None else default
         if default is not None:

@@ -67,6 +67,7 @@ from fastlog.protocol import ApiKey, Errors, KafkaApiError
 from fastlog.protocol._fetch import encode_fetch_response, parse_fetch_request
 from fastlog.protocol._produce import encode_produce_response, parse_produce_request
 from fastlog.protocol.api_keys import SCRAM_MECHANISM_TYPES
+from fastlog.protocol.schema import ZERO_UUID
 from fastlog.protocol.topics import INTERNAL_TOPICS
 from fastlog.security import ScramCredential
 from fastlog.security.acl import AclBindingFilter, binding_from_wire
@@ -142,6 +143,8 @@ OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 LIST_OFFSETS_LATEST = -1
 LIST_OFFSETS_EARLIEST = -2
 LIST_OFFSETS_MAX_TIMESTAMP = -3
+LIST_OFFSETS_EARLIEST_LOCAL = -4   # v8+ (KIP-405): the local log's start
+LIST_OFFSETS_LATEST_TIERED = -5    # v9+ (KIP-1005): the last offset in remote storage
 
 # DescribeCluster v1's endpoint types (Kafka's EndpointType).
 ENDPOINT_BROKER = 1
@@ -364,7 +367,7 @@ class KafkaApis:
         if fast is not None and (self.broker.authorizer is None
                                  or self._may_fast(conn, WRITE, fast[5])):
             try:
-                return await self._produce_one(*fast)
+                return await self._produce_one(conn, *fast)
             except CloseConnection:
                 raise
             except Exception:
@@ -733,13 +736,35 @@ class KafkaApis:
         broker = self.broker
         v = ctx.api_version
         md = broker.metadata
+        topics = []
+        by_id = False
         if request.topics is None or (v == 0 and not request.topics):
             # All topics: only those the principal may Describe are listed.
             names = [n for n in md.topic_names()
                      if authorize(ctx, DESCRIBE, TOPIC, n, log_denied=False)]
         else:
-            names = list(dict.fromkeys(t.name for t in request.topics))  # Kafka dedups
-        auto_create = broker.config["auto.create.topics.enable"] and (
+            for t in request.topics:
+                named, with_id = t.name is not None, t.topic_id != ZERO_UUID
+                if (v < 12 and (not named or with_id)) or not (named or with_id):
+                    # Kafka: up to v11 names only (v10-11 have the id field unused); v12+
+                    # a name or an id
+                    why = f"Metadata v{v}: a topic needs a name" + (
+                        " or an id" if v >= 12 else " (no topic ids before v12)")
+                    report_limited(log, logging.INFO, ("metadata-topic", v), "closing %r: %s",
+                                   ctx.connection, why)
+                    raise CloseConnection(why)
+            # v12+: topics asked for by id (Kafka then ignores the names)
+            by_id = v >= 12 and any(t.topic_id != ZERO_UUID for t in request.topics)
+            if by_id:
+                ids = {t.topic_id for t in request.topics if t.topic_id != ZERO_UUID}
+                known = _topic_names_by_id(md, ids)
+                names = [known[i] for i in ids if i in known]
+                topics.extend({"error_code": Errors.UNKNOWN_TOPIC_ID, "name": None,
+                               "topic_id": i, "is_internal": False, "partitions": []}
+                              for i in ids if i not in known)
+            else:
+                names = list(dict.fromkeys(t.name for t in request.topics))  # Kafka dedups
+        auto_create = broker.config["auto.create.topics.enable"] and not by_id and (
             v < 4 or request.allow_auto_topic_creation)
         topic_ops = v >= 8 and request.include_topic_authorized_operations
         may_create_any = None
@@ -747,10 +772,13 @@ class KafkaApis:
         # Each broker as reachable on the listener this request came in on (Kafka matches
         # the listener name; a broker without that listener is left out).
         live = broker.live_brokers(request_listener(ctx))
-        topics = []
         for name in names:
             if not authorize(ctx, DESCRIBE, TOPIC, name):
-                topics.append({"error_code": Errors.TOPIC_AUTHORIZATION_FAILED, "name": name,
+                # (asked by id: the id is answered, the name withheld, as Kafka does)
+                state = md.topic(name) if by_id else None
+                topics.append({"error_code": Errors.TOPIC_AUTHORIZATION_FAILED,
+                               "name": None if by_id else name,
+                               "topic_id": state.topic_id_bytes if state else ZERO_UUID,
                                "is_internal": False, "partitions": []})
                 continue
             state = md.topic(name)
@@ -782,6 +810,7 @@ class KafkaApis:
             topics.append({
                 "error_code": Errors.NONE,
                 "name": name,
+                "topic_id": state.topic_id_bytes,
                 "is_internal": state.internal,
                 "partitions": [_partition_metadata(p, ps, live_ids, broker.node_id,
                                                    broker.replica_manager.is_offline(name, p))
@@ -999,11 +1028,38 @@ class KafkaApis:
             if any(r.error != Errors.NONE for r in results.values()):
                 raise CloseConnection("acks=0 produce failed")
             return None
+        moved = []
         for t in request.topic_data:
-            responses.append({"name": t.name, "partition_responses": [
-                _partition_produce_response(p.index, results[(t.name, p.index)])
-                for p in t.partition_data]})
-        return {"responses": responses, "throttle_time_ms": 0}
+            parts = []
+            for p in t.partition_data:
+                parts.append(_partition_produce_response(p.index, results[(t.name, p.index)]))
+                if parts[-1]["error_code"] == Errors.NOT_LEADER_OR_FOLLOWER:
+                    moved.append((parts[-1], t.name, p.index))
+            responses.append({"name": t.name, "partition_responses": parts})
+        return {"responses": responses, "throttle_time_ms": 0,
+                "node_endpoints": self._leader_hints(request_listener(ctx), moved)
+                if moved and v >= 10 else []}
+
+    def _leader_hints(self, listener: str | None, moved: list[tuple[dict, str, int]]
+                      ) -> list[dict]:
+        """KIP-951 (Produce v10+, Fetch v12+): each partition answer in `moved` (a
+        partition answered NOT_LEADER_OR_FOLLOWER, or FENCED_LEADER_EPOCH to a fetch, with
+        its topic and index) names the partition's leader and epoch as this broker knows
+        them, so the client goes there without a Metadata round trip; returns those
+        leaders' endpoints on `listener` (Produce's node_endpoints)."""
+        md = self.broker.metadata
+        leaders = set()
+        for entry, topic, partition in moved:
+            state = md.topic(topic)
+            ps = state.partitions.get(partition) if state is not None else None
+            if ps is None or ps.leader < 0:
+                continue  # unknown: Kafka's -1/-1, the tag's default
+            entry["current_leader"] = {"leader_id": ps.leader, "leader_epoch": ps.leader_epoch}
+            leaders.add(ps.leader)
+        if not leaders:
+            return []
+        return [{"node_id": b, "host": host, "port": port, "rack": rack}
+                for b, host, port, rack in self.broker.live_brokers(listener) if b in leaders]
 
     async def _append_led(self, topic, partition, records, acks, api_version
                           ) -> PartitionResult:
@@ -1029,9 +1085,9 @@ class KafkaApis:
             topic, partition, records, acks, api_version, in_place=True, checked=checked,
             write_behind=True))
 
-    async def _produce_one(self, api_version, correlation_id, client_id, acks, timeout_ms,
-                           topic, partition, records):
-        """Produce v3-v8 of one partition of one topic without a transactional id, as
+    async def _produce_one(self, conn, api_version, correlation_id, client_id, acks,
+                           timeout_ms, topic, partition, records):
+        """Produce v3-v11 of one partition of one topic without a transactional id, as
         fastlog.protocol._produce read it from the frame: the same steps as
         handle_produce, answered in compiled code when the append succeeded. Returns
         the response parts (None for acks=0)."""
@@ -1050,10 +1106,12 @@ class KafkaApis:
             return [encode_produce_response(api_version, correlation_id, topic, partition,
                                             r.base_offset, r.log_append_time,
                                             r.log_start_offset)]
+        answer = _partition_produce_response(partition, r)
+        endpoints = (self._leader_hints(conn.state.get("listener"), [(answer, topic, partition)])
+                     if api_version >= 10 and r.error == Errors.NOT_LEADER_OR_FOLLOWER else [])
         return protocol.encode_response(ApiKey.PRODUCE, api_version, correlation_id, {
-            "responses": [{"name": topic, "partition_responses": [
-                _partition_produce_response(partition, r)]}],
-            "throttle_time_ms": 0})
+            "responses": [{"name": topic, "partition_responses": [answer]}],
+            "throttle_time_ms": 0, "node_endpoints": endpoints})
 
     # ------------------------------------------------------------------ Fetch
     def _fetch_one(self, api_version, correlation_id, client_id, max_wait_ms, min_bytes,
@@ -1158,6 +1216,8 @@ class KafkaApis:
                 if p is None:
                     entry["error_code"] = err
                     errored = True
+                    if v >= 12 and err == Errors.NOT_LEADER_OR_FOLLOWER:
+                        self._leader_hints(None, [(entry, t.topic, fp.partition)])
                     continue
                 if from_follower and (request.replica_id not in p.replicas
                                       or request.replica_id == self.broker.node_id):
@@ -1170,7 +1230,23 @@ class KafkaApis:
                 if epoch_error != Errors.NONE:
                     entry["error_code"] = epoch_error
                     errored = True
+                    if v >= 12 and epoch_error == Errors.FENCED_LEADER_EPOCH:
+                        self._leader_hints(None, [(entry, t.topic, fp.partition)])
                     continue
+                if v >= 12 and fp.last_fetched_epoch >= 0:
+                    # KIP-595/Fetch v12: the fetcher's log ends with that epoch; if ours
+                    # ends that epoch earlier (or knows only older ones), answer where they
+                    # diverge instead of records, so it truncates without
+                    # OffsetForLeaderEpoch (Kafka's Partition.readRecords).
+                    epoch, end = self.broker.end_offset_for_epoch(p, fp.last_fetched_epoch)
+                    if epoch < fp.last_fetched_epoch or end < fp.fetch_offset:
+                        log_ = p.log
+                        entry.update(high_watermark=p.high_watermark,
+                                     last_stable_offset=rm.last_stable_offset(p),
+                                     log_start_offset=log_.log_start_offset,
+                                     diverging_epoch={"epoch": epoch, "end_offset": end})
+                        errored = True  # answer now: the fetcher must truncate first
+                        continue
                 budget = min(fp.partition_max_bytes, max_bytes - total)
                 res = rm.read_partition(p, fp.fetch_offset, max(budget, 0),
                                         min_one_batch=(total == 0), from_follower=from_follower,
@@ -1226,6 +1302,13 @@ class KafkaApis:
                 if ts == LIST_OFFSETS_EARLIEST:
                     entry["offset"] = log_.log_start_offset
                     entry["leader_epoch"] = p.leader_epoch
+                elif ts == LIST_OFFSETS_EARLIEST_LOCAL:
+                    # no tiered storage: the whole log is local (Kafka answers the same)
+                    entry["offset"] = log_.log_start_offset
+                    entry["leader_epoch"] = log_.leader_epoch_cache.epoch_for_offset(
+                        log_.log_start_offset)
+                elif ts == LIST_OFFSETS_LATEST_TIERED:
+                    pass  # nothing tiered: Kafka answers offset -1, epoch -1
                 elif ts == LIST_OFFSETS_LATEST:
                     if self.broker.replica_manager.high_watermark_pending(p):
                         # a new leader still learning the committed end: clients retry
@@ -1271,6 +1354,8 @@ class KafkaApis:
         may_create_any = authorize_cluster(ctx, CREATE, log_denied=False)
         for t in request.topics:
             error, message = Errors.NONE, None
+            created = {}
+            topic_id = ZERO_UUID  # (v7+: the new topic's; validate_only creates none)
             name = t.name
             try:
                 if seen[name] > 1:
@@ -1288,8 +1373,20 @@ class KafkaApis:
                 configs = self._parse_topic_configs({c.name: c.value for c in t.configs},
                                                     name)
                 if not request.validate_only:
-                    await broker.create_topic(name, partitions, rf, configs,
-                                              assignment=assignment)
+                    state = await broker.create_topic(name, partitions, rf, configs,
+                                                      assignment=assignment)
+                    topic_id = state.topic_id_bytes if state is not None else ZERO_UUID
+                if v >= 5:
+                    # KIP-525: what the topic got (also for validate_only, as Kafka); its
+                    # configs only for a principal that may describe them
+                    created = {"num_partitions": partitions, "replication_factor": rf}
+                    if authorize(ctx, DESCRIBE_CONFIGS, TOPIC, name, log_denied=False):
+                        created["configs"] = [
+                            {k: c[k] for k in ("name", "value", "read_only", "config_source",
+                                               "is_sensitive")}
+                            for c in self._topic_config_entries(configs, None, False)]
+                    else:
+                        created["topic_config_error_code"] = Errors.TOPIC_AUTHORIZATION_FAILED
             except _ApiError as e:
                 error, message = e.code, e.message
             except KeyError:  # cluster mode: another broker created it meanwhile
@@ -1297,7 +1394,8 @@ class KafkaApis:
             except Exception as e:  # noqa: BLE001 - one bad topic must not fail the rest
                 log.exception("creating topic %r failed", name)
                 error, message = Errors.UNKNOWN_SERVER_ERROR, str(e)
-            results.append({"name": name, "error_code": error, "error_message": message})
+            results.append({"name": name, "topic_id": topic_id, "error_code": error,
+                            "error_message": message, **created})
         return {"throttle_time_ms": 0, "topics": results}
 
     def _creation_shape(self, t, v) -> tuple[int, int, list[list[int]] | None]:
@@ -1392,13 +1490,35 @@ class KafkaApis:
     # ------------------------------------------------------------------ DeleteTopics
     async def handle_delete_topics(self, ctx, request):
         broker = self.broker
+        # (name, id) of each topic: v6+ names a topic or gives its id (KIP-516)
+        if ctx.api_version >= 6:
+            asked = [(t.name, bytes(t.topic_id)) for t in request.topics]
+        else:
+            asked = [(name, ZERO_UUID) for name in request.topic_names]
         if self._not_controller():
             return {"throttle_time_ms": 0, "responses": [
-                {"name": name, "error_code": Errors.NOT_CONTROLLER}
-                for name in request.topic_names]}
+                {"name": name, "topic_id": topic_id, "error_code": Errors.NOT_CONTROLLER}
+                for name, topic_id in asked]}
+        known = _topic_names_by_id(broker.metadata,
+                                   {i for n, i in asked if n is None and i != ZERO_UUID})
         results = []
-        for name in request.topic_names:
+        for name, topic_id in asked:
             error = Errors.NONE
+            message = None
+            if name is not None and topic_id != ZERO_UUID:
+                results.append({"name": name, "topic_id": topic_id,
+                                "error_code": Errors.INVALID_REQUEST, "error_message":
+                                "You may not specify both topic name and topic id."})
+                continue
+            if name is None:
+                name = known.get(topic_id)
+                if name is None:
+                    results.append({"name": None, "topic_id": topic_id,
+                                    "error_code": Errors.UNKNOWN_TOPIC_ID})
+                    continue
+            state = broker.metadata.topic(name)
+            if state is not None:
+                topic_id = state.topic_id_bytes
             if not authorize(ctx, DELETE, TOPIC, name):
                 error = Errors.TOPIC_AUTHORIZATION_FAILED
             elif not broker.config["delete.topic.enable"]:
@@ -1412,10 +1532,11 @@ class KafkaApis:
             else:
                 try:
                     await broker.delete_topic(name)
-                except Exception:  # noqa: BLE001
+                except Exception as e:  # noqa: BLE001
                     log.exception("deleting topic %r failed", name)
-                    error = Errors.UNKNOWN_SERVER_ERROR
-            results.append({"name": name, "error_code": error})
+                    error, message = Errors.UNKNOWN_SERVER_ERROR, str(e)
+            results.append({"name": name, "topic_id": topic_id, "error_code": error,
+                            "error_message": message})
         return {"throttle_time_ms": 0, "responses": results}
 
     # ------------------------------------------------------------------ DeleteRecords
@@ -1472,14 +1593,19 @@ class KafkaApis:
             if problem is not None:
                 raise _ApiError(Errors.INVALID_TOPIC_EXCEPTION, problem)
             raise _ApiError(Errors.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist")
-        defaults = broker.config.topic_defaults()
+        return self._topic_config_entries(state.configs, keys, synonyms)
+
+    def _topic_config_entries(self, overrides: dict[str, str], keys, synonyms) -> list[dict]:
+        """Every topic config key (or those in `keys`) of a topic with these overrides,
+        with its value, source and (with `synonyms`) the layers below it."""
+        defaults = self.broker.config.topic_defaults()
         out = []
         for key in sorted(TOPIC_CONFIG_TYPES):
             if keys is not None and key not in keys:
                 continue
             syn = self._broker_synonyms(key)
-            if key in state.configs:
-                value, source = state.configs[key], SOURCE_DYNAMIC_TOPIC
+            if key in overrides:
+                value, source = overrides[key], SOURCE_DYNAMIC_TOPIC
                 syn.insert(0, {"name": key, "value": value, "source": SOURCE_DYNAMIC_TOPIC})
             else:
                 value = format_config_value(defaults[key])
@@ -1827,6 +1953,19 @@ def _check_config_access(ctx, res, operation: int) -> None:
         if not authorize_cluster(ctx, operation):
             raise _ApiError(Errors.CLUSTER_AUTHORIZATION_FAILED,
                             "Cluster authorization failed.")
+
+
+def _topic_names_by_id(md, ids: set[bytes]) -> dict[bytes, str]:
+    """{topic id (16 bytes): name} of the topics with those ids (a scan: requests by id
+    are rare and small)."""
+    if not ids:
+        return {}
+    found = {}
+    for name in md.topic_names():
+        state = md.topic(name)
+        if state is not None and state.topic_id_bytes in ids:
+            found[state.topic_id_bytes] = name
+    return found
 
 
 def _timestamp_offset(found, default_epoch: int) -> tuple[int, int, int]:

@@ -58,7 +58,8 @@ class CachedPartition:
     last answered."""
 
     __slots__ = ("topic", "partition", "fetch_offset", "partition_max_bytes",
-                 "current_leader_epoch", "log_start_offset", "high_watermark",
+                 "current_leader_epoch", "last_fetched_epoch", "log_start_offset",
+                 "high_watermark",
                  "local_log_start_offset", "last_stable_offset", "read_from")
 
     def __init__(self, topic: str, fp):
@@ -77,6 +78,7 @@ class CachedPartition:
         self.fetch_offset = fp.fetch_offset
         self.partition_max_bytes = fp.partition_max_bytes
         self.current_leader_epoch = fp.current_leader_epoch
+        self.last_fetched_epoch = fp.last_fetched_epoch
         self.log_start_offset = fp.log_start_offset
 
     def maybe_update_response_data(self, entry: dict, update: bool) -> bool:

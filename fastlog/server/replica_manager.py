@@ -280,6 +280,7 @@ class ReplicaManager:
         p = Partition(topic, partition, log_, leader_epoch, replicas)
         self._load_producer_state(p)
         self.partitions[p.key] = p
+        self._resume_move(p)
         return p
 
     def delete_partition(self, topic: str, partition: int) -> None:
@@ -321,6 +322,16 @@ class ReplicaManager:
             log.info("%s: moving from %s to %s", p, lm.log_dir_of(topic, partition), dest)
             self._spawn(self._move_log(p, future))
         return Errors.NONE
+
+    def _resume_move(self, p: Partition) -> None:
+        """A move between log dirs that a restart interrupted (its future log was loaded
+        again by the LogManager) goes on once the partition is hosted, as Kafka's
+        ReplicaAlterLogDirsManager resumes it."""
+        entry = self.broker.log_manager.future_log(p.topic, p.partition)
+        if entry is not None:
+            log.info("%s: resuming the move to %s at offset %d", p, entry[1],
+                     entry[0].log_end_offset)
+            self._spawn(self._move_log(p, entry[0]))
 
     async def _move_log(self, p: Partition, future) -> None:
         """Copy the partition's batches into its future log (Kafka's
@@ -447,6 +458,7 @@ class ReplicaManager:
             p = Partition(topic, partition, log_, leader_epoch, replicas, local_id=self.node_id)
             self._load_producer_state(p)
             self.partitions[key] = p
+            self._resume_move(p)
         else:  # opened in single-node style before the cluster roles arrived
             p.local_id = self.node_id
             p.leader_id = NO_LEADER

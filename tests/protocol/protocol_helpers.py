@@ -4,6 +4,7 @@ descriptions, and the kafka-python message classes used as an independent refere
 import importlib
 import pkgutil
 import random
+import uuid
 
 import pytest
 
@@ -109,6 +110,8 @@ def normalize(value):
         return sum(1 << b for b in value)
     if isinstance(value, memoryview | bytearray):
         return bytes(value)
+    if isinstance(value, uuid.UUID):  # kafka-python's uuids; ours are the 16 raw bytes
+        return value.bytes
     return value
 
 

@@ -1,5 +1,6 @@
-"""fastlog.protocol._produce: the compiled Produce v3-v8 reader and success answer agree
-with the generic codec byte for byte, and step aside (None) for every other shape."""
+"""fastlog.protocol._produce: the compiled Produce v3-v11 reader and success answer (v9+
+flexible) agree with the generic codec byte for byte, and step aside (None) for every
+other shape."""
 
 import struct
 
@@ -75,6 +76,11 @@ def test_empty_records_are_read():
     (produce_frame(8, topics=()), "no topic"),
     (produce_frame(8, topics=(("a", ()),)), "no partition"),
     (produce_frame(8, topics=(("a", ((0, None),)),)), "null records"),
+    (produce_frame(9, transactional_id="tx"), "v9 transactional"),
+    (produce_frame(9, topics=(("a", ((0, RECORDS), (1, RECORDS))),)), "v9 two partitions"),
+    (produce_frame(9, topics=(("a", ((0, RECORDS),)), ("b", ((0, RECORDS),)))), "v9 two topics"),
+    (produce_frame(10, topics=(("a", ((0, None),)),)), "v10 null records"),
+    (produce_frame(11) + b"\0", "v11 trailing byte"),
     (produce_frame(8) + b"\0", "trailing byte"),
     (produce_frame(2), "v2 (answered with an error by the handler)"),
     (produce_frame(0), "v0"),
@@ -85,10 +91,35 @@ def test_other_shapes_are_left_to_the_generic_path(frame, why):
     assert parse_produce_request(frame) is None, why
 
 
-def test_a_flexible_version_is_left_alone():
-    frame = bytearray(produce_frame(8))
-    struct.pack_into(">h", frame, 2, 9)
+def test_a_version_above_the_served_ones_is_left_alone():
+    frame = bytearray(produce_frame(11))
+    struct.pack_into(">h", frame, 2, 12)
     assert parse_produce_request(frame) is None
+
+
+@pytest.mark.parametrize("version", [9, 10, 11])
+def test_flexible_records_longer_than_a_one_byte_varint_are_read(version):
+    records = bytes(range(256)) * 700  # 179,200 bytes: a three-byte compact length
+    fast = parse_produce_request(produce_frame(version, topics=(("t", ((0, records),)),)))
+    assert fast is not None and bytes(fast[7]) == records
+
+
+def _tagged(frame, at):
+    """`frame` with one tagged field (tag 7, 2 bytes) put in the tag buffer at `at`."""
+    assert frame[at] == 0
+    return frame[:at] + b"\x01\x07\x02ab" + frame[at + 1:]
+
+
+@pytest.mark.parametrize("where", ["header", "partition", "topic", "request"])
+def test_flexible_tagged_fields_are_left_to_the_generic_path(where):
+    frame = produce_frame(9, client_id="cid")
+    at = {"header": 2 + 2 + 4 + 2 + 3, "partition": len(frame) - 3,
+          "topic": len(frame) - 2, "request": len(frame) - 1}[where]
+    tagged = _tagged(frame, at)
+    assert parse_produce_request(tagged) is None
+    header, offset = decode_request_header(tagged)  # while the generic path reads it
+    req = decode_request(header.api_key, header.api_version, tagged, offset)
+    assert bytes(req.topic_data[0].partition_data[0].records) == RECORDS
 
 
 @pytest.mark.parametrize("client_id", [None, "cid"])
@@ -102,16 +133,18 @@ def test_invalid_utf8_names_are_left_to_the_generic_path(client_id):
         assert parse_produce_request(frame) is None
 
 
-def test_every_truncation_is_refused():
-    frame = produce_frame(5, client_id="cid")
+@pytest.mark.parametrize("version", [5, 9])
+def test_every_truncation_is_refused(version):
+    frame = produce_frame(version, client_id="cid")
     for n in range(len(frame)):
         assert parse_produce_request(frame[:n]) is None
 
 
 @settings(max_examples=400, deadline=None)
 @given(st.binary(max_size=120), st.integers(0, 119), st.binary(min_size=1, max_size=4))
-def test_damaged_frames_never_crash_and_never_disagree(tail, at, patch):
-    frame = bytearray(produce_frame(8, topics=(("t", ((0, tail),)),)))
+@pytest.mark.parametrize("version", [8, 9])
+def test_damaged_frames_never_crash_and_never_disagree(version, tail, at, patch):
+    frame = bytearray(produce_frame(version, topics=(("t", ((0, tail),)),)))
     at = min(at, len(frame) - 1)
     frame[at:at + len(patch)] = patch
     fast = parse_produce_request(bytes(frame))
@@ -143,7 +176,7 @@ def test_answer_is_the_generic_encoding(version, topic, offsets):
                                    start_offset) == generic
 
 
-@pytest.mark.parametrize("version", [0, 2, 9])
+@pytest.mark.parametrize("version", [0, 2, 12])
 def test_answer_refuses_versions_it_does_not_encode(version):
     with pytest.raises(ValueError):
         encode_produce_response(version, 1, "t", 0, 0, -1, 0)

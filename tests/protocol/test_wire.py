@@ -84,11 +84,11 @@ def test_unknown_api_key_still_yields_the_header():
 
 
 def test_unserved_version_of_a_known_api_is_unsupported():
-    frame = kp_request(KpProduceRequest, 9, transactional_id=None, acks=1, timeout_ms=1,
+    frame = kp_request(KpProduceRequest, 12, transactional_id=None, acks=1, timeout_ms=1,
                        topic_data=[])
     with pytest.raises(UnsupportedVersionError) as ei:
         decode_request_header(frame)
-    assert ei.value.header.api_version == 9
+    assert ei.value.header.api_version == 12
     assert ei.value.body_offset == 2 + 2 + 4 + 2 + len("tester") + 1  # v2 header: tag buffer
     assert unsupported_version_response(ei.value.header) is None  # Kafka closes
 
@@ -145,7 +145,7 @@ def test_supported_versions_are_all_described():
                 ApiKey.INIT_PRODUCER_ID):
         assert SUPPORTED_VERSIONS[key][0] == 0
     assert SUPPORTED_VERSIONS[ApiKey.OFFSET_COMMIT][0] <= 2
-    assert SUPPORTED_VERSIONS[ApiKey.FETCH] == (4, 11)
+    assert SUPPORTED_VERSIONS[ApiKey.FETCH] == (4, 12)
 
 
 # --- response headers and tagged fields --------------------------------------------------

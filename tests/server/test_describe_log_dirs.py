@@ -3,11 +3,13 @@ kafka-python's admin client and on the wire: a broker with two log dirs lists bo
 with the partitions it holds, their size on disk, offset lag 0 and is_future_key false,
 and (v4) the file system's total and usable bytes; asked for some partitions, only those
 are listed. A partition moved to the other dir while a producer writes to it keeps every
-record and its offsets, is served from there, and stays there after a restart."""
+record and its offsets, is served from there, and stays there after a restart; a move a
+restart interrupts goes on from where its copy had got to (Kafka's `-future` log)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 
 from confluent_kafka import Producer, TopicPartition
@@ -69,15 +71,21 @@ def _partition_dirs(b, topic):
             for res in r.results for t in res.topics if t.name == topic for p in t.partitions}
 
 
-def test_alter_replica_log_dirs_moves_a_partition_while_it_serves(broker_factory, tmp_path):
+def _partition_to_move(broker_factory, tmp_path, count: int):
+    """A broker with two log dirs and small segments (a move copies many of them), topic
+    "mv" of one partition holding the first half of `count` records; (broker, the
+    records, the partition's dir, the other dir)."""
     dirs = [os.path.abspath(tmp_path / "d1"), os.path.abspath(tmp_path / "d2")]
-    # small segments: the move copies many of them
     b = broker_factory({"log.dirs": ",".join(dirs), "log.segment.bytes": "20000"})
     create(b, "mv", partitions=1)
-    values = [b"v%05d-" % i + b"x" * 200 for i in range(1000)]
-    produce(b, "mv", values[:500])
-    (source,) = {d for (p, fut), d in _partition_dirs(b, "mv").items() if p == 0}
-    dest = next(d for d in dirs if d != source)
+    values = [b"v%05d-" % i + b"x" * 200 for i in range(count)]
+    produce(b, "mv", values[:count // 2])
+    (source,) = _partition_dirs(b, "mv").values()
+    return b, values, source, next(d for d in dirs if d != source)
+
+
+def test_alter_replica_log_dirs_moves_a_partition_while_it_serves(broker_factory, tmp_path):
+    b, values, source, dest = _partition_to_move(broker_factory, tmp_path, 1000)
     # a producer keeps writing while the partition moves
     stop = threading.Event()
     sent = []
@@ -153,3 +161,26 @@ def test_a_moved_partition_keeps_its_log_start(broker_factory, tmp_path):
             w.close()
         assert offsets == {-2: deleted, -1: 10}
         assert produce(b, name, [b"next"]) == [10]
+
+
+def test_a_move_interrupted_by_a_restart_goes_on(broker_factory, tmp_path):
+    b, values, source, dest = _partition_to_move(broker_factory, tmp_path, 600)
+    # What a move stopped by a crash half way leaves: the destination's future log holding
+    # the first 300 records while the current log went on to 600.
+    b.stop()
+    copied = os.path.join(tmp_path, "copied")
+    shutil.copytree(os.path.join(source, "mv-0"), copied)
+    b.start()
+    produce(b, "mv", values[300:])
+    b.stop()
+    shutil.move(copied, os.path.join(dest, "mv-0.0123456789abcdef-future"))
+    b.start()
+    wait_until(lambda: _partition_dirs(b, "mv") == {(0, False): dest}, 30,
+               what="the resumed move completed")
+    assert "resuming the move" in b.log_tail(400)
+    assert not os.path.isdir(os.path.join(source, "mv-0"))
+    assert [n for n in os.listdir(dest) if n.endswith("-future")] == []
+    got = consume(b, "mv", 0, 0, 600)
+    assert [v for _, _, v in got] == values
+    assert [o for o, _, _ in got] == list(range(600))
+    assert produce(b, "mv", [b"after"]) == [600]

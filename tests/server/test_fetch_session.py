@@ -228,7 +228,8 @@ def _request(session_id, epoch, partitions=(), forgotten=()):
     """A decoded Fetch request as fastlog.protocol gives it, for the session cache alone."""
     from types import SimpleNamespace as NS
     topics = [NS(topic="t", partitions=[NS(partition=p, fetch_offset=0, partition_max_bytes=1,
-                                           current_leader_epoch=-1, log_start_offset=-1)
+                                           current_leader_epoch=-1, last_fetched_epoch=-1,
+                                           log_start_offset=-1)
                                         for p in partitions])] if partitions else []
     return NS(session_id=session_id, session_epoch=epoch, topics=topics,
               forgotten_topics_data=[NS(topic="t", partitions=list(forgotten))] if forgotten else [])

@@ -172,14 +172,16 @@ async def handle_join_group(ctx, request):
         rebalance_timeout_ms=request.rebalance_timeout_ms if v >= 1 else -1,
         session_timeout_ms=request.session_timeout_ms,
         protocol_type=request.protocol_type,
-        protocols=[(p.name, bytes(p.metadata)) for p in request.protocols])
+        protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
+        skip_assignment_supported=v >= 9)
     return {
         "throttle_time_ms": 0,
         "error_code": res.error,
         "generation_id": res.generation_id,
         "protocol_type": res.protocol_type,  # v7+, if ever served
-        "protocol_name": res.protocol_name or "",
+        "protocol_name": res.protocol_name or ("" if v < 7 else None),  # null v7+
         "leader": res.leader_id,
+        "skip_assignment": res.skip_assignment,
         "member_id": res.member_id,
         "members": [{"member_id": m, "group_instance_id": i, "metadata": md}
                     for m, i, md in res.members],
@@ -194,9 +196,10 @@ async def handle_sync_group(ctx, request):
     if c is None:
         return {"throttle_time_ms": 0, "error_code": Errors.COORDINATOR_NOT_AVAILABLE,
                 "assignment": b""}
+    v5 = ctx.api_version >= 5  # (below, the fields hold their default, "": not sent)
     res = await c.sync_group(
         request.group_id, request.generation_id, request.member_id, request.group_instance_id,
-        getattr(request, "protocol_type", None), getattr(request, "protocol_name", None),
+        request.protocol_type if v5 else None, request.protocol_name if v5 else None,
         {a.member_id: bytes(a.assignment) for a in request.assignments})
     return {"throttle_time_ms": 0, "error_code": res.error,
             "protocol_type": res.protocol_type, "protocol_name": res.protocol_name,
@@ -298,23 +301,42 @@ async def handle_offset_commit(ctx, request):
 async def handle_offset_fetch(ctx, request):
     c = _coordinator(ctx)
     v = ctx.api_version
+    if v >= 8:
+        # v8+ (KIP-709): several groups in one request, each answered as a request of its
+        # own would be (v9's member id and epoch are for KIP-848 groups; a classic group,
+        # the only kind served, ignores them as Kafka's does)
+        groups = []
+        for g in request.groups:
+            err, topics = await _fetch_group_offsets(ctx, c, g.group_id, g.topics,
+                                                     request.require_stable)
+            groups.append({"group_id": g.group_id, "error_code": err, "topics": topics})
+        return {"throttle_time_ms": 0, "groups": groups}
+    err, topics = await _fetch_group_offsets(ctx, c, request.group_id, request.topics,
+                                             v >= 7 and request.require_stable)
+    if err is not Errors.NONE and v < 2:
+        # v1 has no top-level error: every partition carries it.
+        got = dict.fromkeys([(t.name, p) for t in request.topics or ()
+                             for p in t.partition_indexes], None)
+        return {"throttle_time_ms": 0, "topics": _by_topic(got, lambda p, _: {
+            "partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1,
+            "metadata": "", "error_code": err})}
+    return {"throttle_time_ms": 0, "error_code": err, "topics": topics}
+
+
+async def _fetch_group_offsets(ctx, c, group_id: str, asked, require_stable: bool):
+    """(error code, topic answers) of one group's OffsetFetch: the partitions `asked`
+    (request topics; None for all the group has)."""
     wanted = None
-    if request.topics is not None:
-        wanted = [(t.name, p) for t in request.topics for p in t.partition_indexes]
-    if not authorize(ctx, READ, GROUP, request.group_id):
+    if asked is not None:
+        wanted = [(t.name, p) for t in asked for p in t.partition_indexes]
+    if not authorize(ctx, READ, GROUP, group_id):
         err, got = Errors.GROUP_AUTHORIZATION_FAILED, {}
     elif c is None:
         err, got = Errors.COORDINATOR_NOT_AVAILABLE, {}
     else:
-        err, got = await c.fetch_offsets(request.group_id, wanted)
+        err, got = await c.fetch_offsets(group_id, wanted)
     if err is not Errors.NONE:
-        if v < 2:
-            # v1 has no top-level error: every partition carries it.
-            got = dict.fromkeys(wanted or [], None)
-            return {"throttle_time_ms": 0, "topics": _by_topic(got, lambda p, _: {
-                "partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1,
-                "metadata": "", "error_code": err})}
-        return {"throttle_time_ms": 0, "error_code": err, "topics": []}
+        return err, []
 
     def part(p, om):
         if om is None:
@@ -344,13 +366,13 @@ async def handle_offset_fetch(ctx, request):
     allowed = {tp: om for tp, om in got.items() if topics[tp[0]]}
     # v7 require_stable (KIP-447): a partition with a transactional commit still pending
     # answers UNSTABLE_OFFSET_COMMIT (the client retries) instead of the older offset.
-    if v >= 7 and request.require_stable:
-        for tp in c.unstable_offsets(request.group_id, allowed):
+    if require_stable:
+        for tp in c.unstable_offsets(group_id, allowed):
             allowed[tp] = _UNSTABLE
     out = _by_topic(allowed, part_or_unstable)
     if wanted is not None:
         out += _by_topic(denied, refused)
-    return {"throttle_time_ms": 0, "error_code": Errors.NONE, "topics": out}
+    return Errors.NONE, out
 
 
 async def handle_offset_delete(ctx, request):

@@ -80,6 +80,7 @@ class JoinResult:
     leader_id: str = ""
     member_id: str = ""
     members: list[tuple[str, str | None, bytes]] = dataclasses.field(default_factory=list)
+    skip_assignment: bool = False  # JoinGroup v9+ (KIP-814)
 
 
 @dataclasses.dataclass
@@ -250,7 +251,8 @@ class GroupCoordinator(PartitionedCoordinator):
     async def join_group(self, group_id: str, member_id: str, group_instance_id: str | None,
                          require_known_member_id: bool, client_id: str, client_host: str,
                          rebalance_timeout_ms: int, session_timeout_ms: int,
-                         protocol_type: str, protocols: list[tuple[str, bytes]]) -> JoinResult:
+                         protocol_type: str, protocols: list[tuple[str, bytes]],
+                         skip_assignment_supported: bool = False) -> JoinResult:
         err = self._check_status(group_id)
         if err is not Errors.NONE:
             return JoinResult(err, member_id=member_id)
@@ -277,7 +279,8 @@ class GroupCoordinator(PartitionedCoordinator):
         if is_unknown:
             new_id = f"{client_id}-{uuid.uuid4()}"
             if group_instance_id is not None:
-                self._static_member_join(group, new_id, group_instance_id, client_id,
+                self._static_member_join(group, new_id, group_instance_id,
+                                         skip_assignment_supported, client_id,
                                          client_host, rebalance_timeout_ms, session_timeout_ms,
                                          protocol_type, protocols, fut)
             elif require_known_member_id:
@@ -337,9 +340,9 @@ class GroupCoordinator(PartitionedCoordinator):
             return JoinResult(Errors.UNKNOWN_MEMBER_ID, member_id=member_id)
         return None
 
-    def _static_member_join(self, group, new_id, instance_id, client_id, client_host,
-                            rebalance_timeout_ms, session_timeout_ms, protocol_type, protocols,
-                            fut) -> None:
+    def _static_member_join(self, group, new_id, instance_id, skip_assignment_supported,
+                            client_id, client_host, rebalance_timeout_ms, session_timeout_ms,
+                            protocol_type, protocols, fut) -> None:
         old_id = group.static_member_id(instance_id)
         if old_id is None:
             self._add_member_and_rebalance(group, new_id, instance_id, client_id, client_host,
@@ -366,6 +369,12 @@ class GroupCoordinator(PartitionedCoordinator):
             member.session_timeout_ms = session_timeout_ms
             self._schedule_heartbeat(group, member)
             self._spawn(self._store_group_quietly(group))
+            if skip_assignment_supported and group.is_leader(new_id):
+                # JoinGroup v9+ (KIP-814): the restarted leader learns it leads (so it goes
+                # on watching metadata for changes) and that it must not assign again.
+                fut.set_result(dataclasses.replace(self._join_result_for(group, member),
+                                                   skip_assignment=True))
+                return
             fut.set_result(JoinResult(Errors.NONE, group.generation_id, group.protocol_type,
                                       group.protocol_name, current_leader or "", new_id, []))
             return

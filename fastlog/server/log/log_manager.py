@@ -363,16 +363,33 @@ class LogManager:
     # ------------------------------------------------------------------ moving between dirs
     # AlterReplicaLogDirs (Kafka's future logs): the partition's copy grows in the
     # destination dir as `<topic>-<partition>.<uuid>-future` while the current log serves;
-    # promote_future_log swaps them once the copy has caught up. A move survives a crash
-    # only after the swap's first rename (see _settle_futures_found).
+    # promote_future_log swaps them once the copy has caught up. A move goes on across a
+    # restart, as Kafka's: the future log is loaded again (see _settle_futures_found) and
+    # the replica manager resumes copying once it hosts the partition.
 
     def _settle_futures_found(self) -> None:
         """Startup: a future log whose current log is gone (a crash inside the swap, after
-        the current one was renamed for deletion) becomes the log; any other is an
-        unfinished move, removed (the client asks again)."""
+        the current one was renamed for deletion) becomes the log; one beside a current
+        log in another dir is an unfinished move, loaded (recovered from its start: its
+        recovery point is not checkpointed) to go on; any other is removed."""
         for path in self._futures_found:
             key = parse_topic_partition(path)
             log_dir = os.path.dirname(path)
+            if key in self._logs and self._dir_of[key] != log_dir and \
+                    key not in self._future_logs and \
+                    not self.dir_failure_channel.is_offline(log_dir):
+                try:
+                    future = Log.open(path, self._config_for(key[0]), time_fn=self.time_fn,
+                                      scheduler=self.scheduler, clean_shutdown=False,
+                                      failure_channel=self.dir_failure_channel)
+                except (OSError, KafkaStorageError) as e:
+                    logger.warning("%s: unfinished move to another log dir cannot be "
+                                   "loaded (%s), removed", path, e)
+                else:
+                    self._future_logs[key] = (future, log_dir)
+                    logger.info("%s: unfinished move to this log dir, at offset %d; it goes "
+                                "on", path, future.log_end_offset)
+                    continue
             if key in self._logs or self.dir_failure_channel.is_offline(log_dir):
                 logger.warning("%s: unfinished move to another log dir, removed", path)
                 self.scheduler.submit(shutil.rmtree, path, True)
@@ -653,7 +670,7 @@ class LogManager:
                 log.close_for_failure()
             else:
                 clean &= log.close()
-        for log, _ in self._future_logs.values():  # unfinished moves: the next start drops them
+        for log, _ in self._future_logs.values():  # unfinished moves: the next start resumes them
             log.close()
         if self._owns_scheduler:
             self.scheduler.shutdown()

@@ -258,13 +258,24 @@ def test_future_log_swap_and_what_a_crash_leaves(tmp_path):
         assert mgr.get_log("mv", 0) is new and mgr.log_dir_of("mv", 0) == str(b)
         assert new.dir == str(b / "mv-0") and not (a / "mv-0").exists()
         assert read_all(new) == before
-        # An unfinished move (the current log still there): dropped at the next start.
-        mgr.create_future_log("mv", 0, str(a))
+        # An unfinished move (the current log still there), part way: kept over a
+        # restart, loaded again with what it had copied, for the replica manager to go on.
+        back = mgr.create_future_log("mv", 0, str(a))
+        data = b"".join(r.read() for r in new.read(0, 1 << 20).regions)
+        back.append(data, scan_batches(data).batches[:1], 0, assign_offsets=False)
+        copied = back.log_end_offset
+        assert 0 < copied < new.log_end_offset
     finally:
         mgr.shutdown()
     again = _manager([a, b])
     try:
-        assert again.log_dir_of("mv", 0) == str(b) and again.future_log("mv", 0) is None
+        assert again.log_dir_of("mv", 0) == str(b)
+        resumed, dest = again.future_log("mv", 0)
+        assert dest == str(a) and resumed.log_end_offset == copied
+        assert os.path.dirname(resumed.dir) == str(a)
+        assert read_all(resumed) == read_all(again.get_log("mv", 0))[:len(read_all(resumed))]
+        # Stopped (the client asks for the dir it is in): its files go.
+        again.abort_future_log("mv", 0)
         again.scheduler.drain(timeout=10)
         assert [n for n in os.listdir(a) if n.startswith("mv-0")] == []
         # A crash inside the swap, after the current log went: the future log completes it.
