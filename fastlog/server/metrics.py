@@ -563,10 +563,6 @@ class BrokerCollector:
         return members, current, lag, lag_sum
 
 
-def _no_pause() -> None:
-    pass
-
-
     def _load_time_metrics(self, kind: str, coordinator):
         """Kafka's partition-load-time-max/avg of the group- or transaction-coordinator-
         metrics group, as the JMX exporter names an attribute of a bean without a name
@@ -594,6 +590,10 @@ def _no_pause() -> None:
                             "Partitions of transactional writes refused because they were "
                             "not added to the transaction (KIP-890).",
                             tc.verification_failures)
+
+
+def _no_pause() -> None:
+    pass
 
 
 def _broker_state(b) -> int:
