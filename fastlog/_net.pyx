@@ -136,6 +136,7 @@ import socket
 import ssl
 import threading
 from collections import deque
+from heapq import heappop, heappush
 
 from fastlog.logs import RateLimitedLog
 
@@ -379,7 +380,8 @@ cdef class Connection:
         self.buffer_holders = 1
         self.state = {}
         self.api_queue = deque()
-        self.rbuf = bytearray(READ_BUFFER)
+        # Not zeroed: an idle connection's buffer costs memory only where bytes arrived.
+        self.rbuf = PyByteArray_FromStringAndSize(NULL, READ_BUFFER)
         self.rstart = 0
         self.rend = 0
         self.fd = -1
@@ -520,6 +522,14 @@ cdef class Connection:
         self.last_active = _now()
         if self.frame_start == 0:
             self.frame_start = self.last_active
+            self._watch()
+
+    cdef void _watch(self):
+        """List the connection for the receive deadline (Processor.watched): at most once
+        per expiry period, however many requests it sends meanwhile."""
+        if not self.watched and self.proc.server.receive_timeout > 0:
+            self.watched = True
+            self.proc.watched.add(self)
 
     cdef void _on_peer_eof(self):
         if self.ahead or self.writing:
@@ -892,6 +902,7 @@ cdef class Connection:
                 self.frame_start = 0
             elif count or not was_reading:
                 self.frame_start = _now()   # the rest began after a frame, or after a mute
+                self._watch()
             if not self.ahead and not self.writing and not self.closed:
                 if self.rstart == self.rend:
                     self.rstart = self.rend = 0
@@ -965,7 +976,7 @@ cdef class Connection:
         if len(self.rbuf) <= READ_BUFFER_KEEP and pool.keeps_buffers():
             keep = min(self.pool_bytes, <long long>(len(self.rbuf) - READ_BUFFER))
         else:
-            self.rbuf = bytearray(READ_BUFFER)
+            self.rbuf = PyByteArray_FromStringAndSize(NULL, READ_BUFFER)
         if self.pool_bytes > keep:
             pool.release(self.pool_bytes - keep)
             self.pool_bytes = keep
@@ -1201,6 +1212,9 @@ cdef class Connection:
         except OSError:
             pass
         self.proc.connections.pop(self.id, None)
+        if self.watched:
+            self.watched = False
+            self.proc.watched.discard(self)
         server = self.proc.server
         server.connection_count -= 1
         server._forget_ip(self.ip)
@@ -1232,6 +1246,8 @@ cdef class Processor:
         self.index = index
         self.threaded = threaded
         self.connections = {}
+        self.watched = set()
+        self.idle_heap = []
         self.to_api = []
         self.to_net = []
         self.max_ahead = MAX_AHEAD if threaded else 1
@@ -1281,14 +1297,14 @@ cdef class Processor:
             fn(*args)
 
     def _schedule_expire_check(self):
-        cdef double period = 1.0
+        self.expire_period = 1.0
         limits = (self.server.idle_timeout, self.server.receive_timeout,
                   self.server.handshake_timeout if self.server.ssl_context is not None else 0)
         for limit in limits:
             if limit > 0:
-                period = min(period, max(limit / 4, 0.01))
+                self.expire_period = min(self.expire_period, max(limit / 4, 0.01))
         if any(limit > 0 for limit in limits):
-            self.expire_handle = self.loop.call_later(period, self._expire_check)
+            self.expire_handle = self.loop.call_later(self.expire_period, self._expire_check)
 
     def _expire_check(self):
         """Close connections idle for connections.max.idle.ms, and those that began a
@@ -1296,30 +1312,53 @@ cdef class Processor:
         while we were reading (a client trickling bytes is not idle, but this catches
         it). Connections muted by the broker (a request in flight, a response being
         written, waiting for pool memory or a queue slot) are left alone. A TLS
-        handshake not finished by its deadline closes the connection in any state."""
+        handshake not finished by its deadline closes the connection in any state.
+
+        The work of a check does not grow with the connections that sit idle: the idle
+        timeout looks only at the connections whose time may be up (idle_heap, each
+        looked at about once per connections.max.idle.ms), the deadlines only at the
+        connections with a request arriving or a handshake under way (watched)."""
         cdef Connection conn
         cdef double now = _now()
         cdef double idle = self.server.idle_timeout
         cdef double receive = self.server.receive_timeout
-        for conn in list(self.connections.values()):
-            if conn.handshaking and now > conn.handshake_deadline:
-                self.server.tls_log.log(
-                    logging.INFO, "connection %s %s: closing: TLS handshake not finished "
-                    "within %.0f ms", conn.id, conn.peer, self.server.handshake_timeout * 1000)
-                conn._close("TLS handshake not finished in time", True)
+        cdef double due
+        for conn in list(self.watched):
+            if conn.handshaking:
+                if now > conn.handshake_deadline:
+                    self.server.tls_log.log(
+                        logging.INFO, "connection %s %s: closing: TLS handshake not "
+                        "finished within %.0f ms", conn.id, conn.peer,
+                        self.server.handshake_timeout * 1000)
+                    conn._close("TLS handshake not finished in time", True)
+                continue
+            if conn.frame_start == 0:
+                conn.watched = False
+                self.watched.discard(conn)
                 continue
             if conn.ahead or conn.writing or conn.pool_waiting or conn.gated:
                 continue
-            if idle > 0 and now - conn.last_active > idle:
-                conn._close(f"idle for more than {idle * 1000:.0f} ms "
-                            "(connections.max.idle.ms)")
-            elif (receive > 0 and conn.frame_start > 0 and conn.reading
-                    and now - conn.frame_start > receive):
+            if receive > 0 and conn.reading and now - conn.frame_start > receive:
                 self.server.expire_log.log(
                     logging.INFO, "connection %s %s: closing: %d bytes of a request received "
                     "and the rest not within %.0f ms (fastlog.request.receive.timeout.ms)",
                     conn.id, conn.peer, conn.rend - conn.rstart, receive * 1000)
                 conn._close("request not received in time", True)
+        heap = self.idle_heap
+        while heap and heap[0][0] <= now:
+            conn_id = heappop(heap)[1]
+            conn = self.connections.get(conn_id)
+            if conn is None or conn.closed:
+                continue
+            if conn.ahead or conn.writing or conn.pool_waiting or conn.gated:
+                due = now + self.expire_period   # muted by the broker: not idle; look again
+            elif now - conn.last_active > idle:
+                conn._close(f"idle for more than {idle * 1000:.0f} ms "
+                            "(connections.max.idle.ms)")
+                continue
+            else:
+                due = conn.last_active + idle
+            heappush(heap, (due, conn_id))
         self._schedule_expire_check()
 
     def add_connection(self, sock, peer, long long conn_id):
@@ -1332,6 +1371,8 @@ cdef class Processor:
         conn.proc = self
         conn.last_active = _now()
         self.connections[conn_id] = conn
+        if self.server.idle_timeout > 0:
+            heappush(self.idle_heap, (conn.last_active + self.server.idle_timeout, conn_id))
         if self.server.stopping:
             conn._close("server stopping", True)
             return
@@ -1348,6 +1389,8 @@ cdef class Processor:
                 return
             conn.handshaking = True
             conn.handshake_deadline = conn.last_active + self.server.handshake_timeout
+            conn.watched = True
+            self.watched.add(conn)
         conn._start_reading()
 
     def shutdown(self, done=None):

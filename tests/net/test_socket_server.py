@@ -622,6 +622,34 @@ def test_idle_connection_is_closed(mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_idle_timeout_counts_from_the_last_request(mode):
+    # The idle check looks at a connection again when its time may be up: one that kept
+    # sending stays open past several timeouts, one that stopped is closed, and many
+    # that never sent anything are closed too.
+    async def main():
+        server = await start(Echo(), idle_timeout_ms=300, **mode)
+        busy_r, busy_w = await connect(server)
+        quiet_r, quiet_w = await connect(server)
+        silent = [await connect(server) for _ in range(50)]
+        quiet_w.write(frame(b"Eq"))
+        assert await read_frame(quiet_r) == b"q"
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 1.2
+        while loop.time() < end:
+            busy_w.write(frame(b"Eb"))
+            assert await read_frame(busy_r) == b"b"
+            await asyncio.sleep(0.1)
+        assert await closed_by_server(quiet_r)
+        for r, _ in silent:
+            assert await closed_by_server(r)
+        busy_w.write(frame(b"Estill"))
+        assert await read_frame(busy_r) == b"still"
+        assert server.connection_count == 1
+        await server.stop()
+    run(main())
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_max_connections_refuses_extra(mode):
     async def main():
         server = await start(Echo(), max_connections=2, **mode)
