@@ -10,6 +10,16 @@ cdef class Processor
 cdef class SocketServer
 
 
+cdef class ConnectionQuotas:
+    cdef readonly long max_connections
+    cdef readonly long total          # open connections of every listener
+    cdef list waiting                 # listeners not accepting until a connection closes
+    cdef readonly list servers        # every listener sharing the limit
+
+    cdef void connection_closed(self)
+    cdef void _wake_waiting(self)
+
+
 cdef class _Waiters:
     cdef object lock
     cdef object queue
@@ -148,6 +158,11 @@ cdef class SocketServer:
     cdef readonly int num_network_threads
     cdef readonly Py_ssize_t max_request_size
     cdef readonly long max_connections
+    # max.connections over all the broker's listeners; protected: the inter-broker
+    # listener, which accepts at the limit (see ConnectionQuotas)
+    cdef readonly ConnectionQuotas quotas
+    cdef readonly bint protected
+    cdef bint slot_waiting
     cdef readonly double idle_timeout
     cdef readonly double receive_timeout
     cdef readonly long max_connections_per_ip

@@ -34,9 +34,13 @@
 #   - requests read and waiting for their handler [queued.max.requests]: at the bound,
 #     connections with a new frame are muted and wait in line (threaded mode; inline, a
 #     frame's handler starts as soon as it is read, so nothing queues);
-#   - connections [max.connections, max.connections.per.ip(.overrides)]: a new socket
-#     over a limit is closed; open files: accepts pause while the connections would eat
-#     into the files kept for the broker's own use (segments, checkpoints);
+#   - connections [max.connections.per.ip(.overrides)]: a new socket over the limit is
+#     closed; [max.connections]: counted over every listener of the broker (one
+#     ConnectionQuotas); at the limit a listener stops accepting until a connection
+#     closes (the socket waits in the backlog), except the inter-broker listener, whose
+#     accepts go on and close the least recently active connection of another listener
+#     instead (Kafka's ConnectionQuotas); open files: accepts pause while the
+#     connections would eat into the files kept for the broker's own use;
 #   - client quotas: a handler calls conn.throttle(ms) for a client over its quota, and
 #     the connection reads and dispatches nothing more until a timer on its processor
 #     loop ends the throttle (KIP-219's muting; the response already queued is written);
@@ -1217,6 +1221,7 @@ cdef class Connection:
             self.proc.watched.discard(self)
         server = self.proc.server
         server.connection_count -= 1
+        server.quotas.connection_closed()
         server._forget_ip(self.ip)
         if self.pool_waiting:
             self.pool_waiting = False
@@ -1484,6 +1489,64 @@ def _set_done(fut):
         fut.set_result(None)
 
 
+cdef class ConnectionQuotas:
+    """max.connections over every listener of one broker (Kafka's ConnectionQuotas).
+
+    Each SocketServer of the broker is given the same one. ``total`` counts the open
+    connections of all of them (changed under the GIL by the acceptor, on the API loop,
+    and by closes, on the processors' threads). A listener at the limit stops accepting
+    and waits here until a connection of any listener closes; the protected listener
+    (the inter-broker one, when the broker has more than one) accepts anyway, and a
+    connection of another listener, the least recently active, is closed to make room.
+    """
+
+    def __init__(self, max_connections=2 ** 31 - 1):
+        self.max_connections = max_connections
+        self.waiting = []
+        self.servers = []
+
+    cdef void connection_closed(self):
+        self.total -= 1
+        self._wake_waiting()
+
+    cdef void _wake_waiting(self):
+        cdef SocketServer server
+        if self.waiting and self.total < self.max_connections:
+            waiting, self.waiting = self.waiting, []
+            for server in waiting:
+                try:
+                    server.loop.call_soon_threadsafe(server._slot_free)
+                except RuntimeError:   # its loop is closed: it has stopped
+                    pass
+
+    def set_max_connections(self, long max_connections):
+        """A new broker-wide limit (dynamic max.connections); waiting listeners resume
+        when it leaves room, and connections already open stay, as in Kafka."""
+        self.max_connections = max_connections
+        self._wake_waiting()
+
+    def close_least_active(self):
+        """Close the least recently active connection of an unprotected listener (the
+        protected listener took the broker over its limit). On the API loop."""
+        cdef SocketServer server
+        cdef Processor proc
+        cdef Connection conn, oldest = None
+        for server in self.servers:
+            if server.protected:
+                continue
+            for proc in server.processors:
+                for conn in list(proc.connections.values()):
+                    if not conn.closed and (oldest is None
+                                            or conn.last_active < oldest.last_active):
+                        oldest = conn
+        if oldest is not None:
+            oldest.proc.server.refusal_log.log(
+                logging.WARNING, "closing connection %s %s, the least recently active: "
+                "%d connections open (max.connections) and the inter-broker listener "
+                "accepted one more", oldest.id, oldest.peer, self.total)
+            oldest.close()
+
+
 cdef class SocketServer:
     """Acceptor + processors for one listener; handlers run on the API loop.
 
@@ -1515,7 +1578,7 @@ cdef class SocketServer:
                  max_connections_per_ip_overrides=None, queued_max_request_bytes=-1,
                  queued_max_requests=2 ** 31 - 1, receive_timeout_ms=0,
                  reserved_files=64, log_interval=10.0, ssl_context=None,
-                 ssl_handshake_timeout_ms=10000):
+                 ssl_handshake_timeout_ms=10000, connection_quotas=None, protected=False):
         if num_network_threads < 1:
             raise ValueError("num_network_threads must be at least 1")
         if max_request_size < 1:
@@ -1532,6 +1595,11 @@ cdef class SocketServer:
         self.num_network_threads = num_network_threads
         self.max_request_size = min(max_request_size, 0x7fffffff)
         self.max_connections = 2 ** 31 - 1 if max_connections is None else max_connections
+        if connection_quotas is None:
+            connection_quotas = ConnectionQuotas(self.max_connections)
+        self.quotas = connection_quotas
+        self.quotas.servers.append(self)
+        self.protected = protected
         self.idle_timeout = (idle_timeout_ms or 0) / 1000.0
         self.loop = loop
         self.threaded = (num_network_threads > 1) if threaded is None else threaded
@@ -1610,6 +1678,15 @@ cdef class SocketServer:
         self.loop.remove_reader(self.lsock.fileno())
         self.loop.call_later(0.1, self._resume_accept)
 
+    def _slot_free(self):
+        """A connection closed while this listener waited at max.connections (API loop)."""
+        if not self.slot_waiting:
+            return
+        self.slot_waiting = False
+        if self.lsock is None or self.stopping or self.accept_paused:
+            return   # stopped, or the open-file pause resumes accepting itself
+        self.loop.add_reader(self.lsock.fileno(), self._on_accept)
+
     def set_connection_limits(self, max_connections, max_connections_per_ip,
                               max_connections_per_ip_overrides):
         """New connection limits (Kafka's dynamic max.connections, max.connections.per.ip
@@ -1617,6 +1694,7 @@ cdef class SocketServer:
         against them; connections already open stay, as in Kafka."""
         overrides = _resolve_hosts(max_connections_per_ip_overrides or {})
         self.max_connections = max_connections
+        self.quotas.set_max_connections(max_connections)
         self.max_connections_per_ip = max_connections_per_ip
         self.max_connections_per_ip_overrides = overrides
 
@@ -1666,7 +1744,16 @@ cdef class SocketServer:
     def _on_accept(self):
         cdef Processor proc
         cdef long limit
+        cdef ConnectionQuotas quotas = self.quotas
         for _ in range(64):
+            if not self.protected and quotas.total >= quotas.max_connections:
+                self.accept_log.log(
+                    logging.WARNING, "not accepting connections: %d open (max.connections); "
+                    "accepting again when one closes", quotas.total)
+                self.slot_waiting = True
+                self.loop.remove_reader(self.lsock.fileno())
+                quotas.waiting.append(self)
+                return
             if self.files_limit >= 0 and self._files_short(_now()):
                 self.accept_log.log(
                     logging.WARNING, "not accepting connections: %d files open of %d "
@@ -1686,10 +1773,6 @@ cdef class SocketServer:
                                     "for 100 ms", exc)
                 self._pause_accept()
                 return
-            if self.connection_count >= self.max_connections:
-                self._refuse(sock, addr, f"{self.connection_count} connections open "
-                             "(max.connections)")
-                continue
             ip = addr[0] if sock.family != socket.AF_UNIX else None
             if ip is not None:
                 limit = self.max_connections_per_ip_overrides.get(
@@ -1708,6 +1791,9 @@ cdef class SocketServer:
             if sock.family != socket.AF_UNIX:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.connection_count += 1
+            quotas.total += 1
+            if quotas.total > quotas.max_connections:
+                quotas.close_least_active()   # only the protected listener gets here
             self.next_id += 1
             proc = self.processors[self.next_proc]
             self.next_proc = (self.next_proc + 1) % len(self.processors)

@@ -15,7 +15,7 @@ import tempfile
 
 import pytest
 import uvloop
-from fastlog._net import CloseConnection, Connection, SocketServer
+from fastlog._net import CloseConnection, Connection, ConnectionQuotas, SocketServer
 
 try:
     from fastlog._codec import FileRegion
@@ -650,22 +650,61 @@ def test_idle_timeout_counts_from_the_last_request(mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_max_connections_refuses_extra(mode):
+def test_max_connections_blocks_accepts_until_one_closes(mode):
+    # Kafka's max.connections: at the limit the listener stops accepting; a new
+    # connection waits (in the backlog) and is served once another one closes.
     async def main():
         server = await start(Echo(), max_connections=2, **mode)
         conns = [await connect(server) for _ in range(2)]
         for r, w in conns:
             w.write(frame(b"Eup"))
             assert await read_frame(r) == b"up"
-        r3, w3 = await connect(server)
-        assert await closed_by_server(r3)
+        r3, w3 = await connect(server)   # the kernel completes it; the broker waits
+        w3.write(frame(b"Ewaiting"))
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(r3.readexactly(1), 0.5)
+        assert server.connection_count == 2
         conns[0][1].close()
-        for _ in range(100):   # the slot frees once the server saw the close
-            if server.connection_count < 2:
-                break
-            await asyncio.sleep(0.02)
-        await still_serves(server)
+        assert await asyncio.wait_for(read_frame(r3), 5) == b"waiting"
+        assert server.connection_count == 2
         await server.stop()
+    run(main())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_max_connections_counts_every_listener_and_the_protected_one_accepts(mode):
+    # One limit over two listeners. At the limit the client listener waits; the
+    # protected (inter-broker) listener still accepts and the least recently active
+    # client connection is closed to make room.
+    async def main():
+        quotas = ConnectionQuotas(3)
+        client = await start(Echo(), connection_quotas=quotas, **mode)
+        inter = await start(Echo(), connection_quotas=quotas, protected=True, **mode)
+        old_r, old_w = await connect(client)
+        old_w.write(frame(b"Eold"))
+        assert await read_frame(old_r) == b"old"
+        await asyncio.sleep(0.05)
+        fresh = [await connect(client) for _ in range(2)]
+        for r, w in fresh:
+            w.write(frame(b"Efresh"))
+            assert await read_frame(r) == b"fresh"
+        assert quotas.total == 3
+        waiting_r, waiting_w = await connect(client)
+        waiting_w.write(frame(b"Elater"))
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(waiting_r.readexactly(1), 0.5)
+        ib_r, ib_w = await connect(inter)
+        ib_w.write(frame(b"Ebroker"))
+        assert await asyncio.wait_for(read_frame(ib_r), 5) == b"broker"
+        assert await closed_by_server(old_r)   # the least recently active one
+        for r, w in fresh:
+            w.write(frame(b"Estill"))
+            assert await read_frame(r) == b"still"
+        assert quotas.total == 3
+        ib_w.close()   # a slot frees: the waiting client connection is served
+        assert await asyncio.wait_for(read_frame(waiting_r), 5) == b"later"
+        await client.stop()
+        await inter.stop()
     run(main())
 
 
