@@ -1747,12 +1747,15 @@ cdef class SocketServer:
         cdef ConnectionQuotas quotas = self.quotas
         for _ in range(64):
             if not self.protected and quotas.total >= quotas.max_connections:
+                # In line before anything can let another thread run; then look again,
+                # as a connection may have closed since (the close wakes those in line).
+                self.slot_waiting = True
+                quotas.waiting.append(self)
+                self.loop.remove_reader(self.lsock.fileno())
+                quotas._wake_waiting()
                 self.accept_log.log(
                     logging.WARNING, "not accepting connections: %d open (max.connections); "
                     "accepting again when one closes", quotas.total)
-                self.slot_waiting = True
-                self.loop.remove_reader(self.lsock.fileno())
-                quotas.waiting.append(self)
                 return
             if self.files_limit >= 0 and self._files_short(_now()):
                 self.accept_log.log(
