@@ -24,6 +24,12 @@ and ``idle_conn_p99_ratio``.
 
     .venv/bin/python perf/idle_connections.py                      # installed tree
     .venv/bin/python perf/idle_connections.py base=/tmp/base new=. --segments 5
+
+With --loop it measures instead the request loop's own cost per idle connection, without
+a broker: in a child process per tree, a SocketServer (inline, uvloop, the broker's
+connections.max.idle.ms and receive timeout) holds --idle connections opened by the same
+process, and the process's CPU over --quiet seconds is read with and without them
+(nothing else runs there, so the difference is the expiry check and the loop's timers).
 """
 
 from __future__ import annotations
@@ -219,6 +225,70 @@ def _still_open(s: socket.socket) -> bool:
         return False
 
 
+async def _loop_child(count: int, seconds: float) -> dict:
+    """In a child process: process CPU per second of an inline SocketServer over `seconds`
+    with no connection, then with `count` idle ones."""
+    import asyncio
+
+    from fastlog._net import SocketServer
+
+    async def handler(conn, frame):
+        return None
+
+    server = SocketServer(handler, host="127.0.0.1", port=0, idle_timeout_ms=600000,
+                          receive_timeout_ms=30000)
+    await server.start()
+
+    async def cpu_per_s() -> float:
+        c0, t0 = time.process_time(), time.monotonic()
+        await asyncio.sleep(seconds)
+        return (time.process_time() - c0) / (time.monotonic() - t0)
+
+    out = {"without_ms_per_s": round(await cpu_per_s() * 1000, 4)}
+    socks: list = []
+    for _ in range(200 * count):   # bounded: in steps the listen backlog holds
+        if len(socks) == count and server.connection_count == count:
+            break
+        if len(socks) < count and len(socks) - server.connection_count < 200:
+            socks.extend(socket.create_connection(("127.0.0.1", server.port))
+                         for _ in range(min(100, count - len(socks))))
+        await asyncio.sleep(0.01)   # the server's loop accepts them meanwhile
+    await asyncio.sleep(1.5)   # past the first expiry check
+    out["with_ms_per_s"] = round(await cpu_per_s() * 1000, 4)
+    out["us_per_idle_conn_per_s"] = round(
+        (out["with_ms_per_s"] - out["without_ms_per_s"]) * 1000 / count, 4)
+    close_all(socks)
+    await server.stop()
+    return out
+
+
+def loop_runs(trees: dict, opts) -> int:
+    import subprocess
+
+    per: dict[str, list[float]] = {}
+    for rep in range(opts.reps):
+        for name, path in trees.items():
+            env = dict(__import__("os").environ)
+            if path is not None:
+                env["PYTHONPATH"] = str(path)
+            r = subprocess.run([sys.executable, __file__, "--loop-child", "--idle",
+                                str(opts.idle), "--quiet", str(opts.quiet)],
+                               capture_output=True, text=True, env=env,
+                               timeout=opts.quiet * 3 + 120, stdin=subprocess.DEVNULL)
+            if r.returncode != 0:
+                print(f"idle_connections.py: the {name} child failed: "
+                      f"{(r.stderr.strip().splitlines() or ['?'])[-1]}", file=sys.stderr)
+                return 1
+            res = json.loads(r.stdout.strip().splitlines()[-1])
+            per.setdefault(name, []).append(res["us_per_idle_conn_per_s"])
+            print(json.dumps({"rep": rep, "tree": name, "idle": opts.idle, **res}), flush=True)
+    for name, vals in per.items():
+        print(json.dumps({"tree": name, "idle": opts.idle,
+                          "median_us_per_idle_conn_per_s": statistics.median(vals),
+                          "all": vals}))
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("trees", nargs="*", metavar="NAME=PATH",
@@ -231,6 +301,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, default=5.0, help="each latency probe")
     ap.add_argument("--warmup", type=float, default=3.0)
     ap.add_argument("--quiet", type=float, default=5.0, help="each idle CPU interval")
+    ap.add_argument("--loop", action="store_true",
+                    help="the request loop's CPU per idle connection, without a broker")
+    ap.add_argument("--loop-child", action="store_true", help=argparse.SUPPRESS)
     opts = ap.parse_args(argv)
     trees = compare.source_trees(opts.trees) if opts.trees else {"fastlog": None}
     if trees is None:
@@ -242,10 +315,19 @@ def main(argv=None) -> int:
               "--seconds 1-300, --warmup 1-60, --quiet 1-60", file=sys.stderr)
         return 2
     try:
-        _raise_nofile(opts.idle + 1024)
+        _raise_nofile(2 * opts.idle + 1024)   # --loop: both ends in one process
     except compare.RunError as e:
         print(f"idle_connections.py: {e}", file=sys.stderr)
         return 1
+    if opts.loop_child:
+        import asyncio
+
+        import uvloop
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            print(json.dumps(runner.run(_loop_child(opts.idle, opts.quiet))))
+        return 0
+    if opts.loop:
+        return loop_runs(trees, opts)
     runs: dict[str, list[dict]] = {}
     for rep in range(opts.reps):
         for name, path in trees.items():
