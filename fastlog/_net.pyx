@@ -140,7 +140,7 @@ import socket
 import ssl
 import threading
 from collections import deque
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 
 from fastlog.logs import RateLimitedLog
 
@@ -1350,6 +1350,13 @@ cdef class Processor:
                     conn.id, conn.peer, conn.rend - conn.rstart, receive * 1000)
                 conn._close("request not received in time", True)
         heap = self.idle_heap
+        if idle > 0 and len(heap) > 2 * len(self.connections) + 1024:
+            # Closed connections leave their entries behind until due: with many short
+            # connections, rebuild from the open ones (each close pays O(1) for it).
+            heap = self.idle_heap = []
+            for conn in self.connections.values():
+                heap.append((conn.last_active + idle, conn.id))
+            heapify(heap)
         while heap and heap[0][0] <= now:
             conn_id = heappop(heap)[1]
             conn = self.connections.get(conn_id)
