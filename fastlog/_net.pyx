@@ -36,8 +36,9 @@
 #     frame's handler starts as soon as it is read, so nothing queues);
 #   - connections [max.connections.per.ip(.overrides)]: a new socket over the limit is
 #     closed; [max.connections]: counted over every listener of the broker (one
-#     ConnectionQuotas); at the limit a listener stops accepting until a connection
-#     closes (the socket waits in the backlog), except the inter-broker listener, whose
+#     ConnectionQuotas), and per listener [listener.name.<l>.max.connections]; at a
+#     limit a listener stops accepting until a connection closes (the socket waits in
+#     the backlog), except the inter-broker listener at the broker-wide limit, whose
 #     accepts go on and close the least recently active connection of another listener
 #     instead (Kafka's ConnectionQuotas); open files: accepts pause while the
 #     connections would eat into the files kept for the broker's own use;
@@ -1499,8 +1500,9 @@ def _set_done(fut):
 cdef class ConnectionQuotas:
     """max.connections over every listener of one broker (Kafka's ConnectionQuotas).
 
-    Each SocketServer of the broker is given the same one. ``total`` counts the open
-    connections of all of them (changed under the GIL by the acceptor, on the API loop,
+    Each SocketServer of the broker is given the same one; a SocketServer's own
+    max_connections is its listener's limit (listener.name.<listener>.max.connections,
+    by default the broker's). ``total`` counts the open connections of all of them (changed under the GIL by the acceptor, on the API loop,
     and by closes, on the processors' threads). A listener at the limit stops accepting
     and waits here until a connection of any listener closes; the protected listener
     (the inter-broker one, when the broker has more than one) accepts anyway, and a
@@ -1517,8 +1519,9 @@ cdef class ConnectionQuotas:
         self._wake_waiting()
 
     cdef void _wake_waiting(self):
+        # every waiting listener looks again (its own limit may be what it waits for)
         cdef SocketServer server
-        if self.waiting and self.total < self.max_connections:
+        if self.waiting:
             waiting, self.waiting = self.waiting, []
             for server in waiting:
                 try:
@@ -1696,12 +1699,13 @@ cdef class SocketServer:
 
     def set_connection_limits(self, max_connections, max_connections_per_ip,
                               max_connections_per_ip_overrides):
-        """New connection limits (Kafka's dynamic max.connections, max.connections.per.ip
-        and its overrides), on the API loop: sockets accepted from now on are checked
-        against them; connections already open stay, as in Kafka."""
+        """New connection limits (Kafka's dynamic max.connections of this listener,
+        max.connections.per.ip and its overrides; the broker-wide max.connections is
+        ConnectionQuotas.set_max_connections), on the API loop: sockets accepted from
+        now on are checked against them; connections already open stay, as in Kafka."""
         overrides = _resolve_hosts(max_connections_per_ip_overrides or {})
         self.max_connections = max_connections
-        self.quotas.set_max_connections(max_connections)
+        self.quotas._wake_waiting()
         self.max_connections_per_ip = max_connections_per_ip
         self.max_connections_per_ip_overrides = overrides
 
@@ -1753,7 +1757,8 @@ cdef class SocketServer:
         cdef long limit
         cdef ConnectionQuotas quotas = self.quotas
         for _ in range(64):
-            if not self.protected and quotas.total >= quotas.max_connections:
+            if (self.connection_count >= self.max_connections
+                    or (not self.protected and quotas.total >= quotas.max_connections)):
                 # In line before anything can let another thread run; then look again,
                 # as a connection may have closed since (the close wakes those in line).
                 self.slot_waiting = True
@@ -1761,8 +1766,9 @@ cdef class SocketServer:
                 self.loop.remove_reader(self.lsock.fileno())
                 quotas._wake_waiting()
                 self.accept_log.log(
-                    logging.WARNING, "not accepting connections: %d open (max.connections); "
-                    "accepting again when one closes", quotas.total)
+                    logging.WARNING, "not accepting connections: %d open on this listener "
+                    "and %d in all (max.connections); accepting again when one closes",
+                    self.connection_count, quotas.total)
                 return
             if self.files_limit >= 0 and self._files_short(_now()):
                 self.accept_log.log(

@@ -276,7 +276,7 @@ class BrokerServer:
                 host=host, port=port, **tls,
                 num_network_threads=self.config["num.network.threads"],
                 max_request_size=self.config["socket.request.max.bytes"],
-                max_connections=self.config["max.connections"],
+                max_connections=self.config.listener_config(name)["max.connections"],
                 connection_quotas=quotas,
                 protected=name == inter_broker and len(self.config.listeners) > 1,
                 idle_timeout_ms=self.config["connections.max.idle.ms"],
@@ -1031,10 +1031,13 @@ class BrokerServer:
                     self.replica_manager.update_config(name, cfg)
         if changed & CONNECTION_KEYS:
             v = self.config.values
-            for server in self.socket_servers:
+            for (name, _, _), server in zip(self.bound, self.socket_servers, strict=False):
                 server.set_connection_limits(
-                    v["max.connections"], v["max.connections.per.ip"],
+                    self.config.listener_config(name)["max.connections"],
+                    v["max.connections.per.ip"],
                     parse_connection_overrides(v["max.connections.per.ip.overrides"]))
+            if self.socket_servers:
+                self.socket_servers[0].quotas.set_max_connections(v["max.connections"])
 
     async def alter_broker_configs(self, entity: str, configs: dict[str, str],
                                    validate_only: bool = False) -> None:

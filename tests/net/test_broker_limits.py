@@ -203,6 +203,29 @@ def test_max_connections_counts_both_listeners_and_exempts_the_inter_broker_one(
         s.close()
 
 
+def test_a_listener_max_connections_limits_that_listener_only(start_broker):
+    b = start_broker({
+        "listeners": "PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",
+        "inter.broker.listener.name": "INTERNAL",
+        "listener.name.plaintext.max.connections": "1"})
+    first = socket.create_connection((b.host, b.port), timeout=10)
+    assert _api_versions_answered(first, 10)
+    second = socket.create_connection((b.host, b.port), timeout=10)
+    assert not _api_versions_answered(second, 1.0)   # waits: the listener is full
+    internal = [socket.create_connection((b.host, b.ports["INTERNAL"]), timeout=10)
+                for _ in range(2)]
+    for s in internal:
+        assert _api_versions_answered(s, 10)
+    first.close()
+    second.settimeout(10)
+    w = Wire.__new__(Wire)
+    w.sock, w.cid = second, 1
+    assert w.recv_frame() is not None   # accepted once the first closed, then answered
+    for s in internal + [second]:
+        s.close()
+
+
 def test_idle_connections_are_closed(start_broker):
     b = start_broker({"connections.max.idle.ms": "1000"})
     idle = [socket.create_connection((b.host, b.port), timeout=10) for _ in range(20)]

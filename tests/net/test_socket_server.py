@@ -709,6 +709,32 @@ def test_max_connections_counts_every_listener_and_the_protected_one_accepts(mod
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_a_listener_limit_holds_below_the_broker_wide_one(mode):
+    # listener.name.<l>.max.connections: a listener at its own limit waits (the protected
+    # one too) while the broker-wide count has room; a close on it lets the next in.
+    async def main():
+        quotas = ConnectionQuotas(10)
+        inter = await start(Echo(), connection_quotas=quotas, protected=True,
+                            max_connections=1, **mode)
+        client = await start(Echo(), connection_quotas=quotas, **mode)
+        r1, w1 = await connect(inter)
+        w1.write(frame(b"Eone"))
+        assert await read_frame(r1) == b"one"
+        r2, w2 = await connect(inter)
+        w2.write(frame(b"Etwo"))
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(r2.readexactly(1), 0.5)
+        rc, wc = await connect(client)   # the other listener still accepts
+        wc.write(frame(b"Eclient"))
+        assert await read_frame(rc) == b"client"
+        w1.close()
+        assert await asyncio.wait_for(read_frame(r2), 5) == b"two"
+        await client.stop()
+        await inter.stop()
+    run(main())
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_stop_with_open_connections_and_parked_handler_is_prompt(mode):
     async def main():
         echo = Echo()
