@@ -99,6 +99,17 @@ async def connect(server):
     return await asyncio.open_connection("127.0.0.1", server.port)
 
 
+async def connect_waiting(server, payload: bytes):
+    """A connection the server does not accept yet (the kernel completes it, the server
+    waits at a connection limit): its request stays unanswered for 0.5 s. Keep the
+    writer too: a writer collected closes the connection."""
+    r, w = await connect(server)
+    w.write(frame(payload))
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(r.readexactly(1), 0.5)
+    return r, w
+
+
 async def closed_by_server(reader, limit=1 << 30) -> bool:
     """True once the server closed the connection (EOF or reset) after at most
     ``limit`` more bytes; False if it stays open for 5 s."""
@@ -659,10 +670,7 @@ def test_max_connections_blocks_accepts_until_one_closes(mode):
         for r, w in conns:
             w.write(frame(b"Eup"))
             assert await read_frame(r) == b"up"
-        r3, w3 = await connect(server)   # the kernel completes it; the broker waits
-        w3.write(frame(b"Ewaiting"))
-        with pytest.raises(TimeoutError):
-            await asyncio.wait_for(r3.readexactly(1), 0.5)
+        r3, _w3 = await connect_waiting(server, b"Ewaiting")
         assert server.connection_count == 2
         conns[0][1].close()
         assert await asyncio.wait_for(read_frame(r3), 5) == b"waiting"
@@ -689,10 +697,7 @@ def test_max_connections_counts_every_listener_and_the_protected_one_accepts(mod
             w.write(frame(b"Efresh"))
             assert await read_frame(r) == b"fresh"
         assert quotas.total == 3
-        waiting_r, waiting_w = await connect(client)
-        waiting_w.write(frame(b"Elater"))
-        with pytest.raises(TimeoutError):
-            await asyncio.wait_for(waiting_r.readexactly(1), 0.5)
+        waiting_r, _waiting_w = await connect_waiting(client, b"Elater")
         ib_r, ib_w = await connect(inter)
         ib_w.write(frame(b"Ebroker"))
         assert await asyncio.wait_for(read_frame(ib_r), 5) == b"broker"
@@ -720,10 +725,7 @@ def test_a_listener_limit_holds_below_the_broker_wide_one(mode):
         r1, w1 = await connect(inter)
         w1.write(frame(b"Eone"))
         assert await read_frame(r1) == b"one"
-        r2, w2 = await connect(inter)
-        w2.write(frame(b"Etwo"))
-        with pytest.raises(TimeoutError):
-            await asyncio.wait_for(r2.readexactly(1), 0.5)
+        r2, _w2 = await connect_waiting(inter, b"Etwo")
         rc, wc = await connect(client)   # the other listener still accepts
         wc.write(frame(b"Eclient"))
         assert await read_frame(rc) == b"client"
