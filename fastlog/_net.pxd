@@ -10,6 +10,16 @@ cdef class Processor
 cdef class SocketServer
 
 
+cdef class ConnectionQuotas:
+    cdef readonly long max_connections
+    cdef readonly long total          # open connections of every listener
+    cdef list waiting                 # listeners not accepting until a connection closes
+    cdef readonly list servers        # every listener sharing the limit
+
+    cdef void connection_closed(self)
+    cdef void _wake_waiting(self)
+
+
 cdef class _Waiters:
     cdef object lock
     cdef object queue
@@ -72,6 +82,8 @@ cdef class Connection:
     cdef bint api_running
     cdef bint api_dead    # a request failed: run none of the connection's later ones
     cdef double last_active
+    # listed in proc.watched (a request arriving or a TLS handshake: deadlines apply)
+    cdef bint watched
     # write side: the response being written, as parts; widx/woff say how far.
     cdef list wparts
     cdef Py_ssize_t widx
@@ -101,6 +113,7 @@ cdef class Connection:
     cdef void _close(self, str why, bint quiet=*)
     cdef void _let_go_of_buffer(self)
     cdef void _note_arrival(self)
+    cdef void _watch(self)
     cdef void _on_peer_eof(self)
     cdef void _tls_readable(self)
     cdef int _tls_handshake(self) except -1
@@ -118,6 +131,11 @@ cdef class Processor:
     cdef object thread
     cdef dict connections
     cdef object expire_handle
+    cdef double expire_period
+    # the expiry check's work lists (see _expire_check): connections a deadline may apply
+    # to, and (time the connection may have been idle for long enough, id) as a heap
+    cdef set watched
+    cdef list idle_heap
     cdef unsigned char *scratch
     cdef Py_ssize_t scratch_size
     # TLS listeners: ciphertext is received into tls_rbuf; file regions are pread into
@@ -140,6 +158,11 @@ cdef class SocketServer:
     cdef readonly int num_network_threads
     cdef readonly Py_ssize_t max_request_size
     cdef readonly long max_connections
+    # max.connections over all the broker's listeners; protected: the inter-broker
+    # listener, which accepts at the limit (see ConnectionQuotas)
+    cdef readonly ConnectionQuotas quotas
+    cdef readonly bint protected
+    cdef bint slot_waiting
     cdef readonly double idle_timeout
     cdef readonly double receive_timeout
     cdef readonly long max_connections_per_ip

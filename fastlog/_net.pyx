@@ -34,9 +34,14 @@
 #   - requests read and waiting for their handler [queued.max.requests]: at the bound,
 #     connections with a new frame are muted and wait in line (threaded mode; inline, a
 #     frame's handler starts as soon as it is read, so nothing queues);
-#   - connections [max.connections, max.connections.per.ip(.overrides)]: a new socket
-#     over a limit is closed; open files: accepts pause while the connections would eat
-#     into the files kept for the broker's own use (segments, checkpoints);
+#   - connections [max.connections.per.ip(.overrides)]: a new socket over the limit is
+#     closed; [max.connections]: counted over every listener of the broker (one
+#     ConnectionQuotas), and per listener [listener.name.<l>.max.connections]; at a
+#     limit a listener stops accepting until a connection closes (the socket waits in
+#     the backlog), except the inter-broker listener at the broker-wide limit, whose
+#     accepts go on and close the least recently active connection of another listener
+#     instead (Kafka's ConnectionQuotas); open files: accepts pause while the
+#     connections would eat into the files kept for the broker's own use;
 #   - client quotas: a handler calls conn.throttle(ms) for a client over its quota, and
 #     the connection reads and dispatches nothing more until a timer on its processor
 #     loop ends the throttle (KIP-219's muting; the response already queued is written);
@@ -136,6 +141,7 @@ import socket
 import ssl
 import threading
 from collections import deque
+from heapq import heapify, heappop, heappush
 
 from fastlog.logs import RateLimitedLog
 
@@ -379,7 +385,8 @@ cdef class Connection:
         self.buffer_holders = 1
         self.state = {}
         self.api_queue = deque()
-        self.rbuf = bytearray(READ_BUFFER)
+        # Not zeroed: an idle connection's buffer costs memory only where bytes arrived.
+        self.rbuf = PyByteArray_FromStringAndSize(NULL, READ_BUFFER)
         self.rstart = 0
         self.rend = 0
         self.fd = -1
@@ -520,6 +527,14 @@ cdef class Connection:
         self.last_active = _now()
         if self.frame_start == 0:
             self.frame_start = self.last_active
+            self._watch()
+
+    cdef void _watch(self):
+        """List the connection for the receive deadline (Processor.watched): at most once
+        per expiry period, however many requests it sends meanwhile."""
+        if not self.watched and self.proc.server.receive_timeout > 0:
+            self.watched = True
+            self.proc.watched.add(self)
 
     cdef void _on_peer_eof(self):
         if self.ahead or self.writing:
@@ -892,6 +907,7 @@ cdef class Connection:
                 self.frame_start = 0
             elif count or not was_reading:
                 self.frame_start = _now()   # the rest began after a frame, or after a mute
+                self._watch()
             if not self.ahead and not self.writing and not self.closed:
                 if self.rstart == self.rend:
                     self.rstart = self.rend = 0
@@ -965,7 +981,7 @@ cdef class Connection:
         if len(self.rbuf) <= READ_BUFFER_KEEP and pool.keeps_buffers():
             keep = min(self.pool_bytes, <long long>(len(self.rbuf) - READ_BUFFER))
         else:
-            self.rbuf = bytearray(READ_BUFFER)
+            self.rbuf = PyByteArray_FromStringAndSize(NULL, READ_BUFFER)
         if self.pool_bytes > keep:
             pool.release(self.pool_bytes - keep)
             self.pool_bytes = keep
@@ -1201,8 +1217,12 @@ cdef class Connection:
         except OSError:
             pass
         self.proc.connections.pop(self.id, None)
+        if self.watched:
+            self.watched = False
+            self.proc.watched.discard(self)
         server = self.proc.server
         server.connection_count -= 1
+        server.quotas.connection_closed()
         server._forget_ip(self.ip)
         if self.pool_waiting:
             self.pool_waiting = False
@@ -1232,6 +1252,8 @@ cdef class Processor:
         self.index = index
         self.threaded = threaded
         self.connections = {}
+        self.watched = set()
+        self.idle_heap = []
         self.to_api = []
         self.to_net = []
         self.max_ahead = MAX_AHEAD if threaded else 1
@@ -1281,14 +1303,14 @@ cdef class Processor:
             fn(*args)
 
     def _schedule_expire_check(self):
-        cdef double period = 1.0
+        self.expire_period = 1.0
         limits = (self.server.idle_timeout, self.server.receive_timeout,
                   self.server.handshake_timeout if self.server.ssl_context is not None else 0)
         for limit in limits:
             if limit > 0:
-                period = min(period, max(limit / 4, 0.01))
+                self.expire_period = min(self.expire_period, max(limit / 4, 0.01))
         if any(limit > 0 for limit in limits):
-            self.expire_handle = self.loop.call_later(period, self._expire_check)
+            self.expire_handle = self.loop.call_later(self.expire_period, self._expire_check)
 
     def _expire_check(self):
         """Close connections idle for connections.max.idle.ms, and those that began a
@@ -1296,30 +1318,60 @@ cdef class Processor:
         while we were reading (a client trickling bytes is not idle, but this catches
         it). Connections muted by the broker (a request in flight, a response being
         written, waiting for pool memory or a queue slot) are left alone. A TLS
-        handshake not finished by its deadline closes the connection in any state."""
+        handshake not finished by its deadline closes the connection in any state.
+
+        The work of a check does not grow with the connections that sit idle: the idle
+        timeout looks only at the connections whose time may be up (idle_heap, each
+        looked at about once per connections.max.idle.ms), the deadlines only at the
+        connections with a request arriving or a handshake under way (watched)."""
         cdef Connection conn
         cdef double now = _now()
         cdef double idle = self.server.idle_timeout
         cdef double receive = self.server.receive_timeout
-        for conn in list(self.connections.values()):
-            if conn.handshaking and now > conn.handshake_deadline:
-                self.server.tls_log.log(
-                    logging.INFO, "connection %s %s: closing: TLS handshake not finished "
-                    "within %.0f ms", conn.id, conn.peer, self.server.handshake_timeout * 1000)
-                conn._close("TLS handshake not finished in time", True)
+        cdef double due
+        for conn in list(self.watched):
+            if conn.handshaking:
+                if now > conn.handshake_deadline:
+                    self.server.tls_log.log(
+                        logging.INFO, "connection %s %s: closing: TLS handshake not "
+                        "finished within %.0f ms", conn.id, conn.peer,
+                        self.server.handshake_timeout * 1000)
+                    conn._close("TLS handshake not finished in time", True)
+                continue
+            if conn.frame_start == 0:
+                conn.watched = False
+                self.watched.discard(conn)
                 continue
             if conn.ahead or conn.writing or conn.pool_waiting or conn.gated:
                 continue
-            if idle > 0 and now - conn.last_active > idle:
-                conn._close(f"idle for more than {idle * 1000:.0f} ms "
-                            "(connections.max.idle.ms)")
-            elif (receive > 0 and conn.frame_start > 0 and conn.reading
-                    and now - conn.frame_start > receive):
+            if receive > 0 and conn.reading and now - conn.frame_start > receive:
                 self.server.expire_log.log(
                     logging.INFO, "connection %s %s: closing: %d bytes of a request received "
                     "and the rest not within %.0f ms (fastlog.request.receive.timeout.ms)",
                     conn.id, conn.peer, conn.rend - conn.rstart, receive * 1000)
                 conn._close("request not received in time", True)
+        heap = self.idle_heap
+        if idle > 0 and len(heap) > 2 * len(self.connections) + 1024:
+            # Closed connections leave their entries behind until due: with many short
+            # connections, rebuild from the open ones (each close pays O(1) for it).
+            heap = self.idle_heap = []
+            for conn in self.connections.values():
+                heap.append((conn.last_active + idle, conn.id))
+            heapify(heap)
+        while heap and heap[0][0] <= now:
+            conn_id = heappop(heap)[1]
+            conn = self.connections.get(conn_id)
+            if conn is None or conn.closed:
+                continue
+            if conn.ahead or conn.writing or conn.pool_waiting or conn.gated:
+                due = now + self.expire_period   # muted by the broker: not idle; look again
+            elif now - conn.last_active > idle:
+                conn._close(f"idle for more than {idle * 1000:.0f} ms "
+                            "(connections.max.idle.ms)")
+                continue
+            else:
+                due = conn.last_active + idle
+            heappush(heap, (due, conn_id))
         self._schedule_expire_check()
 
     def add_connection(self, sock, peer, long long conn_id):
@@ -1332,6 +1384,8 @@ cdef class Processor:
         conn.proc = self
         conn.last_active = _now()
         self.connections[conn_id] = conn
+        if self.server.idle_timeout > 0:
+            heappush(self.idle_heap, (conn.last_active + self.server.idle_timeout, conn_id))
         if self.server.stopping:
             conn._close("server stopping", True)
             return
@@ -1348,6 +1402,8 @@ cdef class Processor:
                 return
             conn.handshaking = True
             conn.handshake_deadline = conn.last_active + self.server.handshake_timeout
+            conn.watched = True
+            self.watched.add(conn)
         conn._start_reading()
 
     def shutdown(self, done=None):
@@ -1441,6 +1497,66 @@ def _set_done(fut):
         fut.set_result(None)
 
 
+cdef class ConnectionQuotas:
+    """max.connections over every listener of one broker (Kafka's ConnectionQuotas).
+
+    Each SocketServer of the broker is given the same one; a SocketServer's own
+    max_connections is its listener's limit (listener.name.<listener>.max.connections,
+    by default the broker's). ``total`` counts the open connections of all of them (changed under the GIL by the acceptor, on the API loop,
+    and by closes, on the processors' threads). A listener at the limit stops accepting
+    and waits here until a connection of any listener closes; the protected listener
+    (the inter-broker one, when the broker has more than one) accepts anyway, and a
+    connection of another listener, the least recently active, is closed to make room.
+    """
+
+    def __init__(self, max_connections=2 ** 31 - 1):
+        self.max_connections = max_connections
+        self.waiting = []
+        self.servers = []
+
+    cdef void connection_closed(self):
+        self.total -= 1
+        self._wake_waiting()
+
+    cdef void _wake_waiting(self):
+        # every waiting listener looks again (its own limit may be what it waits for)
+        cdef SocketServer server
+        if self.waiting:
+            waiting, self.waiting = self.waiting, []
+            for server in waiting:
+                try:
+                    server.loop.call_soon_threadsafe(server._slot_free)
+                except RuntimeError:   # its loop is closed: it has stopped
+                    pass
+
+    def set_max_connections(self, long max_connections):
+        """A new broker-wide limit (dynamic max.connections); waiting listeners resume
+        when it leaves room, and connections already open stay, as in Kafka."""
+        self.max_connections = max_connections
+        self._wake_waiting()
+
+    def close_least_active(self):
+        """Close the least recently active connection of an unprotected listener (the
+        protected listener took the broker over its limit). On the API loop."""
+        cdef SocketServer server
+        cdef Processor proc
+        cdef Connection conn, oldest = None
+        for server in self.servers:
+            if server.protected:
+                continue
+            for proc in server.processors:
+                for conn in list(proc.connections.values()):
+                    if not conn.closed and (oldest is None
+                                            or conn.last_active < oldest.last_active):
+                        oldest = conn
+        if oldest is not None:
+            oldest.proc.server.refusal_log.log(
+                logging.WARNING, "closing connection %s %s, the least recently active: "
+                "%d connections open (max.connections) and the inter-broker listener "
+                "accepted one more", oldest.id, oldest.peer, self.total)
+            oldest.close()
+
+
 cdef class SocketServer:
     """Acceptor + processors for one listener; handlers run on the API loop.
 
@@ -1472,7 +1588,7 @@ cdef class SocketServer:
                  max_connections_per_ip_overrides=None, queued_max_request_bytes=-1,
                  queued_max_requests=2 ** 31 - 1, receive_timeout_ms=0,
                  reserved_files=64, log_interval=10.0, ssl_context=None,
-                 ssl_handshake_timeout_ms=10000):
+                 ssl_handshake_timeout_ms=10000, connection_quotas=None, protected=False):
         if num_network_threads < 1:
             raise ValueError("num_network_threads must be at least 1")
         if max_request_size < 1:
@@ -1489,6 +1605,11 @@ cdef class SocketServer:
         self.num_network_threads = num_network_threads
         self.max_request_size = min(max_request_size, 0x7fffffff)
         self.max_connections = 2 ** 31 - 1 if max_connections is None else max_connections
+        if connection_quotas is None:
+            connection_quotas = ConnectionQuotas(self.max_connections)
+        self.quotas = connection_quotas
+        self.quotas.servers.append(self)
+        self.protected = protected
         self.idle_timeout = (idle_timeout_ms or 0) / 1000.0
         self.loop = loop
         self.threaded = (num_network_threads > 1) if threaded is None else threaded
@@ -1567,13 +1688,24 @@ cdef class SocketServer:
         self.loop.remove_reader(self.lsock.fileno())
         self.loop.call_later(0.1, self._resume_accept)
 
+    def _slot_free(self):
+        """A connection closed while this listener waited at max.connections (API loop)."""
+        if not self.slot_waiting:
+            return
+        self.slot_waiting = False
+        if self.lsock is None or self.stopping or self.accept_paused:
+            return   # stopped, or the open-file pause resumes accepting itself
+        self.loop.add_reader(self.lsock.fileno(), self._on_accept)
+
     def set_connection_limits(self, max_connections, max_connections_per_ip,
                               max_connections_per_ip_overrides):
-        """New connection limits (Kafka's dynamic max.connections, max.connections.per.ip
-        and its overrides), on the API loop: sockets accepted from now on are checked
-        against them; connections already open stay, as in Kafka."""
+        """New connection limits (Kafka's dynamic max.connections of this listener,
+        max.connections.per.ip and its overrides; the broker-wide max.connections is
+        ConnectionQuotas.set_max_connections), on the API loop: sockets accepted from
+        now on are checked against them; connections already open stay, as in Kafka."""
         overrides = _resolve_hosts(max_connections_per_ip_overrides or {})
         self.max_connections = max_connections
+        self.quotas._wake_waiting()
         self.max_connections_per_ip = max_connections_per_ip
         self.max_connections_per_ip_overrides = overrides
 
@@ -1623,7 +1755,21 @@ cdef class SocketServer:
     def _on_accept(self):
         cdef Processor proc
         cdef long limit
+        cdef ConnectionQuotas quotas = self.quotas
         for _ in range(64):
+            if (self.connection_count >= self.max_connections
+                    or (not self.protected and quotas.total >= quotas.max_connections)):
+                # In line before anything can let another thread run; then look again,
+                # as a connection may have closed since (the close wakes those in line).
+                self.slot_waiting = True
+                quotas.waiting.append(self)
+                self.loop.remove_reader(self.lsock.fileno())
+                quotas._wake_waiting()
+                self.accept_log.log(
+                    logging.WARNING, "not accepting connections: %d open on this listener "
+                    "and %d in all (max.connections); accepting again when one closes",
+                    self.connection_count, quotas.total)
+                return
             if self.files_limit >= 0 and self._files_short(_now()):
                 self.accept_log.log(
                     logging.WARNING, "not accepting connections: %d files open of %d "
@@ -1643,10 +1789,6 @@ cdef class SocketServer:
                                     "for 100 ms", exc)
                 self._pause_accept()
                 return
-            if self.connection_count >= self.max_connections:
-                self._refuse(sock, addr, f"{self.connection_count} connections open "
-                             "(max.connections)")
-                continue
             ip = addr[0] if sock.family != socket.AF_UNIX else None
             if ip is not None:
                 limit = self.max_connections_per_ip_overrides.get(
@@ -1665,6 +1807,9 @@ cdef class SocketServer:
             if sock.family != socket.AF_UNIX:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.connection_count += 1
+            quotas.total += 1
+            if quotas.total > quotas.max_connections:
+                quotas.close_least_active()   # only the protected listener gets here
             self.next_id += 1
             proc = self.processors[self.next_proc]
             self.next_proc = (self.next_proc + 1) % len(self.processors)

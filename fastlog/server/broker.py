@@ -38,7 +38,7 @@ import socket
 import threading
 import time
 
-from fastlog._net import SocketServer
+from fastlog._net import ConnectionQuotas, SocketServer
 from fastlog.metadata import (
     DEFAULT_BROKER_ENTITY,
     EmbeddedMetadataStore,
@@ -265,6 +265,10 @@ class BrokerServer:
             raise BrokerStartupError(f"cannot load the ACLs: {e}") from None
         self.apis = KafkaApis(self)
         loop = asyncio.get_running_loop()
+        # max.connections counts every listener's connections; the inter-broker listener
+        # accepts at the limit when there are others (Kafka's protected listener)
+        quotas = ConnectionQuotas(self.config["max.connections"])
+        inter_broker = self.config.inter_broker_listener_name
         for name, host, port in self.config.listeners:
             tls = {"ssl_context": tls_contexts[name]} if name in tls_contexts else {}
             server = SocketServer(
@@ -272,7 +276,9 @@ class BrokerServer:
                 host=host, port=port, **tls,
                 num_network_threads=self.config["num.network.threads"],
                 max_request_size=self.config["socket.request.max.bytes"],
-                max_connections=self.config["max.connections"],
+                max_connections=self.config.listener_config(name)["max.connections"],
+                connection_quotas=quotas,
+                protected=name == inter_broker and len(self.config.listeners) > 1,
                 idle_timeout_ms=self.config["connections.max.idle.ms"],
                 max_connections_per_ip=self.config["max.connections.per.ip"],
                 max_connections_per_ip_overrides=parse_connection_overrides(
@@ -1025,10 +1031,13 @@ class BrokerServer:
                     self.replica_manager.update_config(name, cfg)
         if changed & CONNECTION_KEYS:
             v = self.config.values
-            for server in self.socket_servers:
+            for (name, _, _), server in zip(self.bound, self.socket_servers, strict=False):
                 server.set_connection_limits(
-                    v["max.connections"], v["max.connections.per.ip"],
+                    self.config.listener_config(name)["max.connections"],
+                    v["max.connections.per.ip"],
                     parse_connection_overrides(v["max.connections.per.ip.overrides"]))
+            if self.socket_servers:
+                self.socket_servers[0].quotas.set_max_connections(v["max.connections"])
 
     async def alter_broker_configs(self, entity: str, configs: dict[str, str],
                                    validate_only: bool = False) -> None:

@@ -533,8 +533,10 @@ _KEYS: list[ConfigKey] = [
 ]
 
 CONFIG_KEYS: dict[str, ConfigKey] = {k.name: k for k in _KEYS}
-# Keys that listener.name.<listener>.<key> may set (what the listener's security reads).
-LISTENER_KEYS = ("sasl.enabled.mechanisms", "ssl.principal.mapping.rules", *TLS_CONFIG_KEYS)
+# Keys that listener.name.<listener>.<key> may set (what the listener's security reads,
+# and its own max.connections).
+LISTENER_KEYS = ("sasl.enabled.mechanisms", "ssl.principal.mapping.rules", *TLS_CONFIG_KEYS,
+                 "max.connections")
 _JAAS_KEYS = tuple(f"{m.lower()}.sasl.jaas.config" for m in MECHANISMS)
 PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 

@@ -2,8 +2,9 @@
 found it missing, with a probe client checking that the broker still answers others:
 many big unfinished frames (queued.max.request.bytes: RSS stays bounded), more
 connections than the open-file limit allows (accepts pause, the broker's own files
-still open), max.connections.per.ip and its overrides, clients trickling a request
-(fastlog.request.receive.timeout.ms) and queued.max.requests.
+still open), max.connections.per.ip and its overrides, max.connections over two
+listeners (the inter-broker one exempt), connections.max.idle.ms, clients trickling a
+request (fastlog.request.receive.timeout.ms) and queued.max.requests.
 
 Every wait is bounded; bounds on time only detect a stall.
 """
@@ -140,6 +141,109 @@ def test_max_connections_per_ip_and_overrides(start_broker):
     assert "refusing connection from 127.0.0.1" in log and "max.connections.per.ip" in log
     for s in kept:
         s.close()
+
+
+def _api_versions_answered(s: socket.socket, wait: float) -> bool:
+    """Send ApiVersions on s; True when answered within `wait` seconds."""
+    w = Wire.__new__(Wire)
+    w.sock, w.cid = s, 0
+    w.send(ApiKey.API_VERSIONS, 2, {})
+    s.settimeout(wait)
+    try:
+        return w.recv_frame() is not None
+    except TimeoutError:
+        return False
+    finally:
+        s.settimeout(10)
+
+
+def test_max_connections_counts_both_listeners_and_exempts_the_inter_broker_one(
+        start_broker):
+    b = start_broker({
+        "listeners": "PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",
+        "inter.broker.listener.name": "INTERNAL", "max.connections": "3"})
+    client, internal = b.ports["PLAINTEXT"], b.ports["INTERNAL"]
+
+    def connect(port):
+        return socket.create_connection((b.host, port), timeout=10)
+
+    oldest = connect(client)
+    assert _api_versions_answered(oldest, 10)
+    time.sleep(0.2)
+    others = [connect(client), connect(internal)]
+    for s in others:
+        assert _api_versions_answered(s, 10)
+    # three open over the two listeners: a fourth client connection waits, unserved
+    waiting = connect(client)
+    w = Wire.__new__(Wire)
+    w.sock, w.cid = waiting, 0
+    w.send(ApiKey.API_VERSIONS, 2, {})
+    waiting.settimeout(1.0)
+    with pytest.raises(TimeoutError):
+        waiting.recv(1)
+    # the inter-broker listener still accepts; the least recently active client
+    # connection is closed to make room, the more recent one stays
+    broker_conn = connect(internal)
+    assert _api_versions_answered(broker_conn, 10)
+    oldest.settimeout(10)
+    try:
+        assert oldest.recv(1) == b""
+    except ConnectionResetError:
+        pass
+    assert _api_versions_answered(others[0], 10)
+    # a connection closes: the waiting one is accepted and answered
+    broker_conn.close()
+    waiting.settimeout(10)
+    w.sock = waiting
+    assert w.recv_frame() is not None
+    log = b.log_path.read_text()
+    assert "max.connections" in log and "least recently active" in log
+    for s in others + [waiting]:
+        s.close()
+
+
+def test_a_listener_max_connections_limits_that_listener_only(start_broker):
+    b = start_broker({
+        "listeners": "PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",
+        "inter.broker.listener.name": "INTERNAL",
+        "listener.name.plaintext.max.connections": "1"})
+    first = socket.create_connection((b.host, b.port), timeout=10)
+    assert _api_versions_answered(first, 10)
+    second = socket.create_connection((b.host, b.port), timeout=10)
+    assert not _api_versions_answered(second, 1.0)   # waits: the listener is full
+    internal = [socket.create_connection((b.host, b.ports["INTERNAL"]), timeout=10)
+                for _ in range(2)]
+    for s in internal:
+        assert _api_versions_answered(s, 10)
+    first.close()
+    second.settimeout(10)
+    w = Wire.__new__(Wire)
+    w.sock, w.cid = second, 1
+    assert w.recv_frame() is not None   # accepted once the first closed, then answered
+    for s in internal + [second]:
+        s.close()
+
+
+def test_idle_connections_are_closed(start_broker):
+    b = start_broker({"connections.max.idle.ms": "1000"})
+    idle = [socket.create_connection((b.host, b.port), timeout=10) for _ in range(20)]
+    for s in idle:
+        assert _api_versions_answered(s, 10)
+    busy = socket.create_connection((b.host, b.port), timeout=10)
+    end = time.monotonic() + 3.0
+    while time.monotonic() < end:   # requests keep it from being idle
+        assert _api_versions_answered(busy, 10)
+        time.sleep(0.2)
+    for s in idle:
+        s.settimeout(10)
+        try:
+            assert s.recv(1) == b""
+        except ConnectionResetError:
+            pass
+    assert _api_versions_answered(busy, 10)
+    busy.close()
 
 
 def test_trickling_clients_are_closed_by_the_receive_deadline(start_broker):

@@ -15,7 +15,7 @@ import tempfile
 
 import pytest
 import uvloop
-from fastlog._net import CloseConnection, Connection, SocketServer
+from fastlog._net import CloseConnection, Connection, ConnectionQuotas, SocketServer
 
 try:
     from fastlog._codec import FileRegion
@@ -97,6 +97,17 @@ async def start(handler, **kw):
 
 async def connect(server):
     return await asyncio.open_connection("127.0.0.1", server.port)
+
+
+async def connect_waiting(server, payload: bytes):
+    """A connection the server does not accept yet (the kernel completes it, the server
+    waits at a connection limit): its request stays unanswered for 0.5 s. Keep the
+    writer too: a writer collected closes the connection."""
+    r, w = await connect(server)
+    w.write(frame(payload))
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(r.readexactly(1), 0.5)
+    return r, w
 
 
 async def closed_by_server(reader, limit=1 << 30) -> bool:
@@ -622,22 +633,106 @@ def test_idle_connection_is_closed(mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_max_connections_refuses_extra(mode):
+def test_idle_timeout_counts_from_the_last_request(mode):
+    # The idle check looks at a connection again when its time may be up: one that kept
+    # sending stays open past several timeouts, one that stopped is closed, and many
+    # that never sent anything are closed too.
+    async def main():
+        server = await start(Echo(), idle_timeout_ms=300, **mode)
+        busy_r, busy_w = await connect(server)
+        quiet_r, quiet_w = await connect(server)
+        silent = [await connect(server) for _ in range(50)]
+        quiet_w.write(frame(b"Eq"))
+        assert await read_frame(quiet_r) == b"q"
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 1.2
+        while loop.time() < end:
+            busy_w.write(frame(b"Eb"))
+            assert await read_frame(busy_r) == b"b"
+            await asyncio.sleep(0.1)
+        assert await closed_by_server(quiet_r)
+        for r, _ in silent:
+            assert await closed_by_server(r)
+        busy_w.write(frame(b"Estill"))
+        assert await read_frame(busy_r) == b"still"
+        assert server.connection_count == 1
+        await server.stop()
+    run(main())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_max_connections_blocks_accepts_until_one_closes(mode):
+    # Kafka's max.connections: at the limit the listener stops accepting; a new
+    # connection waits (in the backlog) and is served once another one closes.
     async def main():
         server = await start(Echo(), max_connections=2, **mode)
         conns = [await connect(server) for _ in range(2)]
         for r, w in conns:
             w.write(frame(b"Eup"))
             assert await read_frame(r) == b"up"
-        r3, w3 = await connect(server)
-        assert await closed_by_server(r3)
+        r3, _w3 = await connect_waiting(server, b"Ewaiting")
+        assert server.connection_count == 2
         conns[0][1].close()
-        for _ in range(100):   # the slot frees once the server saw the close
-            if server.connection_count < 2:
-                break
-            await asyncio.sleep(0.02)
-        await still_serves(server)
+        assert await asyncio.wait_for(read_frame(r3), 5) == b"waiting"
+        assert server.connection_count == 2
         await server.stop()
+    run(main())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_max_connections_counts_every_listener_and_the_protected_one_accepts(mode):
+    # One limit over two listeners. At the limit the client listener waits; the
+    # protected (inter-broker) listener still accepts and the least recently active
+    # client connection is closed to make room.
+    async def main():
+        quotas = ConnectionQuotas(3)
+        client = await start(Echo(), connection_quotas=quotas, **mode)
+        inter = await start(Echo(), connection_quotas=quotas, protected=True, **mode)
+        old_r, old_w = await connect(client)
+        old_w.write(frame(b"Eold"))
+        assert await read_frame(old_r) == b"old"
+        await asyncio.sleep(0.05)
+        fresh = [await connect(client) for _ in range(2)]
+        for r, w in fresh:
+            w.write(frame(b"Efresh"))
+            assert await read_frame(r) == b"fresh"
+        assert quotas.total == 3
+        waiting_r, _waiting_w = await connect_waiting(client, b"Elater")
+        ib_r, ib_w = await connect(inter)
+        ib_w.write(frame(b"Ebroker"))
+        assert await asyncio.wait_for(read_frame(ib_r), 5) == b"broker"
+        assert await closed_by_server(old_r)   # the least recently active one
+        for r, w in fresh:
+            w.write(frame(b"Estill"))
+            assert await read_frame(r) == b"still"
+        assert quotas.total == 3
+        ib_w.close()   # a slot frees: the waiting client connection is served
+        assert await asyncio.wait_for(read_frame(waiting_r), 5) == b"later"
+        await client.stop()
+        await inter.stop()
+    run(main())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_listener_limit_holds_below_the_broker_wide_one(mode):
+    # listener.name.<l>.max.connections: a listener at its own limit waits (the protected
+    # one too) while the broker-wide count has room; a close on it lets the next in.
+    async def main():
+        quotas = ConnectionQuotas(10)
+        inter = await start(Echo(), connection_quotas=quotas, protected=True,
+                            max_connections=1, **mode)
+        client = await start(Echo(), connection_quotas=quotas, **mode)
+        r1, w1 = await connect(inter)
+        w1.write(frame(b"Eone"))
+        assert await read_frame(r1) == b"one"
+        r2, _w2 = await connect_waiting(inter, b"Etwo")
+        rc, wc = await connect(client)   # the other listener still accepts
+        wc.write(frame(b"Eclient"))
+        assert await read_frame(rc) == b"client"
+        w1.close()
+        assert await asyncio.wait_for(read_frame(r2), 5) == b"two"
+        await client.stop()
+        await inter.stop()
     run(main())
 
 
