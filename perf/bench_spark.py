@@ -15,8 +15,20 @@ trigger(availableNow=True), each taking everything in one micro-batch:
 
 rows/s of a run = input rows / the micro-batches' triggerExecution time (from Spark's
 query progress); each source is warmed up once (worker start) and then its best of
---runs is kept. The last line printed is a JSON object with rows_per_s (fastlog) and
-vs_memory_source (fastlog / memory).
+--runs is kept.
+
+Then two batch queries over the same rows, each against a local parquet copy of exactly
+those rows (written by Spark from the fastlog read, so the same columns and values), in
+the same session, alternately:
+
+3. scan: spark.read.format("fastlog")...agg(sum(length(value))) vs the same on parquet;
+4. count: ...count() vs parquet's count().
+
+rows/s = rows / wall time of the action (collect), best of --runs after one warm-up.
+
+The last line printed is a JSON object with rows_per_s (fastlog streaming),
+vs_memory_source (fastlog / memory), and scan_rows_per_s / count_rows_per_s with
+vs_parquet (scan) and count_vs_parquet. Needs only the package's [spark] extra.
 """
 
 from __future__ import annotations
@@ -155,11 +167,55 @@ def run_query(spark, fmt: str, options: dict) -> tuple[int, float]:
     return rows, ms / 1000.0
 
 
+def batch_scans(spark, bootstrap: str, records: int, runs: int, parquet_dir: str) -> dict:
+    """Best rows/s of a full scan and a count(), fastlog vs a parquet copy of the same rows."""
+    from pyspark.sql import functions as F
+
+    fastlog_df = (spark.read.format("fastlog").option("kafka.bootstrap.servers", bootstrap)
+                  .option("subscribe", "bench").option("startingOffsets", "earliest")
+                  .option("endingOffsets", "latest").load())
+    fastlog_df.write.mode("overwrite").parquet(parquet_dir)
+    parquet_df = spark.read.parquet(parquet_dir)
+    queries = {
+        "scan": lambda df: df.agg(F.sum(F.length("value"))).collect()[0][0],
+        "count": lambda df: df.count(),
+    }
+    frames = {"fastlog": fastlog_df, "parquet": parquet_df}
+    best: dict[str, float] = {}
+    answers: dict[str, set] = {}
+    for run in range(runs + 1):
+        for qname, query in queries.items():
+            for src, df in frames.items():
+                t0 = time.perf_counter()
+                answer = query(df)
+                secs = time.perf_counter() - t0
+                answers.setdefault(qname, set()).add(answer)
+                label = "warm-up" if run == 0 else f"run {run}"
+                print(f"{qname:5s} {src:8s} {label:8s} {secs:.2f} s: "
+                      f"{records / secs / 1e6:.2f} M rows/s", flush=True)
+                if run > 0:
+                    key = f"{qname}_{src}"
+                    best[key] = max(best.get(key, 0.0), records / secs)
+    for qname, got in answers.items():
+        if len(got) != 1:
+            raise RuntimeError(f"{qname}: fastlog and parquet disagree: {sorted(got)}")
+    return {
+        "scan_rows_per_s": round(best["scan_fastlog"]),
+        "scan_parquet_rows_per_s": round(best["scan_parquet"]),
+        "vs_parquet": round(best["scan_fastlog"] / best["scan_parquet"], 3),
+        "count_rows_per_s": round(best["count_fastlog"]),
+        "count_parquet_rows_per_s": round(best["count_parquet"]),
+        "count_vs_parquet": round(best["count_fastlog"] / best["count_parquet"], 3),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--value-bytes", type=int, default=100)
     ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--only", choices=("stream", "batch"),
+                    help="run only the streaming (vs memory) or the batch (vs parquet) part")
     args = ap.parse_args()
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -188,7 +244,7 @@ def main() -> None:
                                                 "valueBytes": str(args.value_bytes)}),
         }
         best: dict[str, float] = {}
-        for run in range(args.runs + 1):
+        for run in range(args.runs + 1 if args.only != "batch" else 0):
             for name, (fmt, options) in sources.items():
                 rows, secs = run_query(spark, fmt, options)
                 if rows != args.records:
@@ -199,11 +255,17 @@ def main() -> None:
                       f"{rate / 1e6:.2f} M rows/s", flush=True)
                 if run > 0:
                     best[name] = max(best.get(name, 0.0), rate)
+        report = {}
+        if best:
+            report.update({"rows_per_s": round(best["fastlog"]),
+                           "memory_rows_per_s": round(best["memory"]),
+                           "vs_memory_source": round(best["fastlog"] / best["memory"], 3)})
+        if args.only != "stream":
+            report.update(batch_scans(spark, broker.bootstrap, args.records, args.runs,
+                                      str(Path(tmp) / "parquet")))
         spark.stop()
-    print(json.dumps({"rows_per_s": round(best["fastlog"]),
-                      "memory_rows_per_s": round(best["memory"]),
-                      "vs_memory_source": round(best["fastlog"] / best["memory"], 3),
-                      "records": args.records, "value_bytes": args.value_bytes}))
+    report.update({"records": args.records, "value_bytes": args.value_bytes})
+    print(json.dumps(report))
 
 
 if __name__ == "__main__":
