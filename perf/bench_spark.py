@@ -24,6 +24,11 @@ the same session, alternately:
 3. scan: spark.read.format("fastlog")...agg(sum(length(value))) vs the same on parquet;
 4. count: ...count() vs parquet's count().
 
+The memory source runs both as a batch read too (scan_memory_vs_parquet,
+count_memory_vs_parquet): how close any Python data source comes to parquet here, since
+pyspark 4.3 hands a Python source's Arrow batches to Spark as rows, every column (no
+column pruning, no columnar scan).
+
 rows/s = rows / wall time of the action (collect), best of --runs after one warm-up.
 
 The last line printed is a JSON object with rows_per_s (fastlog streaming),
@@ -44,7 +49,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition  # noqa: E402
+from pyspark.sql.datasource import (  # noqa: E402
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
 
 from fastlog.spark.source import kafka_schema  # noqa: E402
 
@@ -107,6 +117,20 @@ class MemoryStreamReader(DataSourceStreamReader):
             pos += m
 
 
+class MemoryBatchReader(DataSourceReader):
+    """The same rows as one batch read: two partitions of half the records each."""
+
+    def __init__(self, schema, options):
+        self.stream = MemoryStreamReader(schema, options)
+
+    def partitions(self):
+        s = self.stream
+        return s.partitions(s.initialOffset(), s.latestOffset())
+
+    def read(self, part):
+        return self.stream.read(part)
+
+
 class MemorySource(DataSource):
     @classmethod
     def name(cls):
@@ -117,6 +141,9 @@ class MemorySource(DataSource):
 
     def streamReader(self, schema):
         return MemoryStreamReader(schema, self.options)
+
+    def reader(self, schema):
+        return MemoryBatchReader(schema, self.options)
 
 
 def prefill(bootstrap: str, topic: str, records: int, value_bytes: int) -> None:
@@ -167,8 +194,10 @@ def run_query(spark, fmt: str, options: dict) -> tuple[int, float]:
     return rows, ms / 1000.0
 
 
-def batch_scans(spark, bootstrap: str, records: int, runs: int, parquet_dir: str) -> dict:
-    """Best rows/s of a full scan and a count(), fastlog vs a parquet copy of the same rows."""
+def batch_scans(spark, bootstrap: str, records: int, value_bytes: int, runs: int,
+                parquet_dir: str) -> dict:
+    """Best rows/s of a full scan and a count(): fastlog, a parquet copy of the same rows,
+    and the memory source (the ceiling of a Python data source)."""
     from pyspark.sql import functions as F
 
     fastlog_df = (spark.read.format("fastlog").option("kafka.bootstrap.servers", bootstrap)
@@ -180,7 +209,9 @@ def batch_scans(spark, bootstrap: str, records: int, runs: int, parquet_dir: str
         "scan": lambda df: df.agg(F.sum(F.length("value"))).collect()[0][0],
         "count": lambda df: df.count(),
     }
-    frames = {"fastlog": fastlog_df, "parquet": parquet_df}
+    memory_df = (spark.read.format("fastlog_bench_memory").option("records", str(records))
+                 .option("valueBytes", str(value_bytes)).load())
+    frames = {"fastlog": fastlog_df, "parquet": parquet_df, "memory": memory_df}
     best: dict[str, float] = {}
     answers: dict[str, set] = {}
     for run in range(runs + 1):
@@ -189,7 +220,8 @@ def batch_scans(spark, bootstrap: str, records: int, runs: int, parquet_dir: str
                 t0 = time.perf_counter()
                 answer = query(df)
                 secs = time.perf_counter() - t0
-                answers.setdefault(qname, set()).add(answer)
+                if src != "memory":  # same row count and sizes, other bytes
+                    answers.setdefault(qname, set()).add(answer)
                 label = "warm-up" if run == 0 else f"run {run}"
                 print(f"{qname:5s} {src:8s} {label:8s} {secs:.2f} s: "
                       f"{records / secs / 1e6:.2f} M rows/s", flush=True)
@@ -206,6 +238,8 @@ def batch_scans(spark, bootstrap: str, records: int, runs: int, parquet_dir: str
         "count_rows_per_s": round(best["count_fastlog"]),
         "count_parquet_rows_per_s": round(best["count_parquet"]),
         "count_vs_parquet": round(best["count_fastlog"] / best["count_parquet"], 3),
+        "scan_memory_vs_parquet": round(best["scan_memory"] / best["scan_parquet"], 3),
+        "count_memory_vs_parquet": round(best["count_memory"] / best["count_parquet"], 3),
     }
 
 
@@ -261,8 +295,8 @@ def main() -> None:
                            "memory_rows_per_s": round(best["memory"]),
                            "vs_memory_source": round(best["fastlog"] / best["memory"], 3)})
         if args.only != "stream":
-            report.update(batch_scans(spark, broker.bootstrap, args.records, args.runs,
-                                      str(Path(tmp) / "parquet")))
+            report.update(batch_scans(spark, broker.bootstrap, args.records,
+                                      args.value_bytes, args.runs, str(Path(tmp) / "parquet")))
         spark.stop()
     report.update({"records": args.records, "value_bytes": args.value_bytes})
     print(json.dumps(report))
