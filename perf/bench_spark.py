@@ -30,6 +30,9 @@ pyspark 4.3 hands a Python source's Arrow batches to Spark as rows, every column
 column pruning, no columnar scan).
 
 rows/s = rows / wall time of the action (collect), best of --runs after one warm-up.
+CPU seconds of each action are counted too (the Spark JVM with its Python daemon and
+workers, plus the broker for fastlog), lowest of --runs: on a shared machine wall time
+wanders with other work, CPU much less (cpu_vs_parquet = parquet CPU / fastlog CPU).
 
 The last line printed is a JSON object with rows_per_s (fastlog streaming),
 vs_memory_source (fastlog / memory), and scan_rows_per_s / count_rows_per_s with
@@ -194,13 +197,41 @@ def run_query(spark, fmt: str, options: dict) -> tuple[int, float]:
     return rows, ms / 1000.0
 
 
-def batch_scans(spark, bootstrap: str, records: int, value_bytes: int, runs: int,
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """CPU of root and every live descendant, with the children each already reaped."""
+    children: dict[int, list[int]] = {}
+    own: dict[int, float] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid = int(name)
+        children.setdefault(int(fields[1]), []).append(pid)
+        own[pid] = sum(int(x) for x in fields[11:15]) / CLK_TCK  # u/s time, reaped cu/cs
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += own.get(pid, 0.0)
+        todo.extend(children.get(pid, ()))
+    return total
+
+
+def batch_scans(spark, broker, records: int, value_bytes: int, runs: int,
                 parquet_dir: str) -> dict:
     """Best rows/s of a full scan and a count(): fastlog, a parquet copy of the same rows,
     and the memory source (the ceiling of a Python data source)."""
     from pyspark.sql import functions as F
 
-    fastlog_df = (spark.read.format("fastlog").option("kafka.bootstrap.servers", bootstrap)
+    jvm = spark.sparkContext._gateway.proc.pid
+    fastlog_df = (spark.read.format("fastlog")
+                  .option("kafka.bootstrap.servers", broker.bootstrap)
                   .option("subscribe", "bench").option("startingOffsets", "earliest")
                   .option("endingOffsets", "latest").load())
     fastlog_df.write.mode("overwrite").parquet(parquet_dir)
@@ -213,21 +244,25 @@ def batch_scans(spark, bootstrap: str, records: int, value_bytes: int, runs: int
                  .option("valueBytes", str(value_bytes)).load())
     frames = {"fastlog": fastlog_df, "parquet": parquet_df, "memory": memory_df}
     best: dict[str, float] = {}
+    cpu: dict[str, float] = {}
     answers: dict[str, set] = {}
     for run in range(runs + 1):
         for qname, query in queries.items():
             for src, df in frames.items():
+                c0 = tree_cpu_seconds(jvm) + tree_cpu_seconds(broker.proc.pid)
                 t0 = time.perf_counter()
                 answer = query(df)
                 secs = time.perf_counter() - t0
+                used = tree_cpu_seconds(jvm) + tree_cpu_seconds(broker.proc.pid) - c0
                 if src != "memory":  # same row count and sizes, other bytes
                     answers.setdefault(qname, set()).add(answer)
                 label = "warm-up" if run == 0 else f"run {run}"
                 print(f"{qname:5s} {src:8s} {label:8s} {secs:.2f} s: "
-                      f"{records / secs / 1e6:.2f} M rows/s", flush=True)
+                      f"{records / secs / 1e6:.2f} M rows/s, {used:.2f} CPU s", flush=True)
                 if run > 0:
                     key = f"{qname}_{src}"
                     best[key] = max(best.get(key, 0.0), records / secs)
+                    cpu[key] = min(cpu.get(key, float("inf")), max(used, 0.01))
     for qname, got in answers.items():
         if len(got) != 1:
             raise RuntimeError(f"{qname}: fastlog and parquet disagree: {sorted(got)}")
@@ -240,6 +275,10 @@ def batch_scans(spark, bootstrap: str, records: int, value_bytes: int, runs: int
         "count_vs_parquet": round(best["count_fastlog"] / best["count_parquet"], 3),
         "scan_memory_vs_parquet": round(best["scan_memory"] / best["scan_parquet"], 3),
         "count_memory_vs_parquet": round(best["count_memory"] / best["count_parquet"], 3),
+        "scan_cpu_s": {k[5:]: round(v, 2) for k, v in cpu.items() if k.startswith("scan_")},
+        "count_cpu_s": {k[6:]: round(v, 2) for k, v in cpu.items() if k.startswith("count_")},
+        "scan_cpu_vs_parquet": round(cpu["scan_parquet"] / cpu["scan_fastlog"], 3),
+        "count_cpu_vs_parquet": round(cpu["count_parquet"] / cpu["count_fastlog"], 3),
     }
 
 
@@ -295,7 +334,7 @@ def main() -> None:
                            "memory_rows_per_s": round(best["memory"]),
                            "vs_memory_source": round(best["fastlog"] / best["memory"], 3)})
         if args.only != "stream":
-            report.update(batch_scans(spark, broker.bootstrap, args.records,
+            report.update(batch_scans(spark, broker, args.records,
                                       args.value_bytes, args.runs, str(Path(tmp) / "parquet")))
         spark.stop()
     report.update({"records": args.records, "value_bytes": args.value_bytes})
