@@ -21,7 +21,7 @@ import pytest
 from tests.spark.conftest import create_topic, produce
 from tests.spark.standalone import ROOT, SparkStandalone
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.spark_cluster]
 
 APP = Path(__file__).with_name("cluster_app.py")
 
