@@ -15,8 +15,28 @@ trigger(availableNow=True), each taking everything in one micro-batch:
 
 rows/s of a run = input rows / the micro-batches' triggerExecution time (from Spark's
 query progress); each source is warmed up once (worker start) and then its best of
---runs is kept. The last line printed is a JSON object with rows_per_s (fastlog) and
-vs_memory_source (fastlog / memory).
+--runs is kept.
+
+Then two batch queries over the same rows, each against a local parquet copy of exactly
+those rows (written by Spark from the fastlog read, so the same columns and values), in
+the same session, alternately:
+
+3. scan: spark.read.format("fastlog")...agg(sum(length(value))) vs the same on parquet;
+4. count: ...count() vs parquet's count().
+
+The memory source runs both as a batch read too (scan_memory_vs_parquet,
+count_memory_vs_parquet): how close any Python data source comes to parquet here, since
+pyspark 4.3 hands a Python source's Arrow batches to Spark as rows, every column (no
+column pruning, no columnar scan).
+
+rows/s = rows / wall time of the action (collect), best of --runs after one warm-up.
+CPU seconds of each action are counted too (the Spark JVM with its Python daemon and
+workers, plus the broker for fastlog), lowest of --runs: on a shared machine wall time
+wanders with other work, CPU much less (cpu_vs_parquet = parquet CPU / fastlog CPU).
+
+The last line printed is a JSON object with rows_per_s (fastlog streaming),
+vs_memory_source (fastlog / memory), and scan_rows_per_s / count_rows_per_s with
+vs_parquet (scan) and count_vs_parquet. Needs only the package's [spark] extra.
 """
 
 from __future__ import annotations
@@ -32,7 +52,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition  # noqa: E402
+from pyspark.sql.datasource import (  # noqa: E402
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
 
 from fastlog.spark.source import kafka_schema  # noqa: E402
 
@@ -95,6 +120,20 @@ class MemoryStreamReader(DataSourceStreamReader):
             pos += m
 
 
+class MemoryBatchReader(DataSourceReader):
+    """The same rows as one batch read: two partitions of half the records each."""
+
+    def __init__(self, schema, options):
+        self.stream = MemoryStreamReader(schema, options)
+
+    def partitions(self):
+        s = self.stream
+        return s.partitions(s.initialOffset(), s.latestOffset())
+
+    def read(self, part):
+        return self.stream.read(part)
+
+
 class MemorySource(DataSource):
     @classmethod
     def name(cls):
@@ -105,6 +144,9 @@ class MemorySource(DataSource):
 
     def streamReader(self, schema):
         return MemoryStreamReader(schema, self.options)
+
+    def reader(self, schema):
+        return MemoryBatchReader(schema, self.options)
 
 
 def prefill(bootstrap: str, topic: str, records: int, value_bytes: int) -> None:
@@ -155,11 +197,98 @@ def run_query(spark, fmt: str, options: dict) -> tuple[int, float]:
     return rows, ms / 1000.0
 
 
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """CPU of root and every live descendant, with the children each already reaped."""
+    children: dict[int, list[int]] = {}
+    own: dict[int, float] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid = int(name)
+        children.setdefault(int(fields[1]), []).append(pid)
+        own[pid] = sum(int(x) for x in fields[11:15]) / CLK_TCK  # u/s time, reaped cu/cs
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += own.get(pid, 0.0)
+        todo.extend(children.get(pid, ()))
+    return total
+
+
+def batch_scans(spark, broker, records: int, value_bytes: int, runs: int,
+                parquet_dir: str) -> dict:
+    """Best rows/s of a full scan and a count(): fastlog, a parquet copy of the same rows,
+    and the memory source (the ceiling of a Python data source)."""
+    from pyspark.sql import functions as F
+
+    jvm = spark.sparkContext._gateway.proc.pid
+    fastlog_df = (spark.read.format("fastlog")
+                  .option("kafka.bootstrap.servers", broker.bootstrap)
+                  .option("subscribe", "bench").option("startingOffsets", "earliest")
+                  .option("endingOffsets", "latest").load())
+    fastlog_df.write.mode("overwrite").parquet(parquet_dir)
+    parquet_df = spark.read.parquet(parquet_dir)
+    queries = {
+        "scan": lambda df: df.agg(F.sum(F.length("value"))).collect()[0][0],
+        "count": lambda df: df.count(),
+    }
+    memory_df = (spark.read.format("fastlog_bench_memory").option("records", str(records))
+                 .option("valueBytes", str(value_bytes)).load())
+    frames = {"fastlog": fastlog_df, "parquet": parquet_df, "memory": memory_df}
+    best: dict[str, float] = {}
+    cpu: dict[str, float] = {}
+    answers: dict[str, set] = {}
+    for run in range(runs + 1):
+        for qname, query in queries.items():
+            for src, df in frames.items():
+                c0 = tree_cpu_seconds(jvm) + tree_cpu_seconds(broker.proc.pid)
+                t0 = time.perf_counter()
+                answer = query(df)
+                secs = time.perf_counter() - t0
+                used = tree_cpu_seconds(jvm) + tree_cpu_seconds(broker.proc.pid) - c0
+                if src != "memory":  # same row count and sizes, other bytes
+                    answers.setdefault(qname, set()).add(answer)
+                label = "warm-up" if run == 0 else f"run {run}"
+                print(f"{qname:5s} {src:8s} {label:8s} {secs:.2f} s: "
+                      f"{records / secs / 1e6:.2f} M rows/s, {used:.2f} CPU s", flush=True)
+                if run > 0:
+                    key = f"{qname}_{src}"
+                    best[key] = max(best.get(key, 0.0), records / secs)
+                    cpu[key] = min(cpu.get(key, float("inf")), max(used, 0.01))
+    for qname, got in answers.items():
+        if len(got) != 1:
+            raise RuntimeError(f"{qname}: fastlog and parquet disagree: {sorted(got)}")
+    return {
+        "scan_rows_per_s": round(best["scan_fastlog"]),
+        "scan_parquet_rows_per_s": round(best["scan_parquet"]),
+        "vs_parquet": round(best["scan_fastlog"] / best["scan_parquet"], 3),
+        "count_rows_per_s": round(best["count_fastlog"]),
+        "count_parquet_rows_per_s": round(best["count_parquet"]),
+        "count_vs_parquet": round(best["count_fastlog"] / best["count_parquet"], 3),
+        "scan_memory_vs_parquet": round(best["scan_memory"] / best["scan_parquet"], 3),
+        "count_memory_vs_parquet": round(best["count_memory"] / best["count_parquet"], 3),
+        "scan_cpu_s": {k[5:]: round(v, 2) for k, v in cpu.items() if k.startswith("scan_")},
+        "count_cpu_s": {k[6:]: round(v, 2) for k, v in cpu.items() if k.startswith("count_")},
+        "scan_cpu_vs_parquet": round(cpu["scan_parquet"] / cpu["scan_fastlog"], 3),
+        "count_cpu_vs_parquet": round(cpu["count_parquet"] / cpu["count_fastlog"], 3),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--value-bytes", type=int, default=100)
     ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--only", choices=("stream", "batch"),
+                    help="run only the streaming (vs memory) or the batch (vs parquet) part")
     args = ap.parse_args()
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -188,7 +317,7 @@ def main() -> None:
                                                 "valueBytes": str(args.value_bytes)}),
         }
         best: dict[str, float] = {}
-        for run in range(args.runs + 1):
+        for run in range(args.runs + 1 if args.only != "batch" else 0):
             for name, (fmt, options) in sources.items():
                 rows, secs = run_query(spark, fmt, options)
                 if rows != args.records:
@@ -199,11 +328,17 @@ def main() -> None:
                       f"{rate / 1e6:.2f} M rows/s", flush=True)
                 if run > 0:
                     best[name] = max(best.get(name, 0.0), rate)
+        report = {}
+        if best:
+            report.update({"rows_per_s": round(best["fastlog"]),
+                           "memory_rows_per_s": round(best["memory"]),
+                           "vs_memory_source": round(best["fastlog"] / best["memory"], 3)})
+        if args.only != "stream":
+            report.update(batch_scans(spark, broker, args.records,
+                                      args.value_bytes, args.runs, str(Path(tmp) / "parquet")))
         spark.stop()
-    print(json.dumps({"rows_per_s": round(best["fastlog"]),
-                      "memory_rows_per_s": round(best["memory"]),
-                      "vs_memory_source": round(best["fastlog"] / best["memory"], 3),
-                      "records": args.records, "value_bytes": args.value_bytes}))
+    report.update({"records": args.records, "value_bytes": args.value_bytes})
+    print(json.dumps(report))
 
 
 if __name__ == "__main__":

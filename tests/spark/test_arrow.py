@@ -15,7 +15,8 @@ from fastlog.spark.fetch import to_record_batch
 pytest.importorskip("pyspark")
 from pyspark.sql.pandas.types import to_arrow_schema  # noqa: E402
 
-from fastlog.spark.source import kafka_schema  # noqa: E402
+from fastlog.spark.source import FastlogDataSource, kafka_schema  # noqa: E402
+from tests.spark.conftest import create_topic, produce  # noqa: E402
 
 
 def _blob(batches):
@@ -97,3 +98,25 @@ def test_damaged_records_raise_codec_errors_never_crash():
             except _codec.CodecError:
                 continue
             b.finish()
+
+
+def test_reader_hands_spark_whole_arrow_batches_of_its_schema(broker):
+    """The executor's read() yields pyarrow.RecordBatches of exactly the Arrow schema Spark
+    expects (no tuples, no per-row objects), with every record of the range in order."""
+    create_topic(broker.bootstrap, "arrow-read", 2)
+    produce(broker.bootstrap, "arrow-read", [(b"k%d" % i, b"v%d" % i) for i in range(3000)])
+    source = FastlogDataSource({"kafka.bootstrap.servers": broker.bootstrap,
+                                "subscribe": "arrow-read", "startingOffsets": "earliest"})
+    schema = source.schema()
+    reader = source.reader(schema)
+    want = to_arrow_schema(schema, timezone="UTC")
+    total = 0
+    for part in reader.partitions():
+        offsets = []
+        for rb in reader.read(part):
+            assert isinstance(rb, pa.RecordBatch)
+            assert rb.schema.equals(want)
+            offsets.extend(rb.column("offset").to_pylist())
+        assert offsets == list(range(part.start, part.end))
+        total += len(offsets)
+    assert total == 3000
