@@ -19,10 +19,12 @@ cdef class AbstractIndex:
     cdef int _entry_size
     cdef object _fd_lock
     cdef Py_ssize_t _pending   # > 0: no file yet; created at this size when needed
+    cdef bint _deferred        # the file exists, not opened yet (sizes known from a stat)
 
     cdef int _map(self, Py_ssize_t length) except -1
     cdef void _unmap(self) noexcept
     cdef int _check_open(self) except -1
+    cdef int _open_deferred(self) except -1
     cdef int _materialize(self) except -1
     cdef int _reserve(self, Py_ssize_t end) except -1
     cdef int _reserve_entries(self, Py_ssize_t more, bint touch) except -1

@@ -24,6 +24,14 @@
 # no index inodes, descriptors or mappings; on a file system where creating an inode is
 # slow that was most of a fresh partition's CPU (perf/fresh_partitions.py). An index
 # whose file is missing on open is an empty index, as before.
+#
+# An index whose file exists is not opened either until it is used (Kafka's LazyIndex for
+# loaded segments): the constructor only stats the file, and the descriptor and mapping
+# are made by the first lookup, append, check of entries or resize that needs them. A
+# broker restarting with thousands of partitions thus opens no index of a partition that
+# is not read or written, and an index without entries is never opened at all (its
+# resizes only change the size its file will be made at). unload() returns an index to
+# that state (a segment that stops being active keeps no index descriptor).
 
 import os
 import threading
@@ -162,6 +170,7 @@ cdef class AbstractIndex:
         self._max_entries = 0
         self._fd_lock = threading.Lock()
         self._pending = 0
+        self._deferred = 0
 
     def __init__(self, path, int64_t base_offset, Py_ssize_t max_index_size=DEFAULT_MAX_INDEX_SIZE,
                  bint writable=True):
@@ -175,6 +184,15 @@ cdef class AbstractIndex:
             # No file until an entry or a resize needs one (see the module comment).
             self._pending = full
             self._max_entries = full // self._entry_size
+            return
+        if writable and not newly_created:
+            # Opened when first needed (see the module comment): only its size now.
+            length = os.stat(self.path).st_size
+            self._deferred = 1
+            self._length = length
+            self._max_entries = length // self._entry_size
+            self._entries = self._max_entries
+            self._reserved = _round_down(self._entries * self._entry_size, RESERVE_CHUNK)
             return
         if writable:
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -222,8 +240,32 @@ cdef class AbstractIndex:
         self._max_entries = 0
 
     cdef int _check_open(self) except -1:
+        if self._deferred:
+            return self._open_deferred()
         if self._fd < 0 and self._pending == 0:
             raise ValueError(f"index {self.path} is closed")
+        return 0
+
+    cdef int _open_deferred(self) except -1:
+        # Open and map the existing file of a deferred index (its entries are known).
+        if not self._deferred:
+            return 0
+        fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+        cdef Py_ssize_t length = self._length
+        try:
+            if os.fstat(fd).st_size != length:  # resized while not opened
+                os.ftruncate(fd, length)
+            with self._fd_lock:
+                self._fd = fd
+            self._map(length)
+        except BaseException:
+            with self._fd_lock:
+                self._fd = -1
+            os.close(fd)
+            raise
+        self._entries = min(self._entries, self._max_entries)
+        self._reserved = min(self._reserved, length)
+        self._deferred = 0
         return 0
 
     cdef int _materialize(self) except -1:
@@ -251,6 +293,8 @@ cdef class AbstractIndex:
         # file) before entries are stored there; OSError(ENOSPC) when the disk is full.
         cdef Py_ssize_t start = self._reserved, stop
         cdef int err
+        if self._deferred:
+            self._open_deferred()
         if end <= start:
             return 0
         if self._pending:
@@ -355,7 +399,12 @@ cdef class AbstractIndex:
 
     @property
     def closed(self):
-        return self._fd < 0 and self._pending == 0
+        return self._fd < 0 and self._pending == 0 and not self._deferred
+
+    @property
+    def is_open(self):
+        """True while the index holds a descriptor (and a mapping) of its file."""
+        return self._fd >= 0
 
     @property
     def is_full(self):
@@ -366,12 +415,38 @@ cdef class AbstractIndex:
 
         Entries beyond the new size are dropped. Called with the max size when a segment
         becomes active again and with the valid size when it becomes inactive."""
-        self._check_open()
+        if self.closed:
+            raise ValueError(f"index {self.path} is closed")
         cdef Py_ssize_t rounded = _round_down(new_size, self._entry_size)
         if rounded == (self._pending or self._length):
             return False
         if not self.writable:
             raise ValueError(f"cannot resize read-only index {self.path}")
+        if self._deferred:
+            # Not opened: the file is given this size when it is (its size on disk only
+            # changes then, so a resize back to it before that leaves the file as it is).
+            self._length = rounded
+            self._max_entries = rounded // self._entry_size
+            self._entries = min(self._entries, self._max_entries)
+            self._reserved = min(self._reserved, rounded)
+            return True
+        if self._pending and rounded == 0:
+            # A new index closed without entries: an empty file (a segment's index exists
+            # once it is closed), made without a mapping.
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
+                         0o644)
+            os.close(fd)
+            self._pending = 0
+            self._deferred = 1
+            self._length = 0
+            self._max_entries = 0
+            self._reserved = 0
+            return True
+        if self._pending:
+            self._pending = rounded
+            self._max_entries = rounded // self._entry_size
+            return True
+        self._check_open()
         self._materialize()
         cdef Py_ssize_t entries = self._entries
         self._unmap()
@@ -407,9 +482,25 @@ cdef class AbstractIndex:
             if self._fd >= 0:
                 os.fsync(self._fd)
 
+    def unload(self):
+        """Release the descriptor and mapping of an index whose file holds exactly its
+        entries (an inactive segment's, trimmed): the next use opens it again. False, and
+        nothing done, for an index still at another size or without its file."""
+        if self._fd < 0 or self._pending or self._length != self._entries * self._entry_size:
+            return False
+        self._unmap()
+        with self._fd_lock:
+            os.close(self._fd)
+            self._fd = -1
+        self._deferred = 1
+        self._length = self._entries * self._entry_size
+        self._max_entries = self._entries
+        return True
+
     def close_handler(self):
         """Release the mapping and the descriptor without trimming (idempotent)."""
         self._pending = 0
+        self._deferred = 0
         self._unmap()
         with self._fd_lock:
             if self._fd >= 0:
@@ -418,7 +509,7 @@ cdef class AbstractIndex:
 
     def close(self):
         """Trim to the valid entries, then release the mapping and the descriptor."""
-        if (self._fd >= 0 or self._pending) and self.writable:
+        if (self._fd >= 0 or self._pending or self._deferred) and self.writable:
             self.trim_to_valid_size()
         self.close_handler()
 
@@ -506,6 +597,8 @@ cdef class OffsetIndex(AbstractIndex):
     @property
     def last_offset(self):
         """Offset of the last entry, or base_offset when empty."""
+        if self._entries and self._deferred:
+            self._open_deferred()
         if self._entries == 0 or self._data == NULL:
             return self.base_offset
         return self.base_offset + self._key(self._entries - 1)
@@ -516,6 +609,8 @@ cdef class OffsetIndex(AbstractIndex):
         self._append(offset, position)
 
     cdef int _append(self, int64_t offset, int64_t position) except -1:
+        if self._deferred:
+            self._open_deferred()
         if self._entries >= self._max_entries:
             raise IndexFullError(f"attempt to append to the full index {self.path} "
                                  f"({self._entries} entries)")
@@ -554,7 +649,8 @@ cdef class OffsetIndex(AbstractIndex):
 
         Stricter than a header check: offsets and positions must strictly increase and stay
         within the segment, which rejects zero-padded tails and garbage files."""
-        self._check_open()
+        if self._entries or not self._deferred:
+            self._check_open()
         if self._length % 8 != 0:
             raise CorruptIndexError(
                 f"index file {self.path} has size {self._length}, not a multiple of 8")
@@ -607,6 +703,8 @@ cdef class TimeIndex(AbstractIndex):
     @property
     def last_entry(self):
         """The last (timestamp, offset), or (NO_TIMESTAMP, base_offset) when empty."""
+        if self._entries and self._deferred:
+            self._open_deferred()
         if self._entries == 0 or self._data == NULL:
             return NO_TIMESTAMP, self.base_offset
         return self._key(self._entries - 1), self.base_offset + self._value(self._entries - 1)
@@ -619,6 +717,8 @@ cdef class TimeIndex(AbstractIndex):
     cdef int _maybe_append(self, int64_t timestamp, int64_t offset,
                            bint skip_full_check) except -1:
         # 1: appended, 0: timestamp not larger than the last one.
+        if self._deferred:
+            self._open_deferred()
         if not skip_full_check and self._entries >= self._max_entries - 1:
             raise IndexFullError(f"attempt to append to the full time index {self.path}")
         if self._entries >= self._max_entries:
@@ -656,7 +756,8 @@ cdef class TimeIndex(AbstractIndex):
     def sanity_check(self, next_offset=None):
         """Raise CorruptIndexError unless timestamps strictly increase and offsets never
         decrease (and stay below next_offset when given)."""
-        self._check_open()
+        if self._entries or not self._deferred:
+            self._check_open()
         if self._length % 12 != 0:
             raise CorruptIndexError(
                 f"time index file {self.path} has size {self._length}, not a multiple of 12")
@@ -752,7 +853,8 @@ cdef class SegmentIndexer:
         may wait for the file system's journal, happen here: the write thread of a
         write-behind append (LogSegment.write_at) does so while the owner leaves the index
         alone."""
-        if (self.offset_index._pending and self.time_index._pending
+        if ((self.offset_index._pending or self.offset_index._deferred)
+                and (self.time_index._pending or self.time_index._deferred)
                 and self.bytes_since + upto <= self.interval):
             return
         self.offset_index._reserve_entries(batches, touch)

@@ -286,6 +286,11 @@ class Log:
             # Rebuilt indexes come back at full size: trim them and record the final time
             # entry, as a roll would have (a no-op for indexes loaded intact).
             seg.on_become_inactive_segment()
+        for seg in segments:
+            if seg.base_offset not in self._recovered_bases:
+                # Intact on disk: opened again when read or written (a rebuilt one keeps
+                # its descriptors for the flush that makes it durable).
+                seg.unload_indexes()
         active = segments[-1]
         active.resize_indexes(self.config.segment_index_bytes)
         self._publish(segments)

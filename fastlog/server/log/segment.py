@@ -524,6 +524,14 @@ class LogSegment:
         self.time_index.trim_to_valid_size()
         self._drop_map()  # old segments map again only when read
 
+    def unload_indexes(self) -> None:
+        """Release the descriptors and mappings of both indexes (files at their valid
+        size, nothing unwritten): the next lookup opens them again. A loaded inactive
+        segment thus costs one descriptor, its .log, until it is read (a loaded active
+        one until an append adds an entry or needs its largest timestamp)."""
+        self.offset_index.unload()
+        self.time_index.unload()
+
     def release_read_map(self) -> None:
         """Drop the read mapping (a new one is made by the next read): keeps the number
         of mappings per inactive segment at the two indexes after a load."""

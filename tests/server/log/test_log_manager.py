@@ -279,3 +279,43 @@ def test_future_log_swap_and_what_a_crash_leaves(tmp_path):
         assert third.get_log("mv", 0).log_end_offset == 40
     finally:
         third.shutdown()
+
+
+def _open_index_files(under):
+    """This process's descriptors on index files below `under` (from /proc/self/fd)."""
+    names = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(under)) and target.endswith((".index", ".timeindex")):
+            names.append(target)
+    return names
+
+
+def test_a_restart_opens_no_index_until_a_partition_is_read(tmp_path):
+    d = tmp_path / "a"
+    mgr = _manager([d])
+    expected = {}
+    for p in range(20):
+        log = mgr.get_or_create_log("lazy", p)
+        append_n(log, 12)  # several segments, each with index entries
+        expected[p] = read_all(log)
+        assert log.num_segments > 2
+    mgr.shutdown()
+    assert not _open_index_files(d)
+    again = _manager([d])
+    try:
+        # (a clean start: each partition holds its .log descriptors only)
+        assert not _open_index_files(d)
+        log = again.get_log("lazy", 7)
+        assert read_all(log) == expected[7]
+        opened = _open_index_files(d)
+        assert opened and all("/lazy-7/" in path for path in opened)
+        for p in range(20):
+            assert read_all(again.get_log("lazy", p)) == expected[p]
+        append_n(again.get_log("lazy", 3), 3)  # the active segment's indexes work as before
+    finally:
+        again.shutdown()
+    assert not _open_index_files(d)
