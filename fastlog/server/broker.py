@@ -238,7 +238,8 @@ class BrokerServer:
                 cleaner_enable=self.config["log.cleaner.enable"],
                 dedupe_buffer_size=self.config["log.cleaner.dedupe.buffer.size"],
                 verification_interval_ms=self.config["fastlog.log.verification.interval.ms"],
-                verification_bytes_per_sec=self.config["fastlog.log.verification.bytes.per.sec"])
+                verification_bytes_per_sec=self.config["fastlog.log.verification.bytes.per.sec"],
+                recovery_threads_per_data_dir=self.config["num.recovery.threads.per.data.dir"])
         except KafkaStorageError as e:
             raise BrokerStartupError(str(e)) from None
         self._event_loop = asyncio.get_running_loop()
