@@ -241,7 +241,8 @@ cdef class AbstractIndex:
 
     cdef int _check_open(self) except -1:
         if self._deferred:
-            return self._open_deferred()
+            # (no entries: every lookup answers without the file; writes open it)
+            return 0 if self._entries == 0 else self._open_deferred()
         if self._fd < 0 and self._pending == 0:
             raise ValueError(f"index {self.path} is closed")
         return 0

@@ -295,6 +295,7 @@ class Log:
         active.resize_indexes(self.config.segment_index_bytes)
         self._publish(segments)
         self.log_end_offset = active.next_offset
+        active.release_read_map()  # (a mapping holds a descriptor of its own)
         first = segments[0].base_offset
         self.log_start_offset = max(first, log_start_offset or 0)
         if self.log_start_offset > self.log_end_offset:

@@ -281,17 +281,21 @@ def test_future_log_swap_and_what_a_crash_leaves(tmp_path):
         third.shutdown()
 
 
-def _open_index_files(under):
-    """This process's descriptors on index files below `under` (from /proc/self/fd)."""
+def _open_files(under):
+    """This process's descriptors on files below `under` (from /proc/self/fd)."""
     names = []
     for fd in os.listdir("/proc/self/fd"):
         try:
             target = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
             continue
-        if target.startswith(str(under)) and target.endswith((".index", ".timeindex")):
+        if target.startswith(str(under)):
             names.append(target)
     return names
+
+
+def _open_index_files(under):
+    return [f for f in _open_files(under) if f.endswith((".index", ".timeindex"))]
 
 
 def test_a_restart_opens_no_index_until_a_partition_is_read(tmp_path):
@@ -357,3 +361,25 @@ def test_parallel_recovery_of_two_dirs_matches_the_data(tmp_path):
         assert all(lg.recovery_point == lg.log_end_offset for lg in third.all_logs())
     finally:
         third.shutdown()
+
+
+def test_read_mappings_are_bounded_by_the_read_map_cache(tmp_path, monkeypatch):
+    """Each read mapping of a .log holds a descriptor: reading many partitions keeps at
+    most READ_MAP_LIMIT of them, so open files stay near one per segment."""
+    from fastlog.server.log import segment
+
+    monkeypatch.setattr(segment, "READ_MAPS", segment.ReadMaps(limit=4))
+    d = tmp_path / "a"
+    mgr = _manager([d])
+    try:
+        logs = [mgr.get_or_create_log("maps", p) for p in range(12)]
+        for log in logs:
+            append_n(log, 2)
+        before = len(_open_files(d))
+        first = [read_all(log) for log in logs]
+        assert len(segment.READ_MAPS) == 4
+        assert len(_open_files(d)) <= before + 4
+        assert [read_all(log) for log in logs] == first  # evicted ones map again
+    finally:
+        mgr.shutdown()
+    assert not _open_files(d)
