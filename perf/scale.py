@@ -52,6 +52,7 @@ ROOT = compare.ROOT
 TOPIC_PARTITIONS = 1000  # partitions per created topic (one CreateTopics each)
 RESTART_GOALS = {"clean": 20.0, "unclean": 60.0}
 SERVE_TIMEOUT = 600.0
+REQUEST_TIMEOUT = 300.0  # one request over thousands of fresh partitions, on a busy machine
 
 
 def _say(*parts) -> None:
@@ -122,6 +123,7 @@ def _until_serving(b, topics, total: int) -> float:
     while time.monotonic() - t0 < SERVE_TIMEOUT:
         try:
             w = Wire(b)
+            w.sock.settimeout(REQUEST_TIMEOUT)
             try:
                 good, _ = _metadata(w, topics)
                 if good == total:
@@ -155,6 +157,7 @@ def many_partitions(workdir: Path, opts, tansu) -> dict:
     try:
         base = _proc_figures(b.proc.pid)
         w = Wire(b)
+        w.sock.settimeout(REQUEST_TIMEOUT)
         try:
             out["create_s"] = _create_all(w, topics)
             good, took = _metadata(w, topics)
@@ -212,6 +215,7 @@ def tansu_create(tansu, opts) -> dict | None:
     if tansu is None:
         return None
     w = compare.raw_connection(tansu)
+    w.sock.settimeout(REQUEST_TIMEOUT)
     try:
         return {"create_s": _create_all(w, [(f"tansu-{n}", p)
                                             for n, p in _topics(opts.partitions)])}
@@ -364,8 +368,8 @@ def main(argv=None) -> int:
             result.update(peer_figures(fastlog, tansu, opts))
             result.update(idle_conn_ratio(fastlog, opts))
             result.update(fetch_session_ratio(opts))
-        except (compare.RunError, RuntimeError) as e:
-            print(f"scale.py: {e}", file=sys.stderr)
+        except (compare.RunError, RuntimeError, OSError) as e:
+            print(f"scale.py: {e or type(e).__name__}", file=sys.stderr)
             return 1
         finally:
             for b in (fastlog, tansu):

@@ -218,6 +218,8 @@ class Log:
         self._pending: PendingAppend | None = None  # the write-behind append, if any
         self.closed = False
         self.load_report = LoadReport()
+        # Called with the log after each update_config (its LogManager's flush schedule).
+        self.config_listener = None
 
     def _now_ms(self) -> int:
         return int(self.time_fn() * 1000)
@@ -962,6 +964,8 @@ class Log:
     def update_config(self, config: LogConfig) -> None:
         """New topic settings; index sizes apply from the next segment on."""
         self.config = config
+        if self.config_listener is not None:
+            self.config_listener(self)
 
     @_reports_failure
     def rename_dir(self, new_dir: str) -> None:

@@ -65,7 +65,7 @@ from .checkpoint import (
     write_meta_properties,
 )
 from .cleaner import DEFAULT_DEDUPE_BUFFER_SIZE, LogCleaner
-from .config import LogConfig
+from .config import LONG_MAX, LogConfig
 from .dir_failure import LogDirFailureChannel, is_dir_failure
 from .errors import KafkaStorageError
 from .log import Log, parse_topic_partition
@@ -139,6 +139,8 @@ class LogManager:
         self.scheduler = scheduler or IoWorker()
         self._logs: dict[tuple[str, int], Log] = {}
         self._dir_of: dict[tuple[str, int], str] = {}
+        # the logs whose topic sets flush.ms: the only ones the flusher looks at (loop)
+        self._timed_flush: dict[tuple[str, int], Log] = {}
         self.dir_failure_channel = LogDirFailureChannel()
         # partitions whose log dir went offline -> that dir (loop thread)
         self._offline_logs: dict[tuple[str, int], str] = {}
@@ -228,8 +230,7 @@ class LogManager:
         for d, (clean, found) in plans.items():
             recovered: list[Log] = []
             for (key, _, _, _), log in zip(found, opened[d]):
-                self._logs[key] = log
-                self._dir_of[key] = d
+                self._add_log(key, log, d)
                 if log.load_report.recovered:
                     recovered.append(log)
             self._report_recovery(d, clean, recovered)
@@ -387,6 +388,20 @@ class LogManager:
 
     # ------------------------------------------------------------------ logs
 
+    def _add_log(self, key: tuple[str, int], log: Log, log_dir: str) -> None:
+        self._logs[key] = log
+        self._dir_of[key] = log_dir
+        log.config_listener = self._flush_policy_changed
+        self._flush_policy_changed(log)
+
+    def _flush_policy_changed(self, log: Log) -> None:
+        """(Log.update_config) The flusher keeps to the logs with a flush.ms."""
+        key = (log.topic, log.partition)
+        if log.config.flush_ms < LONG_MAX and self._logs.get(key) is log:
+            self._timed_flush[key] = log
+        elif self._timed_flush.get(key) is log:
+            del self._timed_flush[key]
+
     def get_log(self, topic: str, partition: int) -> Log | None:
         return self._logs.get((topic, partition))
 
@@ -431,10 +446,9 @@ class LogManager:
             final = os.path.join(log_dir, f"{key[0]}-{key[1]}")
             os.rename(path, final)
             fsync_dir(log_dir)
-            self._logs[key] = Log.open(final, self._config_for(key[0]), time_fn=self.time_fn,
-                                       scheduler=self.scheduler,
-                                       failure_channel=self.dir_failure_channel)
-            self._dir_of[key] = log_dir
+            self._add_log(key, Log.open(final, self._config_for(key[0]), time_fn=self.time_fn,
+                                        scheduler=self.scheduler,
+                                        failure_channel=self.dir_failure_channel), log_dir)
             logger.warning("%s: a move to this log dir was interrupted after the swap; "
                            "completed", final)
         self._futures_found = []
@@ -491,8 +505,7 @@ class LogManager:
             fsync_dir(source)
         future.rename_dir(os.path.join(log_dir, f"{topic}-{partition}"))
         fsync_dir(log_dir)
-        self._logs[key] = future
-        self._dir_of[key] = log_dir
+        self._add_log(key, future, log_dir)
         return future
 
     def offline_dir_of(self, topic: str, partition: int) -> str | None:
@@ -511,6 +524,7 @@ class LogManager:
         for key in keys:
             log = self._logs.pop(key)
             del self._dir_of[key]
+            self._timed_flush.pop(key, None)
             self._offline_logs[key] = log_dir
             if self.cleaner is not None:
                 self.cleaner.forget(key)
@@ -559,8 +573,7 @@ class LogManager:
                 raise KafkaStorageError(f"cannot create {topic}-{partition} in {log_dir}: "
                                         f"{e.strerror or e}") from None
             raise
-        self._logs[key] = log
-        self._dir_of[key] = log_dir
+        self._add_log(key, log, log_dir)
         self.scheduler.submit(fsync_dir, log_dir)  # the new partition dir must survive a crash
         return log
 
@@ -588,6 +601,7 @@ class LogManager:
         key = (topic, partition)
         log = self._logs.pop(key, None)
         self._dir_of.pop(key, None)
+        self._timed_flush.pop(key, None)
         # (a partition of an offline dir is only forgotten: its files stay where they are,
         # and a start with the dir readable keeps them aside as a stray log)
         self._offline_logs.pop(key, None)
@@ -623,10 +637,15 @@ class LogManager:
         return self.cleaner.maybe_clean(now_ms)
 
     def flush_dirty_logs(self, now_ms: int | None = None) -> list[Future]:
-        """Queue a flush of every log whose unflushed data is older than its flush.ms."""
+        """Queue a flush of every log whose unflushed data is older than its flush.ms.
+        Only the logs whose topic sets one are looked at (thousands of partitions with
+        Kafka's default, never, cost this tick nothing)."""
         now = int(self.time_fn() * 1000) if now_ms is None else now_ms
         futures = []
-        for log in self.all_logs():
+        offline = self.dir_failure_channel.offline
+        for log in list(self._timed_flush.values()):
+            if offline and os.path.dirname(log.dir) in offline:
+                continue
             if log.unflushed_messages > 0 and now - log.last_flush_ms >= log.config.flush_ms:
                 futures.append(log.flush_async())
         return futures

@@ -26,6 +26,7 @@ import dataclasses
 import mmap
 import os
 import threading
+import weakref
 from collections import OrderedDict
 
 from fastlog._codec import (
@@ -67,7 +68,8 @@ READ_MAP_LIMIT = 1024
 
 class ReadMaps:
     """The segments holding a read mapping, least recently used first; over `limit`,
-    the oldest loses its mapping (a reader still holding it keeps it alive). Any thread."""
+    the oldest loses its mapping (a reader still holding it keeps it alive). Segments are
+    held by weak reference (a collected one is dropped in its turn). Any thread."""
 
     def __init__(self, limit: int = READ_MAP_LIMIT):
         self.limit = limit
@@ -78,20 +80,22 @@ class ReadMaps:
         return len(self._lru)
 
     def touch(self, seg) -> None:
+        ref = weakref.ref(seg)
         with self._lock:
             lru = self._lru
-            if seg in lru:
-                lru.move_to_end(seg)
+            if ref in lru:
+                lru.move_to_end(ref)
                 return
-            lru[seg] = None
-            victims = [lru.popitem(last=False)[0] for _ in range(len(lru) - self.limit)]
+            lru[ref] = None
+            victims = [lru.popitem(last=False)[0]() for _ in range(len(lru) - self.limit)]
         for v in victims:
-            v._map = None
-            v._map_len = 0
+            if v is not None:
+                v._map = None
+                v._map_len = 0
 
     def forget(self, seg) -> None:
         with self._lock:
-            self._lru.pop(seg, None)
+            self._lru.pop(weakref.ref(seg), None)
 
 
 READ_MAPS = ReadMaps()

@@ -172,6 +172,36 @@ def test_periodic_retention_and_flush(tmp_path, clock):
         mgr.shutdown()
 
 
+def test_the_flusher_looks_only_at_logs_whose_topic_sets_flush_ms(tmp_path, clock):
+    """Kafka's default flush.ms is never: a broker of thousands of such partitions has
+    nothing to check each flusher tick; a topic given flush.ms later joins it."""
+    from dataclasses import replace
+
+    mgr = _manager([tmp_path / "a"], clock=clock)
+    try:
+        plain = [mgr.get_or_create_log("plain", p) for p in range(50)]
+        timed = mgr.get_or_create_log("timed", 0, replace(CFG, flush_ms=1000))
+        for log in plain + [timed]:
+            append_n(log, 1)
+        assert list(mgr._timed_flush.values()) == [timed]
+        clock.advance_ms(2000)
+        for f in mgr.flush_dirty_logs():
+            f.result(timeout=10)
+        assert timed.recovery_point == timed.log_end_offset
+        assert all(lg.recovery_point == 0 for lg in plain)
+        plain[3].update_config(replace(CFG, flush_ms=1000))  # a config change joins it
+        timed.update_config(CFG)  # and leaves it
+        assert list(mgr._timed_flush.values()) == [plain[3]]
+        clock.advance_ms(2000)
+        for f in mgr.flush_dirty_logs():
+            f.result(timeout=10)
+        assert plain[3].recovery_point == plain[3].log_end_offset
+        mgr.delete_log("plain", 3)
+        assert not mgr._timed_flush
+    finally:
+        mgr.shutdown()
+
+
 def test_directories_that_are_not_logs_are_left_alone(tmp_path):
     # Named like partitions, but holding a user's files: never opened, never removed.
     d = tmp_path / "a"
