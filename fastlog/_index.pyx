@@ -9,8 +9,13 @@
 #
 # Threads: one owner thread (the broker's event-loop thread) appends, looks up, truncates,
 # resizes and closes. The only call allowed from another thread is flush(), which fsyncs the
-# file descriptor (on Linux that writes the dirty pages of our MAP_SHARED mapping too) and
-# never touches the mapping itself; a small lock keeps the descriptor open while it runs.
+# file through a descriptor of its own (on Linux that writes the dirty pages of our
+# MAP_SHARED mapping too) and never touches the mapping itself.
+#
+# Descriptors: an index holds its mapping, not a descriptor (as Kafka's, which closes its
+# file once mapped). The file is opened for the moment a mapping is made, the file resized
+# or space reserved, and by flush(); so a partition's open files are its segments' .log
+# files alone, and a broker of 10,000 partitions fits the usual soft limit.
 #
 # Disk space: a writable index file is created at its full size but sparse, and the file
 # system backs a page of it only when that page is first written. A store into the mapping
@@ -26,15 +31,14 @@
 # whose file is missing on open is an empty index, as before.
 #
 # An index whose file exists is not opened either until it is used (Kafka's LazyIndex for
-# loaded segments): the constructor only stats the file, and the descriptor and mapping
-# are made by the first lookup, append, check of entries or resize that needs them. A
-# broker restarting with thousands of partitions thus opens no index of a partition that
-# is not read or written, and an index without entries is never opened at all (its
-# resizes only change the size its file will be made at). unload() returns an index to
-# that state (a segment that stops being active keeps no index descriptor).
+# loaded segments): the constructor only stats the file, and the mapping is made by the
+# first lookup, append, check of entries or resize that needs it. A broker restarting with
+# thousands of partitions thus maps no index of a partition that is not read or written,
+# and an index without entries is never opened at all (its resizes only change the size
+# its file will be made at). unload() returns an index to that state (a loaded segment's
+# indexes are mapped only while it is used).
 
 import os
-import threading
 
 from libc.errno cimport EINVAL, EOPNOTSUPP, errno
 from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint32_t, uint64_t
@@ -162,13 +166,12 @@ cdef class AbstractIndex:
     """Owns one memory-mapped index file: mapping, resize/trim, search; not thread-safe."""
 
     def __cinit__(self, *args, **kwargs):
-        self._fd = -1
+        self._loaded = 0
         self._data = NULL
         self._length = 0
         self._reserved = 0
         self._entries = 0
         self._max_entries = 0
-        self._fd_lock = threading.Lock()
         self._pending = 0
         self._deferred = 0
 
@@ -195,16 +198,14 @@ cdef class AbstractIndex:
             self._reserved = _round_down(self._entries * self._entry_size, RESERVE_CHUNK)
             return
         if writable:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         else:
-            self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            length = os.fstat(self._fd).st_size
-            self._map(length)
-        except BaseException:
-            os.close(self._fd)
-            self._fd = -1
-            raise
+            length = os.fstat(fd).st_size
+            self._map(fd, length)
+        finally:
+            os.close(fd)
         # An existing file holds exactly its entries (it was trimmed when its segment became
         # inactive or was closed); a torn or zero-padded one is caught by sanity_check().
         self._entries = 0 if newly_created else length // self._entry_size
@@ -213,16 +214,14 @@ cdef class AbstractIndex:
 
     def __dealloc__(self):
         self._unmap()
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
 
-    cdef int _map(self, Py_ssize_t length) except -1:
+    cdef int _map(self, int fd, Py_ssize_t length) except -1:
+        # Map `length` bytes of the file open as fd (which the caller closes after).
         cdef void* p
         cdef int prot = PROT_READ | (PROT_WRITE if self.writable else 0)
         if length > 0:
             with nogil:
-                p = mmap(NULL, <size_t>length, prot, MAP_SHARED, self._fd, 0)
+                p = mmap(NULL, <size_t>length, prot, MAP_SHARED, fd, 0)
             if p == MAP_FAILED:
                 raise OSError(errno, os.strerror(errno), self.path)
             self._data = <unsigned char*>p
@@ -230,6 +229,7 @@ cdef class AbstractIndex:
             self._data = NULL
         self._length = length
         self._max_entries = length // self._entry_size
+        self._loaded = 1
         return 0
 
     cdef void _unmap(self) noexcept:
@@ -238,12 +238,13 @@ cdef class AbstractIndex:
             self._data = NULL
         self._length = 0
         self._max_entries = 0
+        self._loaded = 0
 
     cdef int _check_open(self) except -1:
         if self._deferred:
             # (no entries: every lookup answers without the file; writes open it)
             return 0 if self._entries == 0 else self._open_deferred()
-        if self._fd < 0 and self._pending == 0:
+        if not self._loaded and self._pending == 0:
             raise ValueError(f"index {self.path} is closed")
         return 0
 
@@ -256,14 +257,9 @@ cdef class AbstractIndex:
         try:
             if os.fstat(fd).st_size != length:  # resized while not opened
                 os.ftruncate(fd, length)
-            with self._fd_lock:
-                self._fd = fd
-            self._map(length)
-        except BaseException:
-            with self._fd_lock:
-                self._fd = -1
+            self._map(fd, length)
+        finally:
             os.close(fd)
-            raise
         self._entries = min(self._entries, self._max_entries)
         self._reserved = min(self._reserved, length)
         self._deferred = 0
@@ -278,14 +274,9 @@ cdef class AbstractIndex:
         try:
             # Preallocated (sparse) so that appends are plain stores into the mapping.
             os.ftruncate(fd, size)
-            with self._fd_lock:
-                self._fd = fd
-            self._map(size)
-        except BaseException:
-            with self._fd_lock:
-                self._fd = -1
+            self._map(fd, size)
+        finally:
             os.close(fd)
-            raise
         self._pending = 0
         return 0
 
@@ -303,8 +294,10 @@ cdef class AbstractIndex:
         stop = min(self._length, ((end + RESERVE_CHUNK - 1) // RESERVE_CHUNK) * RESERVE_CHUNK)
         if stop <= start:
             return 0
+        cdef int fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
         with nogil:
-            err = posix_fallocate(self._fd, start, stop - start)
+            err = posix_fallocate(fd, start, stop - start)
+        os.close(fd)
         if err == 0:
             self._reserved = stop
         elif err == EOPNOTSUPP or err == EINVAL:
@@ -400,12 +393,12 @@ cdef class AbstractIndex:
 
     @property
     def closed(self):
-        return self._fd < 0 and self._pending == 0 and not self._deferred
+        return not self._loaded and self._pending == 0 and not self._deferred
 
     @property
     def is_open(self):
-        """True while the index holds a descriptor (and a mapping) of its file."""
-        return self._fd >= 0
+        """True while the index holds a mapping of its file."""
+        return self._loaded == 1
 
     @property
     def is_full(self):
@@ -450,9 +443,13 @@ cdef class AbstractIndex:
         self._check_open()
         self._materialize()
         cdef Py_ssize_t entries = self._entries
-        self._unmap()
-        os.ftruncate(self._fd, rounded)
-        self._map(rounded)
+        fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            self._unmap()
+            os.ftruncate(fd, rounded)
+            self._map(fd, rounded)
+        finally:
+            os.close(fd)
         self._entries = min(entries, self._max_entries)
         self._reserved = min(self._reserved, rounded)
         return True
@@ -478,39 +475,46 @@ cdef class AbstractIndex:
         self.resize(self.max_index_size)
 
     def flush(self):
-        """Make the entries durable. Callable from a background thread."""
-        with self._fd_lock:
-            if self._fd >= 0:
-                os.fsync(self._fd)
+        """Make the entries durable: an fsync through a descriptor opened for it (the
+        file's dirty pages are the mapping's). Callable from a background thread; a file
+        renamed meanwhile is followed once, one deleted is left alone."""
+        if self._pending:
+            return  # no file yet
+        for _ in range(2):
+            path = self.path
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                if self.path == path:
+                    return
+                continue
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            return
 
     def unload(self):
-        """Release the descriptor and mapping of an index whose file holds exactly its
-        entries (an inactive segment's, trimmed): the next use opens it again. False, and
-        nothing done, for an index still at another size or without its file."""
-        if self._fd < 0 or self._pending or self._length != self._entries * self._entry_size:
+        """Release the mapping of an index whose file holds exactly its entries (an
+        inactive segment's, trimmed): the next use maps it again. False, and nothing
+        done, for an index still at another size or without its file."""
+        if not self._loaded or self._pending or self._length != self._entries * self._entry_size:
             return False
         self._unmap()
-        with self._fd_lock:
-            os.close(self._fd)
-            self._fd = -1
         self._deferred = 1
         self._length = self._entries * self._entry_size
         self._max_entries = self._entries
         return True
 
     def close_handler(self):
-        """Release the mapping and the descriptor without trimming (idempotent)."""
+        """Release the mapping without trimming (idempotent)."""
         self._pending = 0
         self._deferred = 0
         self._unmap()
-        with self._fd_lock:
-            if self._fd >= 0:
-                os.close(self._fd)
-                self._fd = -1
 
     def close(self):
-        """Trim to the valid entries, then release the mapping and the descriptor."""
-        if (self._fd >= 0 or self._pending or self._deferred) and self.writable:
+        """Trim to the valid entries, then release the mapping."""
+        if (self._loaded or self._pending or self._deferred) and self.writable:
             self.trim_to_valid_size()
         self.close_handler()
 

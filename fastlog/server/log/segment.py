@@ -747,12 +747,14 @@ class LogSegment:
                 pass
 
     def close(self) -> None:
-        """Trim the indexes and release every descriptor (shutdown; no readers left)."""
+        """Trim the indexes and release every descriptor and mapping (shutdown; no
+        readers left). The indexes of deleted files are only released."""
         self._drop_map()
-        if not self.offset_index.closed:
-            self.offset_index.close()
-        if not self.time_index.closed:
-            self.time_index.close()
+        for index in (self.offset_index, self.time_index):
+            if self.deleted:
+                index.close_handler()
+            elif not index.closed:
+                index.close()
         self.file.close()
 
     def __repr__(self):
