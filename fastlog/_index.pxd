@@ -11,6 +11,7 @@ cdef class AbstractIndex:
     cdef readonly Py_ssize_t max_index_size
     cdef readonly bint writable
     cdef bint _loaded          # the file is mapped (no descriptor is kept)
+    cdef bint _dirty           # written (entries, size) since the last flush()
     cdef unsigned char* _data
     cdef Py_ssize_t _length
     cdef Py_ssize_t _reserved

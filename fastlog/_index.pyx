@@ -167,6 +167,7 @@ cdef class AbstractIndex:
 
     def __cinit__(self, *args, **kwargs):
         self._loaded = 0
+        self._dirty = 0
         self._data = NULL
         self._length = 0
         self._reserved = 0
@@ -230,6 +231,8 @@ cdef class AbstractIndex:
         self._length = length
         self._max_entries = length // self._entry_size
         self._loaded = 1
+        if self.writable:
+            self._dirty = 1  # (a new or resized file; flush() makes it durable)
         return 0
 
     cdef void _unmap(self) noexcept:
@@ -254,12 +257,15 @@ cdef class AbstractIndex:
             return 0
         fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
         cdef Py_ssize_t length = self._length
+        cdef bint resized = 0
         try:
             if os.fstat(fd).st_size != length:  # resized while not opened
                 os.ftruncate(fd, length)
+                resized = 1
             self._map(fd, length)
         finally:
             os.close(fd)
+        self._dirty = resized
         self._entries = min(self._entries, self._max_entries)
         self._reserved = min(self._reserved, length)
         self._deferred = 0
@@ -478,8 +484,9 @@ cdef class AbstractIndex:
         """Make the entries durable: an fsync through a descriptor opened for it (the
         file's dirty pages are the mapping's). Callable from a background thread; a file
         renamed meanwhile is followed once, one deleted is left alone."""
-        if self._pending:
-            return  # no file yet
+        if self._pending or not self._dirty:
+            return  # no file yet, or nothing written since the last flush
+        self._dirty = 0  # (cleared first: a store after this is flushed next time)
         for _ in range(2):
             path = self.path
             try:
@@ -631,6 +638,7 @@ cdef class OffsetIndex(AbstractIndex):
             raise ValueError(f"position {position} out of range for {self.path}")
         self._reserve((self._entries + 1) * 8)
         cdef unsigned char* p = self._data + self._entries * 8
+        self._dirty = 1
         fl_put_be32(p, <uint32_t>relative)
         fl_put_be32(p + 4, <uint32_t>position)
         self._entries += 1
@@ -715,9 +723,42 @@ cdef class TimeIndex(AbstractIndex):
         return self._key(self._entries - 1), self.base_offset + self._value(self._entries - 1)
 
     def maybe_append(self, int64_t timestamp, int64_t offset, bint skip_full_check=False):
-        """Add (timestamp, offset) if the timestamp is larger than the last one."""
+        """Add (timestamp, offset) if the timestamp is larger than the last one.
+
+        The final entry of a segment whose index never got a file (skip_full_check: the
+        segment stops being active) is written as the whole file, one write of its 12
+        bytes, instead of making the full sparse file, mapping it and trimming it."""
         self._check_open()
+        if self._pending and self._entries == 0 and skip_full_check and self.writable:
+            return self._write_only_entry(timestamp, offset)
         return self._maybe_append(timestamp, offset, skip_full_check) == 1
+
+    def _write_only_entry(self, int64_t timestamp, int64_t offset):
+        if timestamp <= NO_TIMESTAMP:
+            return False
+        cdef int64_t relative = offset - self.base_offset
+        if relative < 0 or relative > INT32_MAX:
+            raise IndexOffsetOverflowError(
+                f"offset {offset} does not fit a relative offset from {self.base_offset}")
+        cdef unsigned char entry[12]
+        fl_put_be64(entry, <uint64_t>timestamp)
+        fl_put_be32(entry + 8, <uint32_t>relative)
+        data = <bytes>entry[:12]
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            if os.write(fd, data) != 12:
+                raise OSError(f"short write to {self.path}")
+        finally:
+            os.close(fd)
+        # now as a loaded index not yet mapped, holding exactly that entry
+        self._pending = 0
+        self._deferred = 1
+        self._length = 12
+        self._entries = 1
+        self._max_entries = 1
+        self._reserved = 0
+        self._dirty = 1
+        return True
 
     cdef int _maybe_append(self, int64_t timestamp, int64_t offset,
                            bint skip_full_check) except -1:
@@ -748,6 +789,7 @@ cdef class TimeIndex(AbstractIndex):
                 f"offset {offset} does not fit a relative offset from {self.base_offset}")
         self._reserve((self._entries + 1) * 12)
         cdef unsigned char* p = self._data + self._entries * 12
+        self._dirty = 1
         fl_put_be64(p, <uint64_t>timestamp)
         fl_put_be32(p + 8, <uint32_t>relative)
         self._entries += 1
