@@ -26,6 +26,7 @@ cdef class AbstractIndex:
     cdef int _check_open(self) except -1
     cdef int _open_deferred(self) except -1
     cdef int _materialize(self) except -1
+    cdef int _write_whole(self, bytes data) except -1
     cdef int _reserve(self, Py_ssize_t end) except -1
     cdef int _reserve_entries(self, Py_ssize_t more, bint touch) except -1
     cdef int64_t _key(self, Py_ssize_t n) noexcept nogil

@@ -271,6 +271,23 @@ cdef class AbstractIndex:
         self._deferred = 0
         return 0
 
+    cdef int _write_whole(self, bytes data) except -1:
+        # A new index's file written whole with `data` (its entries), not mapped: from
+        # then on as a loaded index that is not used yet.
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            if data and os.write(fd, data) != len(data):
+                raise OSError(f"short write to {self.path}")
+        finally:
+            os.close(fd)
+        self._pending = 0
+        self._deferred = 1
+        self._length = len(data)
+        self._entries = self._max_entries = len(data) // self._entry_size
+        self._reserved = 0
+        self._dirty = 1
+        return 0
+
     cdef int _materialize(self) except -1:
         # Create the file of a new index at its full (sparse) size and map it.
         cdef Py_ssize_t size = self._pending
@@ -433,14 +450,7 @@ cdef class AbstractIndex:
         if self._pending and rounded == 0:
             # A new index closed without entries: an empty file (a segment's index exists
             # once it is closed), made without a mapping.
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
-                         0o644)
-            os.close(fd)
-            self._pending = 0
-            self._deferred = 1
-            self._length = 0
-            self._max_entries = 0
-            self._reserved = 0
+            self._write_whole(b"")
             return True
         if self._pending:
             self._pending = rounded
@@ -743,21 +753,7 @@ cdef class TimeIndex(AbstractIndex):
         cdef unsigned char entry[12]
         fl_put_be64(entry, <uint64_t>timestamp)
         fl_put_be32(entry + 8, <uint32_t>relative)
-        data = <bytes>entry[:12]
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        try:
-            if os.write(fd, data) != 12:
-                raise OSError(f"short write to {self.path}")
-        finally:
-            os.close(fd)
-        # now as a loaded index not yet mapped, holding exactly that entry
-        self._pending = 0
-        self._deferred = 1
-        self._length = 12
-        self._entries = 1
-        self._max_entries = 1
-        self._reserved = 0
-        self._dirty = 1
+        self._write_whole(<bytes>entry[:12])
         return True
 
     cdef int _maybe_append(self, int64_t timestamp, int64_t offset,
