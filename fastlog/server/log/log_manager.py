@@ -229,7 +229,7 @@ class LogManager:
         opened = self._per_dir({d: plan[1] for d, plan in plans.items()}, self._open_found)
         for d, (clean, found) in plans.items():
             recovered: list[Log] = []
-            for (key, _, _, _), log in zip(found, opened[d]):
+            for (key, _, _, _), log in zip(found, opened[d], strict=True):
                 self._add_log(key, log, d)
                 if log.load_report.recovered:
                     recovered.append(log)
