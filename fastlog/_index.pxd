@@ -10,20 +10,23 @@ cdef class AbstractIndex:
     cdef readonly int64_t base_offset
     cdef readonly Py_ssize_t max_index_size
     cdef readonly bint writable
-    cdef int _fd
+    cdef bint _loaded          # the file is mapped (no descriptor is kept)
+    cdef bint _dirty           # written (entries, size) since the last flush()
     cdef unsigned char* _data
     cdef Py_ssize_t _length
     cdef Py_ssize_t _reserved
     cdef Py_ssize_t _entries
     cdef Py_ssize_t _max_entries
     cdef int _entry_size
-    cdef object _fd_lock
     cdef Py_ssize_t _pending   # > 0: no file yet; created at this size when needed
+    cdef bint _deferred        # the file exists, not opened yet (sizes known from a stat)
 
-    cdef int _map(self, Py_ssize_t length) except -1
+    cdef int _map(self, int fd, Py_ssize_t length) except -1
     cdef void _unmap(self) noexcept
     cdef int _check_open(self) except -1
+    cdef int _open_deferred(self) except -1
     cdef int _materialize(self) except -1
+    cdef int _write_whole(self, bytes data) except -1
     cdef int _reserve(self, Py_ssize_t end) except -1
     cdef int _reserve_entries(self, Py_ssize_t more, bint touch) except -1
     cdef int64_t _key(self, Py_ssize_t n) noexcept nogil

@@ -9,8 +9,13 @@
 #
 # Threads: one owner thread (the broker's event-loop thread) appends, looks up, truncates,
 # resizes and closes. The only call allowed from another thread is flush(), which fsyncs the
-# file descriptor (on Linux that writes the dirty pages of our MAP_SHARED mapping too) and
-# never touches the mapping itself; a small lock keeps the descriptor open while it runs.
+# file through a descriptor of its own (on Linux that writes the dirty pages of our
+# MAP_SHARED mapping too) and never touches the mapping itself.
+#
+# Descriptors: an index holds its mapping, not a descriptor (as Kafka's, which closes its
+# file once mapped). The file is opened for the moment a mapping is made, the file resized
+# or space reserved, and by flush(); so a partition's open files are its segments' .log
+# files alone, and a broker of 10,000 partitions fits the usual soft limit.
 #
 # Disk space: a writable index file is created at its full size but sparse, and the file
 # system backs a page of it only when that page is first written. A store into the mapping
@@ -24,9 +29,16 @@
 # no index inodes, descriptors or mappings; on a file system where creating an inode is
 # slow that was most of a fresh partition's CPU (perf/fresh_partitions.py). An index
 # whose file is missing on open is an empty index, as before.
+#
+# An index whose file exists is not opened either until it is used (Kafka's LazyIndex for
+# loaded segments): the constructor only stats the file, and the mapping is made by the
+# first lookup, append, check of entries or resize that needs it. A broker restarting with
+# thousands of partitions thus maps no index of a partition that is not read or written,
+# and an index without entries is never opened at all (its resizes only change the size
+# its file will be made at). unload() returns an index to that state (a loaded segment's
+# indexes are mapped only while it is used).
 
 import os
-import threading
 
 from libc.errno cimport EINVAL, EOPNOTSUPP, errno
 from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint32_t, uint64_t
@@ -154,14 +166,15 @@ cdef class AbstractIndex:
     """Owns one memory-mapped index file: mapping, resize/trim, search; not thread-safe."""
 
     def __cinit__(self, *args, **kwargs):
-        self._fd = -1
+        self._loaded = 0
+        self._dirty = 0
         self._data = NULL
         self._length = 0
         self._reserved = 0
         self._entries = 0
         self._max_entries = 0
-        self._fd_lock = threading.Lock()
         self._pending = 0
+        self._deferred = 0
 
     def __init__(self, path, int64_t base_offset, Py_ssize_t max_index_size=DEFAULT_MAX_INDEX_SIZE,
                  bint writable=True):
@@ -176,17 +189,24 @@ cdef class AbstractIndex:
             self._pending = full
             self._max_entries = full // self._entry_size
             return
+        if writable and not newly_created:
+            # Opened when first needed (see the module comment): only its size now.
+            length = os.stat(self.path).st_size
+            self._deferred = 1
+            self._length = length
+            self._max_entries = length // self._entry_size
+            self._entries = self._max_entries
+            self._reserved = _round_down(self._entries * self._entry_size, RESERVE_CHUNK)
+            return
         if writable:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         else:
-            self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            length = os.fstat(self._fd).st_size
-            self._map(length)
-        except BaseException:
-            os.close(self._fd)
-            self._fd = -1
-            raise
+            length = os.fstat(fd).st_size
+            self._map(fd, length)
+        finally:
+            os.close(fd)
         # An existing file holds exactly its entries (it was trimmed when its segment became
         # inactive or was closed); a torn or zero-padded one is caught by sanity_check().
         self._entries = 0 if newly_created else length // self._entry_size
@@ -195,16 +215,14 @@ cdef class AbstractIndex:
 
     def __dealloc__(self):
         self._unmap()
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
 
-    cdef int _map(self, Py_ssize_t length) except -1:
+    cdef int _map(self, int fd, Py_ssize_t length) except -1:
+        # Map `length` bytes of the file open as fd (which the caller closes after).
         cdef void* p
         cdef int prot = PROT_READ | (PROT_WRITE if self.writable else 0)
         if length > 0:
             with nogil:
-                p = mmap(NULL, <size_t>length, prot, MAP_SHARED, self._fd, 0)
+                p = mmap(NULL, <size_t>length, prot, MAP_SHARED, fd, 0)
             if p == MAP_FAILED:
                 raise OSError(errno, os.strerror(errno), self.path)
             self._data = <unsigned char*>p
@@ -212,6 +230,9 @@ cdef class AbstractIndex:
             self._data = NULL
         self._length = length
         self._max_entries = length // self._entry_size
+        self._loaded = 1
+        if self.writable:
+            self._dirty = 1  # (a new or resized file; flush() makes it durable)
         return 0
 
     cdef void _unmap(self) noexcept:
@@ -220,10 +241,51 @@ cdef class AbstractIndex:
             self._data = NULL
         self._length = 0
         self._max_entries = 0
+        self._loaded = 0
 
     cdef int _check_open(self) except -1:
-        if self._fd < 0 and self._pending == 0:
+        if self._deferred:
+            # (no entries: every lookup answers without the file; writes open it)
+            return 0 if self._entries == 0 else self._open_deferred()
+        if not self._loaded and self._pending == 0:
             raise ValueError(f"index {self.path} is closed")
+        return 0
+
+    cdef int _open_deferred(self) except -1:
+        # Open and map the existing file of a deferred index (its entries are known).
+        if not self._deferred:
+            return 0
+        fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+        cdef Py_ssize_t length = self._length
+        cdef bint resized = 0
+        try:
+            if os.fstat(fd).st_size != length:  # resized while not opened
+                os.ftruncate(fd, length)
+                resized = 1
+            self._map(fd, length)
+        finally:
+            os.close(fd)
+        self._dirty = resized
+        self._entries = min(self._entries, self._max_entries)
+        self._reserved = min(self._reserved, length)
+        self._deferred = 0
+        return 0
+
+    cdef int _write_whole(self, bytes data) except -1:
+        # A new index's file written whole with `data` (its entries), not mapped: from
+        # then on as a loaded index that is not used yet.
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            if data and os.write(fd, data) != len(data):
+                raise OSError(f"short write to {self.path}")
+        finally:
+            os.close(fd)
+        self._pending = 0
+        self._deferred = 1
+        self._length = len(data)
+        self._entries = self._max_entries = len(data) // self._entry_size
+        self._reserved = 0
+        self._dirty = 1
         return 0
 
     cdef int _materialize(self) except -1:
@@ -235,14 +297,9 @@ cdef class AbstractIndex:
         try:
             # Preallocated (sparse) so that appends are plain stores into the mapping.
             os.ftruncate(fd, size)
-            with self._fd_lock:
-                self._fd = fd
-            self._map(size)
-        except BaseException:
-            with self._fd_lock:
-                self._fd = -1
+            self._map(fd, size)
+        finally:
             os.close(fd)
-            raise
         self._pending = 0
         return 0
 
@@ -251,6 +308,8 @@ cdef class AbstractIndex:
         # file) before entries are stored there; OSError(ENOSPC) when the disk is full.
         cdef Py_ssize_t start = self._reserved, stop
         cdef int err
+        if self._deferred:
+            self._open_deferred()
         if end <= start:
             return 0
         if self._pending:
@@ -258,8 +317,10 @@ cdef class AbstractIndex:
         stop = min(self._length, ((end + RESERVE_CHUNK - 1) // RESERVE_CHUNK) * RESERVE_CHUNK)
         if stop <= start:
             return 0
+        cdef int fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
         with nogil:
-            err = posix_fallocate(self._fd, start, stop - start)
+            err = posix_fallocate(fd, start, stop - start)
+        os.close(fd)
         if err == 0:
             self._reserved = stop
         elif err == EOPNOTSUPP or err == EINVAL:
@@ -355,7 +416,12 @@ cdef class AbstractIndex:
 
     @property
     def closed(self):
-        return self._fd < 0 and self._pending == 0
+        return not self._loaded and self._pending == 0 and not self._deferred
+
+    @property
+    def is_open(self):
+        """True while the index holds a mapping of its file."""
+        return self._loaded == 1
 
     @property
     def is_full(self):
@@ -366,17 +432,40 @@ cdef class AbstractIndex:
 
         Entries beyond the new size are dropped. Called with the max size when a segment
         becomes active again and with the valid size when it becomes inactive."""
-        self._check_open()
+        if self.closed:
+            raise ValueError(f"index {self.path} is closed")
         cdef Py_ssize_t rounded = _round_down(new_size, self._entry_size)
         if rounded == (self._pending or self._length):
             return False
         if not self.writable:
             raise ValueError(f"cannot resize read-only index {self.path}")
+        if self._deferred:
+            # Not opened: the file is given this size when it is (its size on disk only
+            # changes then, so a resize back to it before that leaves the file as it is).
+            self._length = rounded
+            self._max_entries = rounded // self._entry_size
+            self._entries = min(self._entries, self._max_entries)
+            self._reserved = min(self._reserved, rounded)
+            return True
+        if self._pending and rounded == 0:
+            # A new index closed without entries: an empty file (a segment's index exists
+            # once it is closed), made without a mapping.
+            self._write_whole(b"")
+            return True
+        if self._pending:
+            self._pending = rounded
+            self._max_entries = rounded // self._entry_size
+            return True
+        self._check_open()
         self._materialize()
         cdef Py_ssize_t entries = self._entries
-        self._unmap()
-        os.ftruncate(self._fd, rounded)
-        self._map(rounded)
+        fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            self._unmap()
+            os.ftruncate(fd, rounded)
+            self._map(fd, rounded)
+        finally:
+            os.close(fd)
         self._entries = min(entries, self._max_entries)
         self._reserved = min(self._reserved, rounded)
         return True
@@ -402,23 +491,47 @@ cdef class AbstractIndex:
         self.resize(self.max_index_size)
 
     def flush(self):
-        """Make the entries durable. Callable from a background thread."""
-        with self._fd_lock:
-            if self._fd >= 0:
-                os.fsync(self._fd)
+        """Make the entries durable: an fsync through a descriptor opened for it (the
+        file's dirty pages are the mapping's). Callable from a background thread; a file
+        renamed meanwhile is followed once, one deleted is left alone."""
+        if self._pending or not self._dirty:
+            return  # no file yet, or nothing written since the last flush
+        self._dirty = 0  # (cleared first: a store after this is flushed next time)
+        for _ in range(2):
+            path = self.path
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                if self.path == path:
+                    return
+                continue
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            return
+
+    def unload(self):
+        """Release the mapping of an index whose file holds exactly its entries (an
+        inactive segment's, trimmed): the next use maps it again. False, and nothing
+        done, for an index still at another size or without its file."""
+        if not self._loaded or self._pending or self._length != self._entries * self._entry_size:
+            return False
+        self._unmap()
+        self._deferred = 1
+        self._length = self._entries * self._entry_size
+        self._max_entries = self._entries
+        return True
 
     def close_handler(self):
-        """Release the mapping and the descriptor without trimming (idempotent)."""
+        """Release the mapping without trimming (idempotent)."""
         self._pending = 0
+        self._deferred = 0
         self._unmap()
-        with self._fd_lock:
-            if self._fd >= 0:
-                os.close(self._fd)
-                self._fd = -1
 
     def close(self):
-        """Trim to the valid entries, then release the mapping and the descriptor."""
-        if (self._fd >= 0 or self._pending) and self.writable:
+        """Trim to the valid entries, then release the mapping."""
+        if (self._loaded or self._pending or self._deferred) and self.writable:
             self.trim_to_valid_size()
         self.close_handler()
 
@@ -506,6 +619,8 @@ cdef class OffsetIndex(AbstractIndex):
     @property
     def last_offset(self):
         """Offset of the last entry, or base_offset when empty."""
+        if self._entries and self._deferred:
+            self._open_deferred()
         if self._entries == 0 or self._data == NULL:
             return self.base_offset
         return self.base_offset + self._key(self._entries - 1)
@@ -516,6 +631,8 @@ cdef class OffsetIndex(AbstractIndex):
         self._append(offset, position)
 
     cdef int _append(self, int64_t offset, int64_t position) except -1:
+        if self._deferred:
+            self._open_deferred()
         if self._entries >= self._max_entries:
             raise IndexFullError(f"attempt to append to the full index {self.path} "
                                  f"({self._entries} entries)")
@@ -531,6 +648,7 @@ cdef class OffsetIndex(AbstractIndex):
             raise ValueError(f"position {position} out of range for {self.path}")
         self._reserve((self._entries + 1) * 8)
         cdef unsigned char* p = self._data + self._entries * 8
+        self._dirty = 1
         fl_put_be32(p, <uint32_t>relative)
         fl_put_be32(p + 4, <uint32_t>position)
         self._entries += 1
@@ -554,7 +672,8 @@ cdef class OffsetIndex(AbstractIndex):
 
         Stricter than a header check: offsets and positions must strictly increase and stay
         within the segment, which rejects zero-padded tails and garbage files."""
-        self._check_open()
+        if self._entries or not self._deferred:
+            self._check_open()
         if self._length % 8 != 0:
             raise CorruptIndexError(
                 f"index file {self.path} has size {self._length}, not a multiple of 8")
@@ -607,18 +726,41 @@ cdef class TimeIndex(AbstractIndex):
     @property
     def last_entry(self):
         """The last (timestamp, offset), or (NO_TIMESTAMP, base_offset) when empty."""
+        if self._entries and self._deferred:
+            self._open_deferred()
         if self._entries == 0 or self._data == NULL:
             return NO_TIMESTAMP, self.base_offset
         return self._key(self._entries - 1), self.base_offset + self._value(self._entries - 1)
 
     def maybe_append(self, int64_t timestamp, int64_t offset, bint skip_full_check=False):
-        """Add (timestamp, offset) if the timestamp is larger than the last one."""
+        """Add (timestamp, offset) if the timestamp is larger than the last one.
+
+        The final entry of a segment whose index never got a file (skip_full_check: the
+        segment stops being active) is written as the whole file, one write of its 12
+        bytes, instead of making the full sparse file, mapping it and trimming it."""
         self._check_open()
+        if self._pending and self._entries == 0 and skip_full_check and self.writable:
+            return self._write_only_entry(timestamp, offset)
         return self._maybe_append(timestamp, offset, skip_full_check) == 1
+
+    def _write_only_entry(self, int64_t timestamp, int64_t offset):
+        if timestamp <= NO_TIMESTAMP:
+            return False
+        cdef int64_t relative = offset - self.base_offset
+        if relative < 0 or relative > INT32_MAX:
+            raise IndexOffsetOverflowError(
+                f"offset {offset} does not fit a relative offset from {self.base_offset}")
+        cdef unsigned char entry[12]
+        fl_put_be64(entry, <uint64_t>timestamp)
+        fl_put_be32(entry + 8, <uint32_t>relative)
+        self._write_whole(<bytes>entry[:12])
+        return True
 
     cdef int _maybe_append(self, int64_t timestamp, int64_t offset,
                            bint skip_full_check) except -1:
         # 1: appended, 0: timestamp not larger than the last one.
+        if self._deferred:
+            self._open_deferred()
         if not skip_full_check and self._entries >= self._max_entries - 1:
             raise IndexFullError(f"attempt to append to the full time index {self.path}")
         if self._entries >= self._max_entries:
@@ -643,6 +785,7 @@ cdef class TimeIndex(AbstractIndex):
                 f"offset {offset} does not fit a relative offset from {self.base_offset}")
         self._reserve((self._entries + 1) * 12)
         cdef unsigned char* p = self._data + self._entries * 12
+        self._dirty = 1
         fl_put_be64(p, <uint64_t>timestamp)
         fl_put_be32(p + 8, <uint32_t>relative)
         self._entries += 1
@@ -656,7 +799,8 @@ cdef class TimeIndex(AbstractIndex):
     def sanity_check(self, next_offset=None):
         """Raise CorruptIndexError unless timestamps strictly increase and offsets never
         decrease (and stay below next_offset when given)."""
-        self._check_open()
+        if self._entries or not self._deferred:
+            self._check_open()
         if self._length % 12 != 0:
             raise CorruptIndexError(
                 f"time index file {self.path} has size {self._length}, not a multiple of 12")
@@ -752,7 +896,8 @@ cdef class SegmentIndexer:
         may wait for the file system's journal, happen here: the write thread of a
         write-behind append (LogSegment.write_at) does so while the owner leaves the index
         alone."""
-        if (self.offset_index._pending and self.time_index._pending
+        if ((self.offset_index._pending or self.offset_index._deferred)
+                and (self.time_index._pending or self.time_index._deferred)
                 and self.bytes_since + upto <= self.interval):
             return
         self.offset_index._reserve_entries(batches, touch)

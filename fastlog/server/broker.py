@@ -73,6 +73,7 @@ from fastlog.server.group import GroupCoordinator
 from fastlog.server.inter_broker import inter_broker_security
 from fastlog.server.log import KafkaStorageError, LogConfig, LogManager
 from fastlog.server.log.config import TOPIC_CONFIG_KEYS as STORAGE_TOPIC_KEYS
+from fastlog.server.log.segment import READ_MAP_LIMIT, READ_MAPS
 from fastlog.server.producer_state import ProducerIdManager
 from fastlog.server.replica_manager import Partition, ReplicaManager
 from fastlog.server.request_metrics import RequestMetrics
@@ -92,16 +93,17 @@ ZK_CLOSE_TIMEOUT_S = 5.0
 PRODUCER_EXPIRATION_CHECK_MS = 600_000
 
 
-# Open files a hosted partition keeps: its active segment's .log, .index and .timeindex.
-FILES_PER_PARTITION = 3
+# Open files a hosted partition keeps: its active segment's .log (indexes are mappings
+# without a descriptor; reads' mappings of .log files are READ_MAPS.limit at most).
+FILES_PER_PARTITION = 1
 # Kept free for connections, checkpoints, rolls and ZooKeeper.
 SPARE_FILES = 1024
 # Partitions one CreateTopics/CreatePartitions may add, whatever the open-file limit says
 # (an unlimited one included): Linux caps a process at 2**20 open files (fs.nr_open), and
 # each partition keeps FILES_PER_PARTITION of them.
 MAX_PARTITIONS_PER_REQUEST = (1 << 20) // FILES_PER_PARTITION
-# Kept free of connections (accepts pause first), besides a roll of every partition:
-# checkpoints, ZooKeeper, the cleaner.
+# Kept free of connections (accepts pause first), besides the files already open and the
+# read mappings' descriptors: checkpoints, ZooKeeper, the cleaner, rolls.
 CONNECTION_SPARE_FILES = 64
 
 
@@ -115,6 +117,17 @@ def raise_open_file_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     except (OSError, ValueError):
         pass
+
+
+def size_read_maps() -> None:
+    """At most a sixteenth of the open-file limit for the read mappings of .log files
+    (each holds a descriptor; segment.READ_MAPS), between 64 and READ_MAP_LIMIT."""
+    try:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (OSError, ValueError):
+        return
+    if soft != resource.RLIM_INFINITY:
+        READ_MAPS.limit = max(64, min(READ_MAP_LIMIT, soft // 16))
 
 
 def spare_files() -> int | None:
@@ -216,6 +229,7 @@ class BrokerServer:
         if self.config["http.listener"]:
             self._start_http(*http_listener(self.config["http.listener"]))
         raise_open_file_limit()
+        size_read_maps()
         stored_id = self._prepare_dirs()
         if self.config["zookeeper.connect"]:
             await self._join_cluster(stored_id)
@@ -238,7 +252,8 @@ class BrokerServer:
                 cleaner_enable=self.config["log.cleaner.enable"],
                 dedupe_buffer_size=self.config["log.cleaner.dedupe.buffer.size"],
                 verification_interval_ms=self.config["fastlog.log.verification.interval.ms"],
-                verification_bytes_per_sec=self.config["fastlog.log.verification.bytes.per.sec"])
+                verification_bytes_per_sec=self.config["fastlog.log.verification.bytes.per.sec"],
+                recovery_threads_per_data_dir=self.config["num.recovery.threads.per.data.dir"])
         except KafkaStorageError as e:
             raise BrokerStartupError(str(e)) from None
         self._event_loop = asyncio.get_running_loop()
@@ -286,8 +301,7 @@ class BrokerServer:
                 queued_max_request_bytes=self.config["queued.max.request.bytes"],
                 queued_max_requests=self.config["queued.max.requests"],
                 receive_timeout_ms=self.config["fastlog.request.receive.timeout.ms"],
-                reserved_files=lambda: CONNECTION_SPARE_FILES + FILES_PER_PARTITION * len(
-                    self.replica_manager.partitions),
+                reserved_files=lambda: CONNECTION_SPARE_FILES + READ_MAPS.limit,
                 loop=loop)
             try:
                 await server.start()

@@ -471,7 +471,7 @@ _KEYS: list[ConfigKey] = [
     # Deprecated: a deprecation warning at startup (KafkaConfig.deprecation_warnings).
     ConfigKey("log.message.format.version", "string", MESSAGE_FORMAT_VERSION_DEFAULT,
               "Ignored (every batch is v2); deprecated.", _format_version),
-    ConfigKey("num.recovery.threads.per.data.dir", "int", 1, inert=True),
+    ConfigKey("num.recovery.threads.per.data.dir", "int", 1, "Threads per log dir that load (and recover) the logs at startup and flush them at shutdown.", _at_least(1)),
     ConfigKey("compression.type", "string", "producer", "Topic codec; producer keeps the producer's.", _one_of(*_COMPRESSION)),
     ConfigKey("compression.gzip.level", "int", -1, "gzip level of batches the topic recompresses (-1: zlib's default).", _GZIP_LEVEL),
     ConfigKey("compression.lz4.level", "int", 9, "lz4 level of batches the topic recompresses.", _LZ4_LEVEL),

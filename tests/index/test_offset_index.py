@@ -53,6 +53,39 @@ def test_reopen_existing_file_sees_its_entries(tmp_path):
     assert again.resize(4096) and again.entries == 50 and not again.is_full
 
 
+def test_existing_file_is_opened_only_when_used(tmp_path):
+    idx = _filled(tmp_path, 50)
+    idx.close()
+    again = OffsetIndex(tmp_path / "a.index", BASE, max_index_size=4096)
+    # entries come from the file's size; no descriptor or mapping until a lookup
+    assert again.entries == 50 and not again.is_open and not again.closed
+    assert again.lookup(BASE + 3 * 10 + 1) == (BASE + 31, 1007)
+    assert again.is_open
+    assert again.unload() and not again.is_open
+    assert again.last_offset == BASE + 3 * 49 + 1 and again.is_open
+    assert again.unload()
+    again.close()
+    assert again.closed and (tmp_path / "a.index").stat().st_size == 50 * 8
+
+
+def test_empty_existing_file_is_never_opened_by_resizes(tmp_path):
+    idx = OffsetIndex(tmp_path / "e.index", BASE, max_index_size=4096)
+    idx.close()
+    assert (tmp_path / "e.index").stat().st_size == 0
+    again = OffsetIndex(tmp_path / "e.index", BASE, max_index_size=4096)
+    again.sanity_check()
+    assert again.resize(4096) and again.max_entries == 512 and not again.is_open
+    assert again.lookup(BASE + 5) == (BASE, 0)
+    again.append(BASE + 5, 0)  # the first entry makes the file at its full size
+    assert again.is_open and (tmp_path / "e.index").stat().st_size == 4096
+    again.close()
+    assert (tmp_path / "e.index").stat().st_size == 8
+    # an index without entries closes to an empty file without being mapped
+    third = OffsetIndex(tmp_path / "f.index", BASE, max_index_size=4096)
+    third.close()
+    assert (tmp_path / "f.index").stat().st_size == 0 and not third.is_open
+
+
 def test_lookup_before_first_entry_returns_base(tmp_path):
     idx = _filled(tmp_path, 10)
     assert idx.lookup(BASE) == (BASE, 0)

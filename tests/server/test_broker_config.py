@@ -168,20 +168,20 @@ def test_switch_interval_outside_its_range_is_refused(bad):
 
 def test_inert_keys_are_listed_only_when_set():
     assert KafkaConfig({}).inert_keys() == []
-    cfg = KafkaConfig({"num.recovery.threads.per.data.dir": "4", "log.preallocate": "true",
-                       "num.partitions": "3"})
-    assert cfg.inert_keys() == ["log.preallocate", "num.recovery.threads.per.data.dir"]
+    cfg = KafkaConfig({"log.cleaner.threads": "4", "log.preallocate": "true",
+                       "num.partitions": "3", "num.recovery.threads.per.data.dir": "4"})
+    assert cfg.inert_keys() == ["log.cleaner.threads", "log.preallocate"]
 
 
 def test_inert_keys_draw_one_startup_warning(tmp_path):
     """A Kafka key fastlog accepts but does not act on is never ignored in silence."""
     with BrokerProcess(tmp_path / "data", overrides={
-            "num.recovery.threads.per.data.dir": "4", "zookeeper.set.acl": "true"}) as b:
+            "log.cleaner.threads": "4", "zookeeper.set.acl": "true"}) as b:
         pass
     lines = [line for line in b.log_path.read_text().splitlines() if "without effect" in line]
     assert len(lines) == 1
     assert "WARNING" in lines[0]
-    assert "num.recovery.threads.per.data.dir, zookeeper.set.acl" in lines[0]
+    assert "log.cleaner.threads, zookeeper.set.acl" in lines[0]
 
 
 def test_message_format_version_is_accepted_ignored_and_warned_about(broker_factory):

@@ -180,3 +180,48 @@ def test_log_of_no_topic_is_kept_as_stray(broker_factory):
     assert b.stop() == 0
     b.start()  # kept across restarts too
     assert kept[0].is_dir()
+
+
+def _open_files(pid):
+    import os
+
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_many_partitions_restart_within_a_small_open_file_limit(tmp_path):
+    """600 partitions under a limit of 2,000 open files (1,024 of them kept spare): each
+    partition holds one descriptor (indexes are mappings), so they are created, written
+    past their first index entries, and served again after SIGTERM and after SIGKILL,
+    with the data of every partition, loaded on two recovery threads."""
+    from fastlog.testing import BrokerProcess
+
+    n = 600
+    with BrokerProcess(tmp_path / "data", overrides={
+            "num.recovery.threads.per.data.dir": "2", "log.index.interval.bytes": "100"},
+            limits={"nofile": "2000:2000"}, startup_timeout=120) as b:
+        create_topic(b, "many", n)
+        w = Wire(b)
+        try:
+            for p in range(n):
+                for _ in range(2):  # two batches: the second adds index entries
+                    assert produce(w, "many", batch([b"x" * 200]), acks=1,
+                                   partition=p).error_code == 0
+        finally:
+            w.close()
+        assert _open_files(b.proc.pid) < 2000 - 1024
+        expected = [2] * n
+        for restart in (b.restart, lambda: (b.kill(), b.start())):
+            restart()
+            w = Wire(b)
+            try:
+                r = w.call(ApiKey.LIST_OFFSETS, 1, {"replica_id": -1, "topics": [{
+                    "name": "many", "partitions": [{"partition_index": p, "timestamp": -1}
+                                                   for p in range(n)]}]})
+                assert all(p.error_code == 0 for p in r.topics[0].partitions)
+                assert [p.offset for p in r.topics[0].partitions] == expected
+                assert produce(w, "many", batch([b"after"]), acks=1,
+                               partition=n - 1).error_code == 0
+                expected[n - 1] += 1
+            finally:
+                w.close()
+            assert _open_files(b.proc.pid) < 2000 - 1024

@@ -183,7 +183,7 @@ def _create(w, name, partitions):
 
 
 def test_partitions_beyond_the_open_file_limit_are_refused(tmp_path):
-    # Each hosted partition keeps three files open: a topic the broker could not open is
+    # Each hosted partition keeps a file open: a topic the broker could not open is
     # refused whole, and the broker keeps serving and restarts.
     with BrokerProcess(tmp_path / "data", limits={"nofile": "1500:1500"}) as b:
         w = Wire(b)

@@ -218,6 +218,8 @@ class Log:
         self._pending: PendingAppend | None = None  # the write-behind append, if any
         self.closed = False
         self.load_report = LoadReport()
+        # Called with the log after each update_config (its LogManager's flush schedule).
+        self.config_listener = None
 
     def _now_ms(self) -> int:
         return int(self.time_fn() * 1000)
@@ -286,10 +288,16 @@ class Log:
             # Rebuilt indexes come back at full size: trim them and record the final time
             # entry, as a roll would have (a no-op for indexes loaded intact).
             seg.on_become_inactive_segment()
+        for seg in segments:
+            if seg.base_offset not in self._recovered_bases:
+                # Intact on disk: opened again when read or written (a rebuilt one keeps
+                # its descriptors for the flush that makes it durable).
+                seg.unload_indexes()
         active = segments[-1]
         active.resize_indexes(self.config.segment_index_bytes)
         self._publish(segments)
         self.log_end_offset = active.next_offset
+        active.release_read_map()  # (a mapping holds a descriptor of its own)
         first = segments[0].base_offset
         self.log_start_offset = max(first, log_start_offset or 0)
         if self.log_start_offset > self.log_end_offset:
@@ -968,6 +976,8 @@ class Log:
     def update_config(self, config: LogConfig) -> None:
         """New topic settings; index sizes apply from the next segment on."""
         self.config = config
+        if self.config_listener is not None:
+            self.config_listener(self)
 
     @_reports_failure
     def rename_dir(self, new_dir: str) -> None:

@@ -34,7 +34,11 @@
 #     its descriptor lives as long as any FileRegion of it, so an in-flight fetch never
 #     breaks.
 # startup (constructor) and shutdown() are the exceptions: they run before the loop serves
-# requests / after it stopped, and do their I/O inline.
+# requests / after it stopped, and do their I/O inline, as Kafka does on
+# `num.recovery.threads.per.data.dir` threads per log dir (every dir at once): loading
+# (and recovering) the logs at startup, flushing them at shutdown. Each log is handled by
+# one of those threads only, and nothing else runs meanwhile; CRC checks and system calls
+# release the GIL, so recovery after a crash uses the cores.
 """The set of partition logs in this broker's log dirs: load, create, delete, retention,
 flush scheduling, checkpoints and clean shutdown."""
 
@@ -47,7 +51,7 @@ import re
 import shutil
 import time
 import uuid
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from fastlog.fileio import fsync_dir
 from fastlog.logs import report_limited
@@ -61,7 +65,7 @@ from .checkpoint import (
     write_meta_properties,
 )
 from .cleaner import DEFAULT_DEDUPE_BUFFER_SIZE, LogCleaner
-from .config import LogConfig
+from .config import LONG_MAX, LogConfig
 from .dir_failure import LogDirFailureChannel, is_dir_failure
 from .errors import KafkaStorageError
 from .log import Log, parse_topic_partition
@@ -110,7 +114,8 @@ class LogManager:
                  cleaner_enable: bool = True,
                  dedupe_buffer_size: int = DEFAULT_DEDUPE_BUFFER_SIZE, cleaner_worker=None,
                  verification_interval_ms: int = 0,
-                 verification_bytes_per_sec: int = DEFAULT_VERIFICATION_BYTES_PER_SEC):
+                 verification_bytes_per_sec: int = DEFAULT_VERIFICATION_BYTES_PER_SEC,
+                 recovery_threads_per_data_dir: int = 1):
         """Open every log dir and load every partition in it.
 
         topic_config: optional callable topic -> LogConfig for partitions found on disk
@@ -120,17 +125,22 @@ class LogManager:
         segment I/O runs (its own IoWorker thread, started on first use, when None).
         verification_interval_ms / _bytes_per_sec: the background CRC verifier of sealed
         segments (verifier.py; its thread starts here, off when the interval is <= 0);
-        its counters are `verification_stats`."""
+        its counters are `verification_stats`. recovery_threads_per_data_dir
+        (num.recovery.threads.per.data.dir): threads per log dir that load the logs at
+        startup and flush them at shutdown."""
         if not log_dirs:
             raise ValueError("at least one log dir is required")
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
         self.default_config = default_config
         self.time_fn = time_fn
         self._topic_config = topic_config
+        self.recovery_threads_per_data_dir = max(1, recovery_threads_per_data_dir)
         self._owns_scheduler = scheduler is None
         self.scheduler = scheduler or IoWorker()
         self._logs: dict[tuple[str, int], Log] = {}
         self._dir_of: dict[tuple[str, int], str] = {}
+        # the logs whose topic sets flush.ms: the only ones the flusher looks at (loop)
+        self._timed_flush: dict[tuple[str, int], Log] = {}
         self.dir_failure_channel = LogDirFailureChannel()
         # partitions whose log dir went offline -> that dir (loop thread)
         self._offline_logs: dict[tuple[str, int], str] = {}
@@ -142,8 +152,8 @@ class LogManager:
         # partitions moving to another log dir: (log, destination dir) (loop thread)
         self._future_logs: dict[tuple[str, int], tuple[Log, str]] = {}
         self._futures_found: list[str] = []
+        self._load_dirs()
         for d in self.log_dirs:
-            self._load_dir(d)
             self._allocate_space_reserve(d)
         self._settle_futures_found()
         self.cleaner = LogCleaner(
@@ -184,13 +194,67 @@ class LogManager:
             logger.warning("%s: ignoring unreadable checkpoint: %s", log_dir, exc)
             return {}
 
-    def _load_dir(self, log_dir: str) -> None:
-        marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
-        clean = os.path.exists(marker)
+    def _per_dir(self, work: dict[str, list], fn) -> dict[str, list]:
+        """fn(item) for every item of every dir, on recovery_threads_per_data_dir threads
+        per dir, all dirs at once (Kafka's recovery pools); the results per dir in the
+        items' order. The first exception, if any, is raised once all have run."""
+        threads = self.recovery_threads_per_data_dir
+        if threads == 1 and len(work) <= 1:
+            return {d: [fn(item) for item in items] for d, items in work.items()}
+        pools = {d: ThreadPoolExecutor(max_workers=threads,
+                                       thread_name_prefix=f"log-recovery-{i}")
+                 for i, d in enumerate(work)}
+        try:
+            futures = {d: [pools[d].submit(fn, item) for item in items]
+                       for d, items in work.items()}
+            results, error = {}, None
+            for d, fs in futures.items():
+                results[d] = []
+                for f in fs:
+                    try:
+                        results[d].append(f.result())
+                    except BaseException as e:  # noqa: B036 (raised below, after the rest)
+                        error = error or e
+                        results[d].append(None)
+            if error is not None:
+                raise error
+            return results
+        finally:
+            for pool in pools.values():
+                pool.shutdown(wait=True)
+
+    def _load_dirs(self) -> None:
+        """Load every dir's logs (see _per_dir), then settle each dir."""
+        plans = {d: self._scan_dir(d) for d in self.log_dirs}
+        opened = self._per_dir({d: plan[1] for d, plan in plans.items()}, self._open_found)
+        for d, (clean, found) in plans.items():
+            recovered: list[Log] = []
+            for (key, _, _, _), log in zip(found, opened[d], strict=True):
+                self._add_log(key, log, d)
+                if log.load_report.recovered:
+                    recovered.append(log)
+            self._report_recovery(d, clean, recovered)
+            if clean:
+                # From now on a crash must look unclean: the marker only lives between a
+                # clean shutdown and the next startup.
+                os.unlink(os.path.join(d, CLEAN_SHUTDOWN_FILE))
+                fsync_dir(d)
+
+    def _open_found(self, item) -> Log:
+        key, path, clean, (recovery_point, log_start_offset) = item
+        return Log.open(path, self._config_for(key[0]), recovery_point=recovery_point,
+                        log_start_offset=log_start_offset, clean_shutdown=clean,
+                        time_fn=self.time_fn, scheduler=self.scheduler,
+                        failure_channel=self.dir_failure_channel)
+
+    def _scan_dir(self, log_dir: str) -> tuple[bool, list]:
+        """The dir's partition logs to open: (clean shutdown, [(key, path, clean,
+        (recovery point, log start offset))]); retired dirs are dealt with here."""
+        clean = os.path.exists(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE))
         self.had_clean_shutdown[log_dir] = clean
         recovery_points = self._read_checkpoint(log_dir, RECOVERY_POINT_CHECKPOINT)
         start_offsets = self._read_checkpoint(log_dir, LOG_START_OFFSET_CHECKPOINT)
-        recovered: list[Log] = []
+        found: list = []
         futures: list[str] = []
         for name in sorted(os.listdir(log_dir)):
             path = os.path.join(log_dir, name)
@@ -214,26 +278,14 @@ class LogManager:
                 else:
                     logger.warning("%s: stray log kept for the operator to remove", path)
                 continue
-            if key in self._logs:
+            if key in self._dir_of:
                 raise KafkaStorageError(
                     f"partition {key[0]}-{key[1]} is in both {self._dir_of[key]} and {log_dir}")
-            log = Log.open(path, self._config_for(key[0]),
-                           recovery_point=recovery_points.get(key, 0),
-                           log_start_offset=start_offsets.get(key),
-                           clean_shutdown=clean, time_fn=self.time_fn,
-                           scheduler=self.scheduler,
-                           failure_channel=self.dir_failure_channel)
-            self._logs[key] = log
             self._dir_of[key] = log_dir
-            if log.load_report.recovered:
-                recovered.append(log)
-        self._report_recovery(log_dir, clean, recovered)
+            found.append((key, path, clean,
+                          (recovery_points.get(key, 0), start_offsets.get(key))))
         self._futures_found.extend(futures)
-        if clean:
-            # From now on a crash must look unclean: the marker only lives between a clean
-            # shutdown and the next startup.
-            os.unlink(marker)
-            fsync_dir(log_dir)
+        return clean, found
 
     @staticmethod
     def _report_recovery(log_dir: str, clean: bool, recovered: list[Log]) -> None:
@@ -336,6 +388,20 @@ class LogManager:
 
     # ------------------------------------------------------------------ logs
 
+    def _add_log(self, key: tuple[str, int], log: Log, log_dir: str) -> None:
+        self._logs[key] = log
+        self._dir_of[key] = log_dir
+        log.config_listener = self._flush_policy_changed
+        self._flush_policy_changed(log)
+
+    def _flush_policy_changed(self, log: Log) -> None:
+        """(Log.update_config) The flusher keeps to the logs with a flush.ms."""
+        key = (log.topic, log.partition)
+        if log.config.flush_ms < LONG_MAX and self._logs.get(key) is log:
+            self._timed_flush[key] = log
+        elif self._timed_flush.get(key) is log:
+            del self._timed_flush[key]
+
     def get_log(self, topic: str, partition: int) -> Log | None:
         return self._logs.get((topic, partition))
 
@@ -397,10 +463,9 @@ class LogManager:
             final = os.path.join(log_dir, f"{key[0]}-{key[1]}")
             os.rename(path, final)
             fsync_dir(log_dir)
-            self._logs[key] = Log.open(final, self._config_for(key[0]), time_fn=self.time_fn,
-                                       scheduler=self.scheduler,
-                                       failure_channel=self.dir_failure_channel)
-            self._dir_of[key] = log_dir
+            self._add_log(key, Log.open(final, self._config_for(key[0]), time_fn=self.time_fn,
+                                        scheduler=self.scheduler,
+                                        failure_channel=self.dir_failure_channel), log_dir)
             logger.warning("%s: a move to this log dir was interrupted after the swap; "
                            "completed", final)
         self._futures_found = []
@@ -457,8 +522,7 @@ class LogManager:
             fsync_dir(source)
         future.rename_dir(os.path.join(log_dir, f"{topic}-{partition}"))
         fsync_dir(log_dir)
-        self._logs[key] = future
-        self._dir_of[key] = log_dir
+        self._add_log(key, future, log_dir)
         return future
 
     def offline_dir_of(self, topic: str, partition: int) -> str | None:
@@ -477,6 +541,7 @@ class LogManager:
         for key in keys:
             log = self._logs.pop(key)
             del self._dir_of[key]
+            self._timed_flush.pop(key, None)
             self._offline_logs[key] = log_dir
             if self.cleaner is not None:
                 self.cleaner.forget(key)
@@ -525,8 +590,7 @@ class LogManager:
                 raise KafkaStorageError(f"cannot create {topic}-{partition} in {log_dir}: "
                                         f"{e.strerror or e}") from None
             raise
-        self._logs[key] = log
-        self._dir_of[key] = log_dir
+        self._add_log(key, log, log_dir)
         self.scheduler.submit(fsync_dir, log_dir)  # the new partition dir must survive a crash
         return log
 
@@ -554,6 +618,7 @@ class LogManager:
         key = (topic, partition)
         log = self._logs.pop(key, None)
         self._dir_of.pop(key, None)
+        self._timed_flush.pop(key, None)
         # (a partition of an offline dir is only forgotten: its files stay where they are,
         # and a start with the dir readable keeps them aside as a stray log)
         self._offline_logs.pop(key, None)
@@ -589,10 +654,15 @@ class LogManager:
         return self.cleaner.maybe_clean(now_ms)
 
     def flush_dirty_logs(self, now_ms: int | None = None) -> list[Future]:
-        """Queue a flush of every log whose unflushed data is older than its flush.ms."""
+        """Queue a flush of every log whose unflushed data is older than its flush.ms.
+        Only the logs whose topic sets one are looked at (thousands of partitions with
+        Kafka's default, never, cost this tick nothing)."""
         now = int(self.time_fn() * 1000) if now_ms is None else now_ms
         futures = []
-        for log in self.all_logs():
+        offline = self.dir_failure_channel.offline
+        for log in list(self._timed_flush.values()):
+            if offline and os.path.dirname(log.dir) in offline:
+                continue
             if log.unflushed_messages > 0 and now - log.last_flush_ms >= log.config.flush_ms:
                 futures.append(log.flush_async())
         return futures
@@ -644,6 +714,16 @@ class LogManager:
 
     # ------------------------------------------------------------------ shutdown
 
+    @staticmethod
+    def _flush_at_shutdown(log: Log) -> bool:
+        try:
+            log.flush()
+        except OSError as e:
+            if not is_dir_failure(e):  # (a failed dir was reported, and is left out)
+                logger.error("%s: cannot flush at shutdown: %s", log.dir, e)
+                return False
+        return True
+
     def shutdown(self) -> None:
         """Flush and close every log, write the checkpoints, then the clean-shutdown
         marker in each dir (the next startup then skips recovery)."""
@@ -658,11 +738,16 @@ class LogManager:
         for log in self.all_logs():
             try:
                 log.settle()  # a batch still being written is flushed with the rest
-                log.flush()
             except OSError as e:
-                if not is_dir_failure(e):  # (a failed dir was reported, and is left out)
-                    logger.error("%s: cannot flush at shutdown: %s", log.dir, e)
+                if not is_dir_failure(e):
+                    logger.error("%s: cannot finish a write at shutdown: %s", log.dir, e)
                     clean = False
+        by_dir: dict[str, list[Log]] = {d: [] for d in self.online_dirs}
+        for key, log in self._logs.items():
+            if self._dir_of[key] in by_dir:
+                by_dir[self._dir_of[key]].append(log)
+        flushed = self._per_dir(by_dir, self._flush_at_shutdown)
+        clean &= all(all(oks) for oks in flushed.values())
         clean &= self.checkpoint_recovery_points(sync=True)
         clean &= self.checkpoint_log_start_offsets(sync=True)
         for log in list(self._logs.values()):

@@ -11,7 +11,11 @@
 # thread, except flush() which its background I/O worker may run concurrently (an fsync of
 # descriptors only), and write_at() of a large append, which a write thread runs between
 # the owner's append(write_behind=True) and end_append() (a pwrite beyond the segment's
-# published size, which no reader looks at). A segment is never explicitly closed while
+# published size, which no reader looks at). Reads map the .log file (a Python mmap holds a
+# descriptor of its own); READ_MAPS keeps at most READ_MAP_LIMIT of those mappings in the
+# process, dropping the least recently used (any thread: recovery threads load logs in
+# parallel), so that a broker reading thousands of partitions keeps its open files near
+# one per segment. A segment is never explicitly closed while
 # readers may hold regions of it: deletion unlinks the files and the descriptor/mappings
 # go when the last reference does.
 """A log segment: the data file plus offset and time indexes."""
@@ -22,8 +26,11 @@ import dataclasses
 import mmap
 import os
 import threading
+import weakref
+from collections import OrderedDict
 
 from fastlog._codec import (
+    BATCH_HEADER_SIZE,
     CodecError,
     TruncatedError,
     iter_records,
@@ -53,6 +60,45 @@ SWAP_SUFFIX = ".swap"
 SCAN_WINDOW = 8 * 1024 * 1024
 INT32_MAX = (1 << 31) - 1
 _MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+
+
+# Read mappings of .log files kept at once (each holds a file descriptor).
+READ_MAP_LIMIT = 1024
+
+
+class ReadMaps:
+    """The segments holding a read mapping, least recently used first; over `limit`,
+    the oldest loses its mapping (a reader still holding it keeps it alive). Segments are
+    held by weak reference (a collected one is dropped in its turn). Any thread."""
+
+    def __init__(self, limit: int = READ_MAP_LIMIT):
+        self.limit = limit
+        self._lru: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+    def touch(self, seg) -> None:
+        ref = weakref.ref(seg)
+        with self._lock:
+            lru = self._lru
+            if ref in lru:
+                lru.move_to_end(ref)
+                return
+            lru[ref] = None
+            victims = [lru.popitem(last=False)[0]() for _ in range(len(lru) - self.limit)]
+        for v in victims:
+            if v is not None:
+                v._map = None
+                v._map_len = 0
+
+    def forget(self, seg) -> None:
+        with self._lock:
+            self._lru.pop(weakref.ref(seg), None)
+
+
+READ_MAPS = ReadMaps()
 
 
 def file_name(dir_path: str, base_offset: int, suffix: str) -> str:
@@ -104,10 +150,10 @@ class SegmentFile:
                 os.close(self._fd)
                 self._fd = -1
 
-    def __del__(self):
+    def __del__(self, _close=os.close):  # (os may be gone at interpreter exit)
         fd, self._fd = self._fd, -1
         if fd >= 0:
-            os.close(fd)
+            _close(fd)
 
     def __repr__(self):
         return f"SegmentFile({self.path!r})"
@@ -272,15 +318,19 @@ class LogSegment:
         fill the page tables at once (a whole-file scan then takes no page faults)."""
         if self.size == 0:
             return b""
-        if self._map is None or self._map_len < self.size:
+        m = self._map
+        if m is None or self._map_len < self.size:
             flags = mmap.MAP_SHARED | (_MAP_POPULATE if populate else 0)
-            self._map = mmap.mmap(self.file.fileno(), self.size, flags=flags,
-                                  prot=mmap.PROT_READ)
+            m = mmap.mmap(self.file.fileno(), self.size, flags=flags, prot=mmap.PROT_READ)
+            self._map = m
             self._map_len = self.size
-        return self._map
+        READ_MAPS.touch(self)
+        return m
 
     def _drop_map(self) -> None:
         # Only ever dropped, not closed: a caller may still hold a view of it.
+        if self._map is not None:
+            READ_MAPS.forget(self)
         self._map = None
         self._map_len = 0
 
@@ -442,8 +492,13 @@ class LogSegment:
         return waited > config.segment_ms - self.roll_jitter_ms
 
     def _load_first_batch_timestamp(self) -> None:
+        # One positional read of the header: a mapping would hold a second descriptor of
+        # the file for as long as the segment is active.
+        head = bytearray(min(self.size, BATCH_HEADER_SIZE))
         try:
-            self.rolling_based_timestamp = read_batch_header(self._mapped(), 0).max_timestamp
+            if self.file.pread_into(head, 0) != len(head):
+                raise ValueError("short read")
+            self.rolling_based_timestamp = read_batch_header(head, 0).max_timestamp
         except (CodecError, ValueError):
             self.rolling_based_timestamp = None
 
@@ -523,6 +578,14 @@ class LogSegment:
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
         self._drop_map()  # old segments map again only when read
+
+    def unload_indexes(self) -> None:
+        """Release the descriptors and mappings of both indexes (files at their valid
+        size, nothing unwritten): the next lookup opens them again. A loaded inactive
+        segment thus costs one descriptor, its .log, until it is read (a loaded active
+        one until an append adds an entry or needs its largest timestamp)."""
+        self.offset_index.unload()
+        self.time_index.unload()
 
     def release_read_map(self) -> None:
         """Drop the read mapping (a new one is made by the next read): keeps the number
@@ -684,12 +747,14 @@ class LogSegment:
                 pass
 
     def close(self) -> None:
-        """Trim the indexes and release every descriptor (shutdown; no readers left)."""
+        """Trim the indexes and release every descriptor and mapping (shutdown; no
+        readers left). The indexes of deleted files are only released."""
         self._drop_map()
-        if not self.offset_index.closed:
-            self.offset_index.close()
-        if not self.time_index.closed:
-            self.time_index.close()
+        for index in (self.offset_index, self.time_index):
+            if self.deleted:
+                index.close_handler()
+            elif not index.closed:
+                index.close()
         self.file.close()
 
     def __repr__(self):

@@ -172,6 +172,36 @@ def test_periodic_retention_and_flush(tmp_path, clock):
         mgr.shutdown()
 
 
+def test_the_flusher_looks_only_at_logs_whose_topic_sets_flush_ms(tmp_path, clock):
+    """Kafka's default flush.ms is never: a broker of thousands of such partitions has
+    nothing to check each flusher tick; a topic given flush.ms later joins it."""
+    from dataclasses import replace
+
+    mgr = _manager([tmp_path / "a"], clock=clock)
+    try:
+        plain = [mgr.get_or_create_log("plain", p) for p in range(50)]
+        timed = mgr.get_or_create_log("timed", 0, replace(CFG, flush_ms=1000))
+        for log in plain + [timed]:
+            append_n(log, 1)
+        assert list(mgr._timed_flush.values()) == [timed]
+        clock.advance_ms(2000)
+        for f in mgr.flush_dirty_logs():
+            f.result(timeout=10)
+        assert timed.recovery_point == timed.log_end_offset
+        assert all(lg.recovery_point == 0 for lg in plain)
+        plain[3].update_config(replace(CFG, flush_ms=1000))  # a config change joins it
+        timed.update_config(CFG)  # and leaves it
+        assert list(mgr._timed_flush.values()) == [plain[3]]
+        clock.advance_ms(2000)
+        for f in mgr.flush_dirty_logs():
+            f.result(timeout=10)
+        assert plain[3].recovery_point == plain[3].log_end_offset
+        mgr.delete_log("plain", 3)
+        assert not mgr._timed_flush
+    finally:
+        mgr.shutdown()
+
+
 def test_directories_that_are_not_logs_are_left_alone(tmp_path):
     # Named like partitions, but holding a user's files: never opened, never removed.
     d = tmp_path / "a"
@@ -290,3 +320,112 @@ def test_future_log_swap_and_what_a_crash_leaves(tmp_path):
         assert third.get_log("mv", 0).log_end_offset == 40
     finally:
         third.shutdown()
+
+
+def _open_files(under):
+    """This process's descriptors on files below `under` (from /proc/self/fd)."""
+    names = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(under)):
+            names.append(target)
+    return names
+
+
+def _mapped_index_files(under):
+    """Index files below `under` this process has mapped (from /proc/self/maps)."""
+    with open("/proc/self/maps") as f:
+        paths = {line.split(None, 5)[-1].strip() for line in f if str(under) in line}
+    return sorted(p for p in paths if p.endswith((".index", ".timeindex")))
+
+
+def test_a_restart_maps_no_index_until_a_partition_is_read(tmp_path):
+    d = tmp_path / "a"
+    mgr = _manager([d])
+    expected = {}
+    for p in range(20):
+        log = mgr.get_or_create_log("lazy", p)
+        append_n(log, 12)  # several segments, each with index entries
+        expected[p] = read_all(log)
+        assert log.num_segments > 2
+    mgr.shutdown()
+    assert not _mapped_index_files(d)
+    again = _manager([d])
+    try:
+        # (a clean start: each partition holds its .log descriptors only)
+        assert not _mapped_index_files(d)
+        log = again.get_log("lazy", 7)
+        assert read_all(log) == expected[7]
+        opened = _mapped_index_files(d)
+        assert opened and all("/lazy-7/" in path for path in opened)
+        for p in range(20):
+            assert read_all(again.get_log("lazy", p)) == expected[p]
+        append_n(again.get_log("lazy", 3), 3)  # the active segment's indexes work as before
+        # indexes hold mappings, never descriptors: one open file per segment
+        assert not [f for f in _open_files(d) if f.endswith((".index", ".timeindex"))]
+    finally:
+        again.shutdown()
+    assert not _mapped_index_files(d)
+
+
+def test_parallel_recovery_of_two_dirs_matches_the_data(tmp_path):
+    """num.recovery.threads.per.data.dir: every dir's logs are loaded on its own threads
+    after a crash; each partition comes back with its own data, torn tails cut, and the
+    same threads flush every log at shutdown."""
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    mgr = _manager(dirs)
+    expected = {}
+    for p in range(24):
+        log = mgr.get_or_create_log("par", p)
+        append_n(log, 4 + p % 5, value_size=10 + p)
+        expected[p] = read_all(log)
+    assert mgr.scheduler.drain(timeout=30)
+    mgr.checkpoint_recovery_points(sync=True)
+    for p in range(0, 24, 3):  # crash mid-write: a torn batch at the end of some tails
+        with open(mgr.get_log("par", p).active_segment.file.path, "ab") as f:
+            f.write(b"\x00\x00\x00\x00\x00\x00\x00\x07\x00\x00\x01\x00torn")
+    mgr.scheduler.shutdown()
+    again = _manager(dirs, recovery_threads_per_data_dir=3)
+    try:
+        assert not any(again.had_clean_shutdown.values())
+        for p in range(24):
+            log = again.get_log("par", p)
+            assert read_all(log) == expected[p]
+            assert log.log_end_offset == mgr.get_log("par", p).log_end_offset
+            assert again.log_dir_of("par", p) == os.path.dirname(log.dir)
+        append_n(again.get_log("par", 5), 2)
+        after = {p: read_all(again.get_log("par", p)) for p in range(24)}
+    finally:
+        again.shutdown()
+    third = _manager(dirs, recovery_threads_per_data_dir=2)
+    try:
+        assert all(third.had_clean_shutdown.values())
+        assert {p: read_all(third.get_log("par", p)) for p in range(24)} == after
+        assert all(lg.recovery_point == lg.log_end_offset for lg in third.all_logs())
+    finally:
+        third.shutdown()
+
+
+def test_read_mappings_are_bounded_by_the_read_map_cache(tmp_path, monkeypatch):
+    """Each read mapping of a .log holds a descriptor: reading many partitions keeps at
+    most READ_MAP_LIMIT of them, so open files stay near one per segment."""
+    from fastlog.server.log import segment
+
+    monkeypatch.setattr(segment, "READ_MAPS", segment.ReadMaps(limit=4))
+    d = tmp_path / "a"
+    mgr = _manager([d])
+    try:
+        logs = [mgr.get_or_create_log("maps", p) for p in range(12)]
+        for log in logs:
+            append_n(log, 2)
+        before = len(_open_files(d))
+        first = [read_all(log) for log in logs]
+        assert len(segment.READ_MAPS) == 4
+        assert len(_open_files(d)) <= before + 4
+        assert [read_all(log) for log in logs] == first  # evicted ones map again
+    finally:
+        mgr.shutdown()
+    assert not _open_files(d)
