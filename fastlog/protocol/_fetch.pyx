@@ -35,7 +35,6 @@
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
-from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
@@ -46,6 +45,7 @@ from fastlog._codec cimport (
     fl_put_be16,
     fl_put_be32,
     fl_put_be64,
+    fl_client_id_and_name,
     fl_put_one_partition,
     fl_request_header,
     read_uvarint32,
@@ -84,11 +84,15 @@ def parse_fetch_request(frame):
         n = view.len
         pos = fl_request_header(p, n, FETCH_KEY, FIRST_VERSION, LAST_VERSION,
                                 &api_version, &correlation_id, &client_id_len)
-        if pos >= 0 and api_version >= FIRST_FLEXIBLE:
-            return _parse_flexible(p, n, pos, api_version, correlation_id, client_id_len)
+        if pos < 0:
+            return None
+        if api_version >= FIRST_FLEXIBLE:
+            if pos >= n or p[pos] != 0:
+                return None   # the header's tag buffer: only an empty one is read here
+            pos += 1
         # replica id, max wait, min bytes, max bytes (16), isolation level (1),
-        # session id and epoch (8, v7+), the topic count (4)
-        if pos < 0 or pos + 21 + (8 if api_version >= 7 else 0) > n:
+        # session id and epoch (8, v7+), the topic count (4; v12: 1, then the name)
+        if pos + 21 + (8 if api_version >= 7 else 0) > n:
             return None
         if <int32_t>fl_be32(p + pos) != -1:
             return None   # a replica (or a client posing as one): the handler checks it
@@ -103,6 +107,9 @@ def parse_fetch_request(frame):
             if fl_be32(p + pos) != 0 or <int32_t>fl_be32(p + pos + 4) != -1:
                 return None   # a fetch session
             pos += 8
+        if api_version >= FIRST_FLEXIBLE:
+            return _parse_flexible(p, n, pos, api_version, correlation_id, client_id_len,
+                                   max_wait_ms, min_bytes, max_bytes, isolation)
         if fl_be32(p + pos) != 1:
             return None
         pos += 4
@@ -147,32 +154,17 @@ def parse_fetch_request(frame):
 
 cdef object _parse_flexible(const unsigned char *p, Py_ssize_t n, Py_ssize_t pos,
                             int16_t api_version, int32_t correlation_id,
-                            int16_t client_id_len):
-    """parse_fetch_request's v12 body, from ``pos`` (after the header's client id)."""
+                            int16_t client_id_len, int32_t max_wait_ms, int32_t min_bytes,
+                            int32_t max_bytes, int8_t isolation):
+    """parse_fetch_request's v12 topics and what follows them, from ``pos`` (after the
+    session epoch; at least 4 bytes are there)."""
     cdef uint32_t name_n
     cdef Py_ssize_t name_pos, name_len
-    cdef int32_t max_wait_ms, min_bytes, max_bytes, partition, leader_epoch
-    cdef int32_t last_fetched_epoch, partition_max_bytes
-    cdef int8_t isolation
+    cdef int32_t partition, leader_epoch, last_fetched_epoch, partition_max_bytes
     cdef int64_t fetch_offset
-    # header tag buffer (1), replica id, max wait, min bytes, max bytes (16), isolation
-    # level (1), session id and epoch (8), one topic (1), then the name's compact length
-    if pos + 27 >= n or p[pos] != 0:
-        return None
-    pos += 1
-    if <int32_t>fl_be32(p + pos) != -1:
-        return None   # a replica (or a client posing as one): the handler checks it
-    max_wait_ms = <int32_t>fl_be32(p + pos + 4)
-    min_bytes = <int32_t>fl_be32(p + pos + 8)
-    max_bytes = <int32_t>fl_be32(p + pos + 12)
-    isolation = <int8_t>p[pos + 16]
-    if isolation != 0 and isolation != 1:
-        return None
-    if fl_be32(p + pos + 17) != 0 or <int32_t>fl_be32(p + pos + 21) != -1:
-        return None   # a fetch session
-    if p[pos + 25] != 2:
+    if p[pos] != 2:
         return None   # not exactly one topic
-    name_pos = read_uvarint32(p, pos + 26, n, &name_n)
+    name_pos = read_uvarint32(p, pos + 1, n, &name_n)
     if name_pos < 0 or name_n == 0 or name_n - 1 > 0x7fff:
         return None   # truncated, null or too long a name: the generic path says which
     name_len = name_n - 1
@@ -203,16 +195,13 @@ cdef object _parsed(const unsigned char *p, int16_t api_version, int32_t correla
                     Py_ssize_t name_len, int32_t partition, int32_t leader_epoch,
                     int64_t fetch_offset, int32_t partition_max_bytes,
                     int32_t last_fetched_epoch):
-    """parse_fetch_request's answer once the frame's shape is checked (the client id
-    starts at byte 10 in both header versions); None for names that are not UTF-8."""
-    try:
-        client_id = (PyUnicode_DecodeUTF8(<const char *>p + 10, client_id_len, "strict")
-                     if client_id_len >= 0 else None)
-        topic = PyUnicode_DecodeUTF8(<const char *>p + name_pos, name_len, "strict")
-    except UnicodeDecodeError:
+    """parse_fetch_request's answer once the frame's shape is checked; None for names
+    that are not UTF-8."""
+    names = fl_client_id_and_name(p, client_id_len, name_pos, name_len)
+    if names is None:
         return None
-    return (api_version, correlation_id, client_id, max_wait_ms, min_bytes, max_bytes,
-            isolation, topic, partition, leader_epoch, fetch_offset, partition_max_bytes,
+    return (api_version, correlation_id, names[0], max_wait_ms, min_bytes, max_bytes,
+            isolation, names[1], partition, leader_epoch, fetch_offset, partition_max_bytes,
             last_fetched_epoch)
 
 
