@@ -14,24 +14,25 @@
 # encodes through the schema (about a third of a one-partition fetch's broker CPU that
 # is not the sendfile); this path touches a handful of objects.
 #
-# Formats. v4-v11: request header v1 (int16
-# api_key, int16 api_version, int32 correlation_id, nullable int16-length client_id);
-# FetchRequest v4-v11 (int32 replica_id, int32 max_wait_ms, int32 min_bytes, int32
-# max_bytes, int8 isolation_level, v7+: int32 session_id, int32 session_epoch; [topic
-# string, [int32 partition, v9+: int32 current_leader_epoch, int64 fetch_offset, v5+:
-# int64 log_start_offset, int32 partition_max_bytes]], v7+: [forgotten topics], v11+:
-# string rack_id); response header v0 and FetchResponse v4-v11 (int32 throttle_time_ms,
-# v7+: int16 error_code, int32 session_id; [topic string, [int32 partition_index, int16
-# error_code, int64 high_watermark, int64 last_stable_offset, v5+: int64
-# log_start_offset, nullable [int64 producer_id, int64 first_offset]
-# aborted_transactions, v11+: int32 preferred_read_replica, nullable int32-length
-# records]]). v12 (flexible, KIP-482): request header v2 (v1 + a tag buffer); the same
-# fields plus int32 last_fetched_epoch after fetch_offset, with strings, arrays and
-# records as compact ones (unsigned varint length + 1, 0 for null) and a tag buffer after
-# each struct; response header v1 (+ a tag buffer). Only empty tag buffers are read here
-# (a request's cluster_id is a tag: it goes to the generic path), and the answer has none
-# (its partition's tagged diverging_epoch, current_leader and snapshot_id are for error
-# answers and followers only). Pure functions, any thread.
+# Formats. v4-v11: request header v1 (int16 api_key, int16 api_version, int32
+# correlation_id, nullable int16-length client_id); FetchRequest v4-v11 (int32
+# replica_id, int32 max_wait_ms, int32 min_bytes, int32 max_bytes, int8 isolation_level,
+# v7+: int32 session_id, int32 session_epoch; [topic string, [int32 partition, v9+: int32
+# current_leader_epoch, int64 fetch_offset, v5+: int64 log_start_offset, int32
+# partition_max_bytes]], v7+: [forgotten topics], v11+: string rack_id); response header
+# v0 and FetchResponse v4-v11 (int32 throttle_time_ms, v7+: int16 error_code, int32
+# session_id; [topic string, [int32 partition_index, int16 error_code, int64
+# high_watermark, int64 last_stable_offset, v5+: int64 log_start_offset, nullable [int64
+# producer_id, int64 first_offset] aborted_transactions, v11+: int32
+# preferred_read_replica, nullable int32-length records]]). v12 (flexible, KIP-482):
+# request header v2 (v1 + a tag buffer); the same fields plus int32 last_fetched_epoch
+# after fetch_offset, with strings, arrays and records as compact ones (unsigned varint
+# length + 1, 0 for null) and a tag buffer after each struct; response header v1 (+ a tag
+# buffer). Only empty tag buffers are read here (a request's cluster_id is a tag: it goes
+# to the generic path), and the answer has none (its partition's tagged diverging_epoch,
+# current_leader and snapshot_id are absent from an answer without error or divergence;
+# KafkaApis._fetch_one leaves a fetch whose last_fetched_epoch diverges to the generic
+# path). Pure functions, any thread.
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
