@@ -29,10 +29,10 @@ from libc.string cimport memcpy
 from fastlog._codec cimport (
     fl_be16,
     fl_be32,
+    fl_client_id_and_name,
     fl_put_be16,
     fl_put_be32,
     fl_put_be64,
-    fl_client_id_and_name,
     fl_put_one_partition,
     fl_request_header,
     read_uvarint32,
