@@ -103,7 +103,7 @@ def test_compiled_fetches_are_counted_and_librdkafka_takes_that_path(mbroker):
         w.close()
     # librdkafka: 20 batches, read a few at a time
     p = Producer({"bootstrap.servers": mbroker.bootstrap, "linger.ms": 0})
-    for i in range(20):
+    for _ in range(20):
         p.produce("compiled", b"r" * 500, partition=0)
         p.flush(10)
     assert p.flush(20) == 0
