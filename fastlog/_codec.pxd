@@ -7,6 +7,7 @@
 from libc.stdint cimport int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 from cpython.buffer cimport Py_buffer
+from cpython.unicode cimport PyUnicode_DecodeUTF8
 
 cdef extern from *:
     """
@@ -83,6 +84,21 @@ cdef inline unsigned char *fl_put_one_partition(unsigned char *q, const char *na
     fl_put_be32(q + 4, <uint32_t>partition)
     fl_put_be16(q + 8, 0)
     return q + 10
+
+
+cdef inline tuple fl_client_id_and_name(const unsigned char *p, int16_t client_id_len,
+                                        Py_ssize_t name_pos, Py_ssize_t name_len):
+    # The client id of a request header v1/v2 (client_id_len bytes from byte 10, -1 for
+    # null) and a topic name (name_len bytes at name_pos), both checked to be in the
+    # frame, decoded as strict UTF-8: (client_id, name), or None when either is not
+    # UTF-8 (Produce's and Fetch's compiled readers, whose generic path names the fault).
+    try:
+        client_id = (PyUnicode_DecodeUTF8(<const char *>p + 10, client_id_len, "strict")
+                     if client_id_len >= 0 else None)
+        name = PyUnicode_DecodeUTF8(<const char *>p + name_pos, name_len, "strict")
+    except UnicodeDecodeError:
+        return None
+    return client_id, name
 
 
 # Varint readers return the position after the varint, or VARINT_TRUNCATED /

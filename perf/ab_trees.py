@@ -8,6 +8,13 @@ linger.ms=5), reads utime+stime from /proc, and stops it. Every tree must be bui
 place (`python setup.py build_ext --inplace` inside it); the load generator is this
 checkout's. Prints one JSON line per run, then the medians.
 
+`--workload consume` measures the read side instead: the records are produced first (not
+measured), then read from the beginning with `fastlog perf consume --client confluent`;
+`--fetch-bytes N` sets librdkafka's max.partition.fetch.bytes and the producer's
+batch.size (small ones make many fetches, so the per-fetch cost shows). Consume rows also give the broker CPU per Fetch
+(the Fetch requests counted by the broker's own metrics) and the share of them answered
+in compiled code (fastlog_fetch_compiled_requests_total, where the tree has it).
+
     git worktree add /tmp/base HEAD~1 && (cd /tmp/base && ../path/.venv/bin/python \\
         setup.py build_ext --inplace -q)
     .venv/bin/python perf/ab_trees.py base=/tmp/base new=. --reps 4 --compression none,lz4
@@ -20,6 +27,7 @@ import json
 import statistics
 import sys
 import tempfile
+import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -34,6 +42,9 @@ def main(argv=None) -> int:
     ap.add_argument("--compression", default="none", help="comma-separated codecs")
     ap.add_argument("--acks", default="1", choices=["0", "1", "all"])
     ap.add_argument("--num-records", type=int, default=1_000_000)
+    ap.add_argument("--workload", default="produce", choices=["produce", "consume"])
+    ap.add_argument("--fetch-bytes", type=int, default=None,
+                    help="consume: librdkafka's max.partition.fetch.bytes")
     opts = ap.parse_args(argv)
     trees = compare.source_trees(opts.trees)
     if trees is None:
@@ -54,21 +65,53 @@ def main(argv=None) -> int:
                                 "--record-size", 100, "--acks", opts.acks,
                                 "--compression", codec, "--linger-ms", 5,
                                 "--client", "confluent"]
+                        extra = {}
+                        if opts.workload == "consume":
+                            if opts.fetch_bytes:   # batches no larger than a fetch
+                                args += ["-X", f"batch.size={opts.fetch_bytes}"]
+                            compare.fastlog_perf(args, 300)
+                            args = ["consume", "--bootstrap-server", broker.bootstrap,
+                                    "--topic", "ab", "--num-records", opts.num_records,
+                                    "--client", "confluent"]
+                            if opts.fetch_bytes:
+                                args += ["-X", f"max.partition.fetch.bytes={opts.fetch_bytes}"]
+                            before = _fetch_counts(broker)
                         out, cpu, _ = compare.measure(
                             broker, lambda args=args: compare.fastlog_perf(args, 300))
+                        if opts.workload == "consume":
+                            after = _fetch_counts(broker)
+                            fetches = after[0] - before[0]
+                            extra = {"fetches": fetches,
+                                     "cpu_us_per_fetch": round(cpu / max(fetches, 1) * 1e6, 1),
+                                     "compiled_share": round((after[1] - before[1])
+                                                             / max(fetches, 1), 3)}
                     finally:
                         broker.stop()
                 us = cpu / out["records"] * 1e6
                 per.setdefault((codec, name), []).append(us)
                 print(json.dumps({"rep": rep, "compression": codec, "tree": name,
                                   "records_per_s": round(out["records_per_s"]),
-                                  "cpu_us_per_record": round(us, 3),
+                                  "cpu_us_per_record": round(us, 3), **extra,
                                   "other_cpu_pct": compare.MEASURED_OTHER[-1]}), flush=True)
     for (codec, name), vals in sorted(per.items()):
         print(json.dumps({"compression": codec, "tree": name,
                           "median_cpu_us_per_record": round(statistics.median(vals), 3),
                           "all": [round(v, 3) for v in vals]}))
     return 0
+
+
+def _fetch_counts(broker) -> tuple[float, float]:
+    """(Fetch requests, of them answered in compiled code) so far, from the broker's
+    metrics (0 for a series the tree does not have)."""
+    with urllib.request.urlopen(broker.metrics_url, timeout=10) as r:
+        text = r.read().decode()
+    fetches = compiled = 0.0
+    for line in text.splitlines():
+        if line.startswith('kafka_network_requestmetrics_requests_total{request="Fetch"'):
+            fetches += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("fastlog_fetch_compiled_requests_total "):
+            compiled = float(line.rsplit(" ", 1)[1])
+    return fetches, compiled
 
 
 if __name__ == "__main__":

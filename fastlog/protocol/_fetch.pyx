@@ -1,4 +1,4 @@
-# fastlog/protocol/_fetch.pyx: Fetch v4-v11 in a consumer's everyday shape, read and
+# fastlog/protocol/_fetch.pyx: Fetch v4-v12 in a consumer's everyday shape, read and
 # answered in compiled code.
 #
 # A consumer of one partition sends one Fetch per poll, and librdkafka's carry one topic,
@@ -14,50 +14,63 @@
 # encodes through the schema (about a third of a one-partition fetch's broker CPU that
 # is not the sendfile); this path touches a handful of objects.
 #
-# Formats (non-flexible versions only, so no tagged fields): request header v1 (int16
-# api_key, int16 api_version, int32 correlation_id, nullable int16-length client_id);
-# FetchRequest v4-v11 (int32 replica_id, int32 max_wait_ms, int32 min_bytes, int32
-# max_bytes, int8 isolation_level, v7+: int32 session_id, int32 session_epoch; [topic
-# string, [int32 partition, v9+: int32 current_leader_epoch, int64 fetch_offset, v5+:
-# int64 log_start_offset, int32 partition_max_bytes]], v7+: [forgotten topics], v11+:
-# string rack_id); response header v0 and FetchResponse v4-v11 (int32 throttle_time_ms,
-# v7+: int16 error_code, int32 session_id; [topic string, [int32 partition_index, int16
-# error_code, int64 high_watermark, int64 last_stable_offset, v5+: int64
-# log_start_offset, nullable [int64 producer_id, int64 first_offset]
-# aborted_transactions, v11+: int32 preferred_read_replica, nullable int32-length
-# records]]). Pure functions, any thread.
+# Formats. v4-v11: request header v1 (int16 api_key, int16 api_version, int32
+# correlation_id, nullable int16-length client_id); FetchRequest v4-v11 (int32
+# replica_id, int32 max_wait_ms, int32 min_bytes, int32 max_bytes, int8 isolation_level,
+# v7+: int32 session_id, int32 session_epoch; [topic string, [int32 partition, v9+: int32
+# current_leader_epoch, int64 fetch_offset, v5+: int64 log_start_offset, int32
+# partition_max_bytes]], v7+: [forgotten topics], v11+: string rack_id); response header
+# v0 and FetchResponse v4-v11 (int32 throttle_time_ms, v7+: int16 error_code, int32
+# session_id; [topic string, [int32 partition_index, int16 error_code, int64
+# high_watermark, int64 last_stable_offset, v5+: int64 log_start_offset, nullable [int64
+# producer_id, int64 first_offset] aborted_transactions, v11+: int32
+# preferred_read_replica, nullable int32-length records]]). v12 (flexible, KIP-482):
+# request header v2 (v1 + a tag buffer); the same fields plus int32 last_fetched_epoch
+# after fetch_offset, with strings, arrays and records as compact ones (unsigned varint
+# length + 1, 0 for null) and a tag buffer after each struct; response header v1 (+ a tag
+# buffer). Only empty tag buffers are read here (a request's cluster_id is a tag: it goes
+# to the generic path), and the answer has none (its partition's tagged diverging_epoch,
+# current_leader and snapshot_id are absent from an answer without error or divergence;
+# KafkaApis._fetch_one leaves a fetch whose last_fetched_epoch diverges to the generic
+# path). Pure functions, any thread.
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
-from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
+from libc.string cimport memcpy
 
 from fastlog._codec cimport (
     fl_be16,
     fl_be32,
     fl_be64,
+    fl_client_id_and_name,
     fl_put_be16,
     fl_put_be32,
     fl_put_be64,
     fl_put_one_partition,
     fl_request_header,
+    read_uvarint32,
+    uvarint_size,
+    write_uvarint,
 )
 
 cdef extern from "Python.h":
     const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
 
-# The versions this path reads: the ones served (protocol/versions.py) that are not flexible.
+# The versions this path reads: the ones served (protocol/versions.py).
 FIRST_VERSION = 4
-LAST_VERSION = 11
+LAST_VERSION = 12
+FIRST_FLEXIBLE = 12
 cdef uint16_t FETCH_KEY = 1
 
 
 def parse_fetch_request(frame):
     """(api_version, correlation_id, client_id, max_wait_ms, min_bytes, max_bytes,
     isolation_level, topic, partition, current_leader_epoch, fetch_offset,
-    partition_max_bytes) for a Fetch v4-v11 request of a consumer (replica id -1) without
-    a fetch session, naming exactly one partition of one topic, no forgotten topics and no
-    rack id, all of ``frame`` consumed; None for anything else."""
+    partition_max_bytes, last_fetched_epoch) for a Fetch v4-v12 request of a consumer
+    (replica id -1) without a fetch session, naming exactly one partition of one topic, no
+    forgotten topics and no rack id (and, v12, no tagged fields), all of ``frame``
+    consumed; None for anything else. last_fetched_epoch is -1 before v12."""
     cdef Py_buffer view
     cdef const unsigned char *p
     cdef Py_ssize_t n, pos, name_len, name_pos
@@ -72,9 +85,15 @@ def parse_fetch_request(frame):
         n = view.len
         pos = fl_request_header(p, n, FETCH_KEY, FIRST_VERSION, LAST_VERSION,
                                 &api_version, &correlation_id, &client_id_len)
+        if pos < 0:
+            return None
+        if api_version >= FIRST_FLEXIBLE:
+            if pos >= n or p[pos] != 0:
+                return None   # the header's tag buffer: only an empty one is read here
+            pos += 1
         # replica id, max wait, min bytes, max bytes (16), isolation level (1),
-        # session id and epoch (8, v7+), the topic count (4)
-        if pos < 0 or pos + 21 + (8 if api_version >= 7 else 0) > n:
+        # session id and epoch (8, v7+), the topic count (4; v12: 1, then the name)
+        if pos + 21 + (8 if api_version >= 7 else 0) > n:
             return None
         if <int32_t>fl_be32(p + pos) != -1:
             return None   # a replica (or a client posing as one): the handler checks it
@@ -89,6 +108,9 @@ def parse_fetch_request(frame):
             if fl_be32(p + pos) != 0 or <int32_t>fl_be32(p + pos + 4) != -1:
                 return None   # a fetch session
             pos += 8
+        if api_version >= FIRST_FLEXIBLE:
+            return _parse_flexible(p, n, pos, api_version, correlation_id, client_id_len,
+                                   max_wait_ms, min_bytes, max_bytes, isolation)
         if fl_be32(p + pos) != 1:
             return None
         pos += 4
@@ -124,25 +146,74 @@ def parse_fetch_request(frame):
             pos += 2
         if pos != n:
             return None
-        try:
-            client_id = (PyUnicode_DecodeUTF8(<const char *>p + 10, client_id_len, "strict")
-                         if client_id_len >= 0 else None)
-            topic = PyUnicode_DecodeUTF8(<const char *>p + name_pos, name_len, "strict")
-        except UnicodeDecodeError:
-            return None
-        return (api_version, correlation_id, client_id, max_wait_ms, min_bytes, max_bytes,
-                isolation, topic, partition, leader_epoch, fetch_offset, partition_max_bytes)
+        return _parsed(p, api_version, correlation_id, client_id_len, max_wait_ms,
+                       min_bytes, max_bytes, isolation, name_pos, name_len, partition,
+                       leader_epoch, fetch_offset, partition_max_bytes, -1)
     finally:
         PyBuffer_Release(&view)
+
+
+cdef object _parse_flexible(const unsigned char *p, Py_ssize_t n, Py_ssize_t pos,
+                            int16_t api_version, int32_t correlation_id,
+                            int16_t client_id_len, int32_t max_wait_ms, int32_t min_bytes,
+                            int32_t max_bytes, int8_t isolation):
+    """parse_fetch_request's v12 topics and what follows them, from ``pos`` (after the
+    session epoch; at least 4 bytes are there)."""
+    cdef uint32_t name_n
+    cdef Py_ssize_t name_pos, name_len
+    cdef int32_t partition, leader_epoch, last_fetched_epoch, partition_max_bytes
+    cdef int64_t fetch_offset
+    if p[pos] != 2:
+        return None   # not exactly one topic
+    name_pos = read_uvarint32(p, pos + 1, n, &name_n)
+    if name_pos < 0 or name_n == 0 or name_n - 1 > 0x7fff:
+        return None   # truncated, null or too long a name: the generic path says which
+    name_len = name_n - 1
+    pos = name_pos + name_len
+    # one partition (1), its index, current leader epoch (8), fetch offset (8), last
+    # fetched epoch (4), log start offset (8), max bytes (4), the partition's and the
+    # topic's tag buffers (2), no forgotten topics (1), an empty rack id (1), the
+    # request's tag buffer (1): the frame's end
+    if pos + 38 != n or p[pos] != 2:
+        return None
+    partition = <int32_t>fl_be32(p + pos + 1)
+    leader_epoch = <int32_t>fl_be32(p + pos + 5)
+    fetch_offset = <int64_t>fl_be64(p + pos + 9)
+    last_fetched_epoch = <int32_t>fl_be32(p + pos + 17)
+    # (a consumer's log start offset, at pos + 21, is not used)
+    partition_max_bytes = <int32_t>fl_be32(p + pos + 29)
+    if (p[pos + 33] != 0 or p[pos + 34] != 0 or p[pos + 35] != 1 or p[pos + 36] != 1
+            or p[pos + 37] != 0):
+        return None   # tagged fields, forgotten topics, a rack id (KIP-392), or malformed
+    return _parsed(p, api_version, correlation_id, client_id_len, max_wait_ms, min_bytes,
+                   max_bytes, isolation, name_pos, name_len, partition, leader_epoch,
+                   fetch_offset, partition_max_bytes, last_fetched_epoch)
+
+
+cdef object _parsed(const unsigned char *p, int16_t api_version, int32_t correlation_id,
+                    int16_t client_id_len, int32_t max_wait_ms, int32_t min_bytes,
+                    int32_t max_bytes, int8_t isolation, Py_ssize_t name_pos,
+                    Py_ssize_t name_len, int32_t partition, int32_t leader_epoch,
+                    int64_t fetch_offset, int32_t partition_max_bytes,
+                    int32_t last_fetched_epoch):
+    """parse_fetch_request's answer once the frame's shape is checked; None for names
+    that are not UTF-8."""
+    names = fl_client_id_and_name(p, client_id_len, name_pos, name_len)
+    if names is None:
+        return None
+    return (api_version, correlation_id, names[0], max_wait_ms, min_bytes, max_bytes,
+            isolation, names[1], partition, leader_epoch, fetch_offset, partition_max_bytes,
+            last_fetched_epoch)
 
 
 def encode_fetch_response(int api_version, int32_t correlation_id, str topic,
                           int32_t partition, int64_t high_watermark,
                           int64_t last_stable_offset, int64_t log_start_offset,
                           list aborted, list regions, int64_t size):
-    """Response header v0 + a FetchResponse v4-v11 answering one partition of one topic
-    without error (no throttling, no session, no preferred replica), as a list of parts:
-    the bytes, then `regions` (the FileRegions read, `size` bytes in all) uncopied.
+    """Response header v0 (v1 from Fetch v12) + a FetchResponse v4-v12 answering one
+    partition of one topic without error (no throttling, no session, no preferred
+    replica, no tagged fields), as a list of parts: the bytes, then `regions` (the
+    FileRegions read, `size` bytes in all) uncopied (v12: then the closing tag buffers).
     `aborted`: the (producer id, first offset) pairs of a read_committed fetch, None for
     read_uncommitted (a null array)."""
     cdef Py_ssize_t name_len
@@ -158,6 +229,10 @@ def encode_fetch_response(int api_version, int32_t correlation_id, str topic,
         raise ValueError(f"bad records size {size}")
     if aborted is not None:
         n_aborted = len(aborted)
+    if api_version >= FIRST_FLEXIBLE:
+        return _encode_flexible(correlation_id, name, name_len, partition, high_watermark,
+                                last_stable_offset, log_start_offset, aborted, n_aborted,
+                                regions, size)
     # correlation id, throttle time, (v7+ error code, session id), topic count, name,
     # partition count, index, error, high watermark, last stable offset, (v5+ log start
     # offset), aborted count and entries, (v11+ preferred read replica), records length
@@ -202,3 +277,64 @@ def encode_fetch_response(int api_version, int32_t correlation_id, str topic,
     if size == 0:
         return [out]
     return [out, *regions]
+
+
+# What ends a v12 answer after its records: the partition's, the topic's and the
+# response's (empty) tag buffers.
+cdef bytes _FLEXIBLE_TAIL = b"\0\0\0"
+
+
+cdef list _encode_flexible(int32_t correlation_id, const char *name, Py_ssize_t name_len,
+                           int32_t partition, int64_t high_watermark,
+                           int64_t last_stable_offset, int64_t log_start_offset,
+                           list aborted, Py_ssize_t n_aborted, list regions, int64_t size):
+    """encode_fetch_response for v12: header v1 and the compact body."""
+    cdef Py_ssize_t i, size_out
+    cdef int64_t pid, first
+    cdef unsigned char *q
+    # correlation id + header tags (5), throttle, error code, session id (10), one topic
+    # (1), name, one partition (1), index, error, high watermark, last stable offset, log
+    # start offset (30), the aborted transactions' compact length and entries (17 each:
+    # two int64 and a tag buffer), preferred read replica (4), the records' compact length
+    size_out = (5 + 10 + 1 + uvarint_size(<uint64_t>name_len + 1) + name_len + 1 + 30
+                + (uvarint_size(<uint64_t>n_aborted + 1) + 17 * n_aborted
+                   if aborted is not None else 1)
+                + 4 + uvarint_size(<uint64_t>size + 1))
+    if size == 0:
+        size_out += 3   # the closing tag buffers, in the same bytes
+    out = PyBytes_FromStringAndSize(NULL, size_out)
+    q = <unsigned char *>PyBytes_AS_STRING(out)
+    fl_put_be32(q, <uint32_t>correlation_id)
+    q[4] = 0                                  # header tags
+    fl_put_be32(q + 5, 0)                     # throttle_time_ms
+    fl_put_be16(q + 9, 0)                     # error_code
+    fl_put_be32(q + 11, 0)                    # session_id
+    q[15] = 2                                 # one topic
+    q += 16 + write_uvarint(q + 16, <uint64_t>name_len + 1)
+    memcpy(q, name, name_len)
+    q += name_len
+    q[0] = 2                                  # one partition
+    fl_put_be32(q + 1, <uint32_t>partition)
+    fl_put_be16(q + 5, 0)                     # error_code
+    fl_put_be64(q + 7, <uint64_t>high_watermark)
+    fl_put_be64(q + 15, <uint64_t>last_stable_offset)
+    fl_put_be64(q + 23, <uint64_t>log_start_offset)
+    q += 31
+    if aborted is None:
+        q[0] = 0                              # aborted_transactions: null
+        q += 1
+    else:
+        q += write_uvarint(q, <uint64_t>n_aborted + 1)
+        for i in range(n_aborted):
+            pid, first = aborted[i]
+            fl_put_be64(q, <uint64_t>pid)
+            fl_put_be64(q + 8, <uint64_t>first)
+            q[16] = 0                         # the entry's tags
+            q += 17
+    fl_put_be32(q, 0xffffffff)                # preferred_read_replica: -1
+    q += 4
+    q += write_uvarint(q, <uint64_t>size + 1)
+    if size == 0:
+        q[0] = q[1] = q[2] = 0
+        return [out]
+    return [out, *regions, _FLEXIBLE_TAIL]

@@ -23,13 +23,13 @@
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
-from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 from fastlog._codec cimport (
     fl_be16,
     fl_be32,
+    fl_client_id_and_name,
     fl_put_be16,
     fl_put_be32,
     fl_put_be64,
@@ -142,15 +142,12 @@ cdef object _parsed(object frame, const unsigned char *p, int16_t api_version,
                     int32_t correlation_id, int16_t client_id_len, int16_t acks,
                     int32_t timeout_ms, Py_ssize_t name_pos, Py_ssize_t name_len,
                     int32_t partition, Py_ssize_t rec_start, Py_ssize_t rec_end):
-    """parse_produce_request's answer once the frame's shape is checked (the client id
-    starts at byte 10 in both header versions); None for names that are not UTF-8."""
-    try:
-        client_id = (PyUnicode_DecodeUTF8(<const char *>p + 10, client_id_len, "strict")
-                     if client_id_len >= 0 else None)
-        topic = PyUnicode_DecodeUTF8(<const char *>p + name_pos, name_len, "strict")
-    except UnicodeDecodeError:
+    """parse_produce_request's answer once the frame's shape is checked; None for names
+    that are not UTF-8."""
+    names = fl_client_id_and_name(p, client_id_len, name_pos, name_len)
+    if names is None:
         return None
-    return (api_version, correlation_id, client_id, acks, timeout_ms, topic, partition,
+    return (api_version, correlation_id, names[0], acks, timeout_ms, names[1], partition,
             frame[rec_start:rec_end])
 
 

@@ -1116,16 +1116,22 @@ class KafkaApis:
     # ------------------------------------------------------------------ Fetch
     def _fetch_one(self, api_version, correlation_id, client_id, max_wait_ms, min_bytes,
                    max_bytes, isolation_level, topic, partition, current_leader_epoch,
-                   fetch_offset, partition_max_bytes):
-        """Fetch v4-v11 of one partition by a consumer without a fetch session, as
+                   fetch_offset, partition_max_bytes, last_fetched_epoch):
+        """Fetch v4-v12 of one partition by a consumer without a fetch session, as
         fastlog.protocol._fetch read it from the frame: the read handle_fetch makes for
         that shape, answered in compiled code. None when the answer is not that simple (an
-        error, a follower's read, too little data for a fetch that waits): handle_fetch
-        then serves the request (reading again; a consumer's read changes nothing)."""
+        error, a diverging epoch, a follower's read, too little data for a fetch that
+        waits): handle_fetch then serves the request (reading again; a consumer's read
+        changes nothing)."""
         broker = self.broker
         p, err = self._led_partition(topic, partition)
         if p is None or _check_leader_epoch(current_leader_epoch, p.leader_epoch) != Errors.NONE:
             return None
+        if last_fetched_epoch >= 0:
+            # v12: _read_fetch's diverging-epoch check; a divergence is answered there
+            epoch, end = broker.end_offset_for_epoch(p, last_fetched_epoch)
+            if epoch < last_fetched_epoch or end < fetch_offset:
+                return None
         read_committed = isolation_level == 1
         budget = min(partition_max_bytes, max_bytes, broker.config["fetch.max.bytes"])
         res = broker.replica_manager.read_partition(
@@ -1135,9 +1141,11 @@ class KafkaApis:
                 or (res.size < min_bytes and max_wait_ms > 0)):
             return None
         regions = res.regions
-        broker.topic_stats.fetch_done([{"topic": topic, "partitions": [{
+        stats = broker.topic_stats
+        stats.fetch_done([{"topic": topic, "partitions": [{
             "error_code": Errors.NONE, "records": (regions, res.size) if regions else b""}]}],
             False)
+        stats.compiled_fetch_requests += 1
         aborted = None
         if read_committed:
             aborted = res.aborted_transactions or []

@@ -299,6 +299,10 @@ class BrokerCollector:
         for attr, part, doc in BROKER_COUNTERS:
             yield self._counter(f"kafka_server_brokertopicmetrics_{part}", doc,
                                 getattr(every, attr))
+        yield self._counter("fastlog_fetch_compiled_requests",
+                            "Fetch requests answered in compiled code (a consumer's "
+                            "sessionless fetch of one partition with data at once).",
+                            stats.compiled_fetch_requests)
 
     def _request_metrics(self, rm):
         table = dict(rm.by_request)

@@ -21,6 +21,8 @@
 #     that clients naming random topics cannot grow the per-topic table;
 #   - bytes_out: record bytes answered to consumers; a follower's fetch counts as
 #     replication_bytes_out (broker-wide only), a follower's append as replication_bytes_in.
+#   - compiled_fetch_requests (fastlog's own, broker-wide): fetches apis._fetch_one
+#     answered in compiled code.
 # Called from: the broker's asyncio API loop only; the scrape thread reads the ints
 # (a torn read is impossible for a Python int) and snapshots `topics` with dict(...).
 """Per-topic produce and fetch counters (Kafka's BrokerTopicMetrics)."""
@@ -85,6 +87,8 @@ class BrokerTopicStats:
     def __init__(self):
         self.topics: dict[str, TopicStats] = {}
         self.all_topics = TopicStats()
+        # Fetches answered in compiled code (KafkaApis._fetch_one), fastlog's own count
+        self.compiled_fetch_requests = 0
 
     def topic_stats(self, topic: str) -> TopicStats:
         s = self.topics.get(topic)

@@ -1,4 +1,4 @@
-"""fastlog.protocol._fetch: the compiled Fetch v4-v11 reader and answer agree with the
+"""fastlog.protocol._fetch: the compiled Fetch v4-v12 reader and answer agree with the
 generic codec byte for byte, and step aside (None) for every other shape."""
 
 import struct
@@ -28,16 +28,17 @@ VERSIONS = range(FIRST_VERSION, LAST_VERSION + 1)
 def fetch_frame(version, *, topics=(("events", ((0, 1234),)),), replica_id=-1,
                 max_wait_ms=500, min_bytes=1, max_bytes=52428800, isolation_level=0,
                 session_id=0, session_epoch=-1, forgotten=(), rack_id="", leader_epoch=-1,
-                client_id="rdkafka", correlation_id=7):
+                client_id="rdkafka", correlation_id=7, last_fetched_epoch=-1, **tagged):
     body = {"replica_id": replica_id, "max_wait_ms": max_wait_ms, "min_bytes": min_bytes,
             "max_bytes": max_bytes, "isolation_level": isolation_level,
             "session_id": session_id, "session_epoch": session_epoch,
             "topics": [{"topic": name, "partitions": [
                 {"partition": i, "current_leader_epoch": leader_epoch, "fetch_offset": off,
-                 "log_start_offset": -1, "partition_max_bytes": 1048576}
+                 "last_fetched_epoch": last_fetched_epoch, "log_start_offset": -1,
+                 "partition_max_bytes": 1048576}
                 for i, off in parts]} for name, parts in topics],
             "forgotten_topics_data": [{"topic": t, "partitions": [0]} for t in forgotten],
-            "rack_id": rack_id}
+            "rack_id": rack_id, **tagged}
     return encode_request(ApiKey.FETCH, version, correlation_id, client_id, body)
 
 
@@ -49,7 +50,7 @@ def generic_parse(frame):
     return (header.api_version, header.correlation_id, header.client_id, req.max_wait_ms,
             req.min_bytes, req.max_bytes, req.isolation_level, t.topic, p.partition,
             p.current_leader_epoch if header.api_version >= 9 else -1, p.fetch_offset,
-            p.partition_max_bytes)
+            p.partition_max_bytes, p.last_fetched_epoch if header.api_version >= 12 else -1)
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -58,50 +59,95 @@ def generic_parse(frame):
 def test_reads_what_the_generic_decoder_reads(version, client_id, topic):
     frame = fetch_frame(version, topics=((topic, ((3, 2**40),)),), client_id=client_id,
                         max_wait_ms=100, min_bytes=7, max_bytes=9999, isolation_level=1,
-                        leader_epoch=5, correlation_id=-5)
+                        leader_epoch=5, correlation_id=-5, last_fetched_epoch=4)
     fast = parse_fetch_request(memoryview(frame))
     assert fast is not None
     assert fast == generic_parse(frame)
     assert fast[:9] == (version, -5, client_id, 100, 7, 9999, 1, topic, 3)
+    assert fast[12] == (4 if version >= 12 else -1)
+
+
+@pytest.mark.parametrize("version", [v for v in VERSIONS if v >= 12])
+def test_flexible_names_of_every_compact_length_are_read(version):
+    """Names whose compact length takes one, two and three varint bytes."""
+    for topic in ("a" * 126, "b" * 127, "c" * 16383, "d" * 16384):
+        frame = fetch_frame(version, topics=((topic, ((0, 5),)),))
+        fast = parse_fetch_request(frame)
+        assert fast is not None and fast == generic_parse(frame)
+
+
+def _with_tag(frame, tags_at):
+    """`frame` with one unknown tagged field (tag 9, one byte) in the (empty) tag buffer
+    at `tags_at` (a negative index from the end)."""
+    frame = bytearray(frame)
+    assert frame[tags_at] == 0
+    frame[tags_at:len(frame) + tags_at + 1] = b"\x01\x09\x01\x2a"
+    return bytes(frame)
+
+
+SHAPES = [
+    (dict(replica_id=2), "a replica"),
+    (dict(session_id=5, session_epoch=0), "a session"),
+    (dict(session_id=0, session_epoch=0), "a new session"),
+    (dict(forgotten=("a",)), "forgotten topics"),
+    (dict(rack_id="r1"), "a rack"),
+    (dict(isolation_level=2), "an unknown isolation level"),
+    (dict(topics=(("a", ((0, 0),)), ("b", ((0, 0),)))), "two topics"),
+    (dict(topics=(("a", ((0, 0), (1, 0))),)), "two partitions"),
+    (dict(topics=()), "no topic"),
+    (dict(topics=(("a", ()),)), "no partition"),
+]
+
+
+@pytest.mark.parametrize("version", [11, 12])
+@pytest.mark.parametrize("shape, why", SHAPES)
+def test_other_shapes_are_left_to_the_generic_path(version, shape, why):
+    assert parse_fetch_request(fetch_frame(version, **shape)) is None, why
 
 
 @pytest.mark.parametrize("frame, why", [
-    (fetch_frame(11, replica_id=2), "a replica"),
-    (fetch_frame(11, session_id=5, session_epoch=0), "a session"),
-    (fetch_frame(11, session_id=0, session_epoch=0), "a new session"),
-    (fetch_frame(11, forgotten=("a",)), "forgotten topics"),
-    (fetch_frame(11, rack_id="r1"), "a rack"),
-    (fetch_frame(11, isolation_level=2), "an unknown isolation level"),
-    (fetch_frame(11, topics=(("a", ((0, 0),)), ("b", ((0, 0),)))), "two topics"),
-    (fetch_frame(11, topics=(("a", ((0, 0), (1, 0))),)), "two partitions"),
-    (fetch_frame(11, topics=()), "no topic"),
-    (fetch_frame(11, topics=(("a", ()),)), "no partition"),
     (fetch_frame(11) + b"\0", "trailing byte"),
+    (fetch_frame(12) + b"\0", "trailing byte"),
+    (fetch_frame(12, cluster_id="cluster-1"), "a cluster id (a tagged field)"),
+    (_with_tag(fetch_frame(12), -1), "a tag in the request's tag buffer"),
+    (_with_tag(fetch_frame(12), -4), "a tag in the topic's tag buffer"),
+    (_with_tag(fetch_frame(12), -5), "a tag in the partition's tag buffer"),
     (encode_request(ApiKey.PRODUCE, 8, 1, "c", {
         "transactional_id": None, "acks": 1, "timeout_ms": 0, "topic_data": []}),
      "another API"),
 ])
-def test_other_shapes_are_left_to_the_generic_path(frame, why):
+def test_other_frames_are_left_to_the_generic_path(frame, why):
+    if why.startswith("a tag"):
+        generic_parse(frame)   # (a frame the generic decoder reads)
     assert parse_fetch_request(frame) is None, why
 
 
-@pytest.mark.parametrize("version", [3, 12])
+def test_a_header_tag_is_left_to_the_generic_path():
+    frame = bytearray(fetch_frame(12, client_id="cid"))
+    at = frame.index(b"cid") + 3
+    frame[at:at + 1] = b"\x01\x09\x01\x2a"
+    generic_parse(bytes(frame))
+    assert parse_fetch_request(bytes(frame)) is None
+
+
+@pytest.mark.parametrize("version", [3, 13])
 def test_versions_not_read_here_are_left_alone(version):
-    frame = bytearray(fetch_frame(11))   # (v12 is flexible, v3 has no isolation level)
+    frame = bytearray(fetch_frame(11))   # (v3 has no isolation level, v13 topic ids)
     struct.pack_into(">h", frame, 2, version)
     assert parse_fetch_request(frame) is None
 
 
 def test_invalid_utf8_names_are_left_to_the_generic_path():
-    frame = bytearray(fetch_frame(11, topics=(("abc", ((0, 0),)),), client_id="cid"))
-    frame[frame.index(b"abc")] = 0xFF
-    assert parse_fetch_request(bytes(frame)) is None
-    frame = bytearray(fetch_frame(11, client_id="cid"))
-    frame[frame.index(b"cid")] = 0xFF
-    assert parse_fetch_request(bytes(frame)) is None
+    for version in (11, 12):
+        frame = bytearray(fetch_frame(version, topics=(("abc", ((0, 0),)),), client_id="cid"))
+        frame[frame.index(b"abc")] = 0xFF
+        assert parse_fetch_request(bytes(frame)) is None
+        frame = bytearray(fetch_frame(version, client_id="cid"))
+        frame[frame.index(b"cid")] = 0xFF
+        assert parse_fetch_request(bytes(frame)) is None
 
 
-@pytest.mark.parametrize("version", [4, 7, 11])
+@pytest.mark.parametrize("version", [4, 7, 11, 12])
 def test_every_truncation_is_refused(version):
     frame = fetch_frame(version, client_id="cid")
     for n in range(len(frame)):
@@ -165,7 +211,7 @@ def test_answer_is_the_generic_encoding(tmp_path, version, topic, aborted, sizes
         assert _flat(fast) == _flat(generic)
 
 
-@pytest.mark.parametrize("version", [3, 12])
+@pytest.mark.parametrize("version", [3, 13])
 def test_answer_refuses_versions_it_does_not_encode(version):
     with pytest.raises(ValueError):
         encode_fetch_response(version, 1, "t", 0, 0, 0, 0, None, None, 0)

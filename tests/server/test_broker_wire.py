@@ -232,25 +232,36 @@ def test_one_partition_fetch_answers_as_the_generic_path(broker, wire, isolation
     """A consumer's sessionless fetch of one partition is answered in compiled code
     (fastlog.protocol._fetch); the same request with a forgotten topic (which a
     sessionless fetch ignores) takes the generic path: the answers are byte-identical,
-    from the middle of the log, at its end and past it."""
+    from the middle of the log, at its end and past it. Fetch v12 (flexible) also with
+    the partition's last fetched epoch (KIP-595): ours (records), or a newer one (the
+    generic path's diverging epoch, as for a fetch past our end in ours)."""
     topic = f"wire-fast-fetch-{isolation}"
     create_topic(broker, topic)
     for i in range(5):
         assert produce(wire, topic, batch([b"v%d-%d" % (i, j) for j in range(3)])
                        ).error_code == 0
-    for version in range(7, 12):
+    epoch = wire.call(ApiKey.METADATA, 9, {"topics": [{"name": topic}]}
+                      ).topics[0].partitions[0].leader_epoch
+    cases = [(v, -1) for v in range(7, 12)] + [(12, -1), (12, epoch), (12, epoch + 1)]
+    for version, last_fetched_epoch in cases:
         for offset in (0, 4, 15, 99):
             answers = []
             for forgotten in ([], [{"topic": "other", "partitions": [0]}]):
                 body = fetch_body(topic, offset, 0, min_bytes=0)
                 body["isolation_level"] = isolation
                 body["forgotten_topics_data"] = forgotten
+                body["topics"][0]["partitions"][0]["last_fetched_epoch"] = last_fetched_epoch
                 wire.send(ApiKey.FETCH, version, body)
                 answers.append(wire.recv_frame())
-            assert answers[0][4:] == answers[1][4:], (version, offset)   # (after the correlation id)
+            # (after the correlation id)
+            assert answers[0][4:] == answers[1][4:], (version, last_fetched_epoch, offset)
             _, resp = protocol.decode_response(ApiKey.FETCH, version, answers[0])
             part = resp.responses[0].partitions[0]
-            if offset == 99:
+            if last_fetched_epoch > epoch:   # an epoch we never had: Kafka's (-1, -1)
+                assert part.diverging_epoch.epoch == -1 and not part.records
+            elif last_fetched_epoch == epoch and offset == 99:   # past our end in it
+                assert (part.diverging_epoch.epoch, part.diverging_epoch.end_offset) == (epoch, 15)
+            elif offset == 99:
                 assert part.error_code == Errors.OFFSET_OUT_OF_RANGE
             else:
                 got = _codec.read_records(bytes(part.records or b""))
