@@ -22,7 +22,6 @@ import time
 
 from fastlog import _codec
 from fastlog.client import errors
-from fastlog.client.admin import EARLIEST, Admin
 from fastlog.client.cluster import Cluster, TopicPartition
 from fastlog.client.isolation import drop_aborted
 from fastlog.client.versions import ApiKey
@@ -126,6 +125,8 @@ class RangeFetcher:
         return self.fetch_async(offset).result(self.timeout)
 
     def earliest(self) -> int:
+        from fastlog.client.admin import EARLIEST, Admin  # only after OFFSET_OUT_OF_RANGE
+
         async def ask():
             got = await Admin(cluster=self.cluster).list_offsets({self.tp: EARLIEST})
             return got[self.tp].offset
