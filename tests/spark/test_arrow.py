@@ -149,7 +149,7 @@ def test_tasks_in_one_worker_read_over_the_same_connection(broker):
                 runner = next(iter(fetch._shared.values()))[0]
                 for conn in cluster._conns.values():
                     fetch.asyncio.run_coroutine_threadsafe(conn.close(), runner.loop).result(10)
-        assert conns[0] and all(a is b for a, b in zip(conns[0], conns[1]))
+        assert conns[0] and all(a is b for a, b in zip(conns[0], conns[1], strict=True))
         assert conns[2] and not any(a is b for a in conns[2] for b in conns[1])
     finally:
         fetch.close_shared()
