@@ -34,6 +34,11 @@ CPU seconds of each action are counted too (the Spark JVM with its Python daemon
 workers, plus the broker for fastlog), lowest of --runs: on a shared machine wall time
 wanders with other work, CPU much less (cpu_vs_parquet = parquet CPU / fastlog CPU).
 
+With --only start, each source instead runs one availableNow query over the topic in a
+fresh local[2] SparkSession per run (cold Python workers and streaming source process),
+the sources alternating: seconds from start() to the query's end, whose one micro-batch
+is mostly Python worker start, and first_batch_vs_memory per run (fastlog / memory).
+
 The last line printed is a JSON object with rows_per_s (fastlog streaming),
 vs_memory_source (fastlog / memory), and scan_rows_per_s / count_rows_per_s with
 vs_parquet (scan) and count_vs_parquet. Needs only the package's [spark] extra.
@@ -282,19 +287,110 @@ def batch_scans(spark, broker, records: int, value_bytes: int, runs: int,
     }
 
 
+def new_session():
+    from pyspark.sql import SparkSession
+
+    from fastlog.spark import register
+
+    spark = (SparkSession.builder.master("local[2]").appName("bench_spark")
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.python.authenticate.socketTimeout", "120s")
+             .config("spark.driver.memory", "2g").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    spark.dataSource.register(MemorySource)
+    return spark
+
+
+IMPORTS = "fastlog.spark.source, fastlog.spark.fetch, fastlog.spark._arrow"
+
+
+def worker_costs(bootstrap: str, runs: int, tasks: int = 30) -> dict:
+    """What a Python worker pays for the fastlog reader outside Spark: importing the
+    executor-side modules after pyspark and pyarrow (fresh interpreters, --runs of them),
+    and read() of a one-record range of a one-record partition as successive tasks of one
+    process (first, median of the next ones): the per-task setup."""
+    import statistics
+    import subprocess
+
+    code = ("import time, pyspark.sql.datasource, pyspark.sql.pandas.types, pyarrow\n"
+            f"t = time.perf_counter(); import {IMPORTS}\n"
+            "print(time.perf_counter() - t)")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    imports = [float(subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                                    capture_output=True, text=True, timeout=120).stdout)
+               for _ in range(max(3, runs))]
+    from fastlog.spark.source import FastlogDataSource
+    prefill(bootstrap, "bench-task", 2, 10)     # one record per partition
+    source = FastlogDataSource({"kafka.bootstrap.servers": bootstrap,
+                                "subscribe": "bench-task", "startingOffsets": "earliest",
+                                "endingOffsets": '{"bench-task":{"0":1,"1":0}}'})
+    reader = source.reader(source.schema())
+    part, = reader.partitions()
+    times = []
+    for _ in range(tasks):
+        t0 = time.perf_counter()
+        if sum(rb.num_rows for rb in reader.read(part)) != 1:
+            raise RuntimeError("the one-record range did not read one record")
+        times.append(time.perf_counter() - t0)
+    out = {"import_ms": [round(t * 1000) for t in imports],
+           "first_task_ms": round(times[0] * 1000, 1),
+           "next_task_median_ms": round(statistics.median(times[1:]) * 1000, 2)}
+    print(f"worker costs: {out}", flush=True)
+    return out
+
+
+def first_batches(sources: dict, records: int, runs: int) -> dict:
+    """Seconds from start() to the end of an availableNow query's one micro-batch, each in
+    a fresh SparkSession (cold Python workers and source process), sources alternating."""
+    times: dict[str, list[float]] = {}
+    for run in range(runs + 1):
+        order = list(sources) if run % 2 == 0 else list(sources)[::-1]
+        for name in order:
+            fmt, options = sources[name]
+            spark = new_session()
+            try:
+                reader = spark.readStream.format(fmt)
+                for k, v in options.items():
+                    reader = reader.option(k, v)
+                t0 = time.perf_counter()
+                q = (reader.load().writeStream.format("noop")
+                     .trigger(availableNow=True).start())
+                q.awaitTermination()
+                secs = time.perf_counter() - t0
+                if q.exception() is not None:
+                    raise RuntimeError(f"{fmt} query failed: {q.exception()}")
+                rows = sum(p["numInputRows"] for p in q.recentProgress)
+                if rows != records:
+                    raise RuntimeError(f"{name} delivered {rows} rows, expected {records}")
+                parts = {k: v for p in q.recentProgress if p["numInputRows"]
+                         for k, v in p["durationMs"].items()}
+            finally:
+                spark.stop()
+            label = "warm-up" if run == 0 else f"run {run}"
+            print(f"first batch {name:8s} {label:8s} {secs:.2f} s, durationMs {parts}",
+                  flush=True)
+            if run > 0:
+                times.setdefault(name, []).append(secs)
+    return {
+        "first_batch_s": {k: [round(t, 2) for t in v] for k, v in times.items()},
+        "first_batch_vs_memory": [round(a / b, 2)
+                                  for a, b in zip(times["fastlog"], times["memory"], strict=True)],
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--value-bytes", type=int, default=100)
     ap.add_argument("--runs", type=int, default=2)
-    ap.add_argument("--only", choices=("stream", "batch"),
-                    help="run only the streaming (vs memory) or the batch (vs parquet) part")
+    ap.add_argument("--only", choices=("stream", "batch", "start"),
+                    help="run only the streaming (vs memory) or the batch (vs parquet) "
+                         "part, or only the first micro-batch of fresh sessions (start)")
     args = ap.parse_args()
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    from fastlog.spark import register
     from fastlog.testing import BrokerProcess
 
     with tempfile.TemporaryDirectory() as tmp, BrokerProcess(Path(tmp) / "data") as broker:
@@ -302,20 +398,19 @@ def main() -> None:
         prefill(broker.bootstrap, "bench", args.records, args.value_bytes)
         print(f"prefilled {args.records} records in {time.perf_counter() - t0:.1f} s",
               flush=True)
-        spark = (SparkSession.builder.master("local[2]").appName("bench_spark")
-                 .config("spark.ui.enabled", "false")
-                 .config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.python.authenticate.socketTimeout", "120s")
-                 .config("spark.driver.memory", "2g").getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
-        register(spark)
-        spark.dataSource.register(MemorySource)
         sources = {
             "fastlog": ("fastlog", {"kafka.bootstrap.servers": broker.bootstrap,
                                     "subscribe": "bench", "startingOffsets": "earliest"}),
             "memory": ("fastlog_bench_memory", {"records": str(args.records),
                                                 "valueBytes": str(args.value_bytes)}),
         }
+        if args.only == "start":
+            report = worker_costs(broker.bootstrap, args.runs)
+            report.update(first_batches(sources, args.records, args.runs))
+            report.update({"records": args.records, "value_bytes": args.value_bytes})
+            print(json.dumps(report))
+            return
+        spark = new_session()
         best: dict[str, float] = {}
         for run in range(args.runs + 1 if args.only != "batch" else 0):
             for name, (fmt, options) in sources.items():

@@ -23,24 +23,34 @@ perf harness and the Spark source use. Any Kafka-compatible broker works::
 Threads: SyncProducer / SyncConsumer / SyncAdmin run the same objects on a private loop
 (``SyncConsumer(...).poll(1000)``, ``SyncProducer(...).send(...).result()``). Errors are
 FastlogError subclasses whose message is one sentence.
+
+The public names below are imported on first use (PEP 562), so that a process needing
+one submodule (a Spark executor reading with the cluster and connection alone) does not
+load the admin, producer and consumer.
 """
 
-from fastlog.client.admin import EARLIEST, LATEST, Admin, ConfigEntry, OffsetAndTimestamp
-from fastlog.client.cluster import Cluster, TopicPartition
-from fastlog.client.consumer import Consumer
-from fastlog.client.errors import (
-    BrokerUnavailable,
-    ClientTimeout,
-    FastlogError,
-    KafkaError,
-    UnknownTopic,
-)
-from fastlog.client.producer import Producer, RecordMetadata
-from fastlog.client.sync import SyncAdmin, SyncConsumer, SyncProducer
+import importlib
 
-__all__ = [
-    "Admin", "BrokerUnavailable", "ClientTimeout", "Cluster", "ConfigEntry", "Consumer",
-    "EARLIEST", "FastlogError", "KafkaError", "LATEST", "OffsetAndTimestamp", "Producer",
-    "RecordMetadata", "SyncAdmin", "SyncConsumer", "SyncProducer", "TopicPartition",
-    "UnknownTopic",
-]
+_WHERE = {
+    "Admin": "admin", "ConfigEntry": "admin", "EARLIEST": "admin", "LATEST": "admin",
+    "OffsetAndTimestamp": "admin", "Cluster": "cluster", "TopicPartition": "cluster",
+    "Consumer": "consumer", "BrokerUnavailable": "errors", "ClientTimeout": "errors",
+    "FastlogError": "errors", "KafkaError": "errors", "UnknownTopic": "errors",
+    "Producer": "producer", "RecordMetadata": "producer", "SyncAdmin": "sync",
+    "SyncConsumer": "sync", "SyncProducer": "sync",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fastlog.client' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"fastlog.client.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_WHERE))

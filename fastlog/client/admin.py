@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import dataclasses
 import secrets
@@ -445,27 +446,35 @@ class Admin:
         """
         result: dict[TopicPartition, OffsetAndTimestamp] = {}
 
+        async def ask(node: int, tps: list[TopicPartition], todo: dict) -> None:
+            conn = await self.cluster.connection(node)
+            resp = await conn.request(ApiKey.LIST_OFFSETS, {
+                "replica_id": -1, "isolation_level": isolation_level,
+                "topics": [{"name": t, "partitions": [
+                    {"partition_index": p, "current_leader_epoch": -1, "timestamp": ts}
+                    for p, ts in parts]}
+                    for t, parts in _tp_tree({tp: todo[tp] for tp in tps}).items()]})
+            failure = None
+            for t in resp.topics:
+                for p in t.partitions:
+                    tp = TopicPartition(t.name, p.partition_index)
+                    if p.error_code:
+                        failure = failure or errors.KafkaError(
+                            p.error_code, f"list offsets of {tp}")
+                        continue
+                    result[tp] = OffsetAndTimestamp(p.offset, p.timestamp)
+            if failure is not None:
+                raise failure
+
         async def attempt():
+            # every leader asked at once: one round trip, not one per broker
             todo = {tp: ts for tp, ts in specs.items() if tp not in result}
-            for node, tps in (await self._by_leader(todo)).items():
-                conn = await self.cluster.connection(node)
-                resp = await conn.request(ApiKey.LIST_OFFSETS, {
-                    "replica_id": -1, "isolation_level": isolation_level,
-                    "topics": [{"name": t, "partitions": [
-                        {"partition_index": p, "current_leader_epoch": -1, "timestamp": ts}
-                        for p, ts in parts]}
-                        for t, parts in _tp_tree({tp: todo[tp] for tp in tps}).items()]})
-                failure = None
-                for t in resp.topics:
-                    for p in t.partitions:
-                        tp = TopicPartition(t.name, p.partition_index)
-                        if p.error_code:
-                            failure = failure or errors.KafkaError(
-                                p.error_code, f"list offsets of {tp}")
-                            continue
-                        result[tp] = OffsetAndTimestamp(p.offset, p.timestamp)
-                if failure is not None:
-                    raise failure
+            asked = await asyncio.gather(
+                *(ask(node, tps, todo) for node, tps in (await self._by_leader(todo)).items()),
+                return_exceptions=True)
+            for outcome in asked:
+                if isinstance(outcome, BaseException):
+                    raise outcome
             return result
 
         await self.cluster.retry(attempt, what="ListOffsets")

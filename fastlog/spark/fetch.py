@@ -10,19 +10,24 @@
 # and the batches of the aborted transactions it lists are dropped before decoding
 # (fastlog.client.isolation); control batches are never rows; the kafka.* Fetch settings
 # (FetchSettings: request timeout, fetch sizes and wait). Runs inside one Spark task
-# (a Python worker), with one private event-loop thread for the network; no state outlives
-# the task.
+# (a Python worker). The event-loop thread and the Cluster (its connections) are kept per
+# worker process, keyed by bootstrap, client settings and security, and used again by the
+# process's next task: Spark reuses Python workers (spark.python.worker.reuse, true by
+# default), so a later task or micro-batch reads over connections already open and
+# authenticated. At most _SHARED_MAX are kept, the oldest closed first; nothing else
+# outlives a task.
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import logging
+import os
+import threading
 import time
 
 from fastlog import _codec
 from fastlog.client import errors
-from fastlog.client.admin import EARLIEST, Admin
 from fastlog.client.cluster import Cluster, TopicPartition
 from fastlog.client.isolation import drop_aborted
 from fastlog.client.versions import ApiKey
@@ -30,6 +35,7 @@ from fastlog.client.versions import ApiKey
 log = logging.getLogger("fastlog.spark")
 
 FETCH_MAX_BYTES = 8 << 20
+_SHARED_MAX = 4
 ROWS_PER_BATCH = 65536
 BYTES_PER_BATCH = 32 << 20
 
@@ -70,8 +76,49 @@ def fetch_settings(opts) -> FetchSettings:
                          opts.fetch_max_wait_ms)
 
 
+# (pid, bootstrap, client id, request timeout, security items) -> (_LoopThread, Cluster),
+# oldest first; the pid keeps a forked child from using its parent's loop thread.
+_shared: dict[tuple, tuple] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_cluster(bootstrap: str, client_id: str, request_timeout_ms: int, security=None):
+    """This process's (loop thread, Cluster) for these settings, made on first use."""
+    from fastlog.client.sync import _LoopThread
+
+    key = (os.getpid(), bootstrap, client_id, request_timeout_ms,
+           tuple(sorted((security or {}).items())))
+    with _shared_lock:
+        got = _shared.get(key)
+        if got is not None and not got[0].loop.is_closed():
+            return got
+        for old in [k for k in _shared if k[0] != key[0]]:
+            del _shared[old]          # a parent's, whose loop thread is not in this process
+        while len(_shared) >= _SHARED_MAX:
+            _close(*_shared.pop(next(iter(_shared))))
+        got = _shared[key] = (_LoopThread("fastlog-spark-fetch"), Cluster(
+            bootstrap, client_id=client_id, request_timeout_ms=request_timeout_ms,
+            security=security))
+        return got
+
+
+def _close(runner, cluster) -> None:
+    try:
+        asyncio.run_coroutine_threadsafe(cluster.close(), runner.loop).result(10)
+    except Exception:  # noqa: BLE001 - closing anyway
+        pass
+    runner.stop()
+
+
+def close_shared() -> None:
+    """Close every kept Cluster and its loop thread (tests; a worker just exits)."""
+    with _shared_lock:
+        while _shared:
+            _close(*_shared.pop(next(iter(_shared))))
+
+
 class RangeFetcher:
-    """Fetches one partition's records from its leader on a private event-loop thread.
+    """Fetches one partition's records from its leader on the process's loop thread.
 
     fetch_async(offset) returns a concurrent Future, so the next Fetch travels and its
     answer is read off the socket while the task decodes the previous one and Spark
@@ -80,16 +127,13 @@ class RangeFetcher:
 
     def __init__(self, bootstrap: str, tp: TopicPartition, timeout_ms: int, security=None,
                  isolation_level: int = 0, settings: FetchSettings | None = None):
-        from fastlog.client.sync import _LoopThread
-
         self.tp = tp
         self.isolation_level = isolation_level
         self.settings = settings = settings or FetchSettings()
         self.timeout = timeout_ms / 1000.0
-        self._runner = _LoopThread("fastlog-spark-fetch")
-        self.cluster = Cluster(bootstrap, client_id=settings.client_id,
-                               request_timeout_ms=min(timeout_ms, settings.request_timeout_ms),
-                               security=security)
+        self._runner, self.cluster = shared_cluster(
+            bootstrap, settings.client_id, min(timeout_ms, settings.request_timeout_ms),
+            security)
         self._conn = None
 
     def reset_connection(self) -> None:
@@ -126,18 +170,16 @@ class RangeFetcher:
         return self.fetch_async(offset).result(self.timeout)
 
     def earliest(self) -> int:
+        from fastlog.client.admin import EARLIEST, Admin  # only after OFFSET_OUT_OF_RANGE
+
         async def ask():
             got = await Admin(cluster=self.cluster).list_offsets({self.tp: EARLIEST})
             return got[self.tp].offset
         return asyncio.run_coroutine_threadsafe(ask(), self._runner.loop).result(self.timeout)
 
     def close(self) -> None:
-        try:
-            asyncio.run_coroutine_threadsafe(self.cluster.close(),
-                                             self._runner.loop).result(10)
-        except Exception:  # noqa: BLE001 - closing anyway
-            pass
-        self._runner.stop()
+        """Done with the range; the Cluster stays open for the process's next task."""
+        self._conn = None
 
 
 def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int, *,

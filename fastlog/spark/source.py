@@ -136,15 +136,17 @@ class _Metadata:
         return self._retried("listing the subscription's partitions", self._partitions)
 
     def _partitions(self) -> list[tuple[str, int]]:
-        existing = self.admin.list_topics()
-        if self.opts.subscribe is not None:
-            topics = [t for t in self.opts.subscribe if t in existing]
-        else:
-            topics = [t for t in existing if self.opts.matches(t)]
-        if not topics:
-            return []
+        # One Metadata request for every topic (as list_topics makes), read whole: the
+        # first micro-batch's planning waits for each round trip.
         out = []
-        for info in self.admin.describe_topics(topics):
+        subscribed = set(self.opts.subscribe) if self.opts.subscribe is not None else None
+        for info in self.admin.describe_topics():
+            if info.internal:
+                continue
+            if subscribed is not None and info.name not in subscribed:
+                continue
+            if subscribed is None and not self.opts.matches(info.name):
+                continue
             out.extend((info.name, p) for p in info.partitions)
         return sorted(out)
 

@@ -111,6 +111,16 @@ def test_six_partitions_spread_over_brokers_and_clients_use_one_bootstrap(cluste
         assert md.controller_id == cluster.controller()
         assert {p: m.leader for p, m in md.topics["spread"].partitions.items()} == leaders
 
+    # fastlog's admin asks the three leaders for offsets at once, one answer each
+    from fastlog.client import EARLIEST, LATEST, SyncAdmin
+    from fastlog.client import TopicPartition as FastlogTP
+    with SyncAdmin(cluster.brokers[3].bootstrap) as admin:
+        tps = [FastlogTP("spread", p) for p in range(6)]
+        ends = admin.list_offsets({tp: LATEST for tp in tps})
+        starts = admin.list_offsets({tp: EARLIEST for tp in tps})
+    assert {tp.partition: o.offset for tp, o in ends.items()} == {p: 10 for p in range(6)}
+    assert {tp.partition: o.offset for tp, o in starts.items()} == {p: 0 for p in range(6)}
+
 
 def test_broker_that_does_not_lead_answers_not_leader_or_follower(cluster):
     leaders = create_topic(cluster, "notlead", 3, 1)

@@ -120,3 +120,36 @@ def test_reader_hands_spark_whole_arrow_batches_of_its_schema(broker):
         assert offsets == list(range(part.start, part.end))
         total += len(offsets)
     assert total == 3000
+
+
+def test_tasks_in_one_worker_read_over_the_same_connection(broker):
+    """Spark runs a worker's next task in the same Python process: its read() uses the
+    connection the last task opened (no new connection, no new handshake), and opens a
+    new one when that connection has closed."""
+    from fastlog.spark import fetch
+
+    create_topic(broker.bootstrap, "arrow-reuse", 1)
+    produce(broker.bootstrap, "arrow-reuse", [(b"k%d" % i, b"v%d" % i) for i in range(100)])
+    source = FastlogDataSource({"kafka.bootstrap.servers": broker.bootstrap,
+                                "subscribe": "arrow-reuse", "startingOffsets": "earliest",
+                                "maxRecordsPerPartition": "40"})
+    reader = source.reader(source.schema())
+    parts = reader.partitions()
+    assert len(parts) == 3
+    fetch.close_shared()
+    try:
+        conns = []
+        for part in parts:
+            rows = sum(rb.num_rows for rb in reader.read(part))
+            assert rows == part.end - part.start
+            assert len(fetch._shared) == 1
+            (_, cluster), = fetch._shared.values()
+            conns.append(list(cluster._conns.values()))   # held: no id reused
+            if part is parts[1]:      # closed, as after the broker's connections.max.idle.ms
+                runner = next(iter(fetch._shared.values()))[0]
+                for conn in cluster._conns.values():
+                    fetch.asyncio.run_coroutine_threadsafe(conn.close(), runner.loop).result(10)
+        assert conns[0] and all(a is b for a, b in zip(conns[0], conns[1], strict=True))
+        assert conns[2] and not any(a is b for a in conns[2] for b in conns[1])
+    finally:
+        fetch.close_shared()
