@@ -2,8 +2,9 @@
 the request loop.
 
 Starts one fastlog-server (http.listener on a free port; it lifts its soft open-file
-limit to the hard one, and each partition keeps three files open, so the hard limit
-bounds --partitions: 20,000 files allow about 6,000), creates one topic with --partitions partitions, produces one record to each,
+limit to the hard one, and each written partition keeps its .log open, so the hard limit
+bounds --partitions), creates one topic with --partitions partitions, produces one record
+to each,
 commits an offset for each in one group (so the lag series are as many as the
 partitions), then:
   - scrapes /metrics --scrapes times; per scrape, the wall time of the GET, the broker's
