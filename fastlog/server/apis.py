@@ -308,6 +308,9 @@ class KafkaApis:
     def __init__(self, broker):
         self.broker = broker
         self.quotas = broker.quotas
+        # {topic id (16 bytes): name} of the topics known when last scanned (Fetch v13+
+        # names topics by id); checked against the metadata on each use
+        self._topic_ids: dict[bytes, str] = {}
         self.handlers = {
             ApiKey.API_VERSIONS: self.handle_api_versions,
             ApiKey.METADATA: self.handle_metadata,
@@ -1145,9 +1148,31 @@ class KafkaApis:
                                      res.high_watermark, res.last_stable_offset,
                                      res.log_start_offset, aborted, regions or None, res.size)
 
+    def _topic_name(self, topic_id: bytes) -> str | None:
+        """The name of the topic with this id (Fetch v13+), None when there is none."""
+        md = self.broker.metadata
+        name = self._topic_ids.get(topic_id)
+        if name is not None:
+            state = md.topic(name)
+            if state is not None and state.topic_id_bytes == topic_id:
+                return name
+        if topic_id == ZERO_UUID:
+            return None
+        known = {}
+        for n in md.topic_names():
+            state = md.topic(n)
+            if state is not None and state.topic_id_bytes != ZERO_UUID:
+                known[state.topic_id_bytes] = n
+        self._topic_ids = known
+        return known.get(topic_id)
+
     async def handle_fetch(self, ctx, request):
         v = ctx.api_version
         rm = self.broker.replica_manager
+        if v >= 15:
+            # KIP-903: the replica id moved into the replica_state tagged field
+            state = request.replica_state
+            request.replica_id = state.replica_id if state is not None else -1
         from_follower = request.replica_id >= 0
         read_committed = request.isolation_level == 1
         # Topics refused: every one for a client claiming to be a replica without
@@ -1155,7 +1180,8 @@ class KafkaApis:
         may_replicate = from_follower and authorize_cluster(ctx, CLUSTER_ACTION)
         # The partitions to read: the request's, or its fetch session's (KIP-227).
         fetch = self.broker.fetch_manager.new_context(request, may_replicate,
-                                                      int(time.monotonic() * 1000))
+                                                      int(time.monotonic() * 1000), v,
+                                                      self._topic_name)
         if fetch.error != Errors.NONE:
             return {"throttle_time_ms": 0, "error_code": fetch.error, "session_id": 0,
                     "responses": []}
@@ -1163,7 +1189,8 @@ class KafkaApis:
         if from_follower:
             refused = set() if may_replicate else {t.topic for t in topics}
         else:
-            refused = {t.topic for t in topics if not authorize(ctx, READ, TOPIC, t.topic)}
+            refused = {t.topic for t in topics
+                       if t.topic is not None and not authorize(ctx, READ, TOPIC, t.topic)}
         max_bytes = min(request.max_bytes, self.broker.config["fetch.max.bytes"])
         if max_bytes <= 0:
             max_bytes = 0
@@ -1174,8 +1201,8 @@ class KafkaApis:
         deadline = loop.time() + max(request.max_wait_ms, 0) / 1000.0
         while True:
             topics = fetch.to_read(rm.partitions, refused, consumer)
-            responses, total, errored = self._read_fetch(request, topics, v, max_bytes,
-                                                         from_follower, read_committed, refused)
+            responses, total, errored, moved = self._read_fetch(
+                request, topics, v, max_bytes, from_follower, read_committed, refused)
             remaining = deadline - loop.time()
             if (total >= request.min_bytes or errored or remaining <= 0 or not keys
                     or self.broker.stopping):
@@ -1183,18 +1210,24 @@ class KafkaApis:
             woken = await rm.fetch_purgatory.wait(keys, remaining)
             if not woken:
                 topics = fetch.to_read(rm.partitions, refused, consumer)
-                responses, total, errored = self._read_fetch(request, topics, v, max_bytes,
-                                                             from_follower, read_committed,
-                                                             refused)
+                responses, total, errored, moved = self._read_fetch(
+                    request, topics, v, max_bytes, from_follower, read_committed, refused)
                 break
+        # KIP-951: the leaders of partitions answered NOT_LEADER_OR_FOLLOWER or
+        # FENCED_LEADER_EPOCH (v12+), and their endpoints (v16+)
+        endpoints = self._leader_hints(request_listener(ctx), moved) if moved else []
         self.broker.topic_stats.fetch_done(responses, from_follower, fetch.quiet)
         error, session_id, responses = fetch.respond(responses)
         return {"throttle_time_ms": 0, "error_code": error, "session_id": session_id,
-                "responses": responses}
+                "responses": responses, "node_endpoints": endpoints if v >= 16 else []}
 
     def _read_fetch(self, request, topics, v, max_bytes, from_follower, read_committed, refused):
+        """One read of `topics`: (topic responses, bytes read, whether to answer now, the
+        partition answers that name their leader: (entry, topic, partition))."""
         rm = self.broker.replica_manager
+        md = self.broker.metadata
         responses = []
+        moved = []
         total = 0
         errored = False
         for t in topics:
@@ -1205,6 +1238,10 @@ class KafkaApis:
                          "aborted_transactions": [] if read_committed else None,
                          "preferred_read_replica": -1, "records": b""}
                 parts.append(entry)
+                if t.topic is None:
+                    # v13+: an id no topic has (Kafka answers it without waking the wait)
+                    entry["error_code"] = Errors.UNKNOWN_TOPIC_ID
+                    continue
                 if t.topic in refused:
                     entry["error_code"] = Errors.TOPIC_AUTHORIZATION_FAILED
                     errored = True
@@ -1217,8 +1254,17 @@ class KafkaApis:
                     entry["error_code"] = err
                     errored = True
                     if v >= 12 and err == Errors.NOT_LEADER_OR_FOLLOWER:
-                        self._leader_hints(None, [(entry, t.topic, fp.partition)])
+                        moved.append((entry, t.topic, fp.partition))
                     continue
+                if v >= 13:
+                    state = md.topic(t.topic)
+                    if (state is not None and state.topic_id_bytes != t.topic_id
+                            and state.topic_id_bytes != ZERO_UUID):
+                        # a session's partition of a topic since deleted and recreated
+                        # under its name (Kafka's ReplicaManager.readFromLog)
+                        entry["error_code"] = Errors.INCONSISTENT_TOPIC_ID
+                        errored = True
+                        continue
                 if from_follower and (request.replica_id not in p.replicas
                                       or request.replica_id == self.broker.node_id):
                     # Only the partition's other replicas may fetch as followers (a client
@@ -1231,7 +1277,7 @@ class KafkaApis:
                     entry["error_code"] = epoch_error
                     errored = True
                     if v >= 12 and epoch_error == Errors.FENCED_LEADER_EPOCH:
-                        self._leader_hints(None, [(entry, t.topic, fp.partition)])
+                        moved.append((entry, t.topic, fp.partition))
                     continue
                 if v >= 12 and fp.last_fetched_epoch >= 0:
                     # KIP-595/Fetch v12: the fetcher's log ends with that epoch; if ours
@@ -1267,8 +1313,8 @@ class KafkaApis:
                         entry["aborted_transactions"] = [
                             {"producer_id": pid, "first_offset": first}
                             for pid, first in res.aborted_transactions]
-            responses.append({"topic": t.topic, "partitions": parts})
-        return responses, total, errored
+            responses.append({"topic": t.topic, "topic_id": t.topic_id, "partitions": parts})
+        return responses, total, errored, moved
 
     # ------------------------------------------------------------------ ListOffsets
     async def handle_list_offsets(self, ctx, request):
