@@ -54,7 +54,7 @@ PRODUCE_RESPONSE = Message(0, 'response', 'Produce', valid=(0, 11), flexible=9, 
     )),
 ))
 
-FETCH_REQUEST = Message(1, 'request', 'Fetch', valid=(4, 16), flexible=12, fields=(
+FETCH_REQUEST = Message(1, 'request', 'Fetch', valid=(4, 17), flexible=12, fields=(
     F('cluster_id', 'string', '12+', nullable='12+', tag=0, tagged='12+', default=NULL),
     F('replica_id', 'int32', '4-14', default=-1),
     F('replica_state', 'ReplicaState', '15+', tag=1, tagged='15+', fields=(
@@ -77,6 +77,7 @@ FETCH_REQUEST = Message(1, 'request', 'Fetch', valid=(4, 16), flexible=12, field
             F('last_fetched_epoch', 'int32', '12+', default=-1),
             F('log_start_offset', 'int64', '5+', default=-1),
             F('partition_max_bytes', 'int32', '4+'),
+            F('replica_directory_id', 'uuid', '17+', tag=0, tagged='17+'),
         )),
     )),
     F('forgotten_topics_data', '[]ForgottenTopic', '7+', fields=(
@@ -87,7 +88,7 @@ FETCH_REQUEST = Message(1, 'request', 'Fetch', valid=(4, 16), flexible=12, field
     F('rack_id', 'string', '11+', default=''),
 ))
 
-FETCH_RESPONSE = Message(1, 'response', 'Fetch', valid=(4, 16), flexible=12, fields=(
+FETCH_RESPONSE = Message(1, 'response', 'Fetch', valid=(4, 17), flexible=12, fields=(
     F('throttle_time_ms', 'int32', '4+'),
     F('error_code', 'int16', '7+'),
     F('session_id', 'int32', '7+', default=0),

@@ -54,7 +54,7 @@ def test_fetch_by_topic_id_and_unknown_ids(broker):
         tid = _topic_id(wire, "tid-read")
         assert tid != ZERO
         unknown = uuid.uuid4().bytes
-        for version in (13, 14, 15, 16):
+        for version in (13, 14, 15, 16, 17):
             r = _fetch(wire, 0, -1, [(tid, 0, 0), (tid, 1, 0), (unknown, 0, 0), (ZERO, 3, 0)],
                        version=version)
             assert r.error_code == 0
