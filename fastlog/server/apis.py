@@ -296,6 +296,12 @@ def _altered_quotas(stored: dict[str, str], ops) -> dict[str, str]:
     return {k: format_quota_value(k, v) for k, v in values.items()}
 
 
+# How long a topic id no topic had at the last scan (Fetch v13+) is answered unknown
+# without scanning again, and how many such ids are remembered (KafkaApis._topic_name)
+TOPIC_ID_RESCAN_S = 0.1
+MAX_UNKNOWN_TOPIC_IDS = 1000
+
+
 def request_listener(ctx) -> str | None:
     """The name of the listener a request arrived on (None when not known)."""
     state = getattr(ctx.connection, "state", None)
@@ -309,8 +315,12 @@ class KafkaApis:
         self.broker = broker
         self.quotas = broker.quotas
         # {topic id (16 bytes): name} of the topics known when last scanned (Fetch v13+
-        # names topics by id); checked against the metadata on each use
+        # names topics by id); checked against the metadata on each use. An id it lacks
+        # rescans the topics, but not again for TOPIC_ID_RESCAN_S when no topic had it
+        # (ids no topic has, kept in fetch sessions until forgotten, come on every
+        # request): {id: monotonic time of the scan}, at most MAX_UNKNOWN_TOPIC_IDS
         self._topic_ids: dict[bytes, str] = {}
+        self._unknown_topic_ids: dict[bytes, float] = {}
         self.handlers = {
             ApiKey.API_VERSIONS: self.handle_api_versions,
             ApiKey.METADATA: self.handle_metadata,
@@ -1158,13 +1168,17 @@ class KafkaApis:
                 return name
         if topic_id == ZERO_UUID:
             return None
-        known = {}
-        for n in md.topic_names():
-            state = md.topic(n)
-            if state is not None and state.topic_id_bytes != ZERO_UUID:
-                known[state.topic_id_bytes] = n
-        self._topic_ids = known
-        return known.get(topic_id)
+        now = time.monotonic()
+        unknown = self._unknown_topic_ids
+        if now - unknown.get(topic_id, -TOPIC_ID_RESCAN_S) < TOPIC_ID_RESCAN_S:
+            return None
+        known = self._topic_ids = _topic_names_by_id(md, None)
+        name = known.get(topic_id)
+        if name is None:
+            if len(unknown) >= MAX_UNKNOWN_TOPIC_IDS:
+                unknown.clear()
+            unknown[topic_id] = now
+        return name
 
     async def handle_fetch(self, ctx, request):
         v = ctx.api_version
@@ -2001,16 +2015,20 @@ def _check_config_access(ctx, res, operation: int) -> None:
                             "Cluster authorization failed.")
 
 
-def _topic_names_by_id(md, ids: set[bytes]) -> dict[bytes, str]:
-    """{topic id (16 bytes): name} of the topics with those ids (a scan: requests by id
-    are rare and small)."""
-    if not ids:
+def _topic_names_by_id(md, ids: set[bytes] | None) -> dict[bytes, str]:
+    """{topic id (16 bytes): name} of the topics with those ids, or (`ids` None) of every
+    topic that has one (a scan: Metadata requests by id are rare and small, Fetch v13+
+    scans only for an id it does not know)."""
+    if ids is not None and not ids:
         return {}
     found = {}
     for name in md.topic_names():
         state = md.topic(name)
-        if state is not None and state.topic_id_bytes in ids:
-            found[state.topic_id_bytes] = name
+        if state is None:
+            continue
+        topic_id = state.topic_id_bytes
+        if topic_id in ids if ids is not None else topic_id != ZERO_UUID:
+            found[topic_id] = name
     return found
 
 
