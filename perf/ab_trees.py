@@ -4,7 +4,9 @@ For a change to the produce path, the figure that survives this shared machine's
 is the broker's own CPU per record with the load alternating between trees: each rep
 starts a fresh broker from each tree in turn (its data in a temporary directory), drives
 it with `fastlog perf produce --client confluent` (librdkafka, 1 partition, 100 B records,
-linger.ms=5), reads utime+stime from /proc, and stops it. Every tree must be built in
+linger.ms=5), reads utime+stime from /proc, and stops it. With `--workload consume` the
+records are produced first (not measured) and the figure is the broker's CPU while
+`fastlog perf consume --client confluent` reads them all. Every tree must be built in
 place (`python setup.py build_ext --inplace` inside it); the load generator is this
 checkout's. Prints one JSON line per run, then the medians.
 
@@ -34,6 +36,7 @@ def main(argv=None) -> int:
     ap.add_argument("--compression", default="none", help="comma-separated codecs")
     ap.add_argument("--acks", default="1", choices=["0", "1", "all"])
     ap.add_argument("--num-records", type=int, default=1_000_000)
+    ap.add_argument("--workload", default="produce", choices=["produce", "consume"])
     opts = ap.parse_args(argv)
     trees = compare.source_trees(opts.trees)
     if trees is None:
@@ -54,13 +57,19 @@ def main(argv=None) -> int:
                                 "--record-size", 100, "--acks", opts.acks,
                                 "--compression", codec, "--linger-ms", 5,
                                 "--client", "confluent"]
+                        if opts.workload == "consume":
+                            compare.fastlog_perf(args, 300)
+                            args = ["consume", "--bootstrap-server", broker.bootstrap,
+                                    "--topic", "ab", "--num-records", opts.num_records,
+                                    "--client", "confluent"]
                         out, cpu, _ = compare.measure(
                             broker, lambda args=args: compare.fastlog_perf(args, 300))
                     finally:
                         broker.stop()
                 us = cpu / out["records"] * 1e6
                 per.setdefault((codec, name), []).append(us)
-                print(json.dumps({"rep": rep, "compression": codec, "tree": name,
+                print(json.dumps({"rep": rep, "workload": opts.workload,
+                                  "compression": codec, "tree": name,
                                   "records_per_s": round(out["records_per_s"]),
                                   "cpu_us_per_record": round(us, 3),
                                   "other_cpu_pct": compare.MEASURED_OTHER[-1]}), flush=True)

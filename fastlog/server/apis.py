@@ -315,11 +315,14 @@ class KafkaApis:
         self.broker = broker
         self.quotas = broker.quotas
         # {topic id (16 bytes): name} of the topics known when last scanned (Fetch v13+
-        # names topics by id); checked against the metadata on each use. An id it lacks
+        # names topics by id); checked against the metadata on each use (the TopicState
+        # seen then, the same object while the topic lives, no id ever set on one in
+        # place: _topic_states, by id; its id's bytes otherwise). An id it lacks
         # rescans the topics, but not again for TOPIC_ID_RESCAN_S when no topic had it
         # (ids no topic has, kept in fetch sessions until forgotten, come on every
         # request): {id: monotonic time of the scan}, at most MAX_UNKNOWN_TOPIC_IDS
         self._topic_ids: dict[bytes, str] = {}
+        self._topic_states: dict[bytes, object] = {}
         self._unknown_topic_ids: dict[bytes, float] = {}
         self.handlers = {
             ApiKey.API_VERSIONS: self.handle_api_versions,
@@ -1164,7 +1167,9 @@ class KafkaApis:
         name = self._topic_ids.get(topic_id)
         if name is not None:
             state = md.topic(name)
-            if state is not None and state.topic_id_bytes == topic_id:
+            if state is not None and (state is self._topic_states.get(topic_id)
+                                      or state.topic_id_bytes == topic_id):
+                self._topic_states[topic_id] = state
                 return name
         if topic_id == ZERO_UUID:
             return None
@@ -1173,6 +1178,7 @@ class KafkaApis:
         if now - unknown.get(topic_id, -TOPIC_ID_RESCAN_S) < TOPIC_ID_RESCAN_S:
             return None
         known = self._topic_ids = _topic_names_by_id(md, None)
+        self._topic_states = {}
         name = known.get(topic_id)
         if name is None:
             if len(unknown) >= MAX_UNKNOWN_TOPIC_IDS:
@@ -1239,7 +1245,6 @@ class KafkaApis:
         """One read of `topics`: (topic responses, bytes read, whether to answer now, the
         partition answers that name their leader: (entry, topic, partition))."""
         rm = self.broker.replica_manager
-        md = self.broker.metadata
         responses = []
         moved = []
         total = 0
@@ -1270,15 +1275,12 @@ class KafkaApis:
                     if v >= 12 and err == Errors.NOT_LEADER_OR_FOLLOWER:
                         moved.append((entry, t.topic, fp.partition))
                     continue
-                if v >= 13:
-                    state = md.topic(t.topic)
-                    if (state is not None and state.topic_id_bytes != t.topic_id
-                            and state.topic_id_bytes != ZERO_UUID):
-                        # a session's partition of a topic since deleted and recreated
-                        # under its name (Kafka's ReplicaManager.readFromLog)
-                        entry["error_code"] = Errors.INCONSISTENT_TOPIC_ID
-                        errored = True
-                        continue
+                if v >= 13 and self._topic_name(t.topic_id) != t.topic:
+                    # a session's partition of a topic since deleted and recreated
+                    # under its name (Kafka's ReplicaManager.readFromLog)
+                    entry["error_code"] = Errors.INCONSISTENT_TOPIC_ID
+                    errored = True
+                    continue
                 if from_follower and (request.replica_id not in p.replicas
                                       or request.replica_id == self.broker.node_id):
                     # Only the partition's other replicas may fetch as followers (a client
