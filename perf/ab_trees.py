@@ -11,8 +11,8 @@ checkout's. Prints one JSON line per run, then the medians.
 `--workload consume` measures the read side instead: the records are produced first (not
 measured), then read from the beginning with `fastlog perf consume --client confluent`;
 `--fetch-bytes N` sets librdkafka's max.partition.fetch.bytes and the producer's
-batch.size (small ones make many fetches, so the per-fetch cost shows). Consume rows also give the broker CPU per Fetch
-(the Fetch requests counted by the broker's own metrics) and the share of them answered
+batch.size (small ones make many fetches, so the per-fetch cost shows). Consume rows
+also give the broker CPU per Fetch (the Fetch requests counted by the broker's own metrics) and the share of them answered
 in compiled code (fastlog_fetch_compiled_requests_total, where the tree has it).
 
     git worktree add /tmp/base HEAD~1 && (cd /tmp/base && ../path/.venv/bin/python \\
@@ -89,7 +89,8 @@ def main(argv=None) -> int:
                         broker.stop()
                 us = cpu / out["records"] * 1e6
                 per.setdefault((codec, name), []).append(us)
-                print(json.dumps({"rep": rep, "compression": codec, "tree": name,
+                print(json.dumps({"rep": rep, "workload": opts.workload,
+                                  "compression": codec, "tree": name,
                                   "records_per_s": round(out["records_per_s"]),
                                   "cpu_us_per_record": round(us, 3), **extra,
                                   "other_cpu_pct": compare.MEASURED_OTHER[-1]}), flush=True)

@@ -18,7 +18,7 @@ import sys
 # (spec file stem, api key) -> versions described (and so encodable/decodable) by fastlog.
 SERVED = {
     "Produce": (0, 11),
-    "Fetch": (4, 12),
+    "Fetch": (4, 17),
     "ListOffsets": (1, 9),
     "Metadata": (0, 13),
     "OffsetCommit": (1, 9),

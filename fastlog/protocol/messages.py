@@ -54,9 +54,13 @@ PRODUCE_RESPONSE = Message(0, 'response', 'Produce', valid=(0, 11), flexible=9, 
     )),
 ))
 
-FETCH_REQUEST = Message(1, 'request', 'Fetch', valid=(4, 12), flexible=12, fields=(
+FETCH_REQUEST = Message(1, 'request', 'Fetch', valid=(4, 17), flexible=12, fields=(
     F('cluster_id', 'string', '12+', nullable='12+', tag=0, tagged='12+', default=NULL),
-    F('replica_id', 'int32', '4+', default=-1),
+    F('replica_id', 'int32', '4-14', default=-1),
+    F('replica_state', 'ReplicaState', '15+', tag=1, tagged='15+', fields=(
+        F('replica_id', 'int32', '15+', default=-1),
+        F('replica_epoch', 'int64', '15+', default=-1),
+    )),
     F('max_wait_ms', 'int32', '4+'),
     F('min_bytes', 'int32', '4+'),
     F('max_bytes', 'int32', '4+', default=2147483647),
@@ -64,7 +68,8 @@ FETCH_REQUEST = Message(1, 'request', 'Fetch', valid=(4, 12), flexible=12, field
     F('session_id', 'int32', '7+', default=0),
     F('session_epoch', 'int32', '7+', default=-1),
     F('topics', '[]FetchTopic', '4+', fields=(
-        F('topic', 'string', '4+'),
+        F('topic', 'string', '4-12'),
+        F('topic_id', 'uuid', '13+'),
         F('partitions', '[]FetchPartition', '4+', fields=(
             F('partition', 'int32', '4+'),
             F('current_leader_epoch', 'int32', '9+', default=-1),
@@ -72,21 +77,24 @@ FETCH_REQUEST = Message(1, 'request', 'Fetch', valid=(4, 12), flexible=12, field
             F('last_fetched_epoch', 'int32', '12+', default=-1),
             F('log_start_offset', 'int64', '5+', default=-1),
             F('partition_max_bytes', 'int32', '4+'),
+            F('replica_directory_id', 'uuid', '17+', tag=0, tagged='17+'),
         )),
     )),
     F('forgotten_topics_data', '[]ForgottenTopic', '7+', fields=(
-        F('topic', 'string', '7+'),
+        F('topic', 'string', '7-12'),
+        F('topic_id', 'uuid', '13+'),
         F('partitions', '[]int32', '7+'),
     )),
     F('rack_id', 'string', '11+', default=''),
 ))
 
-FETCH_RESPONSE = Message(1, 'response', 'Fetch', valid=(4, 12), flexible=12, fields=(
+FETCH_RESPONSE = Message(1, 'response', 'Fetch', valid=(4, 17), flexible=12, fields=(
     F('throttle_time_ms', 'int32', '4+'),
     F('error_code', 'int16', '7+'),
     F('session_id', 'int32', '7+', default=0),
     F('responses', '[]FetchableTopicResponse', '4+', fields=(
-        F('topic', 'string', '4+'),
+        F('topic', 'string', '4-12'),
+        F('topic_id', 'uuid', '13+'),
         F('partitions', '[]PartitionData', '4+', fields=(
             F('partition_index', 'int32', '4+'),
             F('error_code', 'int16', '4+'),
@@ -112,6 +120,12 @@ FETCH_RESPONSE = Message(1, 'response', 'Fetch', valid=(4, 12), flexible=12, fie
             F('preferred_read_replica', 'int32', '11+', default=-1),
             F('records', 'records', '4+', nullable='4+'),
         )),
+    )),
+    F('node_endpoints', '[]NodeEndpoint', '16+', tag=0, tagged='16+', fields=(
+        F('node_id', 'int32', '16+'),
+        F('host', 'string', '16+'),
+        F('port', 'int32', '16+'),
+        F('rack', 'string', '16+', nullable='16+', default=NULL),
     )),
 ))
 

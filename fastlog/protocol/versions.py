@@ -15,7 +15,7 @@ from .errors import Errors
 
 SUPPORTED_VERSIONS = {
     ApiKey.PRODUCE: (0, 11),
-    ApiKey.FETCH: (4, 12),
+    ApiKey.FETCH: (4, 17),
     ApiKey.LIST_OFFSETS: (1, 9),
     ApiKey.METADATA: (0, 13),
     ApiKey.OFFSET_COMMIT: (1, 9),

@@ -296,6 +296,12 @@ def _altered_quotas(stored: dict[str, str], ops) -> dict[str, str]:
     return {k: format_quota_value(k, v) for k, v in values.items()}
 
 
+# How long a topic id no topic had at the last scan (Fetch v13+) is answered unknown
+# without scanning again, and how many such ids are remembered (KafkaApis._topic_name)
+TOPIC_ID_RESCAN_S = 0.1
+MAX_UNKNOWN_TOPIC_IDS = 1000
+
+
 def request_listener(ctx) -> str | None:
     """The name of the listener a request arrived on (None when not known)."""
     state = getattr(ctx.connection, "state", None)
@@ -308,6 +314,16 @@ class KafkaApis:
     def __init__(self, broker):
         self.broker = broker
         self.quotas = broker.quotas
+        # {topic id (16 bytes): name} of the topics known when last scanned (Fetch v13+
+        # names topics by id); checked against the metadata on each use (the TopicState
+        # seen then, the same object while the topic lives, no id ever set on one in
+        # place: _topic_states, by id; its id's bytes otherwise). An id it lacks
+        # rescans the topics, but not again for TOPIC_ID_RESCAN_S when no topic had it
+        # (ids no topic has, kept in fetch sessions until forgotten, come on every
+        # request): {id: monotonic time of the scan}, at most MAX_UNKNOWN_TOPIC_IDS
+        self._topic_ids: dict[bytes, str] = {}
+        self._topic_states: dict[bytes, object] = {}
+        self._unknown_topic_ids: dict[bytes, float] = {}
         self.handlers = {
             ApiKey.API_VERSIONS: self.handle_api_versions,
             ApiKey.METADATA: self.handle_metadata,
@@ -1153,9 +1169,38 @@ class KafkaApis:
                                      res.high_watermark, res.last_stable_offset,
                                      res.log_start_offset, aborted, regions or None, res.size)
 
+    def _topic_name(self, topic_id: bytes) -> str | None:
+        """The name of the topic with this id (Fetch v13+), None when there is none."""
+        md = self.broker.metadata
+        name = self._topic_ids.get(topic_id)
+        if name is not None:
+            state = md.topic(name)
+            if state is not None and (state is self._topic_states.get(topic_id)
+                                      or state.topic_id_bytes == topic_id):
+                self._topic_states[topic_id] = state
+                return name
+        if topic_id == ZERO_UUID:
+            return None
+        now = time.monotonic()
+        unknown = self._unknown_topic_ids
+        if now - unknown.get(topic_id, -TOPIC_ID_RESCAN_S) < TOPIC_ID_RESCAN_S:
+            return None
+        known = self._topic_ids = _topic_names_by_id(md, None)
+        self._topic_states = {}
+        name = known.get(topic_id)
+        if name is None:
+            if len(unknown) >= MAX_UNKNOWN_TOPIC_IDS:
+                unknown.clear()
+            unknown[topic_id] = now
+        return name
+
     async def handle_fetch(self, ctx, request):
         v = ctx.api_version
         rm = self.broker.replica_manager
+        if v >= 15:
+            # KIP-903: the replica id moved into the replica_state tagged field
+            state = request.replica_state
+            request.replica_id = state.replica_id if state is not None else -1
         from_follower = request.replica_id >= 0
         read_committed = request.isolation_level == 1
         # Topics refused: every one for a client claiming to be a replica without
@@ -1163,7 +1208,8 @@ class KafkaApis:
         may_replicate = from_follower and authorize_cluster(ctx, CLUSTER_ACTION)
         # The partitions to read: the request's, or its fetch session's (KIP-227).
         fetch = self.broker.fetch_manager.new_context(request, may_replicate,
-                                                      int(time.monotonic() * 1000))
+                                                      int(time.monotonic() * 1000), v,
+                                                      self._topic_name)
         if fetch.error != Errors.NONE:
             return {"throttle_time_ms": 0, "error_code": fetch.error, "session_id": 0,
                     "responses": []}
@@ -1171,7 +1217,8 @@ class KafkaApis:
         if from_follower:
             refused = set() if may_replicate else {t.topic for t in topics}
         else:
-            refused = {t.topic for t in topics if not authorize(ctx, READ, TOPIC, t.topic)}
+            refused = {t.topic for t in topics
+                       if t.topic is not None and not authorize(ctx, READ, TOPIC, t.topic)}
         max_bytes = min(request.max_bytes, self.broker.config["fetch.max.bytes"])
         if max_bytes <= 0:
             max_bytes = 0
@@ -1182,8 +1229,8 @@ class KafkaApis:
         deadline = loop.time() + max(request.max_wait_ms, 0) / 1000.0
         while True:
             topics = fetch.to_read(rm.partitions, refused, consumer)
-            responses, total, errored = self._read_fetch(request, topics, v, max_bytes,
-                                                         from_follower, read_committed, refused)
+            responses, total, errored, moved = self._read_fetch(
+                request, topics, v, max_bytes, from_follower, read_committed, refused)
             remaining = deadline - loop.time()
             if (total >= request.min_bytes or errored or remaining <= 0 or not keys
                     or self.broker.stopping):
@@ -1191,18 +1238,23 @@ class KafkaApis:
             woken = await rm.fetch_purgatory.wait(keys, remaining)
             if not woken:
                 topics = fetch.to_read(rm.partitions, refused, consumer)
-                responses, total, errored = self._read_fetch(request, topics, v, max_bytes,
-                                                             from_follower, read_committed,
-                                                             refused)
+                responses, total, errored, moved = self._read_fetch(
+                    request, topics, v, max_bytes, from_follower, read_committed, refused)
                 break
+        # KIP-951: the leaders of partitions answered NOT_LEADER_OR_FOLLOWER or
+        # FENCED_LEADER_EPOCH (v12+), and their endpoints (v16+)
+        endpoints = self._leader_hints(request_listener(ctx), moved) if moved else []
         self.broker.topic_stats.fetch_done(responses, from_follower, fetch.quiet)
         error, session_id, responses = fetch.respond(responses)
         return {"throttle_time_ms": 0, "error_code": error, "session_id": session_id,
-                "responses": responses}
+                "responses": responses, "node_endpoints": endpoints if v >= 16 else []}
 
     def _read_fetch(self, request, topics, v, max_bytes, from_follower, read_committed, refused):
+        """One read of `topics`: (topic responses, bytes read, whether to answer now, the
+        partition answers that name their leader: (entry, topic, partition))."""
         rm = self.broker.replica_manager
         responses = []
+        moved = []
         total = 0
         errored = False
         for t in topics:
@@ -1213,6 +1265,10 @@ class KafkaApis:
                          "aborted_transactions": [] if read_committed else None,
                          "preferred_read_replica": -1, "records": b""}
                 parts.append(entry)
+                if t.topic is None:
+                    # v13+: an id no topic has (Kafka answers it without waking the wait)
+                    entry["error_code"] = Errors.UNKNOWN_TOPIC_ID
+                    continue
                 if t.topic in refused:
                     entry["error_code"] = Errors.TOPIC_AUTHORIZATION_FAILED
                     errored = True
@@ -1225,7 +1281,13 @@ class KafkaApis:
                     entry["error_code"] = err
                     errored = True
                     if v >= 12 and err == Errors.NOT_LEADER_OR_FOLLOWER:
-                        self._leader_hints(None, [(entry, t.topic, fp.partition)])
+                        moved.append((entry, t.topic, fp.partition))
+                    continue
+                if v >= 13 and self._topic_name(t.topic_id) != t.topic:
+                    # a session's partition of a topic since deleted and recreated
+                    # under its name (Kafka's ReplicaManager.readFromLog)
+                    entry["error_code"] = Errors.INCONSISTENT_TOPIC_ID
+                    errored = True
                     continue
                 if from_follower and (request.replica_id not in p.replicas
                                       or request.replica_id == self.broker.node_id):
@@ -1239,7 +1301,7 @@ class KafkaApis:
                     entry["error_code"] = epoch_error
                     errored = True
                     if v >= 12 and epoch_error == Errors.FENCED_LEADER_EPOCH:
-                        self._leader_hints(None, [(entry, t.topic, fp.partition)])
+                        moved.append((entry, t.topic, fp.partition))
                     continue
                 if v >= 12 and fp.last_fetched_epoch >= 0:
                     # KIP-595/Fetch v12: the fetcher's log ends with that epoch; if ours
@@ -1275,8 +1337,8 @@ class KafkaApis:
                         entry["aborted_transactions"] = [
                             {"producer_id": pid, "first_offset": first}
                             for pid, first in res.aborted_transactions]
-            responses.append({"topic": t.topic, "partitions": parts})
-        return responses, total, errored
+            responses.append({"topic": t.topic, "topic_id": t.topic_id, "partitions": parts})
+        return responses, total, errored, moved
 
     # ------------------------------------------------------------------ ListOffsets
     async def handle_list_offsets(self, ctx, request):
@@ -1963,16 +2025,20 @@ def _check_config_access(ctx, res, operation: int) -> None:
                             "Cluster authorization failed.")
 
 
-def _topic_names_by_id(md, ids: set[bytes]) -> dict[bytes, str]:
-    """{topic id (16 bytes): name} of the topics with those ids (a scan: requests by id
-    are rare and small)."""
-    if not ids:
+def _topic_names_by_id(md, ids: set[bytes] | None) -> dict[bytes, str]:
+    """{topic id (16 bytes): name} of the topics with those ids, or (`ids` None) of every
+    topic that has one (a scan: Metadata requests by id are rare and small, Fetch v13+
+    scans only for an id it does not know)."""
+    if ids is not None and not ids:
         return {}
     found = {}
     for name in md.topic_names():
         state = md.topic(name)
-        if state is not None and state.topic_id_bytes in ids:
-            found[state.topic_id_bytes] = name
+        if state is None:
+            continue
+        topic_id = state.topic_id_bytes
+        if topic_id in ids if ids is not None else topic_id != ZERO_UUID:
+            found[topic_id] = name
     return found
 
 

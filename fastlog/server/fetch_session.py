@@ -11,6 +11,13 @@
 # or last stable offset, a preferred read replica, or an error (Kafka's
 # CachedPartition.maybeUpdateResponseData). Session id 0 / epoch -1 is a sessionless fetch
 # (every version below 7 is one); epoch -1 with an id closes that session.
+# Topic ids (KIP-516, Fetch v13+): the request names topics by id; the caller's `resolve`
+# maps an id to the topic's name (None for an id the broker does not know: the fetch loop
+# answers UNKNOWN_TOPIC_ID). A session created by such a request keys its partitions by
+# (topic id, partition) and remembers each one's name as resolved when it was added (a
+# still unknown name is resolved again on each request, Kafka's maybeResolveUnknownName);
+# requests of the other kind in it are answered FETCH_SESSION_TOPIC_ID_ERROR. A session
+# without ids keys them by (topic name, partition).
 # Bounds: `max.incremental.fetch.session.cache.slots` sessions (Kafka's default 1000),
 # at most MAX_SESSION_PARTITIONS partitions in one session and MAX_CACHED_PARTITIONS in
 # all. When the cache is full a new session takes the place of one that was idle longer
@@ -31,6 +38,7 @@ from collections import OrderedDict
 from typing import NamedTuple
 
 from fastlog.protocol import Errors
+from fastlog.protocol.schema import ZERO_UUID
 
 INVALID_SESSION_ID = 0
 INITIAL_EPOCH = 0
@@ -57,13 +65,14 @@ class CachedPartition:
     of a request's FetchPartition, so the fetch loop reads either) and the figures it was
     last answered."""
 
-    __slots__ = ("topic", "partition", "fetch_offset", "partition_max_bytes",
+    __slots__ = ("topic", "topic_id", "partition", "fetch_offset", "partition_max_bytes",
                  "current_leader_epoch", "last_fetched_epoch", "log_start_offset",
                  "high_watermark",
                  "local_log_start_offset", "last_stable_offset", "read_from")
 
-    def __init__(self, topic: str, fp):
+    def __init__(self, topic: str | None, fp, topic_id: bytes = ZERO_UUID):
         self.topic = topic
+        self.topic_id = topic_id
         self.partition = fp.partition
         self.high_watermark = -1
         self.local_log_start_offset = -1
@@ -130,21 +139,38 @@ def _records_size(records) -> int:
 
 class FetchTopic(NamedTuple):
     """The fetch loop's view of one topic to read: `topic` and its `partitions` (request
-    FetchPartitions or CachedPartitions), as a request's FetchTopic."""
-    topic: str
+    FetchPartitions or CachedPartitions), as a request's FetchTopic; `topic_id` is what a
+    v13+ request named it by (`topic` None: an id the broker does not know)."""
+    topic: str | None
     partitions: list
+    topic_id: bytes = ZERO_UUID
+
+
+def request_topics(request, version: int, resolve) -> list:
+    """The topics a Fetch request names: its own up to v12, else FetchTopics of the names
+    `resolve` (topic id -> name or None) gives their ids."""
+    if version < 13:
+        return request.topics
+    return [FetchTopic(resolve(t.topic_id), t.partitions, t.topic_id) for t in request.topics]
+
+
+def _key(topic, partition: int, uses_topic_ids: bool) -> tuple:
+    return (topic.topic_id if uses_topic_ids else topic.topic, partition)
 
 
 class FetchSession:
-    __slots__ = ("id", "privileged", "partitions", "creation_ms", "last_used_ms", "epoch",
+    __slots__ = ("id", "privileged", "uses_topic_ids", "partitions", "creation_ms", "last_used_ms", "epoch",
                  "cached_size", "evictable_by_all", "evictable_by_privileged")
 
-    def __init__(self, session_id: int, privileged: bool, partitions: dict, now_ms: int):
+    def __init__(self, session_id: int, privileged: bool, partitions: dict, now_ms: int,
+                 uses_topic_ids: bool = False):
         self.id = session_id
         self.privileged = privileged
-        # (topic, partition) -> CachedPartition, in the order partitions are read; one
-        # that returned records moves to the end, so a small response budget rotates
-        self.partitions: dict[tuple[str, int], CachedPartition] = partitions
+        self.uses_topic_ids = uses_topic_ids
+        # (topic name or id, partition) -> CachedPartition, in the order partitions are
+        # read; one that returned records moves to the end, so a small response budget
+        # rotates
+        self.partitions: dict[tuple, CachedPartition] = partitions
         self.creation_ms = now_ms
         self.last_used_ms = now_ms
         self.epoch = next_epoch(INITIAL_EPOCH)
@@ -155,25 +181,33 @@ class FetchSession:
     def evictable_key(self) -> tuple[bool, int, int]:
         return (self.privileged, self.cached_size, self.id)
 
-    def update(self, topics, forgotten) -> None:
-        """An incremental request: add or update its partitions, drop the forgotten."""
+    def update(self, topics, forgotten, resolve=None) -> None:
+        """An incremental request: add or update its partitions, drop the forgotten; with
+        topic ids, names still unknown are resolved again (`resolve`)."""
         parts = self.partitions
+        ids = self.uses_topic_ids
         for t in topics:
             for fp in t.partitions:
-                cp = parts.get((t.topic, fp.partition))
+                key = _key(t, fp.partition, ids)
+                cp = parts.get(key)
                 if cp is None:
-                    parts[(t.topic, fp.partition)] = CachedPartition(t.topic, fp)
+                    parts[key] = CachedPartition(t.topic, fp, t.topic_id if ids else ZERO_UUID)
                 else:
                     cp.update_request_params(fp)
         for ft in forgotten:
             for p in ft.partitions:
-                parts.pop((ft.topic, p), None)
+                parts.pop(_key(ft, p, ids), None)
+        if ids and resolve is not None:
+            for cp in parts.values():
+                if cp.topic is None:
+                    cp.topic = resolve(cp.topic_id)
 
     def fetch_topics(self) -> list[FetchTopic]:
         topics: list[FetchTopic] = []
         for cp in self.partitions.values():
-            if not topics or topics[-1].topic != cp.topic:
-                topics.append(FetchTopic(cp.topic, []))
+            if (not topics or topics[-1].topic != cp.topic
+                    or topics[-1].topic_id != cp.topic_id):
+                topics.append(FetchTopic(cp.topic, [], cp.topic_id))
             topics[-1].partitions.append(cp)
         return topics
 
@@ -203,7 +237,8 @@ class FetchSessionCache:
         raise RuntimeError("no free fetch session id")  # unreachable with <= 2^31 slots
 
     def maybe_create_session(self, now_ms: int, privileged: bool,
-                             partitions: dict[tuple[str, int], CachedPartition]) -> int:
+                             partitions: dict[tuple, CachedPartition],
+                             uses_topic_ids: bool = False) -> int:
         """A new session of `partitions` when there is room (or one may be evicted): its
         id, else INVALID_SESSION_ID."""
         size = len(partitions)
@@ -212,7 +247,8 @@ class FetchSessionCache:
             return INVALID_SESSION_ID
         if len(self.sessions) >= self.max_entries and not self._try_evict(privileged, size, now_ms):
             return INVALID_SESSION_ID
-        session = FetchSession(self._new_session_id(), privileged, partitions, now_ms)
+        session = FetchSession(self._new_session_id(), privileged, partitions, now_ms,
+                               uses_topic_ids)
         self.sessions[session.id] = session
         self.touch(session, now_ms)
         return session.id
@@ -266,7 +302,8 @@ class FetchContext:
 
     def watch_keys(self) -> list[tuple[str, int]]:
         """The partitions whose appends wake this request when it waits."""
-        return [(t.topic, fp.partition) for t in self.topics for fp in t.partitions]
+        return [(t.topic, fp.partition) for t in self.topics if t.topic is not None
+                for fp in t.partitions]
 
     def to_read(self, partitions: dict, refused: set, consumer: bool) -> list:
         """The topics to read now (each wait round asks again): `topics`."""
@@ -290,22 +327,25 @@ class SessionErrorContext(FetchContext):
 class FullFetchContext(FetchContext):
     """Epoch 0: every partition answered; a session of them is created if there is room."""
 
-    def __init__(self, cache: FetchSessionCache, topics, privileged: bool, now_ms: int):
+    def __init__(self, cache: FetchSessionCache, topics, privileged: bool, now_ms: int,
+                 uses_topic_ids: bool = False):
         super().__init__(topics)
         self._cache = cache
         self._privileged = privileged
         self._now_ms = now_ms
+        self._ids = uses_topic_ids
 
     def respond(self, responses):
-        parts: dict[tuple[str, int], CachedPartition] = {}
+        parts: dict[tuple, CachedPartition] = {}
+        ids = self._ids
         for t, tr in zip(self.topics, responses, strict=True):
             for fp, entry in zip(t.partitions, tr["partitions"], strict=True):
                 if len(parts) >= MAX_SESSION_PARTITIONS:
                     return Errors.NONE, INVALID_SESSION_ID, responses
-                cp = CachedPartition(t.topic, fp)
+                cp = CachedPartition(t.topic, fp, t.topic_id if ids else ZERO_UUID)
                 cp.maybe_update_response_data(entry, True)
-                parts[(t.topic, fp.partition)] = cp
-        sid = self._cache.maybe_create_session(self._now_ms, self._privileged, parts)
+                parts[_key(t, fp.partition, ids)] = cp
+        sid = self._cache.maybe_create_session(self._now_ms, self._privileged, parts, ids)
         return Errors.NONE, sid, responses
 
 
@@ -328,7 +368,7 @@ class IncrementalFetchContext(FetchContext):
         read: list[FetchTopic] = []
         quiet: dict[str, int] = {}
         for t in self.topics:
-            if t.topic in refused:
+            if t.topic in refused or t.topic is None:
                 read.append(t)
                 continue
             parts = []
@@ -340,7 +380,7 @@ class IncrementalFetchContext(FetchContext):
                     cp.read_from = None if p is None else (weakref.ref(p), p.leader_epoch)
                     parts.append(cp)
             if parts:
-                read.append(FetchTopic(t.topic, parts))
+                read.append(FetchTopic(t.topic, parts, t.topic_id))
         self.quiet = quiet
         self._read = read
         return read
@@ -358,7 +398,7 @@ class IncrementalFetchContext(FetchContext):
                 if cp.maybe_update_response_data(entry, True):
                     kept.append(entry)
                     if _records_size(entry["records"]) > 0:
-                        moved.append((cp.topic, cp.partition))
+                        moved.append(_key(cp, cp.partition, session.uses_topic_ids))
             if kept:
                 out.append({**tr, "partitions": kept})
         parts = session.partitions
@@ -376,24 +416,32 @@ class FetchManager:
     def __init__(self, max_entries: int, eviction_ms: int = DEFAULT_EVICTION_MS):
         self.cache = FetchSessionCache(max_entries, eviction_ms)
 
-    def new_context(self, request, privileged: bool, now_ms: int) -> FetchContext:
+    def new_context(self, request, privileged: bool, now_ms: int, version: int = 12,
+                    resolve=None) -> FetchContext:
+        """`version`: the request's; from 13 it names topics by id, which `resolve`
+        (topic id -> name, or None when unknown) turns into names."""
         session_id, epoch = request.session_id, request.session_epoch
+        ids = version >= 13
+        topics = request_topics(request, version, resolve)
         if epoch in (INITIAL_EPOCH, FINAL_EPOCH):  # a full fetch
             if session_id != INVALID_SESSION_ID:
                 self.cache.remove(session_id)  # a full fetch closes the session it names
             if epoch == FINAL_EPOCH:
-                return FetchContext(request.topics)
-            return FullFetchContext(self.cache, request.topics, privileged, now_ms)
+                return FetchContext(topics)
+            return FullFetchContext(self.cache, topics, privileged, now_ms, ids)
         session = self.cache.get(session_id)
         if session is None:
             return SessionErrorContext(Errors.FETCH_SESSION_ID_NOT_FOUND)
         if session.epoch != epoch:
             return SessionErrorContext(Errors.INVALID_FETCH_SESSION_EPOCH)
-        session.update(request.topics, request.forgotten_topics_data)
+        if session.uses_topic_ids != ids:
+            # Kafka's FetchManager: a session keeps the kind of topic naming it began with
+            return SessionErrorContext(Errors.FETCH_SESSION_TOPIC_ID_ERROR)
+        session.update(topics, request.forgotten_topics_data, resolve)
         size = len(session.partitions)
         if size == 0:
             self.cache.remove(session_id)
-            return FetchContext(request.topics)
+            return FetchContext(topics)
         if (size > MAX_SESSION_PARTITIONS
                 or self.cache.num_partitions - session.cached_size + size > MAX_CACHED_PARTITIONS):
             self.cache.remove(session_id)

@@ -143,7 +143,8 @@ class BrokerTopicStats:
                     continue  # refused before reaching the partition
                 if s is None or s is _UNKEPT:
                     s = (self.topic_stats(t["topic"])
-                         if err != Errors.UNKNOWN_TOPIC_OR_PARTITION else _UNKEPT)
+                         if err not in (Errors.UNKNOWN_TOPIC_OR_PARTITION,
+                                        Errors.UNKNOWN_TOPIC_ID) else _UNKEPT)
                 s.total_fetch_requests += 1
                 a.total_fetch_requests += 1
                 if err not in FETCH_EXPECTED_ERRORS:

@@ -1,7 +1,7 @@
 """KIP-951 in a three-broker ZooKeeper cluster: a Produce v10 or Fetch v12 sent to a broker
 that does not lead the partition is answered NOT_LEADER_OR_FOLLOWER with the leader and
 its epoch (and, for Produce, the leader's endpoint), so a client can go there without a
-Metadata round trip; older versions carry neither, nor do answers without that error.
+Metadata round trip (Fetch v16 adds its endpoint); older versions carry neither, nor do answers without that error.
 Metadata v12 gives the same topic id from every broker."""
 
 from __future__ import annotations
@@ -21,15 +21,18 @@ def _produce(w, version, topic):
     return r, r.responses[0].partition_responses[0]
 
 
-def _fetch(w, version, topic, leader_epoch=-1):
+def _fetch(w, version, topic, leader_epoch=-1, topic_id=None):
+    """The answer for partition 0 (and the whole response with `topic_id`: v13+)."""
     r = w.call(ApiKey.FETCH, version, {
         "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20,
         "isolation_level": 0, "session_id": 0, "session_epoch": -1,
-        "topics": [{"topic": topic, "partitions": [{
+        "topics": [{"topic": topic, "topic_id": topic_id, "partitions": [{
             "partition": 0, "current_leader_epoch": leader_epoch, "fetch_offset": 0,
             "last_fetched_epoch": -1, "log_start_offset": -1,
             "partition_max_bytes": 1 << 20}]}],
         "forgotten_topics_data": [], "rack_id": ""})
+    if topic_id is not None:
+        return r, r.responses[0].partitions[0]
     return r.responses[0].partitions[0]
 
 
@@ -71,6 +74,16 @@ def test_not_leader_answers_name_the_leader(cluster):
         assert part.error_code == Errors.NOT_LEADER_OR_FOLLOWER
         assert (part.current_leader.leader_id, part.current_leader.leader_epoch) == (
             leader, epoch)
+        # Fetch v16 (by topic id) adds the leader's endpoint, as Produce v10 does
+        (topic_id,) = ids
+        r, part = _fetch(w, 16, None, topic_id=topic_id)
+        assert part.error_code == Errors.NOT_LEADER_OR_FOLLOWER
+        assert (part.current_leader.leader_id, part.current_leader.leader_epoch) == (
+            leader, epoch)
+        assert [(n.node_id, n.host, n.port) for n in r.node_endpoints] == [
+            (leader, host, int(port))]
+        r, part = _fetch(w, 15, None, topic_id=topic_id)
+        assert part.current_leader.leader_id == leader and not r.node_endpoints
         # the versions before KIP-951 have no such fields
         r, part = _produce(w, 9, "hints")
         assert part.error_code == Errors.NOT_LEADER_OR_FOLLOWER

@@ -145,7 +145,7 @@ def test_supported_versions_are_all_described():
                 ApiKey.INIT_PRODUCER_ID):
         assert SUPPORTED_VERSIONS[key][0] == 0
     assert SUPPORTED_VERSIONS[ApiKey.OFFSET_COMMIT][0] <= 2
-    assert SUPPORTED_VERSIONS[ApiKey.FETCH] == (4, 12)
+    assert SUPPORTED_VERSIONS[ApiKey.FETCH] == (4, 17)
 
 
 # --- response headers and tagged fields --------------------------------------------------

@@ -256,3 +256,38 @@ def test_session_size_is_bounded(monkeypatch):
     ctx = m.new_context(_request(sid, 1, [7]), False, 1)
     assert ctx.error == Errors.FETCH_SESSION_ID_NOT_FOUND
     assert len(m.cache) == 0 and m.cache.num_partitions == 0
+
+
+def test_a_session_by_topic_id_resolves_an_id_once_it_is_known():
+    """Fetch v13+: a session keeps a partition of an id the broker does not know yet (its
+    name None, answered UNKNOWN_TOPIC_ID by the fetch loop) and names it once the id is
+    known (Kafka's maybeResolveUnknownName); forgotten topics are named by id."""
+    from types import SimpleNamespace as NS
+
+    from fastlog.server import fetch_session as fs
+
+    known: dict[bytes, str] = {}
+    tid = b"\x01" * 16
+
+    def request(session_id, epoch, partitions=(), forgotten=()):
+        topics = [NS(topic_id=tid, partitions=[NS(
+            partition=p, fetch_offset=0, partition_max_bytes=1, current_leader_epoch=-1,
+            last_fetched_epoch=-1, log_start_offset=-1) for p in partitions])]
+        return NS(session_id=session_id, session_epoch=epoch,
+                  topics=topics if partitions else [],
+                  forgotten_topics_data=[NS(topic_id=tid, partitions=list(forgotten))]
+                  if forgotten else [])
+
+    m = fs.FetchManager(10)
+    ctx = m.new_context(request(0, 0, [0, 1]), False, 0, 13, known.get)
+    assert [(t.topic, t.topic_id) for t in ctx.topics] == [(None, tid)]
+    sid = ctx.respond(_answers(ctx.topics))[1]
+    assert sid != 0 and m.cache.get(sid).uses_topic_ids
+    known[tid] = "later"
+    ctx = m.new_context(request(sid, 1), False, 1, 13, known.get)
+    assert [(t.topic, t.topic_id, len(t.partitions)) for t in ctx.topics] == [("later", tid, 2)]
+    ctx = m.new_context(request(sid, 2, forgotten=[1]), False, 2, 13, known.get)
+    assert [cp.partition for t in ctx.topics for cp in t.partitions] == [0]
+    # the same session asked with topic names (v12): Kafka's FETCH_SESSION_TOPIC_ID_ERROR
+    assert m.new_context(request(sid, 3), False, 3, 12).error == \
+        Errors.FETCH_SESSION_TOPIC_ID_ERROR

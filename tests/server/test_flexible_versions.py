@@ -81,10 +81,9 @@ def test_librdkafka_negotiates_the_flexible_versions(fbroker):
     finally:
         c.close()
     used = _used(before, _versions(fbroker))
-    # librdkafka 2.16's highest: Produce 10, Fetch 12 (13+ only where every topic has
-    # an id and the broker serves it), Metadata 13, OffsetCommit 9, OffsetFetch 9 (the
-    # groups array of v8+)
-    for api, version in (("Produce", 10), ("Fetch", 12), ("Metadata", 13),
+    # librdkafka 2.16's highest: Produce 10, Fetch 16 (topics by id, KIP-516),
+    # Metadata 13, OffsetCommit 9, OffsetFetch 9 (the groups array of v8+)
+    for api, version in (("Produce", 10), ("Fetch", 16), ("Metadata", 13),
                          ("OffsetCommit", 9), ("OffsetFetch", 9), ("ApiVersions", 3)):
         assert (api, version) in used, (api, version, sorted(used))
     assert not {k for k in used if k[0] in ("Produce", "Fetch") and k[1] < 10}
