@@ -1,4 +1,4 @@
-# fastlog/protocol/_fetch.pyx: Fetch v4-v12 in a consumer's everyday shape, read and
+# fastlog/protocol/_fetch.pyx: Fetch v4-v17 in a consumer's everyday shape, read and
 # answered in compiled code.
 #
 # A consumer of one partition sends one Fetch per poll, and librdkafka's carry one topic,
@@ -32,7 +32,12 @@
 # to the generic path), and the answer has none (its partition's tagged diverging_epoch,
 # current_leader and snapshot_id are absent from an answer without error or divergence;
 # KafkaApis._fetch_one leaves a fetch whose last_fetched_epoch diverges to the generic
-# path). Pure functions, any thread.
+# path). v13-v17: as v12 but the topic is its 16-byte id (uuid) in place of its compact
+# name, in the request and the answer (the caller resolves the id; KafkaApis._topic_name);
+# v15 drops replica_id from the body (a replica names itself in the tagged replica_state:
+# a tag, so the generic path); v16's answer adds the tagged node_endpoints (only with
+# leader hints, never here); v17 adds a partition's tagged replica_directory_id (a tag).
+# Pure functions, any thread.
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
@@ -59,18 +64,21 @@ cdef extern from "Python.h":
 
 # The versions this path reads: the ones served (protocol/versions.py).
 FIRST_VERSION = 4
-LAST_VERSION = 12
+LAST_VERSION = 17
 FIRST_FLEXIBLE = 12
+FIRST_TOPIC_ID = 13        # the topic named by its 16-byte id, not its name
+FIRST_REPLICA_STATE = 15   # replica_id moves into the tagged replica_state
 cdef uint16_t FETCH_KEY = 1
 
 
 def parse_fetch_request(frame):
     """(api_version, correlation_id, client_id, max_wait_ms, min_bytes, max_bytes,
     isolation_level, topic, partition, current_leader_epoch, fetch_offset,
-    partition_max_bytes, last_fetched_epoch) for a Fetch v4-v12 request of a consumer
-    (replica id -1) without a fetch session, naming exactly one partition of one topic, no
-    forgotten topics and no rack id (and, v12, no tagged fields), all of ``frame``
-    consumed; None for anything else. last_fetched_epoch is -1 before v12."""
+    partition_max_bytes, last_fetched_epoch) for a Fetch v4-v17 request of a consumer
+    (replica id -1; v15+: no replica_state) without a fetch session, naming exactly one
+    partition of one topic, no forgotten topics and no rack id (and, v12+, no tagged
+    fields), all of ``frame`` consumed; None for anything else. last_fetched_epoch is -1
+    before v12; from v13 ``topic`` is the topic's 16 raw id bytes."""
     cdef Py_buffer view
     cdef const unsigned char *p
     cdef Py_ssize_t n, pos, name_len, name_pos
@@ -91,19 +99,22 @@ def parse_fetch_request(frame):
             if pos >= n or p[pos] != 0:
                 return None   # the header's tag buffer: only an empty one is read here
             pos += 1
-        # replica id, max wait, min bytes, max bytes (16), isolation level (1),
-        # session id and epoch (8, v7+), the topic count (4; v12: 1, then the name)
-        if pos + 21 + (8 if api_version >= 7 else 0) > n:
+        # replica id (before v15), max wait, min bytes, max bytes (12), isolation level
+        # (1), session id and epoch (8, v7+), the topic count (4; v12+: 1, then the topic)
+        if (pos + (4 if api_version < FIRST_REPLICA_STATE else 0) + 17
+                + (8 if api_version >= 7 else 0) > n):
             return None
-        if <int32_t>fl_be32(p + pos) != -1:
-            return None   # a replica (or a client posing as one): the handler checks it
-        max_wait_ms = <int32_t>fl_be32(p + pos + 4)
-        min_bytes = <int32_t>fl_be32(p + pos + 8)
-        max_bytes = <int32_t>fl_be32(p + pos + 12)
-        isolation = <int8_t>p[pos + 16]
+        if api_version < FIRST_REPLICA_STATE:
+            if <int32_t>fl_be32(p + pos) != -1:
+                return None   # a replica (or a client posing as one): the handler checks it
+            pos += 4
+        max_wait_ms = <int32_t>fl_be32(p + pos)
+        min_bytes = <int32_t>fl_be32(p + pos + 4)
+        max_bytes = <int32_t>fl_be32(p + pos + 8)
+        isolation = <int8_t>p[pos + 12]
         if isolation != 0 and isolation != 1:
             return None
-        pos += 17
+        pos += 13
         if api_version >= 7:
             if fl_be32(p + pos) != 0 or <int32_t>fl_be32(p + pos + 4) != -1:
                 return None   # a fetch session
@@ -157,23 +168,28 @@ cdef object _parse_flexible(const unsigned char *p, Py_ssize_t n, Py_ssize_t pos
                             int16_t api_version, int32_t correlation_id,
                             int16_t client_id_len, int32_t max_wait_ms, int32_t min_bytes,
                             int32_t max_bytes, int8_t isolation):
-    """parse_fetch_request's v12 topics and what follows them, from ``pos`` (after the
-    session epoch; at least 4 bytes are there)."""
+    """parse_fetch_request's v12+ topics and what follows them, from ``pos`` (after the
+    session epoch; at least 1 byte is there)."""
     cdef uint32_t name_n
     cdef Py_ssize_t name_pos, name_len
     cdef int32_t partition, leader_epoch, last_fetched_epoch, partition_max_bytes
     cdef int64_t fetch_offset
     if p[pos] != 2:
         return None   # not exactly one topic
-    name_pos = read_uvarint32(p, pos + 1, n, &name_n)
-    if name_pos < 0 or name_n == 0 or name_n - 1 > 0x7fff:
-        return None   # truncated, null or too long a name: the generic path says which
-    name_len = name_n - 1
+    if api_version >= FIRST_TOPIC_ID:
+        name_pos = pos + 1
+        name_len = 16   # the topic id
+    else:
+        name_pos = read_uvarint32(p, pos + 1, n, &name_n)
+        if name_pos < 0 or name_n == 0 or name_n - 1 > 0x7fff:
+            return None   # truncated, null or too long a name: the generic path says which
+        name_len = name_n - 1
     pos = name_pos + name_len
     # one partition (1), its index, current leader epoch (8), fetch offset (8), last
-    # fetched epoch (4), log start offset (8), max bytes (4), the partition's and the
-    # topic's tag buffers (2), no forgotten topics (1), an empty rack id (1), the
-    # request's tag buffer (1): the frame's end
+    # fetched epoch (4), log start offset (8), max bytes (4), the partition's (v17: its
+    # replica_directory_id is a tag) and the topic's tag buffers (2), no forgotten topics
+    # (1), an empty rack id (1), the request's tag buffer (1; v15+: replica_state is a
+    # tag): the frame's end
     if pos + 38 != n or p[pos] != 2:
         return None
     partition = <int32_t>fl_be32(p + pos + 1)
@@ -197,32 +213,46 @@ cdef object _parsed(const unsigned char *p, int16_t api_version, int32_t correla
                     int64_t fetch_offset, int32_t partition_max_bytes,
                     int32_t last_fetched_epoch):
     """parse_fetch_request's answer once the frame's shape is checked; None for names
-    that are not UTF-8."""
-    names = fl_client_id_and_name(p, client_id_len, name_pos, name_len)
-    if names is None:
-        return None
+    that are not UTF-8. From v13 the topic is its 16 raw id bytes."""
+    if api_version >= FIRST_TOPIC_ID:
+        names = fl_client_id_and_name(p, client_id_len, name_pos, 0)
+        if names is None:
+            return None
+        topic = PyBytes_FromStringAndSize(<const char *>p + name_pos, 16)
+    else:
+        names = fl_client_id_and_name(p, client_id_len, name_pos, name_len)
+        if names is None:
+            return None
+        topic = names[1]
     return (api_version, correlation_id, names[0], max_wait_ms, min_bytes, max_bytes,
-            isolation, names[1], partition, leader_epoch, fetch_offset, partition_max_bytes,
+            isolation, topic, partition, leader_epoch, fetch_offset, partition_max_bytes,
             last_fetched_epoch)
 
 
-def encode_fetch_response(int api_version, int32_t correlation_id, str topic,
+def encode_fetch_response(int api_version, int32_t correlation_id, topic,
                           int32_t partition, int64_t high_watermark,
                           int64_t last_stable_offset, int64_t log_start_offset,
                           list aborted, list regions, int64_t size):
-    """Response header v0 (v1 from Fetch v12) + a FetchResponse v4-v12 answering one
-    partition of one topic without error (no throttling, no session, no preferred
+    """Response header v0 (v1 from Fetch v12) + a FetchResponse v4-v17 answering one
+    partition of one topic (its name, a str; from v13 its 16-byte id) without error (no throttling, no session, no preferred
     replica, no tagged fields), as a list of parts: the bytes, then `regions` (the
     FileRegions read, `size` bytes in all) uncopied (v12: then the closing tag buffers).
     `aborted`: the (producer id, first offset) pairs of a read_committed fetch, None for
     read_uncommitted (a null array)."""
     cdef Py_ssize_t name_len
-    cdef const char *name = PyUnicode_AsUTF8AndSize(topic, &name_len)
+    cdef const char *name
     cdef Py_ssize_t size_out, n_aborted = 0, i
     cdef unsigned char *q
     cdef int64_t pid, first
     if api_version < FIRST_VERSION or api_version > LAST_VERSION:
         raise ValueError(f"Fetch v{api_version} is not encoded here")
+    if api_version >= FIRST_TOPIC_ID:
+        if type(topic) is not bytes or len(<bytes>topic) != 16:
+            raise ValueError("a topic id is 16 bytes")
+        name = PyBytes_AS_STRING(topic)
+        name_len = 16
+    else:
+        name = PyUnicode_AsUTF8AndSize(topic, &name_len)
     if name_len > 0x7fff:
         raise ValueError("topic name too long")
     if size < 0 or size > 0x7fffffff or (size > 0 and not regions):
@@ -230,7 +260,7 @@ def encode_fetch_response(int api_version, int32_t correlation_id, str topic,
     if aborted is not None:
         n_aborted = len(aborted)
     if api_version >= FIRST_FLEXIBLE:
-        return _encode_flexible(correlation_id, name, name_len, partition, high_watermark,
+        return _encode_flexible(correlation_id, api_version >= FIRST_TOPIC_ID, name, name_len, partition, high_watermark,
                                 last_stable_offset, log_start_offset, aborted, n_aborted,
                                 regions, size)
     # correlation id, throttle time, (v7+ error code, session id), topic count, name,
@@ -284,19 +314,23 @@ def encode_fetch_response(int api_version, int32_t correlation_id, str topic,
 cdef bytes _FLEXIBLE_TAIL = b"\0\0\0"
 
 
-cdef list _encode_flexible(int32_t correlation_id, const char *name, Py_ssize_t name_len,
+cdef list _encode_flexible(int32_t correlation_id, bint by_id, const char *name,
+                           Py_ssize_t name_len,
                            int32_t partition, int64_t high_watermark,
                            int64_t last_stable_offset, int64_t log_start_offset,
                            list aborted, Py_ssize_t n_aborted, list regions, int64_t size):
-    """encode_fetch_response for v12: header v1 and the compact body."""
+    """encode_fetch_response for v12+: header v1 and the compact body (``by_id``: v13+,
+    the topic's 16-byte id in place of its compact name; v16's tagged node_endpoints are
+    absent from an answer without error)."""
     cdef Py_ssize_t i, size_out
     cdef int64_t pid, first
     cdef unsigned char *q
     # correlation id + header tags (5), throttle, error code, session id (10), one topic
-    # (1), name, one partition (1), index, error, high watermark, last stable offset, log
+    # (1), name (v13+: id), one partition (1), index, error, high watermark, last stable offset, log
     # start offset (30), the aborted transactions' compact length and entries (17 each:
     # two int64 and a tag buffer), preferred read replica (4), the records' compact length
-    size_out = (5 + 10 + 1 + uvarint_size(<uint64_t>name_len + 1) + name_len + 1 + 30
+    size_out = (5 + 10 + 1 + (0 if by_id else uvarint_size(<uint64_t>name_len + 1))
+                + name_len + 1 + 30
                 + (uvarint_size(<uint64_t>n_aborted + 1) + 17 * n_aborted
                    if aborted is not None else 1)
                 + 4 + uvarint_size(<uint64_t>size + 1))
@@ -310,7 +344,9 @@ cdef list _encode_flexible(int32_t correlation_id, const char *name, Py_ssize_t 
     fl_put_be16(q + 9, 0)                     # error_code
     fl_put_be32(q + 11, 0)                    # session_id
     q[15] = 2                                 # one topic
-    q += 16 + write_uvarint(q + 16, <uint64_t>name_len + 1)
+    q += 16
+    if not by_id:
+        q += write_uvarint(q, <uint64_t>name_len + 1)
     memcpy(q, name, name_len)
     q += name_len
     q[0] = 2                                  # one partition

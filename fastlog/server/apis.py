@@ -390,10 +390,16 @@ class KafkaApis:
                 log.exception("PRODUCE v%d from client %r failed", fast[0], fast[2])
                 raise CloseConnection("handler failed") from None
         fast = parse_fetch_request(frame)
+        topic_id = None
+        if fast is not None and fast[0] >= 13:
+            # v13+ names the topic by id; an unknown id is the generic path's to answer
+            topic_id = fast[7]
+            name = self._topic_name(topic_id)
+            fast = None if name is None else (*fast[:7], name, *fast[8:])
         if fast is not None and (self.broker.authorizer is None
                                  or self._may_fast(conn, READ, fast[7])):
             try:
-                parts = self._fetch_one(*fast)
+                parts = self._fetch_one(*fast, topic_id)
             except Exception:
                 log.exception("FETCH v%d from client %r failed", fast[0], fast[2])
                 raise CloseConnection("handler failed") from None
@@ -1132,9 +1138,10 @@ class KafkaApis:
     # ------------------------------------------------------------------ Fetch
     def _fetch_one(self, api_version, correlation_id, client_id, max_wait_ms, min_bytes,
                    max_bytes, isolation_level, topic, partition, current_leader_epoch,
-                   fetch_offset, partition_max_bytes, last_fetched_epoch):
-        """Fetch v4-v12 of one partition by a consumer without a fetch session, as
-        fastlog.protocol._fetch read it from the frame: the read handle_fetch makes for
+                   fetch_offset, partition_max_bytes, last_fetched_epoch, topic_id=None):
+        """Fetch v4-v17 of one partition by a consumer without a fetch session, as
+        fastlog.protocol._fetch read it from the frame (v13+: `topic` is the name its
+        `topic_id` resolved to): the read handle_fetch makes for
         that shape, answered in compiled code. None when the answer is not that simple (an
         error, a diverging epoch, a follower's read, too little data for a fetch that
         waits): handle_fetch then serves the request (reading again; a consumer's read
@@ -1144,7 +1151,7 @@ class KafkaApis:
         if p is None or _check_leader_epoch(current_leader_epoch, p.leader_epoch) != Errors.NONE:
             return None
         if last_fetched_epoch >= 0:
-            # v12: _read_fetch's diverging-epoch check; a divergence is answered there
+            # v12+: _read_fetch's diverging-epoch check; a divergence is answered there
             epoch, end = broker.end_offset_for_epoch(p, last_fetched_epoch)
             if epoch < last_fetched_epoch or end < fetch_offset:
                 return None
@@ -1165,7 +1172,8 @@ class KafkaApis:
         aborted = None
         if read_committed:
             aborted = res.aborted_transactions or []
-        return encode_fetch_response(api_version, correlation_id, topic, partition,
+        return encode_fetch_response(api_version, correlation_id,
+                                     topic if topic_id is None else topic_id, partition,
                                      res.high_watermark, res.last_stable_offset,
                                      res.log_start_offset, aborted, regions or None, res.size)
 

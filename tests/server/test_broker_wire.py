@@ -19,6 +19,7 @@ from tests.server.wire import (
     healthy,
     init_pid,
     produce,
+    topic_id,
 )
 
 
@@ -234,7 +235,8 @@ def test_one_partition_fetch_answers_as_the_generic_path(broker, wire, isolation
     sessionless fetch ignores) takes the generic path: the answers are byte-identical,
     from the middle of the log, at its end and past it. Fetch v12 (flexible) also with
     the partition's last fetched epoch (KIP-595): ours (records), or a newer one (the
-    generic path's diverging epoch, as for a fetch past our end in ours)."""
+    generic path's diverging epoch, as for a fetch past our end in ours). Fetch v13-v17
+    name the topic by its id (KIP-516), and the forgotten topic by id too."""
     topic = f"wire-fast-fetch-{isolation}"
     create_topic(broker, topic)
     for i in range(5):
@@ -242,12 +244,15 @@ def test_one_partition_fetch_answers_as_the_generic_path(broker, wire, isolation
                        ).error_code == 0
     epoch = wire.call(ApiKey.METADATA, 9, {"topics": [{"name": topic}]}
                       ).topics[0].partitions[0].leader_epoch
+    tid = topic_id(wire, topic)
     cases = [(v, -1) for v in range(7, 12)] + [(12, -1), (12, epoch), (12, epoch + 1)]
+    cases += [(v, -1) for v in range(13, 18)] + [(16, epoch), (16, epoch + 1)]
     for version, last_fetched_epoch in cases:
         for offset in (0, 4, 15, 99):
             answers = []
-            for forgotten in ([], [{"topic": "other", "partitions": [0]}]):
+            for forgotten in ([], [{"topic": "other", "topic_id": tid, "partitions": [0]}]):
                 body = fetch_body(topic, offset, 0, min_bytes=0)
+                body["topics"][0]["topic_id"] = tid
                 body["isolation_level"] = isolation
                 body["forgotten_topics_data"] = forgotten
                 body["topics"][0]["partitions"][0]["last_fetched_epoch"] = last_fetched_epoch

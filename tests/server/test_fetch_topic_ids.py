@@ -12,17 +12,10 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
 from fastlog.protocol import ApiKey, Errors
-from tests.server.wire import Wire, batch, create_topic, produce
+from tests.server.wire import Wire, batch, create_topic, produce, topic_id
 
 ZERO = bytes(16)
 
-
-def _topic_id(w, topic) -> bytes:
-    r = w.call(ApiKey.METADATA, 12, {"topics": [{"name": topic}],
-                                     "allow_auto_topic_creation": False,
-                                     "include_topic_authorized_operations": False})
-    assert r.topics[0].error_code == 0
-    return bytes(r.topics[0].topic_id)
 
 
 def _fetch(w, session_id, epoch, parts=(), forgotten=(), version=13, replica_state=None):
@@ -52,7 +45,7 @@ def test_fetch_by_topic_id_and_unknown_ids(broker):
     with closing(Wire(broker)) as wire:
         create_topic(broker, "tid-read", partitions=2)
         assert produce(wire, "tid-read", batch([b"a", b"b"])).error_code == 0
-        tid = _topic_id(wire, "tid-read")
+        tid = topic_id(wire, "tid-read")
         assert tid != ZERO
         unknown = uuid.uuid4().bytes
         for version in (13, 14, 15, 16, 17):
@@ -72,7 +65,7 @@ def test_fetch_by_topic_id_and_unknown_ids(broker):
 def test_sessions_by_topic_id(broker):
     with closing(Wire(broker)) as wire:
         create_topic(broker, "tid-sess", partitions=3)
-        tid = _topic_id(wire, "tid-sess")
+        tid = topic_id(wire, "tid-sess")
         unknown = uuid.uuid4().bytes
         full = _fetch(wire, 0, 0, [(tid, p, 0) for p in range(3)] + [(unknown, 0, 0)])
         sid = full.session_id
@@ -119,14 +112,14 @@ def test_topic_recreated_under_its_name_seen_by_a_session(broker):
     with closing(Wire(broker)) as wire:
         create_topic(broker, "tid-again")
         assert produce(wire, "tid-again", batch([b"old1", b"old2"])).error_code == 0
-        old = _topic_id(wire, "tid-again")
+        old = topic_id(wire, "tid-again")
         full = _fetch(wire, 0, 0, [(old, 0, 2)])
         sid = full.session_id
         assert sid != 0 and _answered(full)[(old, 0)].error_code == 0
         r = wire.call(ApiKey.DELETE_TOPICS, 3, {"topic_names": ["tid-again"], "timeout_ms": 10000})
         assert r.responses[0].error_code == 0
         create_topic(broker, "tid-again")
-        new = _topic_id(wire, "tid-again")
+        new = topic_id(wire, "tid-again")
         assert new not in (old, ZERO)
         assert produce(wire, "tid-again", batch([b"new"])).error_code == 0
         # the session's partition has the old id: Kafka's INCONSISTENT_TOPIC_ID
@@ -148,7 +141,7 @@ def test_v15_replica_state_names_the_replica(broker):
     with closing(Wire(broker)) as wire:
         create_topic(broker, "tid-rs")
         assert produce(wire, "tid-rs", batch([b"a"])).error_code == 0
-        tid = _topic_id(wire, "tid-rs")
+        tid = topic_id(wire, "tid-rs")
         # a consumer (no replica_state, or replica id -1) reads up to the high watermark
         for state in (None, {"replica_id": -1, "replica_epoch": -1}):
             part = _answered(_fetch(wire, 0, -1, [(tid, 0, 0)], version=15,

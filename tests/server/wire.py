@@ -79,6 +79,15 @@ def fetch_body(topic, offset, max_wait_ms, min_bytes=1, partition=0):
             "forgotten_topics_data": [], "rack_id": ""}
 
 
+def topic_id(w, topic) -> bytes:
+    """The 16-byte id of `topic` (Metadata v12), for Fetch v13+ which names topics by id."""
+    r = w.call(ApiKey.METADATA, 12, {"topics": [{"name": topic}],
+                                     "allow_auto_topic_creation": False,
+                                     "include_topic_authorized_operations": False})
+    assert r.topics[0].error_code == 0
+    return bytes(r.topics[0].topic_id)
+
+
 def markers(w, topic, partition=0):
     """"COMMIT" / "ABORT" for each transaction marker of the partition, in log order
     (a read_uncommitted fetch from offset 0 on this connection's broker)."""
