@@ -12,3 +12,15 @@ def assert_refused(script, *args, needle):
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and needle in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def check_rate(reported, amount, elapsed, rounding):
+    """`reported` is `amount` over `elapsed`, within the report's rounding (`rounding` on the
+    rate, 0.05 ms on the elapsed time)."""
+    # the true elapsed time lies within 0.05 ms of the reported one, so the true rate lies
+    # between the amount over the longest and over the shortest such time (a fast consume of
+    # a few records can take well under a millisecond, where a linear bound is too tight)
+    low = amount / (elapsed + 0.00005)
+    high = amount / (elapsed - 0.00005) if elapsed > 0.00005 else float("inf")
+    slack = rounding * 1.01
+    assert low * 0.9999 - slack <= reported <= high * 1.0001 + slack

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.perf.scripts import check_rate
+
 FASTLOG = Path(sys.executable).with_name("fastlog")
 LATENCY_KEYS = {"count", "mean_ms", "p50_ms", "p95_ms", "p99_ms", "p99_9_ms", "max_ms"}
 
@@ -38,16 +40,6 @@ def check_summary(s, kind, records, size):
     # rounding of the report: elapsed to 0.1 ms, records/s to 0.1, MB/s to 0.001
     check_rate(s["records_per_s"], records, s["elapsed_s"], 0.05)
     check_rate(s["mb_per_s"], s["bytes"] / 1e6, s["elapsed_s"], 0.0005)
-
-
-def check_rate(reported, amount, elapsed, rounding):
-    # the true elapsed time lies within 0.05 ms of the reported one, so the true rate lies
-    # between the amount over the longest and over the shortest such time (a fast consume of
-    # a few records can take well under a millisecond, where a linear bound is too tight)
-    low = amount / (elapsed + 0.00005)
-    high = amount / (elapsed - 0.00005) if elapsed > 0.00005 else float("inf")
-    slack = rounding * 1.01
-    assert low * 0.9999 - slack <= reported <= high * 1.0001 + slack
 
 
 @pytest.mark.parametrize("client", ["fastlog", "confluent"])
