@@ -453,7 +453,9 @@ class TransactionCoordinator(PartitionedCoordinator):
             target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
             err = await self._transit(txn, txn.record(state=target, last_update_ms=now_ms()))
             if err is Errors.NONE:
-                self._spawn(self._complete_transaction(txn, commit))
+                # the client is answered once the markers are written or, when they have
+                # to wait (another broker's partition, a retry), while they are
+                self._start(self._complete_transaction(txn, commit))
             return err
         if state is TxnState.COMPLETE_COMMIT:
             return Errors.NONE if commit else Errors.INVALID_TXN_STATE
