@@ -10,7 +10,9 @@
 # writes its success answer (`_produce_one` does what handle_produce does for that shape).
 # Likewise a consumer's Fetch of one partition without a fetch session: fastlog.protocol.
 # _fetch reads it and writes its answer when the partition has data for it at once
-# (`_fetch_one`); an error or a wait for data goes through handle_fetch.
+# (`_fetch_one`); an error or a wait for data goes through handle_fetch. A transactional
+# producer's AddPartitionsToTxn and EndTxn (v0-v2) are read and answered by fastlog.
+# protocol._txn around the transaction handlers' own steps (`_txn_one`).
 # Called from: the broker's asyncio API loop only (fastlog._net runs every handler
 # coroutine there), so broker state needs no locks; a handler may await (parked fetch)
 # without blocking other connections.
@@ -66,6 +68,11 @@ from fastlog.metadata.model import ELECTED, NOT_AVAILABLE, NOT_NEEDED, UNKNOWN_P
 from fastlog.protocol import ApiKey, Errors, KafkaApiError
 from fastlog.protocol._fetch import encode_fetch_response, parse_fetch_request
 from fastlog.protocol._produce import encode_produce_response, parse_produce_request
+from fastlog.protocol._txn import (
+    encode_add_partitions_to_txn_response,
+    encode_end_txn_response,
+    parse_txn_request,
+)
 from fastlog.protocol.api_keys import SCRAM_MECHANISM_TYPES
 from fastlog.protocol.schema import ZERO_UUID
 from fastlog.protocol.topics import INTERNAL_TOPICS
@@ -125,9 +132,11 @@ from fastlog.server.dynamic_config import (
     is_dynamic,
 )
 from fastlog.server.group import GROUP_HANDLERS
+from fastlog.server.group.apis import _by_topic
 from fastlog.server.replica_manager import PartitionResult, is_transactional_records
 from fastlog.server.request_metrics import response_size
 from fastlog.server.txn import TXN_HANDLERS, handle_init_transactional_producer
+from fastlog.server.txn.apis import add_partitions, end_txn
 from fastlog.server.txn.markers import complete_group_offsets
 from fastlog.server.txn.verification import unverified_partitions
 
@@ -405,6 +414,9 @@ class KafkaApis:
                 raise CloseConnection("handler failed") from None
             if parts is not None:
                 return parts
+        fast = parse_txn_request(frame)
+        if fast is not None:
+            return await self._txn_one(conn, *fast)
         return await self._dispatch(conn, frame)
 
     def _may_fast(self, conn, operation, topic: str) -> bool:
@@ -1134,6 +1146,31 @@ class KafkaApis:
         return protocol.encode_response(ApiKey.PRODUCE, api_version, correlation_id, {
             "responses": [{"name": topic, "partition_responses": [answer]}],
             "throttle_time_ms": 0, "node_endpoints": endpoints})
+
+    # ------------------------------------------------------------------ transactions
+    async def _txn_one(self, conn, api_key, api_version, correlation_id, client_id,
+                       transactional_id, producer_id, producer_epoch, arg):
+        """AddPartitionsToTxn v0-v2 (`arg`: the (topic, partition) pairs) or EndTxn v0-v2
+        (`arg`: committed), as fastlog.protocol._txn read them from the frame: the
+        generic handlers' steps (fastlog/server/txn/apis.py), answered in compiled
+        code."""
+        ctx = RequestContext(self.broker, protocol.RequestHeader(
+            api_key, api_version, correlation_id, client_id), conn)
+        try:
+            if api_key == ApiKey.END_TXN:
+                err = await end_txn(ctx, transactional_id, producer_id, producer_epoch, arg)
+                return [encode_end_txn_response(api_version, correlation_id, err)]
+            result = await add_partitions(ctx, transactional_id, producer_id, producer_epoch,
+                                          arg, False)
+            return [encode_add_partitions_to_txn_response(
+                api_version, correlation_id,
+                [(t["name"], t["partitions"]) for t in _by_topic(result, lambda p, e: (p, e))])]
+        except CloseConnection:
+            raise
+        except Exception:
+            log.exception("%s v%d from client %r failed", ApiKey(api_key).name, api_version,
+                          client_id)
+            raise CloseConnection("handler failed") from None
 
     # ------------------------------------------------------------------ Fetch
     def _fetch_one(self, api_version, correlation_id, client_id, max_wait_ms, min_bytes,
