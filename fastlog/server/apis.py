@@ -5,7 +5,8 @@
 # NOT_LEADER_OR_FOLLOWER elsewhere, so clients refresh Metadata and retry there).
 # Reads/writes: nothing on disk — handlers reach storage only through the broker's
 # ReplicaManager / LogManager / metadata store.
-# A Produce request of one partition (what a producer sends to a partition leader) skips
+# A Produce request of one partition (what a producer sends to a partition leader; with a
+# transactional id too, unless an authorizer must check it) skips
 # the generic decode/dispatch/encode: fastlog.protocol._produce reads it from the frame and
 # writes its success answer (`_produce_one` does what handle_produce does for that shape).
 # Likewise a consumer's Fetch of one partition without a fetch session: fastlog.protocol.
@@ -67,7 +68,11 @@ from fastlog.metadata import DEFAULT_BROKER_ENTITY
 from fastlog.metadata.model import ELECTED, NOT_AVAILABLE, NOT_NEEDED, UNKNOWN_PARTITION
 from fastlog.protocol import ApiKey, Errors, KafkaApiError
 from fastlog.protocol._fetch import encode_fetch_response, parse_fetch_request
-from fastlog.protocol._produce import encode_produce_response, parse_produce_request
+from fastlog.protocol._produce import (
+    encode_produce_response,
+    parse_produce_request,
+    parse_transactional_produce_request,
+)
 from fastlog.protocol._txn import (
     encode_add_partitions_to_txn_response,
     encode_end_txn_response,
@@ -389,6 +394,9 @@ class KafkaApis:
         if self.quotas.active:
             return await self._dispatch(conn, frame, True)
         fast = parse_produce_request(frame)
+        if fast is None and self.broker.authorizer is None:
+            # (with an authorizer, the transactional id's Write is the generic path's)
+            fast = parse_transactional_produce_request(frame)
         if fast is not None and (self.broker.authorizer is None
                                  or self._may_fast(conn, WRITE, fast[5])):
             try:
@@ -1120,12 +1128,19 @@ class KafkaApis:
             write_behind=True))
 
     async def _produce_one(self, conn, api_version, correlation_id, client_id, acks,
-                           timeout_ms, topic, partition, records):
-        """Produce v3-v11 of one partition of one topic without a transactional id, as
-        fastlog.protocol._produce read it from the frame: the same steps as
-        handle_produce, answered in compiled code when the append succeeded. Returns
-        the response parts (None for acks=0)."""
-        if is_transactional_records(records):   # (no transactional id on this path)
+                           timeout_ms, topic, partition, records, transactional_id=None):
+        """Produce v3-v11 of one partition of one topic, as fastlog.protocol._produce read
+        it from the frame (a transactional id only when no authorizer is configured):
+        the same steps as handle_produce, answered in compiled code when the append
+        succeeded. Returns the response parts (None for acks=0)."""
+        if transactional_id is not None:
+            # KIP-890: a transactional write to a partition not in the transaction
+            unverified = await unverified_partitions(self.broker, transactional_id,
+                                                     [(topic, partition, records)])
+            r = unverified.get((topic, partition))
+            r = await self._append_led(topic, partition, records, acks, api_version) \
+                if r is None else self.broker.topic_stats.produce_done(topic, records, r)
+        elif is_transactional_records(records):   # transactional batches need the id
             r = PartitionResult(Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         else:
             r = await self._append_led(topic, partition, records, acks, api_version)
