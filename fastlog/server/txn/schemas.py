@@ -92,17 +92,35 @@ _VALUE_TAIL = struct.Struct(">qq")
 
 
 def encode_txn_value(rec: TxnRecord) -> bytes:
-    """TransactionLogValue v0 (one per state change of every transaction: struct-packed)."""
+    """TransactionLogValue v0 (one per state change of every transaction: struct-packed,
+    the partitions' encoding reused while the set is the same, as Ongoing and Prepare*
+    of a transaction and the transactions of one producer have it)."""
+    key = frozenset(rec.partitions)
+    encoded = _PARTITIONS.get(key)
+    if encoded is None:
+        encoded = _encode_partitions(key)
+        if len(_PARTITIONS) >= _PARTITIONS_CACHED:
+            _PARTITIONS.clear()
+        _PARTITIONS[key] = encoded
+    return b"".join((_VALUE_HEAD.pack(TXN_VALUE_VERSION, rec.producer_id, rec.producer_epoch,
+                                      rec.timeout_ms, int(rec.state), encoded[0]),
+                     encoded[1], _VALUE_TAIL.pack(rec.last_update_ms, rec.start_ms)))
+
+
+# frozenset of partitions -> (topic count, the topics' bytes), for encode_txn_value
+_PARTITIONS: dict[frozenset, tuple[int, bytes]] = {}
+_PARTITIONS_CACHED = 1024
+
+
+def _encode_partitions(partitions) -> tuple[int, bytes]:
     by_topic: dict[str, list[int]] = {}
-    for t, p in sorted(rec.partitions):
+    for t, p in sorted(partitions):
         by_topic.setdefault(t, []).append(p)
-    out = [_VALUE_HEAD.pack(TXN_VALUE_VERSION, rec.producer_id, rec.producer_epoch,
-                            rec.timeout_ms, int(rec.state), len(by_topic))]
+    out = []
     for t, ps in by_topic.items():
         name = t.encode()
         out.append(struct.pack(f">h{len(name)}si{len(ps)}i", len(name), name, len(ps), *ps))
-    out.append(_VALUE_TAIL.pack(rec.last_update_ms, rec.start_ms))
-    return b"".join(out)
+    return len(by_topic), b"".join(out)
 
 
 def decode_txn_key(key) -> str:
