@@ -4,9 +4,11 @@
 # A producer sends one Produce request per linger interval, and almost all of them carry
 # one topic, one partition and no transactional id (one partition leader per connection,
 # one batch per partition). For those, parse_produce_request reads the request header and
-# body straight from the frame and encode_produce_response writes the success answer,
+# body straight from the frame (parse_transactional_produce_request the same shape with a
+# transactional id: a transactional producer's one Produce per short transaction) and
+# encode_produce_response writes the success answer,
 # with the bytes exactly as the generic schema-driven codec (wire.py) reads and writes
-# them. Everything else — other APIs, other versions, several partitions, transactions,
+# them. Everything else — other APIs, other versions, several partitions,
 # null records, tagged fields, anything malformed, and every error answer — returns None /
 # is left to the generic path, which also names the fault. Why: the generic path touches
 # hundreds of Python objects per request, and after the few milliseconds a producer
@@ -23,6 +25,7 @@
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
@@ -56,33 +59,50 @@ def parse_produce_request(frame):
     Produce v3-v11 request with no transactional id and exactly one topic holding exactly
     one partition with non-null records (and, v9+, no tagged fields), all of ``frame``
     consumed; None for anything else. ``records`` is a slice of ``frame`` (no copy)."""
+    return _parse(frame, False)
+
+
+def parse_transactional_produce_request(frame):
+    """The same for a Produce request with a (non-null) transactional id, which follows
+    the other fields: (api_version, ..., records, transactional_id); None for anything
+    else, also for a request without a transactional id."""
+    return _parse(frame, True)
+
+
+cdef object _parse(object frame, bint transactional):
     cdef Py_buffer view
     cdef const unsigned char *p
-    cdef Py_ssize_t n, pos, name_len, name_pos, rec_len
-    cdef int16_t api_version, acks, client_id_len
+    cdef Py_ssize_t n, pos, name_len, name_pos, rec_len, txn_pos = 0
+    cdef int16_t api_version, acks, client_id_len, txn_len
     cdef int32_t correlation_id, timeout_ms, partition
     PyObject_GetBuffer(frame, &view, PyBUF_SIMPLE)
     try:
         p = <const unsigned char *>view.buf
         n = view.len
         # header v1 (8 fixed bytes + client_id) and the body's fixed fields up to the
-        # topic array: nullable transactional_id (2) + acks (2) + timeout (4) + count (4)
+        # topic array: nullable transactional_id (2 + its bytes) + acks (2) + timeout (4)
+        # + count (4)
         pos = fl_request_header(p, n, PRODUCE_KEY, FIRST_VERSION, LAST_VERSION,
                                 &api_version, &correlation_id, &client_id_len)
         if pos < 0:
             return None
         if api_version >= FIRST_FLEXIBLE:
             return _parse_flexible(frame, p, n, pos, api_version, correlation_id,
-                                   client_id_len)
-        if pos + 12 > n:
+                                   client_id_len, transactional)
+        if pos + 2 > n:
             return None
-        if <int16_t>fl_be16(p + pos) != -1:
-            return None   # transactional (or malformed): the handler answers it
-        acks = <int16_t>fl_be16(p + pos + 2)
-        timeout_ms = <int32_t>fl_be32(p + pos + 4)
-        if fl_be32(p + pos + 8) != 1:
+        txn_len = <int16_t>fl_be16(p + pos)
+        if transactional != (txn_len != -1) or txn_len < -1:
+            return None   # (a transactional id where none is wanted, or malformed)
+        txn_pos = pos + 2
+        pos = txn_pos + max(txn_len, 0)
+        if pos + 10 > n:
             return None
-        pos += 12
+        acks = <int16_t>fl_be16(p + pos)
+        timeout_ms = <int32_t>fl_be32(p + pos + 2)
+        if fl_be32(p + pos + 6) != 1:
+            return None
+        pos += 10
         if pos + 2 > n:
             return None
         name_len = <int16_t>fl_be16(p + pos)
@@ -97,27 +117,41 @@ def parse_produce_request(frame):
         if rec_len < 0 or pos + rec_len != n:
             return None
         return _parsed(frame, p, api_version, correlation_id, client_id_len, acks,
-                       timeout_ms, name_pos, name_len, partition, pos, n)
+                       timeout_ms, name_pos, name_len, partition, pos, n, txn_pos, txn_len)
     finally:
         PyBuffer_Release(&view)
 
 
 cdef object _parse_flexible(object frame, const unsigned char *p, Py_ssize_t n,
                            Py_ssize_t pos, int16_t api_version, int32_t correlation_id,
-                           int16_t client_id_len):
-    """parse_produce_request's v9+ body, from ``pos`` (after the header's client id)."""
-    cdef uint32_t name_n, rec_n
-    cdef Py_ssize_t name_pos, name_len, rec_pos, rec_len
-    cdef int16_t acks
+                           int16_t client_id_len, bint transactional):
+    """_parse's v9+ body, from ``pos`` (after the header's client id)."""
+    cdef uint32_t name_n, rec_n, txn_n
+    cdef Py_ssize_t name_pos, name_len, rec_pos, rec_len, txn_pos = 0
+    cdef int16_t acks, txn_len = -1
     cdef int32_t timeout_ms, partition
-    # header tag buffer (0), null transactional_id (0), acks (2), timeout (4), one topic (2)
-    if pos + 10 > n or p[pos] != 0 or p[pos + 1] != 0:
+    # header tag buffer (0), transactional_id (null: 0), acks (2), timeout (4), one topic
+    # (2)
+    if pos + 2 > n or p[pos] != 0:
         return None
-    acks = <int16_t>fl_be16(p + pos + 2)
-    timeout_ms = <int32_t>fl_be32(p + pos + 4)
-    if p[pos + 8] != 2:
+    pos += 1
+    if not transactional:
+        if p[pos] != 0:
+            return None
+        pos += 1
+    else:
+        txn_pos = read_uvarint32(p, pos, n, &txn_n)
+        if txn_pos < 0 or txn_n == 0 or txn_n - 1 > 0x7fff:
+            return None   # truncated, null or too long an id
+        txn_len = <int16_t>(txn_n - 1)
+        pos = txn_pos + txn_len
+    if pos + 8 > n:
         return None
-    name_pos = read_uvarint32(p, pos + 9, n, &name_n)
+    acks = <int16_t>fl_be16(p + pos)
+    timeout_ms = <int32_t>fl_be32(p + pos + 2)
+    if p[pos + 6] != 2:
+        return None
+    name_pos = read_uvarint32(p, pos + 7, n, &name_n)
     if name_pos < 0 or name_n == 0 or name_n - 1 > 0x7fff:
         return None   # truncated, null or too long a name: the generic path says which
     name_len = name_n - 1
@@ -135,20 +169,28 @@ cdef object _parse_flexible(object frame, const unsigned char *p, Py_ssize_t n,
     if pos + 3 != n or p[pos] != 0 or p[pos + 1] != 0 or p[pos + 2] != 0:
         return None
     return _parsed(frame, p, api_version, correlation_id, client_id_len, acks, timeout_ms,
-                   name_pos, name_len, partition, rec_pos, pos)
+                   name_pos, name_len, partition, rec_pos, pos, txn_pos, txn_len)
 
 
 cdef object _parsed(object frame, const unsigned char *p, int16_t api_version,
                     int32_t correlation_id, int16_t client_id_len, int16_t acks,
                     int32_t timeout_ms, Py_ssize_t name_pos, Py_ssize_t name_len,
-                    int32_t partition, Py_ssize_t rec_start, Py_ssize_t rec_end):
-    """parse_produce_request's answer once the frame's shape is checked; None for names
-    that are not UTF-8."""
+                    int32_t partition, Py_ssize_t rec_start, Py_ssize_t rec_end,
+                    Py_ssize_t txn_pos, int16_t txn_len):
+    """_parse's answer once the frame's shape is checked (the transactional id, when
+    txn_len >= 0, last); None for names that are not UTF-8."""
     names = fl_client_id_and_name(p, client_id_len, name_pos, name_len)
     if names is None:
         return None
+    if txn_len < 0:
+        return (api_version, correlation_id, names[0], acks, timeout_ms, names[1],
+                partition, frame[rec_start:rec_end])
+    try:
+        txn_id = PyUnicode_DecodeUTF8(<const char *>p + txn_pos, txn_len, "strict")
+    except UnicodeDecodeError:
+        return None
     return (api_version, correlation_id, names[0], acks, timeout_ms, names[1], partition,
-            frame[rec_start:rec_end])
+            frame[rec_start:rec_end], txn_id)
 
 
 def encode_produce_response(int api_version, int32_t correlation_id, str topic,

@@ -5,12 +5,15 @@
 # NOT_LEADER_OR_FOLLOWER elsewhere, so clients refresh Metadata and retry there).
 # Reads/writes: nothing on disk — handlers reach storage only through the broker's
 # ReplicaManager / LogManager / metadata store.
-# A Produce request of one partition (what a producer sends to a partition leader) skips
+# A Produce request of one partition (what a producer sends to a partition leader; with a
+# transactional id too, unless an authorizer must check it) skips
 # the generic decode/dispatch/encode: fastlog.protocol._produce reads it from the frame and
 # writes its success answer (`_produce_one` does what handle_produce does for that shape).
 # Likewise a consumer's Fetch of one partition without a fetch session: fastlog.protocol.
 # _fetch reads it and writes its answer when the partition has data for it at once
-# (`_fetch_one`); an error or a wait for data goes through handle_fetch.
+# (`_fetch_one`); an error or a wait for data goes through handle_fetch. A transactional
+# producer's AddPartitionsToTxn and EndTxn (v0-v2) are read and answered by fastlog.
+# protocol._txn around the transaction handlers' own steps (`_txn_one`).
 # Called from: the broker's asyncio API loop only (fastlog._net runs every handler
 # coroutine there), so broker state needs no locks; a handler may await (parked fetch)
 # without blocking other connections.
@@ -65,7 +68,16 @@ from fastlog.metadata import DEFAULT_BROKER_ENTITY
 from fastlog.metadata.model import ELECTED, NOT_AVAILABLE, NOT_NEEDED, UNKNOWN_PARTITION
 from fastlog.protocol import ApiKey, Errors, KafkaApiError
 from fastlog.protocol._fetch import encode_fetch_response, parse_fetch_request
-from fastlog.protocol._produce import encode_produce_response, parse_produce_request
+from fastlog.protocol._produce import (
+    encode_produce_response,
+    parse_produce_request,
+    parse_transactional_produce_request,
+)
+from fastlog.protocol._txn import (
+    encode_add_partitions_to_txn_response,
+    encode_end_txn_response,
+    parse_txn_request,
+)
 from fastlog.protocol.api_keys import SCRAM_MECHANISM_TYPES
 from fastlog.protocol.schema import ZERO_UUID
 from fastlog.protocol.topics import INTERNAL_TOPICS
@@ -125,9 +137,11 @@ from fastlog.server.dynamic_config import (
     is_dynamic,
 )
 from fastlog.server.group import GROUP_HANDLERS
+from fastlog.server.group.apis import _by_topic
 from fastlog.server.replica_manager import PartitionResult, is_transactional_records
 from fastlog.server.request_metrics import response_size
 from fastlog.server.txn import TXN_HANDLERS, handle_init_transactional_producer
+from fastlog.server.txn.apis import add_partitions, end_txn
 from fastlog.server.txn.markers import complete_group_offsets
 from fastlog.server.txn.verification import unverified_partitions
 
@@ -380,6 +394,9 @@ class KafkaApis:
         if self.quotas.active:
             return await self._dispatch(conn, frame, True)
         fast = parse_produce_request(frame)
+        if fast is None and self.broker.authorizer is None:
+            # (with an authorizer, the transactional id's Write is the generic path's)
+            fast = parse_transactional_produce_request(frame)
         if fast is not None and (self.broker.authorizer is None
                                  or self._may_fast(conn, WRITE, fast[5])):
             try:
@@ -405,6 +422,9 @@ class KafkaApis:
                 raise CloseConnection("handler failed") from None
             if parts is not None:
                 return parts
+        fast = parse_txn_request(frame)
+        if fast is not None:
+            return await self._txn_one(conn, *fast)
         return await self._dispatch(conn, frame)
 
     def _may_fast(self, conn, operation, topic: str) -> bool:
@@ -1108,12 +1128,19 @@ class KafkaApis:
             write_behind=True))
 
     async def _produce_one(self, conn, api_version, correlation_id, client_id, acks,
-                           timeout_ms, topic, partition, records):
-        """Produce v3-v11 of one partition of one topic without a transactional id, as
-        fastlog.protocol._produce read it from the frame: the same steps as
-        handle_produce, answered in compiled code when the append succeeded. Returns
-        the response parts (None for acks=0)."""
-        if is_transactional_records(records):   # (no transactional id on this path)
+                           timeout_ms, topic, partition, records, transactional_id=None):
+        """Produce v3-v11 of one partition of one topic, as fastlog.protocol._produce read
+        it from the frame (a transactional id only when no authorizer is configured):
+        the same steps as handle_produce, answered in compiled code when the append
+        succeeded. Returns the response parts (None for acks=0)."""
+        if transactional_id is not None:
+            # KIP-890: a transactional write to a partition not in the transaction
+            unverified = await unverified_partitions(self.broker, transactional_id,
+                                                     [(topic, partition, records)])
+            r = unverified.get((topic, partition))
+            r = await self._append_led(topic, partition, records, acks, api_version) \
+                if r is None else self.broker.topic_stats.produce_done(topic, records, r)
+        elif is_transactional_records(records):   # transactional batches need the id
             r = PartitionResult(Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         else:
             r = await self._append_led(topic, partition, records, acks, api_version)
@@ -1134,6 +1161,31 @@ class KafkaApis:
         return protocol.encode_response(ApiKey.PRODUCE, api_version, correlation_id, {
             "responses": [{"name": topic, "partition_responses": [answer]}],
             "throttle_time_ms": 0, "node_endpoints": endpoints})
+
+    # ------------------------------------------------------------------ transactions
+    async def _txn_one(self, conn, api_key, api_version, correlation_id, client_id,
+                       transactional_id, producer_id, producer_epoch, arg):
+        """AddPartitionsToTxn v0-v2 (`arg`: the (topic, partition) pairs) or EndTxn v0-v2
+        (`arg`: committed), as fastlog.protocol._txn read them from the frame: the
+        generic handlers' steps (fastlog/server/txn/apis.py), answered in compiled
+        code."""
+        ctx = RequestContext(self.broker, protocol.RequestHeader(
+            api_key, api_version, correlation_id, client_id), conn)
+        try:
+            if api_key == ApiKey.END_TXN:
+                err = await end_txn(ctx, transactional_id, producer_id, producer_epoch, arg)
+                return [encode_end_txn_response(api_version, correlation_id, err)]
+            result = await add_partitions(ctx, transactional_id, producer_id, producer_epoch,
+                                          arg, False)
+            return [encode_add_partitions_to_txn_response(
+                api_version, correlation_id,
+                [(t["name"], t["partitions"]) for t in _by_topic(result, lambda p, e: (p, e))])]
+        except CloseConnection:
+            raise
+        except Exception:
+            log.exception("%s v%d from client %r failed", ApiKey(api_key).name, api_version,
+                          client_id)
+            raise CloseConnection("handler failed") from None
 
     # ------------------------------------------------------------------ Fetch
     def _fetch_one(self, api_version, correlation_id, client_id, max_wait_ms, min_bytes,

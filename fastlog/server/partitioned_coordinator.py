@@ -26,6 +26,8 @@ import math
 import time
 from typing import Any
 
+from fastlog._net import _Resumed
+
 log = logging.getLogger(__name__)
 
 # Kafka's sensors sample over metrics.num.samples (2) windows of metrics.sample.window.ms
@@ -94,6 +96,21 @@ class PartitionedCoordinator:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
+
+    def _start(self, coro) -> asyncio.Task | None:
+        """Background work started eagerly: ``coro`` runs now, up to its first real
+        suspension, and only what is left then goes to a task (_spawn), as the socket
+        server starts handlers (_net._Resumed). Work that never waits (a transaction's
+        markers and Complete* on one node) costs no task; an exception it raises before
+        suspending is logged, as a task's would be."""
+        try:
+            first = coro.send(None)
+        except StopIteration:
+            return None
+        except Exception:
+            log.exception("%s: background work failed", self.TOPIC)
+            return None
+        return self._spawn(_Resumed(coro, first))
 
     def _leads(self, partition: int) -> bool:
         """Whether this broker leads the partition (always, on one node)."""

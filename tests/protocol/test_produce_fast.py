@@ -10,6 +10,7 @@ from fastlog.protocol._produce import (
     LAST_VERSION,
     encode_produce_response,
     parse_produce_request,
+    parse_transactional_produce_request,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -180,3 +181,51 @@ def test_answer_is_the_generic_encoding(version, topic, offsets):
 def test_answer_refuses_versions_it_does_not_encode(version):
     with pytest.raises(ValueError):
         encode_produce_response(version, 1, "t", 0, 0, -1, 0)
+
+
+def generic_txn_parse(frame):
+    header, offset = decode_request_header(frame)
+    req = decode_request(header.api_key, header.api_version, frame, offset)
+    return generic_parse(frame) + (req.transactional_id,)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("txn_id", ["", "tx", "tränsactiön-ü", "x" * 200])
+def test_a_transactional_id_is_read_by_its_own_reader(version, txn_id):
+    frame = produce_frame(version, transactional_id=txn_id, client_id="c", acks=-1,
+                          timeout_ms=900, correlation_id=3, topics=(("t", ((2, RECORDS),)),))
+    fast = parse_transactional_produce_request(memoryview(frame))
+    assert fast is not None
+    assert fast[:7] + (bytes(fast[7]), fast[8]) == generic_txn_parse(frame)
+    assert fast[8] == txn_id
+    # each reader takes only its own shape
+    assert parse_produce_request(frame) is None
+    assert parse_transactional_produce_request(produce_frame(version)) is None
+
+
+@pytest.mark.parametrize("version", [5, 9])
+def test_transactional_truncations_and_bad_ids_are_refused(version):
+    frame = produce_frame(version, transactional_id="tid", client_id="cid")
+    for n in range(len(frame)):
+        assert parse_transactional_produce_request(frame[:n]) is None
+    bad = bytearray(frame)
+    bad[bad.index(b"tid")] = 0xFF
+    assert parse_transactional_produce_request(bytes(bad)) is None
+    two = produce_frame(version, transactional_id="tid",
+                        topics=(("a", ((0, RECORDS), (1, RECORDS))),))
+    assert parse_transactional_produce_request(two) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=60), st.integers(0, 119), st.binary(min_size=1, max_size=4))
+@pytest.mark.parametrize("version", [8, 9])
+def test_damaged_transactional_frames_never_disagree(version, tail, at, patch):
+    frame = bytearray(produce_frame(version, transactional_id="txn",
+                                    topics=(("t", ((0, tail),)),)))
+    at = min(at, len(frame) - 1)
+    frame[at:at + len(patch)] = patch
+    for parse, generic in ((parse_transactional_produce_request, generic_txn_parse),
+                           (parse_produce_request, generic_parse)):
+        fast = parse(bytes(frame))
+        if fast is not None:
+            assert fast[:7] + (bytes(fast[7]),) + fast[8:] == generic(bytes(frame))

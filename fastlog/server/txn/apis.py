@@ -85,7 +85,7 @@ async def handle_add_partitions_to_txn(ctx, request):
     (a partition leader asking whether a producer's partitions are in its transaction)."""
     v = ctx.api_version
     if v < 4:
-        result = await _add_partitions(
+        result = await add_partitions(
             ctx, request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
             request.v3_and_below_producer_epoch,
             [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions], False)
@@ -95,7 +95,7 @@ async def handle_add_partitions_to_txn(ctx, request):
                 "results_by_transaction": []}
     out = []
     for txn in request.transactions:
-        result = await _add_partitions(
+        result = await add_partitions(
             ctx, txn.transactional_id, txn.producer_id, txn.producer_epoch,
             [(t.name, p) for t in txn.topics for p in t.partitions], txn.verify_only)
         out.append({"transactional_id": txn.transactional_id,
@@ -109,10 +109,11 @@ def _topic_results(result: dict[tuple[str, int], Errors]) -> list[dict]:
                                                       "partition_error_code": e})]
 
 
-async def _add_partitions(ctx, txn_id, producer_id, producer_epoch, wanted, verify_only
-                          ) -> dict[tuple[str, int], Errors]:
+async def add_partitions(ctx, txn_id, producer_id, producer_epoch, wanted, verify_only
+                         ) -> dict[tuple[str, int], Errors]:
     """Kafka's handleAddPartitionsToTransaction (or, verify_only,
-    handleVerifyPartitionsInTransaction) for one transaction: an error per partition."""
+    handleVerifyPartitionsInTransaction) for one transaction: an error per partition
+    (also KafkaApis's compiled path for v0-v2, with the partitions as it read them)."""
     c = _coordinator(ctx)
     v = ctx.api_version
     if not authorize(ctx, WRITE, TRANSACTIONAL_ID, txn_id):
@@ -157,16 +158,21 @@ async def handle_add_offsets_to_txn(ctx, request):
 
 # ------------------------------------------------------------------ EndTxn
 async def handle_end_txn(ctx, request):
+    return {"throttle_time_ms": 0, "error_code": await end_txn(
+        ctx, request.transactional_id, request.producer_id, request.producer_epoch,
+        bool(request.committed))}
+
+
+async def end_txn(ctx, txn_id, producer_id, producer_epoch, committed: bool) -> Errors:
+    """Kafka's handleEndTxn: the error code of the answer (also KafkaApis's compiled path
+    for v0-v2)."""
     c = _coordinator(ctx)
-    if not authorize(ctx, WRITE, TRANSACTIONAL_ID, request.transactional_id):
-        err = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    elif c is None:
-        err = Errors.COORDINATOR_NOT_AVAILABLE
-    else:
-        err = _fenced(await c.end_transaction(request.transactional_id, request.producer_id,
-                                              request.producer_epoch, bool(request.committed)),
-                      ctx.api_version, 2)
-    return {"throttle_time_ms": 0, "error_code": err}
+    if not authorize(ctx, WRITE, TRANSACTIONAL_ID, txn_id):
+        return Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    if c is None:
+        return Errors.COORDINATOR_NOT_AVAILABLE
+    return _fenced(await c.end_transaction(txn_id, producer_id, producer_epoch, committed),
+                   ctx.api_version, 2)
 
 
 # ------------------------------------------------------------------ TxnOffsetCommit

@@ -11,11 +11,13 @@ cache only once the write succeeded; while a write is in flight the id has a pen
 and other requests for it answer CONCURRENT_TRANSACTIONS, as Kafka's
 ``pendingTransitionInProgress``.
 
-After PrepareCommit/PrepareAbort is durable the client is answered and the markers go out
-(``_complete_transaction``): to every partition of the transaction through a
-``MarkerWriter`` (markers.py: the local replica manager, or WriteTxnMarkers to the
-partition's leader), retried until each partition took it, then CompleteCommit /
-CompleteAbort is written. A transaction found in PrepareCommit/PrepareAbort when a
+After PrepareCommit/PrepareAbort is durable the markers go out (``_complete_transaction``):
+to every partition of the transaction through a ``MarkerWriter`` (markers.py: the local
+replica manager, or WriteTxnMarkers to the partition's leader), retried until each
+partition took it, then CompleteCommit / CompleteAbort is written. EndTxn starts this
+eagerly (``_start``): what needs no waiting (on one node, all of it) is done before the
+client is answered; the rest (another broker's answer, a retry) goes on in a task while
+the client has its answer, as Kafka answers once the Prepare state is written. A transaction found in PrepareCommit/PrepareAbort when a
 partition loads (restart, new leader) is completed the same way.
 
 Timers: every ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` the Ongoing
@@ -453,7 +455,9 @@ class TransactionCoordinator(PartitionedCoordinator):
             target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
             err = await self._transit(txn, txn.record(state=target, last_update_ms=now_ms()))
             if err is Errors.NONE:
-                self._spawn(self._complete_transaction(txn, commit))
+                # the client is answered once the markers are written or, when they have
+                # to wait (another broker's partition, a retry), while they are
+                self._start(self._complete_transaction(txn, commit))
             return err
         if state is TxnState.COMPLETE_COMMIT:
             return Errors.NONE if commit else Errors.INVALID_TXN_STATE

@@ -22,6 +22,7 @@ ValueError) naming what was wrong, never anything else, for arbitrary input.
 from __future__ import annotations
 
 import enum
+import struct
 from dataclasses import dataclass, field
 
 from fastlog._codec import CodecError, Reader, Writer
@@ -84,25 +85,42 @@ def encode_txn_key(transactional_id: str) -> bytes:
     return w.getvalue()
 
 
+# TransactionLogValue v0 around its partitions: version, producer id, epoch, timeout,
+# state, topic count; then last update and start times
+_VALUE_HEAD = struct.Struct(">hqhibi")
+_VALUE_TAIL = struct.Struct(">qq")
+
+
 def encode_txn_value(rec: TxnRecord) -> bytes:
+    """TransactionLogValue v0 (one per state change of every transaction: struct-packed,
+    the partitions' encoding reused while the set is the same, as Ongoing and Prepare*
+    of a transaction and the transactions of one producer have it)."""
+    key = frozenset(rec.partitions)
+    encoded = _PARTITIONS.get(key)
+    if encoded is None:
+        encoded = _encode_partitions(key)
+        if len(_PARTITIONS) >= _PARTITIONS_CACHED:
+            _PARTITIONS.clear()
+        _PARTITIONS[key] = encoded
+    return b"".join((_VALUE_HEAD.pack(TXN_VALUE_VERSION, rec.producer_id, rec.producer_epoch,
+                                      rec.timeout_ms, int(rec.state), encoded[0]),
+                     encoded[1], _VALUE_TAIL.pack(rec.last_update_ms, rec.start_ms)))
+
+
+# frozenset of partitions -> (topic count, the topics' bytes), for encode_txn_value
+_PARTITIONS: dict[frozenset, tuple[int, bytes]] = {}
+_PARTITIONS_CACHED = 1024
+
+
+def _encode_partitions(partitions) -> tuple[int, bytes]:
     by_topic: dict[str, list[int]] = {}
-    for t, p in sorted(rec.partitions):
+    for t, p in sorted(partitions):
         by_topic.setdefault(t, []).append(p)
-    w = Writer(48 + sum(8 + len(t) + 4 * len(ps) for t, ps in by_topic.items()))
-    w.int16(TXN_VALUE_VERSION)
-    w.int64(rec.producer_id)
-    w.int16(rec.producer_epoch)
-    w.int32(rec.timeout_ms)
-    w.int8(int(rec.state))
-    w.array_len(len(by_topic))
+    out = []
     for t, ps in by_topic.items():
-        w.string(t)
-        w.array_len(len(ps))
-        for p in ps:
-            w.int32(p)
-    w.int64(rec.last_update_ms)
-    w.int64(rec.start_ms)
-    return w.getvalue()
+        name = t.encode()
+        out.append(struct.pack(f">h{len(name)}si{len(ps)}i", len(name), name, len(ps), *ps))
+    return len(by_topic), b"".join(out)
 
 
 def decode_txn_key(key) -> str:

@@ -30,6 +30,7 @@ nothing is awaited between the check and the append.
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 from fastlog.client.errors import ProtocolMismatch
@@ -46,6 +47,7 @@ _ATTRIBUTES_LOW_BYTE = 22
 _ATTR_CONTROL = 0x20
 _PRODUCER_ID_AT = 43
 _PRODUCER_EPOCH_AT = 51
+_PRODUCER = struct.Struct(">qh")   # the producer id and epoch, adjacent in the header
 _HEADER_BYTES = 61
 
 # AddPartitionsToTxn's first version with verify_only
@@ -55,8 +57,7 @@ _RETRIABLE = (Errors.CONCURRENT_TRANSACTIONS, Errors.COORDINATOR_LOAD_IN_PROGRES
 
 
 def _producer(records) -> tuple[int, int]:
-    b = bytes(records[_PRODUCER_ID_AT:_PRODUCER_EPOCH_AT + 2])
-    return int.from_bytes(b[:8], "big", signed=True), int.from_bytes(b[8:], "big", signed=True)
+    return _PRODUCER.unpack_from(records, _PRODUCER_ID_AT)
 
 
 def _result(err: Errors) -> PartitionResult:
