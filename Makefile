@@ -7,6 +7,8 @@ PORT ?= 9092
 HTTP_PORT ?= 9644
 DATA ?= ./data
 ARGS ?=
+# `make test` runs the suite in this many processes (pytest-xdist); PYTEST_ARGS adds options
+PYTEST_WORKERS ?= 2
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 RUN_STAMP := $(VENV)/.fastlog-run
@@ -51,7 +53,7 @@ system-deps:
 	@bash scripts/install-system-deps.sh
 
 test: $(TEST_STAMP) build system-deps
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 lint: $(RUN_STAMP)
 	$(VENV)/bin/ruff check fastlog tests perf

@@ -23,3 +23,18 @@ def pytest_sessionstart(session):
             continue
         if not str(module.__file__).endswith(".so"):
             raise pytest.UsageError(f"{name} is not compiled ({module.__file__}); run 'make build'")
+
+
+def pytest_collection_modifyitems(config, items):
+    # `make test` runs the suite in two processes (pytest-xdist, --dist loadgroup). A test
+    # file stays in one process, so its module fixtures start once; so does the Spark
+    # folder, whose files share one SparkSession and one broker. That folder is the longest
+    # group, so it is handed out first and the other process takes the rest meanwhile.
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    groups = {}
+    for item in items:
+        path = pathlib.Path(str(item.fspath)).resolve().relative_to(ROOT)
+        groups[item.nodeid] = "spark" if path.parts[:2] == ("tests", "spark") else path.as_posix()
+        item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
+    items.sort(key=lambda item: groups[item.nodeid] != "spark")   # stable: order kept
