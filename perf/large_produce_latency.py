@@ -32,12 +32,16 @@ send to the answer (the round trip alone). Per window also the share of time som
 of the machine waited for a CPU (/proc/pressure/cpu) and the broker's threads' waits for
 one: the quiet tail moves with them.
 
+On a machine shared with other work, --nice -10 (as root) runs the broker, the probe
+and the load before it, so that a window measures them rather than the other work: the
+check workers, at +10 from the broker, then run at the others' priority.
+
 Prints one JSON line per segment, then a summary line. --tree runs another built
 checkout's broker instead of this one (an A/B of two trees: run both, alternating).
 
 Usage: .venv/bin/python perf/large_produce_latency.py [--codec gzip] [--batch-records N]
            [--record-size B] [--streams S] [--rate R] [--probe produce|apiversions]
-           [--segments N] [--window S] [--settle S] [--tree DIR]
+           [--segments N] [--window S] [--settle S] [--nice N] [--tree DIR]
            [--override KEY=VALUE ...]
 """
 
@@ -47,6 +51,7 @@ import argparse
 import gc
 import json
 import multiprocessing
+import os
 import random
 import socket
 import statistics
@@ -234,16 +239,19 @@ def _cpu_some_s() -> float:
         return 0.0
 
 
-def _run_delay_s(pid: int) -> float:
-    """Seconds the threads of pid spent runnable but waiting for a CPU
-    (/proc/PID/task/*/schedstat, second field)."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
+def _sched_s(pid: int, tid: int | None = None) -> tuple[float, float]:
+    """(CPU seconds, seconds runnable but waiting for a CPU) of the threads of pid, or of
+    its thread tid only (/proc/PID/task/*/schedstat)."""
+    cpu = wait = 0
+    tasks = [Path(f"/proc/{pid}/task/{tid}")] if tid else Path(f"/proc/{pid}/task").iterdir()
+    for task in tasks:
         try:
-            total += int((task / "schedstat").read_text().split()[1])
+            fields = (task / "schedstat").read_text().split()
+            cpu += int(fields[0])
+            wait += int(fields[1])
         except (OSError, ValueError, IndexError):
             pass   # a thread that ended meanwhile
-    return total / 1e9
+    return cpu / 1e9, wait / 1e9
 
 
 def run(opts, emit) -> dict:
@@ -300,11 +308,14 @@ def run(opts, emit) -> dict:
                         active.set()
                     time.sleep(opts.settle)
                     n0, t0 = answered.value, time.monotonic()
-                    p0, d0 = _cpu_some_s(), _run_delay_s(broker.pid)
+                    p0, b0, l0 = (_cpu_some_s(), _sched_s(broker.pid),
+                                  _sched_s(broker.pid, broker.pid))
                     time.sleep(opts.window)
                     n1, t1 = answered.value, time.monotonic()
-                    waits = ((_cpu_some_s() - p0) / (t1 - t0),
-                             (_run_delay_s(broker.pid) - d0) / (t1 - t0))
+                    b1, l1 = _sched_s(broker.pid), _sched_s(broker.pid, broker.pid)
+                    span = t1 - t0
+                    waits = ((_cpu_some_s() - p0) / span, (b1[1] - b0[1]) / span,
+                             (b1[0] - b0[0]) / span, (l1[0] - l0[0]) / span)
                     if loaded:
                         active.clear()
                         for i in idles:
@@ -328,7 +339,7 @@ def run(opts, emit) -> dict:
     segments = []
     for seg in range(opts.segments):
         got = {}
-        for s, loaded, t0, t1, n, (some, delay) in windows:
+        for s, loaded, t0, t1, n, (some, delay, cpu, loop_cpu) in windows:
             if s != seg:
                 continue
             st = _stats([r for r in rows if t0 <= r[0] < t1])
@@ -336,12 +347,22 @@ def run(opts, emit) -> dict:
             # broker's threads' waits for one (CPU seconds per second)
             st["cpu_some_pct"] = round(some * 100, 1)
             st["broker_run_delay_ms_per_s"] = round(delay * 1000, 1)
+            # the broker's CPU (its own threads; the check workers are other processes)
+            # and its request loop's (the main thread), ms per second
+            st["broker_cpu_ms_per_s"] = round(cpu * 1000, 1)
+            st["loop_cpu_ms_per_s"] = round(loop_cpu * 1000, 1)
             if loaded:
                 st["large_requests"] = n
                 st["large_raw_mb_per_s"] = round(n * raw_bytes / (t1 - t0) / 1e6, 1)
             got["loaded" if loaded else "quiet"] = st
         q, lo = got["quiet"], got["loaded"]
+        per_request = opts.window / max(lo["large_requests"], 1)
         seg_row = {"segment": seg, "quiet": q, "loaded": lo,
+                   # what one large request added to the loop's and the broker's CPU
+                   "loop_cpu_ms_per_large": round(
+                       (lo["loop_cpu_ms_per_s"] - q["loop_cpu_ms_per_s"]) * per_request, 2),
+                   "broker_cpu_ms_per_large": round(
+                       (lo["broker_cpu_ms_per_s"] - q["broker_cpu_ms_per_s"]) * per_request, 2),
                    "p99_ratio": round(lo["p99_ms"] / max(q["p99_ms"], 1e-3), 2),
                    "rtt_p99_ratio": round(lo["rtt_p99_ms"] / max(q["rtt_p99_ms"], 1e-3), 2)}
         segments.append(seg_row)
@@ -362,6 +383,10 @@ def run(opts, emit) -> dict:
         "quiet_cpu_some_pct": med("cpu_some_pct", "quiet"),
         "loaded_rtt_p99_ms": med("rtt_p99_ms", "loaded"),
         "large_raw_mb_per_s": med("large_raw_mb_per_s", "loaded"),
+        "loop_cpu_ms_per_large": round(statistics.median(
+            s["loop_cpu_ms_per_large"] for s in segments), 2),
+        "broker_cpu_ms_per_large": round(statistics.median(
+            s["broker_cpu_ms_per_large"] for s in segments), 2),
         "p99_ratio": round(statistics.median(ratios), 2),
         "p99_ratio_range": [min(ratios), max(ratios)],
         "rtt_p99_ratio": round(statistics.median(rtt_ratios), 2),
@@ -389,6 +414,10 @@ def main(argv=None) -> int:
                     help="seconds of each window (default 4)")
     ap.add_argument("--settle", type=float, default=0.5,
                     help="seconds between a change of load and the next window (default 0.5)")
+    ap.add_argument("--nice", type=int, default=0,
+                    help="added to this script's nice value, inherited by the broker, the "
+                         "probe and the load (negative: before the machine's other work; "
+                         "needs the privilege to raise priority)")
     ap.add_argument("--tree", type=Path, default=None,
                     help="run the broker of this built checkout instead")
     ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
@@ -398,16 +427,19 @@ def main(argv=None) -> int:
     if (opts.batch_records < 1 or opts.record_size < 1 or not 1 <= opts.streams <= 16
             or not 1 <= opts.rate <= 20_000 or not 1 <= opts.segments <= 50
             or not 0.5 <= opts.window <= 120 or not 0 <= opts.settle <= 10
+            or not -20 <= opts.nice <= 19
             or opts.batch_records * opts.record_size > (60 << 20)):
         print("large_produce_latency: --batch-records and --record-size must be positive, "
               "a batch at most 60 MiB of records, --streams 1 to 16, --rate 1 to 20,000, "
-              "--segments 1 to 50, --window 0.5 to 120 s, --settle 0 to 10 s",
+              "--segments 1 to 50, --window 0.5 to 120 s, --settle 0 to 10 s, --nice -20 to 19",
               file=sys.stderr)
         return 2
     if opts.tree is not None and not (opts.tree / "fastlog").is_dir():
         print(f"large_produce_latency: {opts.tree} is not a fastlog checkout", file=sys.stderr)
         return 2
     try:
+        if opts.nice:
+            os.nice(opts.nice)
         run(opts, lambda r: print(json.dumps(r), flush=True))
     except (RuntimeError, OSError) as exc:
         print(f"large_produce_latency: {exc}", file=sys.stderr)
