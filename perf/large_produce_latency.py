@@ -34,14 +34,18 @@ one: the quiet tail moves with them.
 
 On a machine shared with other work, --nice -10 (as root) runs the broker, the probe
 and the load before it, so that a window measures them rather than the other work: the
-check workers, at +10 from the broker, then run at the others' priority.
+check workers, at +10 from the broker, then run at the others' priority. The large
+producer would be another machine in a deployment; here its sending (a core's worth of
+loopback TCP at 150 MB/s) competes with the broker for the same two cores, and
+--load-nice 10 has the kernel give it the CPU last.
 
 Prints one JSON line per segment, then a summary line. --tree runs another built
 checkout's broker instead of this one (an A/B of two trees: run both, alternating).
 
 Usage: .venv/bin/python perf/large_produce_latency.py [--codec gzip] [--batch-records N]
            [--record-size B] [--streams S] [--rate R] [--probe produce|apiversions]
-           [--segments N] [--window S] [--settle S] [--nice N] [--tree DIR]
+           [--segments N] [--window S] [--settle S] [--nice N] [--load-nice N]
+           [--tree DIR]
            [--override KEY=VALUE ...]
 """
 
@@ -176,9 +180,12 @@ def _probe_main(port: int, kind: str, rate: int, out_path: str, ready, quit_) ->
     Path(out_path).write_bytes(rows.tobytes())
 
 
-def _load_main(port: int, request_path: str, active, idle, quit_, answered) -> None:
+def _load_main(port: int, request_path: str, active, idle, quit_, answered,
+               nice: int) -> None:
     """Load process: while `active` is set, large requests back to back; `idle` is set
     whenever no request is outstanding; answered counts the responses."""
+    if nice:
+        os.nice(nice)
     request = Path(request_path).read_bytes()
     view = memoryview(bytearray(1 << 16))
     with socket.create_connection(("127.0.0.1", port), timeout=120) as s:
@@ -294,7 +301,8 @@ def run(opts, emit) -> dict:
             for _ in range(opts.streams):
                 idle = ctx.Event()
                 p = ctx.Process(target=_load_main, args=(
-                    port, str(request_path), active, idle, quit_, answered), daemon=True)
+                    port, str(request_path), active, idle, quit_, answered, opts.load_nice),
+                    daemon=True)
                 p.start()
                 procs.append(p)
                 idles.append(idle)
@@ -418,6 +426,9 @@ def main(argv=None) -> int:
                     help="added to this script's nice value, inherited by the broker, the "
                          "probe and the load (negative: before the machine's other work; "
                          "needs the privilege to raise priority)")
+    ap.add_argument("--load-nice", type=int, default=0,
+                    help="added to the load processes' nice value (e.g. 10: the large "
+                         "producer's own CPU, on the broker's machine here, taken last)")
     ap.add_argument("--tree", type=Path, default=None,
                     help="run the broker of this built checkout instead")
     ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
@@ -427,11 +438,11 @@ def main(argv=None) -> int:
     if (opts.batch_records < 1 or opts.record_size < 1 or not 1 <= opts.streams <= 16
             or not 1 <= opts.rate <= 20_000 or not 1 <= opts.segments <= 50
             or not 0.5 <= opts.window <= 120 or not 0 <= opts.settle <= 10
-            or not -20 <= opts.nice <= 19
+            or not -20 <= opts.nice <= 19 or not 0 <= opts.load_nice <= 19
             or opts.batch_records * opts.record_size > (60 << 20)):
         print("large_produce_latency: --batch-records and --record-size must be positive, "
               "a batch at most 60 MiB of records, --streams 1 to 16, --rate 1 to 20,000, "
-              "--segments 1 to 50, --window 0.5 to 120 s, --settle 0 to 10 s, --nice -20 to 19",
+              "--segments 1 to 50, --window 0.5 to 120 s, --settle 0 to 10 s, --nice -20 to 19, --load-nice 0 to 19",
               file=sys.stderr)
         return 2
     if opts.tree is not None and not (opts.tree / "fastlog").is_dir():
