@@ -70,7 +70,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from compare import raw_connection, start_fastlog  # noqa: E402
+from compare import raw_connection, recv_exact, start_fastlog  # noqa: E402
 
 from fastlog import _codec, protocol  # noqa: E402
 from fastlog.compression import CODEC_NAMES  # noqa: E402
@@ -122,21 +122,11 @@ def _probe_request(kind: str) -> tuple[bytes, int, int]:
 def _recv_frame(s: socket.socket, view: memoryview) -> int:
     """One response into view (size prefix dropped); its length. Responses larger than
     the buffer are not expected from the probe's requests."""
-    got = 0
-    while got < 4:
-        n = s.recv_into(view[got:4])
-        if not n:
-            raise ConnectionError("the broker closed the probe's connection")
-        got += n
+    recv_exact(s, view, 4)
     size = struct.unpack_from(">i", view, 0)[0]
     if not 0 < size <= len(view):
         raise ConnectionError(f"a response of {size} bytes")
-    got = 0
-    while got < size:
-        n = s.recv_into(view[got:size])
-        if not n:
-            raise ConnectionError("the broker closed the probe's connection")
-        got += n
+    recv_exact(s, view, size)
     return size
 
 
