@@ -80,6 +80,8 @@ def test_large_batches_are_checked_in_niced_worker_processes(vbroker):
     assert vbroker.stop() == 0
     assert wait_until(lambda: all(_stat(pid) is None or _stat(pid)[0] == b"Z"
                                   for pid in workers), timeout=10), "workers outlived the broker"
+    # the workers read the batch out of the request frame (no fallback to the pipe)
+    assert "cannot read the broker's memory" not in vbroker.log_path.read_text(errors="replace")
 
 
 def test_a_killed_worker_costs_no_request(vbroker):
