@@ -293,9 +293,9 @@ cdef class MemoryPool:
     (Kafka's queued.max.request.bytes and its non-strict SimpleMemoryPool).
 
     A connection reserves the claimed size of a frame that outgrows its first read buffer
-    (READ_BUFFER, not counted) before the buffer grows; its pages are still
-    touched only as bytes arrive. As in Kafka a reservation succeeds while any memory is left,
-    even if it is bigger than what is left, so a frame of up to socket.request.max.bytes
+    (READ_BUFFER, not counted) before the buffer grows; its pages are still touched only
+    as bytes arrive. As in Kafka a reservation succeeds while any memory is left, even
+    if it is bigger than what is left, so a frame of up to socket.request.max.bytes
     always fits in the end and the total stays below capacity + one frame. Holding its
     whole reservation, a connection that started a frame can always finish it: no
     deadlock. While nothing is left, connections that need memory are muted and queue
