@@ -173,11 +173,6 @@ log = logging.getLogger("fastlog.net")
 cdef Py_ssize_t READ_BUFFER = 16384
 # Buffers grown beyond this for one big frame go back to READ_BUFFER once it is consumed.
 cdef Py_ssize_t READ_BUFFER_KEEP = 1 << 20
-# Bytes of one recv: a large frame arrives in steps of at most this, each a readable
-# event of its own, so the loop serves other connections between them (the copy out of
-# the socket of 256 KiB is about 0.1 ms; a frame-sized buffer would otherwise take
-# megabytes in one call while the socket holds them).
-cdef Py_ssize_t RECV_CHUNK = 256 * 1024
 # Frames handled in one go per readable event before yielding to other connections.
 cdef int FRAMES_PER_EVENT = 32
 # Threaded mode: frames of one connection handed to the API loop before the first of them
@@ -516,7 +511,7 @@ cdef class Connection:
                     return
             p = PyByteArray_AS_STRING(self.rbuf) + self.rend
             with nogil:
-                n = recv(self.fd, p, <size_t>min(free_space, RECV_CHUNK), 0)
+                n = recv(self.fd, p, <size_t>free_space, 0)
             if n > 0:
                 self.rend += n
                 self._note_arrival()
