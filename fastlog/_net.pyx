@@ -23,9 +23,11 @@
 # A handler may await for as long as it likes (a parked fetch) without blocking anyone.
 #
 # Untrusted input: a size <= 0 or > max_request_size closes the connection with a log
-# line before anything is allocated; a buffer grows at most to eight times the bytes
-# actually received, and unzeroed (its pages are touched only as bytes arrive), so a
-# client claiming a big (legal) frame gets memory only as it sends bytes.
+# line before anything is allocated; a frame's claim is reserved in the memory pool
+# before its buffer grows, and the buffer is unzeroed (its pages are touched only as
+# bytes arrive), so a client claiming a big (legal) frame gets memory only as it sends
+# bytes, and all claims together stay within the pool (unbounded pool: a buffer grows
+# at most to eight times the bytes actually received).
 #
 # Limits, all shared by the processors of one SocketServer (Kafka's keys in brackets):
 #   - memory: a frame bigger than the first read buffer reserves its claimed size in the
@@ -286,9 +288,9 @@ cdef class MemoryPool:
     (Kafka's queued.max.request.bytes and its non-strict SimpleMemoryPool).
 
     A connection reserves the claimed size of a frame that outgrows its first read buffer
-    (READ_BUFFER, not counted) before the buffer grows; the buffer itself still grows
-    only as bytes arrive. As in Kafka a reservation succeeds while any memory is left,
-    even if it is bigger than what is left, so a frame of up to socket.request.max.bytes
+    (READ_BUFFER, not counted) before the buffer grows; its pages are still touched only
+    as bytes arrive. As in Kafka a reservation succeeds while any memory is left, even
+    if it is bigger than what is left, so a frame of up to socket.request.max.bytes
     always fits in the end and the total stays below capacity + one frame. Holding its
     whole reservation, a connection that started a frame can always finish it: no
     deadlock. While nothing is left, connections that need memory are muted and queue
@@ -458,19 +460,23 @@ cdef class Connection:
             self.rend = avail
             self.rstart = 0
             return 1
-        # The buffer is full of one incomplete frame: grow, but at most to eight times what
-        # was received (never to the claimed size directly: the claim is untrusted). The
-        # whole claim is reserved in the pool first, so the frame can always be finished.
-        # The new buffer is not zeroed: its pages cost memory only as bytes arrive, and a
-        # large frame is copied three times on its way up (16 KiB, 128 KiB, 1 MiB, 8 MiB)
-        # instead of nine (zeroing and copying a 6 MB frame's buffers took milliseconds of
-        # the request loop, perf/large_produce_latency.py).
+        # The buffer is full of one incomplete frame: grow. The whole claim is reserved in
+        # the pool first, so the frame can always be finished. With a bounded pool
+        # [queued.max.request.bytes] the claims of all connections are bounded, so the
+        # buffer is the frame's size at once: it is not zeroed, so its pages cost memory
+        # only as bytes arrive, and the frame is received into it with no copy on the way
+        # (growing by steps copied 1.2 MB of a 6 MB frame on the request loop, and a
+        # recv had less room). With an unbounded pool the claim is untrusted: the buffer
+        # grows to at most eight times what was received (16 KiB, 128 KiB, 1 MiB, ...).
         extra = <long long>(need - READ_BUFFER) - self.pool_bytes
         if need > cap and extra > 0:
             if not self.proc.server.memory_pool.try_reserve(self, extra):
                 return 0
             self.pool_bytes += extra
-        cap = min(need, 8 * cap)
+        if avail < 4 or self.proc.server.memory_pool.capacity <= 0:
+            cap = min(need, 8 * cap)
+        else:
+            cap = need
         grown = PyByteArray_FromStringAndSize(NULL, cap)
         memcpy(PyByteArray_AS_STRING(grown),
                PyByteArray_AS_STRING(self.rbuf) + self.rstart, avail)

@@ -338,7 +338,9 @@ def loopback_pump(total: int) -> float:
     return got / elapsed / 1e6
 
 
-def _recv_exact(sock, view, n: int) -> None:
+def recv_exact(sock, view, n: int) -> None:
+    """n bytes from sock into the start of view (a memoryview); ConnectionError when the
+    broker closes first."""
     pos = 0
     while pos < n:
         got = sock.recv_into(view[pos:n])
@@ -379,16 +381,16 @@ def lean_fetch(bootstrap: str, topic: str, total_bytes: int, fetch_bytes: int = 
             fetches += 1
             # size, corr, throttle, [topic], name; then [partition], index, error, hw,
             # lso, [aborted]; then the aborted entries and the records' length
-            _recv_exact(s, view, 18)
+            recv_exact(s, view, 18)
             size, _, _, _, name_len = struct.unpack_from(">iiiih", buf, 0)
-            _recv_exact(s, view, name_len + 30)
+            recv_exact(s, view, name_len + 30)
             _, error, _hw, _lso, aborted = struct.unpack_from(">ihqqi", buf, name_len + 4)
             if error:
                 raise RuntimeError(f"lean fetch: error code {error}")
             if not -1 <= aborted <= 1000:
                 raise RuntimeError("lean fetch: unexpected response layout")
             aborted_len = max(0, aborted) * 16   # -1: null
-            _recv_exact(s, view, aborted_len + 4)
+            recv_exact(s, view, aborted_len + 4)
             rlen = struct.unpack_from(">i", buf, aborted_len)[0]
             if rlen < 0 or size != 14 + name_len + 30 + aborted_len + 4 + rlen:
                 raise RuntimeError("lean fetch: unexpected response layout")

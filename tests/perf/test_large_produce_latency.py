@@ -1,5 +1,6 @@
-"""perf/large_produce_latency.py against a real broker: a short run reports the idle and
-loaded probes, the large requests answered and the ratio; bad options are one sentence."""
+"""perf/large_produce_latency.py against a real broker: a short run reports, per segment,
+the quiet and loaded windows of the raw probe and the large requests answered, then the
+median ratios; bad options are one sentence."""
 
 import json
 import subprocess
@@ -13,31 +14,39 @@ SCRIPT = Path(large_produce_latency.__file__)
 
 
 def _short_run(*extra: str) -> list[dict]:
-    """The JSON lines of a one-second run with 300 KB batches."""
+    """The JSON lines of a run of two one-second segments with 300 KB batches."""
     r = subprocess.run([sys.executable, str(SCRIPT), "--batch-records", "300",
-                        "--record-size", "1000", "--rate", "300", "--probe-seconds", "1",
-                        "--json", *extra],
+                        "--record-size", "1000", "--rate", "300", "--segments", "2",
+                        "--window", "1", "--settle", "0.2", *extra],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     return [json.loads(line) for line in r.stdout.strip().splitlines()]
 
 
-def test_small_run_reports_both_probes_and_the_large_stream():
+def test_small_run_reports_both_windows_of_each_segment_and_the_ratios():
     lines = _short_run("--codec", "zstd")
-    (run,), summary = lines[:-1], lines[-1]
-    assert run["codec"] == "zstd" and run["batch_raw_bytes"] == 300_000
-    assert run["large_requests"] > 0   # the large stream was answered meanwhile
-    for probe in ("idle", "loaded"):
-        assert run[probe]["p99_ms"] >= run[probe]["p50_ms"] > 0
-    assert summary == {"p99_loaded_vs_idle": run["p99_loaded_vs_idle"]}
+    segments, summary = lines[:-1], lines[-1]
+    assert [s["segment"] for s in segments] == [0, 1]
+    for seg in segments:
+        assert seg["loaded"]["large_requests"] > 0   # the large stream was answered meanwhile
+        for window in ("quiet", "loaded"):
+            w = seg[window]
+            assert w["count"] > 100   # about 300 probe requests per one-second window
+            assert w["p99_ms"] >= w["p50_ms"] > 0 and w["rtt_p99_ms"] >= w["rtt_p50_ms"] > 0
+    assert summary["codec"] == "zstd" and summary["batch_raw_bytes"] == 300_000
+    ratios = sorted(s["p99_ratio"] for s in segments)
+    assert summary["p99_ratio_range"] == ratios
+    assert summary["p99_ratio"] == round((ratios[0] + ratios[1]) / 2, 2)
 
 
-def test_override_runs_the_broker_with_a_config_key():
-    run = _short_run("--override", "num.network.threads=2")[0]
-    assert run["large_requests"] > 0
+def test_apiversions_probe_and_override():
+    lines = _short_run("--probe", "apiversions", "--override", "num.network.threads=2")
+    assert lines[-1]["probe"] == "apiversions"
+    assert all(s["loaded"]["large_requests"] > 0 for s in lines[:-1])
 
 
 def test_bad_options_are_one_sentence_and_exit_2():
     assert_refused(SCRIPT, "--streams", "0", needle="--streams")
     assert_refused(SCRIPT, "--batch-records", "100000", "--record-size", "1000",
                    needle="60 MiB")
+    assert_refused(SCRIPT, "--window", "0.1", needle="--window")

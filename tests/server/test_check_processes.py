@@ -1,8 +1,12 @@
 """Large produce batches checked in niced worker processes (fastlog/server/check_processes.py),
 against a real broker: the worker runs at a lower priority, a killed worker costs no
 request (the check runs on the broker's threads, then a new pool starts), and the
-workers end with the broker, also when it is SIGKILLed."""
+workers end with the broker, also when it is SIGKILLed. And the pool itself, in this
+process: a frame's records read in place by the worker, bytes through the pipe."""
 
+import asyncio
+import concurrent.futures
+import errno
 import os
 import random
 import signal
@@ -10,8 +14,16 @@ import time
 
 import pytest
 
+from fastlog import _codec
 from fastlog.protocol import Errors
-from fastlog.server.check_processes import NICE
+from fastlog.server.check_processes import (
+    NICE,
+    CheckProcesses,
+    RemoteReadError,
+    _address_of,
+    _read_broker_memory,
+)
+from fastlog.server.replica_manager import check_records
 from fastlog.testing import BrokerProcess, wait_until
 from tests.server.wire import Wire, batch, create_topic, healthy, produce
 
@@ -68,6 +80,8 @@ def test_large_batches_are_checked_in_niced_worker_processes(vbroker):
     assert vbroker.stop() == 0
     assert wait_until(lambda: all(_stat(pid) is None or _stat(pid)[0] == b"Z"
                                   for pid in workers), timeout=10), "workers outlived the broker"
+    # the workers read the batch out of the request frame (no fallback to the pipe)
+    assert "cannot read the broker's memory" not in vbroker.log_path.read_text(errors="replace")
 
 
 def test_a_killed_worker_costs_no_request(vbroker):
@@ -105,3 +119,43 @@ def test_workers_die_with_a_killed_broker(vbroker):
     vbroker.proc.wait(10)
     assert wait_until(lambda: all(_stat(pid) is None or _stat(pid)[0] == b"Z"
                                   for pid in workers), timeout=10), "workers outlived the broker"
+
+
+def _check_in(cp: CheckProcesses, records):
+    async def run():
+        with concurrent.futures.ThreadPoolExecutor(1) as fallback:
+            return await cp.check(fallback, check_records, records, 16 << 20, True,
+                                  _codec.DEFAULT_DECOMPRESS_LIMIT, True, False)
+    return asyncio.run(run())
+
+
+def test_a_worker_reads_the_frame_in_place_and_bytes_go_through_the_pipe():
+    """A request frame's records (a writable view) are read by the worker out of this
+    process's memory (process_vm_readv); bytes without an address go through the pipe;
+    both answer what check_records answers here, bad batches too."""
+    good = _big_batch(7)
+    bad = bytearray(good)
+    bad[-1] ^= 0xFF   # the CRC no longer matches
+    cp = CheckProcesses(1)
+    try:
+        frame = bytearray(b"head" + good + b"tail")
+        headers = _check_in(cp, memoryview(frame)[4:4 + len(good)])
+        assert cp.read_in_place, "the worker could not read the frame in place"
+        assert [(h.base_offset, h.record_count) for h in headers] == [(0, 2000)]
+        assert [h.record_count for h in _check_in(cp, good)] == [2000]   # bytes: the pipe
+        err = _check_in(cp, memoryview(bad))
+        assert isinstance(err, _codec.CodecError) and type(err) is type(
+            check_records(bytes(bad), 16 << 20, True, _codec.DEFAULT_DECOMPRESS_LIMIT))
+    finally:
+        cp.close()
+
+
+def test_an_unreadable_address_is_an_error_of_that_read_only():
+    """A worker's read of memory the broker does not map (EFAULT) raises for that read and
+    leaves in-place reads on (only a refusal of the call itself turns them off)."""
+    with pytest.raises(RemoteReadError) as e:
+        _read_broker_memory(os.getpid(), 8, 4096)
+    assert e.value.errno == errno.EFAULT
+    kept = bytearray(b"abc")
+    assert _read_broker_memory(os.getpid(), _address_of(memoryview(kept)), 3) == b"abc"
+    assert _address_of(memoryview(b"abc")) is None   # read-only: no in-place read
