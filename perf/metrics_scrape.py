@@ -8,18 +8,21 @@ to each,
 commits an offset for each in one group (so the lag series are as many as the
 partitions), then:
   - scrapes /metrics --scrapes times; per scrape, the wall time of the GET, the broker's
-    CPU (utime+stime from /proc/PID/stat around it) and the body's size;
+    CPU (the run time of its threads in /proc/PID/task/*/schedstat, nanoseconds, around
+    it) and the body's size;
   - meanwhile a probe sends ApiVersions round trips on one connection, back to back; their
     latencies during the scrapes are compared with the same probe's without scrapes.
-Prints one row per scrape and a JSON line of medians.
+Prints one row per scrape and a JSON line of medians. --tree runs another built
+checkout's broker instead of this one (an A/B of two trees; alternate the runs).
 
-    .venv/bin/python perf/metrics_scrape.py [--partitions 10000] [--scrapes 5]
+    .venv/bin/python perf/metrics_scrape.py [--partitions 10000] [--scrapes 5] [--tree DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -38,10 +41,15 @@ NL = b"\n"
 
 
 def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        stat = f.read()
-    fields = stat[stat.rfind(b")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / 100.0
+    """CPU time of every thread of process `pid` (a thread gone meanwhile: left out)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
+                total += int(f.read().split()[0])
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / 1e9
 
 
 def probe(w: Wire, stop: threading.Event, out: list[float]) -> None:
@@ -66,7 +74,16 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--partitions", type=int, default=10_000)
     ap.add_argument("--scrapes", type=int, default=5)
+    ap.add_argument("--tree", type=Path, default=None,
+                    help="run this built fastlog checkout's broker")
     args = ap.parse_args()
+    if args.tree is not None:
+        if not (args.tree / "fastlog").is_dir():
+            print(f"metrics_scrape: {args.tree} is not a fastlog checkout", file=sys.stderr)
+            return 2
+        os.environ["PYTHONPATH"] = str(args.tree.resolve())
+        # -P: not the current directory (a checkout too, maybe this one) before PYTHONPATH
+        os.environ["FASTLOG_TEST_SERVER"] = f"{sys.executable} -P -m fastlog.cli.server"
     n = args.partitions
     http_port = _free_port()
     with tempfile.TemporaryDirectory() as tmp:
@@ -118,7 +135,7 @@ def main() -> int:
                     body = r.read()
                 wall, cpu = time.perf_counter() - t0, cpu_seconds(b.proc.pid) - c0
                 rows.append((wall, cpu, len(body)))
-                print(f"scrape {i}: {wall * 1000:.0f} ms wall, {cpu * 1000:.0f} ms broker CPU, "
+                print(f"scrape {i}: {wall * 1000:.1f} ms wall, {cpu * 1000:.1f} ms broker CPU, "
                       f"{len(body) / 1e6:.1f} MB, {body.count(NL)} lines", flush=True)
                 time.sleep(0.5)
             stop.set()
@@ -132,7 +149,7 @@ def main() -> int:
         return xs[min(len(xs) - 1, int(f * len(xs)))] if xs else float("nan")
 
     print(json.dumps({
-        "partitions": n,
+        "partitions": n, "tree": str(args.tree or "."),
         "scrape_wall_ms_median": round(statistics.median(r[0] for r in rows) * 1000, 1),
         "scrape_broker_cpu_ms_median": round(statistics.median(r[1] for r in rows) * 1000, 1),
         "body_mb": round(rows[-1][2] / 1e6, 2),

@@ -95,10 +95,8 @@ cdef class GaugeRows:
         self._capacity = capacity
         return 0
 
-    def add(self, int32_t head, int64_t partition, int64_t v0, int64_t v1=0, int64_t v2=0,
-            int64_t v3=0):
-        """One row: its head's index, its partition (ignored unless `partitioned`) and its
-        values (the first `width` of v0-v3)."""
+    cdef int _append(self, int32_t head, int64_t partition, int64_t v0, int64_t v1,
+                     int64_t v2, int64_t v3) except -1:
         if head < 0:
             raise ValueError(f"head index {head} is negative")
         if self._rows == self._capacity:
@@ -115,6 +113,13 @@ cdef class GaugeRows:
         if self.width > 3:
             values[3] = v3
         self._rows = row + 1
+        return 0
+
+    def add(self, int32_t head, int64_t partition, int64_t v0, int64_t v1=0, int64_t v2=0,
+            int64_t v3=0):
+        """One row: its head's index, its partition (ignored unless `partitioned`) and its
+        values (the first `width` of v0-v3)."""
+        self._append(head, partition, v0, v1, v2, v3)
 
     def text(self, Py_ssize_t column, bytes name not None, heads) -> bytes:
         """The lines of every row's value `column` under the family `name`, heads[i] being
@@ -180,3 +185,72 @@ cdef class GaugeRows:
             free(buf)
             free(texts)
             free(lengths)
+
+
+def add_log_rows(GaugeRows rows not None, dict heads not None, new_head, logs, pause,
+                 Py_ssize_t every):
+    """Adds to `rows` (4 wide) a row per log of `logs` (fastlog.server.log.Log): its
+    partition, and its size (the sum of its segments' sizes), log end offset, log start
+    offset and number of segments; headed by heads[its topic], or new_head(topic), which
+    adds the topic's head and returns its index. Calls pause() before every `every`-th
+    log (metrics.GilBreaks: this loop holds the interpreter lock)."""
+    cdef Py_ssize_t n = 0
+    cdef int64_t size
+    if rows.width != 4 or every < 1:
+        raise ValueError("add_log_rows fills rows 4 wide, pausing every 1 or more")
+    for lg in logs:
+        if n % every == 0:
+            pause()
+        n += 1
+        segments = lg.segments  # an immutable snapshot
+        size = 0
+        for segment in segments:
+            size += segment.size
+        topic = lg.topic
+        head = heads.get(topic)
+        if head is None:
+            head = new_head(topic)
+        rows._append(head, lg.partition, size, lg.log_end_offset, lg.log_start_offset,
+                     len(segments))
+    return n
+
+
+def add_offset_rows(GaugeRows current not None, GaugeRows lag not None, dict heads not None,
+                    new_head, offsets, dict parts not None, remote, dict sums not None,
+                    pause, Py_ssize_t every):
+    """For each ((topic, partition), committed) of `offsets` (a group's committed offsets,
+    an OffsetAndMetadata each): a row of the committed offset in `current`; and where the
+    partition's high watermark is known (the log's of a partition in `parts` that is not
+    offline, else remote.get(topic, partition) unless `remote` is None; None: unknown), a
+    row of the lag max(0, high watermark - offset) in `lag`, added to sums[topic]. The
+    rows are headed by heads[topic], or new_head(topic), which adds the topic's head and
+    returns its index. Calls pause() before every `every`-th offset."""
+    cdef Py_ssize_t n = 0
+    cdef int64_t offset, behind
+    if current.width != 1 or lag.width != 1 or every < 1:
+        raise ValueError("add_offset_rows fills rows 1 wide, pausing every 1 or more")
+    for key, committed in offsets:
+        if n % every == 0:
+            pause()
+        n += 1
+        topic, index = key
+        head = heads.get(topic)
+        if head is None:
+            head = new_head(topic)
+        offset = committed.offset
+        current._append(head, index, offset, 0, 0, 0)
+        p = parts.get(key)
+        if p is not None:
+            hw = None if p.offline else p.log.high_watermark
+        elif remote is not None:
+            hw = remote.get(topic, index)
+        else:
+            hw = None
+        if hw is None:
+            continue
+        behind = hw - offset
+        if behind < 0:
+            behind = 0
+        lag._append(head, index, behind, 0, 0, 0)
+        sums[topic] = sums.get(topic, 0) + behind
+    return n

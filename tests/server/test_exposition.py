@@ -3,14 +3,15 @@ the lines prometheus_client itself writes for the same gauge samples, in the Pro
 text format and in OpenMetrics, but for the value's spelling (the library writes every
 value as a float, 42.0 and 9.223372036854776e+18; we write integers exactly, as the
 formats allow), and what the library's parsers read back; and
-metrics.ProcessCPUCollector's families against the library's ProcessCollector."""
+metrics.ProcessCPUCollector's families against the library's ProcessCollector; the
+compiled gathers (add_log_rows over real logs, add_offset_rows)."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
-from fastlog.server._exposition import GaugeRows
+from fastlog.server._exposition import GaugeRows, add_log_rows, add_offset_rows
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import generate_latest
@@ -18,7 +19,10 @@ from prometheus_client.openmetrics.exposition import generate_latest as om_lates
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
 from prometheus_client.parser import text_string_to_metric_families as text_parse
 
+from fastlog.server.group.schemas import OffsetAndMetadata
+from fastlog.server.lag import RemoteHighWatermarks
 from fastlog.server.metrics import GaugeLines, LabelHeads, ProcessCPUCollector, label_value
+from tests.server.log.conftest import append_n, open_log
 
 EXTREMES = (0, 1, -1, 9, 10, 2**31, -(2**31), 2**63 - 1, -(2**63))
 
@@ -143,3 +147,56 @@ def test_process_figures_are_the_librarys_families_and_count_descriptors():
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def test_log_rows_carry_each_logs_figures_and_pause_every_n(tmp_path):
+    """add_log_rows over real logs (several segments for some): size, log end offset, log
+    start offset and segment count per log, a head per topic, and the pause cadence."""
+    logs = []
+    for topic, count in (("a", 3), ('b"q', 2)):
+        for p in range(count):
+            lg = open_log(tmp_path / f"{topic}-{p}", segment_bytes=200)
+            append_n(lg, 2 + 3 * p, records=2, value_size=20)
+            logs.append(lg)
+    try:
+        rows, heads, pauses = GaugeRows(4), LabelHeads(), []
+        made = add_log_rows(rows, heads.index, heads.maker(
+            lambda t: f'topic="{label_value(t)}",'), logs, lambda: pauses.append(1), 2)
+        assert made == len(rows) == 5 and len(pauses) == 3
+        assert heads.texts == [b'topic="a",', b'topic="b\\"q",']
+        text = b"".join(rows.text(c, b"m%d" % c, heads.texts) for c in range(4)).decode()
+        got = {(s.name, s.labels["topic"], int(s.labels["partition"])): s.value
+               for f in text_parse(text) for s in f.samples}
+        for lg in logs:
+            key = (lg.topic, lg.partition)
+            assert got[("m0", *key)] == sum(s.size for s in lg.segments) > 0
+            assert got[("m1", *key)] == lg.log_end_offset > 0
+            assert got[("m2", *key)] == lg.log_start_offset == 0
+            assert got[("m3", *key)] == len(lg.segments)
+        assert max(got[("m3", lg.topic, lg.partition)] for lg in logs) > 1
+    finally:
+        for lg in logs:
+            lg.close()
+
+
+def test_offset_rows_lag_from_remote_high_watermarks_and_unknown_ones():
+    """add_offset_rows for partitions this broker does not host: the lag from the remote
+    high watermarks where one is known (never below 0), none where not, and the sums."""
+    remote = RemoteHighWatermarks(broker=None)
+    remote._values = {("t", 0): 10, ("t", 1): 3, ("u", 0): 7}
+    offsets = [(("t", 0), OffsetAndMetadata(4)), (("t", 1), OffsetAndMetadata(5)),
+               (("t", 2), OffsetAndMetadata(1)), (("u", 0), OffsetAndMetadata(0))]
+    current, lag, heads, sums = GaugeRows(1), GaugeRows(1), LabelHeads(), {}
+    add_offset_rows(current, lag, heads.index, heads.maker(lambda t: f'topic="{t}",'),
+                    offsets, {}, remote, sums, lambda: None, 32)
+    assert current.text(0, b"c", heads.texts) == (
+        b'c{topic="t",partition="0"} 4\nc{topic="t",partition="1"} 5\n'
+        b'c{topic="t",partition="2"} 1\nc{topic="u",partition="0"} 0\n')
+    assert lag.text(0, b"l", heads.texts) == (
+        b'l{topic="t",partition="0"} 6\nl{topic="t",partition="1"} 0\n'
+        b'l{topic="u",partition="0"} 7\n')
+    assert sums == {"t": 6, "u": 7}
+    no_remote = GaugeRows(1)
+    add_offset_rows(GaugeRows(1), no_remote, {}, heads.maker(lambda t: ""), offsets, {}, None,
+                    {}, lambda: None, 32)
+    assert len(no_remote) == 0
