@@ -567,9 +567,10 @@ class BrokerCollector:
                         len(g.members))
             sums: dict[str, int] = {}
             topics = LabelHeads(offset_heads.texts)
+            # sorted() lists the items in one step under the lock, as dict(...) would
             add_offset_rows(current, lag, topics.index, topics.maker(
                 lambda t, gid=gid: f'consumergroup="{gid}",topic="{label_value(t)}",'),
-                sorted(dict(g.offsets).items()), parts, remote, sums, pause, ROWS_PER_PAUSE)
+                sorted(g.offsets.items()), parts, remote, sums, pause, ROWS_PER_PAUSE)
             for topic, total in sums.items():
                 lag_sum.add(sum_heads.add((g.group_id, topic), f'consumergroup="{gid}",'
                                           f'topic="{label_value(topic)}"'), -1, total)
@@ -697,19 +698,27 @@ class BrokerMetrics:
 
     def render(self, accept: str | None) -> tuple[bytes, str]:
         """The exposition (Prometheus text, or OpenMetrics when `accept` asks for it) and
-        its content type. One scrape at a time, with GIL breaks (see the module comment)."""
+        its content type (see render_chunks)."""
+        chunks, content_type = self.render_chunks(accept)
+        return b"".join(chunks), content_type
+
+    def render_chunks(self, accept: str | None) -> tuple[list[bytes], str]:
+        """The exposition as the pieces whose concatenation it is (sent one after another,
+        not copied into one), and its content type. One scrape at a time, with GIL breaks
+        (see the module comment)."""
         encoder, content_type = choose_encoder(accept or "")
         openmetrics = content_type.startswith("application/openmetrics-text")
         with self._lock:
             pause = self.collector.pause = GilBreaks()
             try:
-                out = []
+                small = []
                 for family in self.registry.collect():
                     text = encoder(_OneFamily(family))
                     if openmetrics and text.endswith(_OPENMETRICS_EOF):
                         text = text[:-len(_OPENMETRICS_EOF)]
-                    out.append(text)
+                    small.append(text)
                     pause()
+                out = [b"".join(small)]
                 for lines in self.collector.series():
                     out.extend(lines.chunks(openmetrics))
                     pause()
@@ -717,4 +726,4 @@ class BrokerMetrics:
                 self.collector.pause = _no_pause
             if openmetrics:
                 out.append(_OPENMETRICS_EOF)
-            return b"".join(out), content_type
+            return out, content_type
