@@ -11,7 +11,9 @@ partitions), then:
     CPU (the run time of its threads in /proc/PID/task/*/schedstat, nanoseconds, around
     it) and the body's size;
   - meanwhile a probe sends ApiVersions round trips on one connection, back to back; their
-    latencies during the scrapes are compared with the same probe's without scrapes.
+    latencies while scraping (the whole window, 0.5 s between scrapes included, and the
+    round trips that overlapped a scrape's GET) are compared with the same probe's
+    without scrapes.
 Prints one row per scrape and a JSON line of medians. --tree runs another built
 checkout's broker instead of this one (an A/B of two trees; alternate the runs).
 
@@ -52,11 +54,16 @@ def cpu_seconds(pid: int) -> float:
     return total / 1e9
 
 
-def probe(w: Wire, stop: threading.Event, out: list[float]) -> None:
+def probe(w: Wire, stop: threading.Event, out: list[float], spans=None) -> None:
+    """ApiVersions round trips until `stop`: their latencies (ms) in `out`, and their
+    (start, end) perf_counter times in `spans` when given."""
     while not stop.is_set():
         t0 = time.perf_counter()
         assert w.call(ApiKey.API_VERSIONS, 2, {}).error_code == 0
-        out.append((time.perf_counter() - t0) * 1000)
+        t1 = time.perf_counter()
+        out.append((t1 - t0) * 1000)
+        if spans is not None:
+            spans.append((t0, t1))
         time.sleep(0.002)
 
 
@@ -124,8 +131,8 @@ def main() -> int:
                 assert all(p.error_code == 0 for p in r.topics[0].partitions)
             w.close()
             quiet = probe_window(probe_wire, 3.0)
-            stop, busy = threading.Event(), []
-            t = threading.Thread(target=probe, args=(probe_wire, stop, busy))
+            stop, busy, spans, gets = threading.Event(), [], [], []
+            t = threading.Thread(target=probe, args=(probe_wire, stop, busy, spans))
             t.start()
             rows = []
             url = f"http://127.0.0.1:{http_port}/metrics"
@@ -134,6 +141,7 @@ def main() -> int:
                 with urllib.request.urlopen(url, timeout=120) as r:
                     body = r.read()
                 wall, cpu = time.perf_counter() - t0, cpu_seconds(b.proc.pid) - c0
+                gets.append((t0, t0 + wall))
                 rows.append((wall, cpu, len(body)))
                 print(f"scrape {i}: {wall * 1000:.1f} ms wall, {cpu * 1000:.1f} ms broker CPU, "
                       f"{len(body) / 1e6:.1f} MB, {body.count(NL)} lines", flush=True)
@@ -143,6 +151,9 @@ def main() -> int:
             probe_wire.close()
         finally:
             b.stop(timeout=120)
+
+    during = [lat for (a, z), lat in zip(spans, busy, strict=False)
+              if any(a < g1 and z > g0 for g0, g1 in gets)]
 
     def q(xs, f):
         xs = sorted(xs)
@@ -157,6 +168,9 @@ def main() -> int:
                                        round(max(quiet), 2)],
         "probe_ms_scraping_p50_p99_max": [round(q(busy, .5), 2), round(q(busy, .99), 2),
                                           round(max(busy), 2)],
+        "probes_in_scrapes": len(during),
+        "probe_ms_in_scrapes_p50_p90_max": [round(q(during, .5), 2), round(q(during, .9), 2),
+                                            round(max(during, default=float("nan")), 2)],
     }))
     return 0
 
