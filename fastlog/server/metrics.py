@@ -18,9 +18,8 @@
 # in one pass over the logs or a group's offsets; each label head is encoded once per
 # topic or per group and topic) and written to exposition text there with the
 # interpreter lock released (GaugeLines: the samples the library would write, integers
-# spelled exactly). perf/bench_metrics.py, 10,000 partitions: 482
-# ms of CPU with the library's per-sample formatting, 69 with Python f-strings, about 30
-# now.
+# spelled exactly). perf/bench_metrics.py, 10,000 partitions: 482 ms of CPU with the
+# library's per-sample formatting, 69 with Python f-strings, about 30 now.
 # The scrape runs on the HTTP thread but needs the interpreter lock, which the request
 # loop then waits for when it wakes (up to the 5 ms switch interval): GilBreaks hands
 # the lock over every GIL_HOLD_S of the scrape's work, so the loop waits about that long
@@ -119,9 +118,10 @@ class GaugeLines:
     """A gauge family of integer samples with labels, written straight to exposition
     text: its samples are column `column` of `rows` (a compiled GaugeRows), a row's labels
     being heads[its head index] (escaped and formatted, `topic="t",` before the
-    partition label) and, when the rows are partitioned, its partition. The lines are
-    those prometheus_client writes for a GaugeMetricFamily in both the Prometheus text
-    format and OpenMetrics, integers written as integers."""
+    partition label) and, when the rows are partitioned, its partition. The samples
+    (names, labels, values) are those prometheus_client writes for a GaugeMetricFamily in
+    both the Prometheus text format and OpenMetrics; the labels stay in the order given
+    and integers are written exactly (the library sorts labels and writes floats)."""
 
     __slots__ = ("name", "doc", "rows", "column", "heads")
 
