@@ -45,7 +45,8 @@ def synthetic_broker(n: int):
                  log_end_offset=1000 + i, log_start_offset=0, high_watermark=1000 + i)
         logs.append(log)
         parts[(topic, i)] = NS(topic=topic, partition=i, log=log, offline=False,
-                               is_leader=True, isr=[0], replicas=[0])
+                               is_leader=True, isr=[0], replicas=[0],
+                               producer_state=NS(has_late_transaction=lambda now, limit: False))
         offsets[(topic, i)] = NS(offset=500)
     state = TopicState(topic, "A" * 22, {i: PartitionState(replicas=[0], leader=0, isr=[0])
                                          for i in range(n)}, {})
@@ -56,7 +57,8 @@ def synthetic_broker(n: int):
         requests.stats(key).count = 1000
     return NS(
         topic_stats=stats, request_metrics=requests, socket_servers=[], bound=[],
-        stopping=False, _started=True, node_id=0, cluster=None, is_controller=lambda: True,
+        stopping=False, _started=True, node_id=0,
+        config={"transaction.max.timeout.ms": "900000"}, cluster=None, is_controller=lambda: True,
         replica_manager=NS(partitions=parts, metrics={"isr_shrinks": 0, "isr_expands": 0}),
         log_config=lambda t: NS(min_insync_replicas=1),
         metadata=NS(topic_names=lambda: [topic], topic=lambda name: state, brokers=dict),
@@ -64,7 +66,8 @@ def synthetic_broker(n: int):
                        dir_failure_channel=NS(offline=set()),
                        verification_stats={"passes": 0}),
         group_coordinator=NS(groups={"g": NS(group_id="g", state=GroupState.STABLE,
-                                             members={}, offsets=offsets)}),
+                                             members={}, offsets=offsets)},
+                             partition_load_time=lambda: (float("nan"), float("nan"))),
         quotas=NS(throttle_ms_total={}), fetch_manager=NS(cache=FetchSessionCache(1000)),
     )
 

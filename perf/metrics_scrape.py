@@ -8,18 +8,23 @@ to each,
 commits an offset for each in one group (so the lag series are as many as the
 partitions), then:
   - scrapes /metrics --scrapes times; per scrape, the wall time of the GET, the broker's
-    CPU (utime+stime from /proc/PID/stat around it) and the body's size;
+    CPU (the run time of its threads in /proc/PID/task/*/schedstat, nanoseconds, around
+    it) and the body's size;
   - meanwhile a probe sends ApiVersions round trips on one connection, back to back; their
-    latencies during the scrapes are compared with the same probe's without scrapes.
-Prints one row per scrape and a JSON line of medians.
+    latencies while scraping (the whole window, 0.5 s between scrapes included, and the
+    round trips that overlapped a scrape's GET) are compared with the same probe's
+    without scrapes.
+Prints one row per scrape and a JSON line of medians. --tree runs another built
+checkout's broker instead of this one (an A/B of two trees; alternate the runs).
 
-    .venv/bin/python perf/metrics_scrape.py [--partitions 10000] [--scrapes 5]
+    .venv/bin/python perf/metrics_scrape.py [--partitions 10000] [--scrapes 5] [--tree DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -38,17 +43,27 @@ NL = b"\n"
 
 
 def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        stat = f.read()
-    fields = stat[stat.rfind(b")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / 100.0
+    """CPU time of every thread of process `pid` (a thread gone meanwhile: left out)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
+                total += int(f.read().split()[0])
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / 1e9
 
 
-def probe(w: Wire, stop: threading.Event, out: list[float]) -> None:
+def probe(w: Wire, stop: threading.Event, out: list[float], spans=None) -> None:
+    """ApiVersions round trips until `stop`: their latencies (ms) in `out`, and their
+    (start, end) perf_counter times in `spans` when given."""
     while not stop.is_set():
         t0 = time.perf_counter()
         assert w.call(ApiKey.API_VERSIONS, 2, {}).error_code == 0
-        out.append((time.perf_counter() - t0) * 1000)
+        t1 = time.perf_counter()
+        out.append((t1 - t0) * 1000)
+        if spans is not None:
+            spans.append((t0, t1))
         time.sleep(0.002)
 
 
@@ -66,7 +81,16 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--partitions", type=int, default=10_000)
     ap.add_argument("--scrapes", type=int, default=5)
+    ap.add_argument("--tree", type=Path, default=None,
+                    help="run this built fastlog checkout's broker")
     args = ap.parse_args()
+    if args.tree is not None:
+        if not (args.tree / "fastlog").is_dir():
+            print(f"metrics_scrape: {args.tree} is not a fastlog checkout", file=sys.stderr)
+            return 2
+        os.environ["PYTHONPATH"] = str(args.tree.resolve())
+        # -P: not the current directory (a checkout too, maybe this one) before PYTHONPATH
+        os.environ["FASTLOG_TEST_SERVER"] = f"{sys.executable} -P -m fastlog.cli.server"
     n = args.partitions
     http_port = _free_port()
     with tempfile.TemporaryDirectory() as tmp:
@@ -107,8 +131,8 @@ def main() -> int:
                 assert all(p.error_code == 0 for p in r.topics[0].partitions)
             w.close()
             quiet = probe_window(probe_wire, 3.0)
-            stop, busy = threading.Event(), []
-            t = threading.Thread(target=probe, args=(probe_wire, stop, busy))
+            stop, busy, spans, gets = threading.Event(), [], [], []
+            t = threading.Thread(target=probe, args=(probe_wire, stop, busy, spans))
             t.start()
             rows = []
             url = f"http://127.0.0.1:{http_port}/metrics"
@@ -117,8 +141,9 @@ def main() -> int:
                 with urllib.request.urlopen(url, timeout=120) as r:
                     body = r.read()
                 wall, cpu = time.perf_counter() - t0, cpu_seconds(b.proc.pid) - c0
+                gets.append((t0, t0 + wall))
                 rows.append((wall, cpu, len(body)))
-                print(f"scrape {i}: {wall * 1000:.0f} ms wall, {cpu * 1000:.0f} ms broker CPU, "
+                print(f"scrape {i}: {wall * 1000:.1f} ms wall, {cpu * 1000:.1f} ms broker CPU, "
                       f"{len(body) / 1e6:.1f} MB, {body.count(NL)} lines", flush=True)
                 time.sleep(0.5)
             stop.set()
@@ -127,12 +152,15 @@ def main() -> int:
         finally:
             b.stop(timeout=120)
 
+    during = [lat for (a, z), lat in zip(spans, busy, strict=False)
+              if any(a < g1 and z > g0 for g0, g1 in gets)]
+
     def q(xs, f):
         xs = sorted(xs)
         return xs[min(len(xs) - 1, int(f * len(xs)))] if xs else float("nan")
 
     print(json.dumps({
-        "partitions": n,
+        "partitions": n, "tree": str(args.tree or "."),
         "scrape_wall_ms_median": round(statistics.median(r[0] for r in rows) * 1000, 1),
         "scrape_broker_cpu_ms_median": round(statistics.median(r[1] for r in rows) * 1000, 1),
         "body_mb": round(rows[-1][2] / 1e6, 2),
@@ -140,6 +168,9 @@ def main() -> int:
                                        round(max(quiet), 2)],
         "probe_ms_scraping_p50_p99_max": [round(q(busy, .5), 2), round(q(busy, .99), 2),
                                           round(max(busy), 2)],
+        "probes_in_scrapes": len(during),
+        "probe_ms_in_scrapes_p50_p90_max": [round(q(during, .5), 2), round(q(during, .9), 2),
+                                            round(max(during, default=float("nan")), 2)],
     }))
     return 0
 

@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from fastlog import _codec
 from fastlog.protocol import ApiKey, Errors
-from fastlog.server.metrics import GilBreaks
+from fastlog.server.metrics import ROWS_PER_PAUSE, GilBreaks
 from fastlog.testing import BrokerProcess, _free_port, wait_until
 from tests.server.scrape import get, http_overrides, scrape, value
 from tests.server.wire import (
@@ -263,6 +263,52 @@ def test_both_formats_carry_the_same_series_with_escaped_label_values(mbroker):
         helps = [line.split()[2] for line in body.splitlines() if line.startswith("# HELP")]
         assert len(helps) == len(set(helps))
         assert "kafka_log_log_size" in helps
+
+
+def test_every_partitions_series_match_its_log_and_committed_offset(mbroker):
+    """The per-partition and per-offset lines (written in compiled code, metrics.GaugeLines
+    over _exposition.GaugeRows) of a topic with more partitions than a scrape writes
+    between two interpreter-lock breaks: each partition's figures, in both formats."""
+    n = 3 * ROWS_PER_PAUSE + 5
+    create_topic(mbroker, "wide", partitions=n)
+    sizes, committed = {}, {}
+    w = Wire(mbroker)
+    try:
+        for i in range(n):
+            records = bytes(batch([b"w%d" % i] * (i % 5 + 1)))
+            assert produce(w, "wide", records, partition=i).error_code == Errors.NONE
+            sizes[i], committed[i] = len(records), i % 3
+        assert w.call(ApiKey.FIND_COORDINATOR, 1, {"key": "wide-group",
+                                                   "key_type": 0}).error_code == 0
+        r = w.call(ApiKey.OFFSET_COMMIT, 2, {
+            "group_id": "wide-group", "generation_id_or_member_epoch": -1, "member_id": "",
+            "retention_time_ms": -1, "topics": [{"name": "wide", "partitions": [
+                {"partition_index": i, "committed_offset": committed[i],
+                 "committed_metadata": ""} for i in range(n)]}]})
+        assert all(p.error_code == Errors.NONE for p in r.topics[0].partitions)
+    finally:
+        w.close()
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
+    from prometheus_client.parser import text_string_to_metric_families as text_parse
+    _, _, text = get(mbroker.http_port, "/metrics")
+    _, _, om = get(mbroker.http_port, "/metrics", headers={
+        "Accept": "application/openmetrics-text; version=1.0.0; charset=utf-8"})
+    for parse, body in ((text_parse, text), (om_parse, om)):
+        m = {(s.name, frozenset(s.labels.items())): s.value
+             for f in parse(body) for s in f.samples}
+        for i in range(n):
+            end = i % 5 + 1
+            assert value(m, "kafka_log_log_size", topic="wide", partition=i) == sizes[i]
+            assert value(m, "kafka_log_log_logendoffset", topic="wide", partition=i) == end
+            assert value(m, "kafka_log_log_logstartoffset", topic="wide", partition=i) == 0
+            assert value(m, "kafka_log_log_numlogsegments", topic="wide", partition=i) == 1
+            labels = {"consumergroup": "wide-group", "topic": "wide", "partition": i}
+            assert value(m, "kafka_consumergroup_current_offset", **labels) == committed[i]
+            # (an offset committed past the log end is no lag)
+            assert value(m, "kafka_consumergroup_lag", **labels) == max(0, end - committed[i])
+        assert value(m, "kafka_consumergroup_lag_sum", consumergroup="wide-group",
+                     topic="wide") == sum(max(0, i % 5 + 1 - committed[i]) for i in range(n))
+        assert value(m, "kafka_consumergroup_members", consumergroup="wide-group") == 0
 
 
 def test_gil_breaks_sleep_once_the_hold_has_passed():

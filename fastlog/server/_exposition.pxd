@@ -1,0 +1,17 @@
+# fastlog.server._exposition declarations: GaugeRows, the per-partition samples of a
+# scrape as C arrays (see the .pyx's module comment).
+
+from libc.stdint cimport int32_t, int64_t
+
+
+cdef class GaugeRows:
+    cdef readonly Py_ssize_t width     # values per row (one per family)
+    cdef readonly bint partitioned     # rows carry a partition label
+    cdef Py_ssize_t _rows
+    cdef Py_ssize_t _capacity
+    cdef int32_t* _heads               # per row: index into the heads list of text()
+    cdef int64_t* _partitions          # per row: the partition label's value
+    cdef int64_t* _values              # per row: `width` values
+    cdef int _grow(self) except -1
+    cdef int _append(self, int32_t head, int64_t partition, int64_t v0, int64_t v1,
+                     int64_t v2, int64_t v3) except -1

@@ -1,0 +1,256 @@
+# fastlog/server/_exposition.pyx — GaugeRows: the samples of the gauge families with one
+# sample per partition or per committed offset (kafka_log_log_*, kafka_consumergroup_*),
+# kept as C arrays and written as exposition text in compiled code.
+#
+# Owns: per row, a label head (an index into a list of pre-encoded label texts, e.g.
+# b'topic="orders",' or b'consumergroup="g",topic="orders",'), the partition label's
+# value (when the rows are `partitioned`) and `width` int64 values, one per family.
+# Format: text(column, name, heads) writes one line per row,
+#   name{HEAD partition="P"} VALUE\n     (partitioned rows; HEAD ends with a comma)
+#   name{HEAD} VALUE\n                   (other rows)
+# with integers in decimal, which is what prometheus_client writes for an integer gauge
+# sample in both the Prometheus text format and OpenMetrics. The caller escapes the label
+# values in the heads (metrics.label_value) and writes the family's HELP and TYPE lines.
+# Why: a scrape of a broker with thousands of partitions wrote tens of thousands of lines
+# with a Python f-string each while holding the interpreter lock; the request loop then
+# waited for the lock and shared its core with that work. Here a row costs one call, and
+# the text is written with the interpreter lock released.
+# Called from: the HTTP endpoint's thread (fastlog/server/metrics.py, BrokerCollector),
+# one GaugeRows per scrape; not shared between threads.
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from libc.stdint cimport int32_t, int64_t, uint64_t
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memcpy
+
+# Rows allocated at first, and the most values a row holds.
+cdef Py_ssize_t _FIRST_CAPACITY = 256
+cdef Py_ssize_t _MAX_WIDTH = 4
+# Bytes of a line beyond its name and head: '{', 'partition=""', '} ', two int64s of at
+# most 20 characters each, '\n'.
+cdef Py_ssize_t _LINE_EXTRA = 1 + 12 + 2 + 20 + 20 + 1
+
+
+cdef inline Py_ssize_t _write_int(char* out, int64_t value) noexcept nogil:
+    """Writes `value` in decimal at `out`; returns the characters written (at most 20)."""
+    cdef char digits[20]
+    cdef Py_ssize_t n = 0, i = 0
+    cdef uint64_t u
+    if value < 0:
+        out[0] = 45  # '-'
+        i = 1
+        u = <uint64_t>(-(value + 1)) + 1
+    else:
+        u = <uint64_t>value
+    while True:
+        digits[n] = <char>(48 + u % 10)  # '0' + the digit
+        n += 1
+        u //= 10
+        if u == 0:
+            break
+    while n > 0:
+        n -= 1
+        out[i] = digits[n]
+        i += 1
+    return i
+
+
+cdef class GaugeRows:
+    """See the module comment. `width`: values per row (1-4); `partitioned`: rows carry a
+    partition label after their head."""
+
+    def __cinit__(self, Py_ssize_t width, bint partitioned=True):
+        if width < 1 or width > _MAX_WIDTH:
+            raise ValueError(f"a row holds 1 to {_MAX_WIDTH} values, not {width}")
+        self.width = width
+        self.partitioned = partitioned
+        self._rows = 0
+        self._capacity = 0
+        self._heads = NULL
+        self._partitions = NULL
+        self._values = NULL
+
+    def __dealloc__(self):
+        free(self._heads)
+        free(self._partitions)
+        free(self._values)
+
+    def __len__(self):
+        return self._rows
+
+    cdef int _grow(self) except -1:
+        cdef Py_ssize_t capacity = self._capacity * 2 if self._capacity else _FIRST_CAPACITY
+        cdef void* heads = realloc(self._heads, capacity * sizeof(int32_t))
+        if heads == NULL:
+            raise MemoryError()
+        self._heads = <int32_t*>heads
+        cdef void* partitions = realloc(self._partitions, capacity * sizeof(int64_t))
+        if partitions == NULL:
+            raise MemoryError()
+        self._partitions = <int64_t*>partitions
+        cdef void* values = realloc(self._values, capacity * self.width * sizeof(int64_t))
+        if values == NULL:
+            raise MemoryError()
+        self._values = <int64_t*>values
+        self._capacity = capacity
+        return 0
+
+    cdef int _append(self, int32_t head, int64_t partition, int64_t v0, int64_t v1,
+                     int64_t v2, int64_t v3) except -1:
+        if head < 0:
+            raise ValueError(f"head index {head} is negative")
+        if self._rows == self._capacity:
+            self._grow()
+        cdef Py_ssize_t row = self._rows
+        cdef int64_t* values = self._values + row * self.width
+        self._heads[row] = head
+        self._partitions[row] = partition
+        values[0] = v0
+        if self.width > 1:
+            values[1] = v1
+        if self.width > 2:
+            values[2] = v2
+        if self.width > 3:
+            values[3] = v3
+        self._rows = row + 1
+        return 0
+
+    def add(self, int32_t head, int64_t partition, int64_t v0, int64_t v1=0, int64_t v2=0,
+            int64_t v3=0):
+        """One row: its head's index, its partition (ignored unless `partitioned`) and its
+        values (the first `width` of v0-v3)."""
+        self._append(head, partition, v0, v1, v2, v3)
+
+    def text(self, Py_ssize_t column, bytes name not None, heads) -> bytes:
+        """The lines of every row's value `column` under the family `name`, heads[i] being
+        the label text of head index i (bytes). IndexError for a row whose head is not in
+        `heads`, TypeError for a head that is not bytes."""
+        if column < 0 or column >= self.width:
+            raise IndexError(f"column {column} of rows {self.width} wide")
+        cdef tuple held = tuple(heads)  # keeps every head alive while the lock is released
+        cdef Py_ssize_t count = len(held), rows = self._rows, i, h
+        cdef const char** texts = NULL
+        cdef Py_ssize_t* lengths = NULL
+        cdef char* buf = NULL
+        cdef char* out
+        cdef const char* name_text = PyBytes_AS_STRING(name)
+        cdef Py_ssize_t name_len = PyBytes_GET_SIZE(name), bound = 0, width = self.width
+        cdef bint partitioned = self.partitioned
+        cdef int32_t* row_heads = self._heads
+        cdef int64_t* partitions = self._partitions
+        cdef int64_t* values = self._values
+        try:
+            texts = <const char**>malloc((count + 1) * sizeof(char*))
+            lengths = <Py_ssize_t*>malloc((count + 1) * sizeof(Py_ssize_t))
+            if texts == NULL or lengths == NULL:
+                raise MemoryError()
+            for i in range(count):
+                head = held[i]
+                if type(head) is not bytes:
+                    raise TypeError(f"head {i} is {type(head).__name__}, not bytes")
+                texts[i] = PyBytes_AS_STRING(head)
+                lengths[i] = PyBytes_GET_SIZE(head)
+            for i in range(rows):
+                h = row_heads[i]
+                if h >= count:
+                    raise IndexError(f"row {i} names head {h} of {count}")
+                bound += name_len + lengths[h] + _LINE_EXTRA
+            buf = <char*>malloc(bound + 1)
+            if buf == NULL:
+                raise MemoryError()
+            with nogil:
+                out = buf
+                for i in range(rows):
+                    h = row_heads[i]
+                    memcpy(out, name_text, name_len)
+                    out += name_len
+                    out[0] = 123  # '{'
+                    out += 1
+                    memcpy(out, texts[h], lengths[h])
+                    out += lengths[h]
+                    if partitioned:
+                        memcpy(out, b'partition="', 11)
+                        out += 11
+                        out += _write_int(out, partitions[i])
+                        out[0] = 34  # '"'
+                        out += 1
+                    out[0] = 125  # '}'
+                    out[1] = 32  # ' '
+                    out += 2
+                    out += _write_int(out, values[i * width + column])
+                    out[0] = 10  # newline
+                    out += 1
+            return PyBytes_FromStringAndSize(buf, out - buf)
+        finally:
+            free(buf)
+            free(texts)
+            free(lengths)
+
+
+def add_log_rows(GaugeRows rows not None, dict heads not None, new_head, logs, pause,
+                 Py_ssize_t every):
+    """Adds to `rows` (4 wide) a row per log of `logs` (fastlog.server.log.Log): its
+    partition, and its size (the sum of its segments' sizes), log end offset, log start
+    offset and number of segments; headed by heads[its topic], or new_head(topic), which
+    adds the topic's head and returns its index. Calls pause() before every `every`-th
+    log (metrics.GilBreaks: this loop holds the interpreter lock)."""
+    cdef Py_ssize_t n = 0
+    cdef int64_t size
+    if rows.width != 4 or every < 1:
+        raise ValueError("add_log_rows fills rows 4 wide, pausing every 1 or more")
+    for lg in logs:
+        if n % every == 0:
+            pause()
+        n += 1
+        segments = lg.segments  # an immutable snapshot
+        size = 0
+        for segment in segments:
+            size += segment.size
+        topic = lg.topic
+        head = heads.get(topic)
+        if head is None:
+            head = new_head(topic)
+        rows._append(head, lg.partition, size, lg.log_end_offset, lg.log_start_offset,
+                     len(segments))
+    return n
+
+
+def add_offset_rows(GaugeRows current not None, GaugeRows lag not None, dict heads not None,
+                    new_head, offsets, dict parts not None, remote, dict sums not None,
+                    pause, Py_ssize_t every):
+    """For each ((topic, partition), committed) of `offsets` (a group's committed offsets,
+    an OffsetAndMetadata each): a row of the committed offset in `current`; and where the
+    partition's high watermark is known (the log's of a partition in `parts` that is not
+    offline, else remote.get(topic, partition) unless `remote` is None; None: unknown), a
+    row of the lag max(0, high watermark - offset) in `lag`, added to sums[topic]. The
+    rows are headed by heads[topic], or new_head(topic), which adds the topic's head and
+    returns its index. Calls pause() before every `every`-th offset."""
+    cdef Py_ssize_t n = 0
+    cdef int64_t offset, behind
+    if current.width != 1 or lag.width != 1 or every < 1:
+        raise ValueError("add_offset_rows fills rows 1 wide, pausing every 1 or more")
+    for key, committed in offsets:
+        if n % every == 0:
+            pause()
+        n += 1
+        topic, index = key
+        head = heads.get(topic)
+        if head is None:
+            head = new_head(topic)
+        offset = committed.offset
+        current._append(head, index, offset, 0, 0, 0)
+        p = parts.get(key)
+        if p is not None:
+            hw = None if p.offline else p.log.high_watermark
+        elif remote is not None:
+            hw = remote.get(topic, index)
+        else:
+            hw = None
+        if hw is None:
+            continue
+        behind = hw - offset
+        if behind < 0:
+            behind = 0
+        lag._append(head, index, behind, 0, 0, 0)
+        sums[topic] = sums.get(topic, 0) + behind
+    return n

@@ -1,0 +1,40 @@
+"""perf/bench_metrics.py (the collector over a synthetic state) and perf/metrics_scrape.py
+(a real broker of this tree) in short runs: each prints its JSON line with the figures of
+the run (a smoke test: the scripts keep working as the collector changes; no speed is
+asserted); metrics_scrape.py refuses a --tree that is not a checkout."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from perf import bench_metrics, metrics_scrape
+from tests.perf.scripts import assert_refused
+
+BENCH = Path(bench_metrics.__file__)
+SCRAPE = Path(metrics_scrape.__file__)
+
+
+def test_bench_collects_every_partitions_lines():
+    r = subprocess.run([sys.executable, str(BENCH), "--partitions", "300", "--reps", "1"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    row, summary = r.stdout.strip().splitlines()
+    # 4 log families and 2 offset families per partition, plus the rest
+    assert int(row.split(" lines;")[0].rsplit(" ", 1)[1]) > 6 * 300
+    figures = json.loads(summary)
+    assert figures["partitions"] == 300 and figures["collect_cpu_ms_median"] > 0
+
+
+def test_short_scrape_run_of_this_trees_broker():
+    r = subprocess.run([sys.executable, str(SCRAPE), "--partitions", "40", "--scrapes", "2",
+                        "--tree", str(SCRAPE.parent.parent)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    figures = json.loads(r.stdout.strip().splitlines()[-1])
+    assert figures["partitions"] == 40 and figures["scrape_broker_cpu_ms_median"] >= 0
+    assert figures["body_mb"] > 0 and len(figures["probe_ms_in_scrapes_p50_p90_max"]) == 3
+
+
+def test_a_tree_that_is_not_a_checkout_is_refused(tmp_path):
+    assert_refused(SCRAPE, "--tree", str(tmp_path), needle=str(tmp_path))

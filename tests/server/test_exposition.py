@@ -1,0 +1,202 @@
+"""fastlog/server/_exposition.pyx (GaugeRows) and the text metrics.GaugeLines makes of it:
+the lines prometheus_client itself writes for the same gauge samples, in the Prometheus
+text format and in OpenMetrics, but for the value's spelling (the library writes every
+value as a float, 42.0 and 9.223372036854776e+18; we write integers exactly, as the
+formats allow), and what the library's parsers read back; and
+metrics.ProcessCPUCollector's families against the library's ProcessCollector; the
+compiled gathers (add_log_rows over real logs, add_offset_rows)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from fastlog.server._exposition import GaugeRows, add_log_rows, add_offset_rows
+from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as om_latest
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
+from prometheus_client.parser import text_string_to_metric_families as text_parse
+
+from fastlog.server.group.schemas import OffsetAndMetadata
+from fastlog.server.lag import RemoteHighWatermarks
+from fastlog.server.metrics import GaugeLines, LabelHeads, ProcessCPUCollector, label_value
+from tests.server.log.conftest import append_n, open_log
+
+EXTREMES = (0, 1, -1, 9, 10, 2**31, -(2**31), 2**63 - 1, -(2**63))
+
+
+class _Registry:
+    def __init__(self, family):
+        self.family = family
+
+    def collect(self):
+        return (self.family,)
+
+
+def library_text(name: str, doc: str, samples, openmetrics: bool) -> bytes:
+    """What prometheus_client writes for one gauge family of `samples` ((labels, value))."""
+    family = GaugeMetricFamily(name, doc, labels=list(samples[0][0]) if samples else None)
+    for labels, v in samples:
+        family.add_metric(list(labels.values()), v)
+    text = (om_latest if openmetrics else generate_latest)(_Registry(family))
+    return text[:-len(b"# EOF\n")] if openmetrics else text
+
+
+def assert_same_family(ours: bytes, theirs: bytes, samples, openmetrics: bool) -> None:
+    """`ours` has the HELP and TYPE lines of the library's text `theirs` and the same
+    samples as read back by the library's parser (which are `samples`, (labels, value)),
+    with integers written exactly. (The library writes labels sorted by name and every
+    value as a float: 9.223372036854776e+18; the formats allow either.)"""
+    mine, lib = ours.decode().splitlines(), theirs.decode().splitlines()
+    assert [a for a in mine if a.startswith("#")] == [b for b in lib if b.startswith("#")]
+    assert len(mine) == len(lib)
+    for line, (_, v) in zip((a for a in mine if not a.startswith("#")), samples, strict=True):
+        assert line.rsplit(" ", 1)[1] == str(v)
+    parse = om_parse if openmetrics else text_parse
+    eof = "# EOF\n" if openmetrics else ""
+
+    def read(text):
+        return [(f.name, f.documentation, f.type, s.name, s.labels, float(s.value))
+                for f in parse(text.decode() + eof) for s in f.samples]
+
+    assert read(ours) == read(theirs)
+    assert [(s[4], s[5]) for s in read(ours)] == [(labels, float(v)) for labels, v in samples]
+
+
+@pytest.mark.parametrize("openmetrics", [False, True])
+def test_partitioned_rows_are_the_librarys_lines(openmetrics):
+    topics = ["orders", 'we"ird\\topic', "new\nline", "ü"]
+    heads = LabelHeads()
+    rows = GaugeRows(2)
+    samples = ([], [])
+    for i in range(300):   # past the first allocation (256 rows)
+        topic = topics[i % len(topics)]
+        h = heads.index.get(topic)
+        if h is None:
+            h = heads.add(topic, f'topic="{label_value(topic)}",')
+        a, b = EXTREMES[i % len(EXTREMES)], i * 1000
+        rows.add(h, i, a, b)
+        samples[0].append(({"topic": topic, "partition": str(i)}, a))
+        samples[1].append(({"topic": topic, "partition": str(i)}, b))
+    assert len(rows) == 300
+    doc = 'Bytes "of" a \\ partition\nand more.'
+    for column in (0, 1):
+        head, body = GaugeLines("kafka_log_log_size", doc, rows, column,
+                                heads.texts).chunks(openmetrics)
+        assert_same_family(head + body, library_text("kafka_log_log_size", doc, samples[column],
+                                                     openmetrics), samples[column], openmetrics)
+
+
+@pytest.mark.parametrize("openmetrics", [False, True])
+def test_unpartitioned_rows_and_empty_families(openmetrics):
+    heads = LabelHeads()
+    rows = GaugeRows(1, partitioned=False)
+    rows.add(heads.add("g", 'consumergroup="g",topic="t"'), -1, 42)
+    head, body = GaugeLines("kafka_consumergroup_lag_sum", "Summed.", rows, 0,
+                            heads.texts).chunks(openmetrics)
+    sums = [({"consumergroup": "g", "topic": "t"}, 42)]
+    assert_same_family(head + body, library_text("kafka_consumergroup_lag_sum", "Summed.", sums,
+                                                 openmetrics), sums, openmetrics)
+    head, body = GaugeLines("kafka_consumergroup_members", "None.", GaugeRows(1), 0,
+                            []).chunks(openmetrics)
+    assert body == b""
+    assert head == library_text("kafka_consumergroup_members", "None.", [], openmetrics)
+
+
+def test_bad_rows_and_heads_are_refused():
+    with pytest.raises(ValueError):
+        GaugeRows(0)
+    with pytest.raises(ValueError):
+        GaugeRows(5)
+    rows = GaugeRows(1)
+    with pytest.raises(ValueError):
+        rows.add(-1, 0, 1)
+    with pytest.raises(OverflowError):
+        rows.add(0, 0, 2**63)
+    rows.add(1, 0, 1)
+    with pytest.raises(IndexError):
+        rows.text(0, b"m", [b'topic="a",'])     # head 1 of 1
+    with pytest.raises(TypeError):
+        rows.text(0, b"m", [b'topic="a",', 'topic="b",'])
+    with pytest.raises(IndexError):
+        rows.text(1, b"m", [b"", b""])
+    assert rows.text(0, b"m", [b"", b'topic="b",']) == b'm{topic="b",partition="0"} 1\n'
+
+
+def test_process_figures_are_the_librarys_families_and_count_descriptors():
+    ours, theirs = CollectorRegistry(), CollectorRegistry()
+    ProcessCPUCollector(registry=ours)
+    ProcessCollector(registry=theirs)
+
+    def families(registry):
+        return {f.name: (f.type, f.documentation, [s.name for s in f.samples])
+                for f in registry.collect()}
+
+    assert families(ours) == families(theirs)
+
+    def open_fds():
+        return next(s.value for f in ours.collect() for s in f.samples
+                    if s.name == "process_open_fds")
+
+    before = open_fds()
+    fds = [os.open(os.devnull, os.O_RDONLY) for _ in range(50)]
+    try:
+        assert open_fds() == before + 50
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def test_log_rows_carry_each_logs_figures_and_pause_every_n(tmp_path):
+    """add_log_rows over real logs (several segments for some): size, log end offset, log
+    start offset and segment count per log, a head per topic, and the pause cadence."""
+    logs = []
+    for topic, count in (("a", 3), ('b"q', 2)):
+        for p in range(count):
+            lg = open_log(tmp_path / f"{topic}-{p}", segment_bytes=200)
+            append_n(lg, 2 + 3 * p, records=2, value_size=20)
+            logs.append(lg)
+    try:
+        rows, heads, pauses = GaugeRows(4), LabelHeads(), []
+        made = add_log_rows(rows, heads.index, heads.maker(
+            lambda t: f'topic="{label_value(t)}",'), logs, lambda: pauses.append(1), 2)
+        assert made == len(rows) == 5 and len(pauses) == 3
+        assert heads.texts == [b'topic="a",', b'topic="b\\"q",']
+        text = b"".join(rows.text(c, b"m%d" % c, heads.texts) for c in range(4)).decode()
+        got = {(s.name, s.labels["topic"], int(s.labels["partition"])): s.value
+               for f in text_parse(text) for s in f.samples}
+        for lg in logs:
+            key = (lg.topic, lg.partition)
+            assert got[("m0", *key)] == sum(s.size for s in lg.segments) > 0
+            assert got[("m1", *key)] == lg.log_end_offset > 0
+            assert got[("m2", *key)] == lg.log_start_offset == 0
+            assert got[("m3", *key)] == len(lg.segments)
+        assert max(got[("m3", lg.topic, lg.partition)] for lg in logs) > 1
+    finally:
+        for lg in logs:
+            lg.close()
+
+
+def test_offset_rows_lag_from_remote_high_watermarks_and_unknown_ones():
+    """add_offset_rows for partitions this broker does not host: the lag from the remote
+    high watermarks where one is known (never below 0), none where not, and the sums."""
+    remote = RemoteHighWatermarks(broker=None)
+    remote._values = {("t", 0): 10, ("t", 1): 3, ("u", 0): 7}
+    offsets = [(("t", 0), OffsetAndMetadata(4)), (("t", 1), OffsetAndMetadata(5)),
+               (("t", 2), OffsetAndMetadata(1)), (("u", 0), OffsetAndMetadata(0))]
+    current, lag, heads, sums = GaugeRows(1), GaugeRows(1), LabelHeads(), {}
+    add_offset_rows(current, lag, heads.index, heads.maker(lambda t: f'topic="{t}",'),
+                    offsets, {}, remote, sums, lambda: None, 32)
+    assert current.text(0, b"c", heads.texts) == (
+        b'c{topic="t",partition="0"} 4\nc{topic="t",partition="1"} 5\n'
+        b'c{topic="t",partition="2"} 1\nc{topic="u",partition="0"} 0\n')
+    assert lag.text(0, b"l", heads.texts) == (
+        b'l{topic="t",partition="0"} 6\nl{topic="t",partition="1"} 0\n'
+        b'l{topic="u",partition="0"} 7\n')
+    assert sums == {"t": 6, "u": 7}
+    no_remote = GaugeRows(1)
+    add_offset_rows(GaugeRows(1), no_remote, {}, heads.maker(lambda t: ""), offsets, {}, None,
+                    {}, lambda: None, 32)
+    assert len(no_remote) == 0
