@@ -11,7 +11,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from fastlog.protocol import ApiKey, Errors
-from tests.server.wire import Wire, batch, create_topic, init_pid, produce
+from tests.server.wire import Wire, batch, create_partitions, create_topic, init_pid, produce
 
 
 def create(bootstrap, name, partitions=1, config=None):
@@ -244,10 +244,7 @@ def test_partitions_created_are_all_there_after_sigkill(tmp_path):
                 "assignments": [], "configs": []}], "timeout_ms": 30000,
                 "validate_only": False})
             assert r.topics[0].error_code == Errors.NONE
-            r = w.call(ApiKey.CREATE_PARTITIONS, 1, {"topics": [
-                {"name": "fresh", "count": 400, "assignments": None}],
-                "timeout_ms": 30000, "validate_only": False})
-            assert r.results[0].error_code == Errors.NONE
+            assert create_partitions(w, "fresh", 400).error_code == Errors.NONE
         finally:
             w.close()
         b.kill()

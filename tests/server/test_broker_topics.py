@@ -8,7 +8,7 @@ import time
 
 from fastlog.protocol import ApiKey, Errors
 from fastlog.testing import BrokerProcess, server_command
-from tests.server.wire import Wire, batch, create_topic, produce
+from tests.server.wire import Wire, batch, create_partitions, create_topic, produce
 
 
 def earliest(w, topic):
@@ -195,10 +195,7 @@ def test_partitions_beyond_the_open_file_limit_are_refused(tmp_path):
                                             "allow_auto_topic_creation": False})
             assert r.topics[0].error_code == Errors.UNKNOWN_TOPIC_OR_PARTITION
             assert _create(w, "tp-some", 20).error_code == Errors.NONE
-            r = w.call(ApiKey.CREATE_PARTITIONS, 1, {"topics": [
-                {"name": "tp-some", "count": 5000, "assignments": None}],
-                "timeout_ms": 10000, "validate_only": False})
-            assert r.results[0].error_code == Errors.INVALID_PARTITIONS
+            assert create_partitions(w, "tp-some", 5000).error_code == Errors.INVALID_PARTITIONS
         finally:
             w.close()
         b.restart()
