@@ -28,7 +28,9 @@
 #     config change comes from ONE thread: the broker's asyncio event-loop thread.
 #   * Slow system calls never run there: fsyncs (flush policy, flushes after a roll,
 #     checkpoint writes) and file deletions run on this manager's IoWorker thread; the
-#     loop thread only enqueues them and may await the returned futures.
+#     loop thread only enqueues them and may await the returned futures. A topic's new
+#     partitions (create_logs) are made on a creation thread and its fsync threads: the
+#     logs are nobody else's until the loop takes them (take_created) once on disk.
 #   * Readers use immutable snapshots of each log's segment list; a segment deleted by
 #     retention is renamed `.deleted` at once and unlinked after file.delete.delay.ms, and
 #     its descriptor lives as long as any FileRegion of it, so an in-flight fetch never
@@ -574,6 +576,8 @@ class LogManager:
             if config is not None:
                 log.update_config(config)
             return log
+        if key in self._creating:  # (its files are being made: never two Logs of one dir)
+            raise KafkaStorageError(f"{topic}-{partition} is being created")
         log_dir = self._place([partition], topic)[0]
         try:
             log = Log.create(os.path.join(log_dir, f"{topic}-{partition}"),
@@ -608,7 +612,7 @@ class LogManager:
             placed.append(log_dir)
         return placed
 
-    def _create_failed(self, log_dir: str, what: str, e: OSError) -> OSError:
+    def _create_failed(self, log_dir: str, what: str, e: OSError) -> Exception:
         """What creating `what` in `log_dir` raises after `e`: KafkaStorageError when the
         dir failed (it is reported and goes offline), else `e` (a full disk)."""
         if self.dir_failure_channel.report(log_dir, f"{what}: create", e):
@@ -633,7 +637,8 @@ class LogManager:
         done (every file on disk, or the logs made removed again after an error), the loop
         hands it to take_created."""
         config = config or self._config_for(topic)
-        partitions = [p for p in leader_epochs if (topic, p) not in self._logs]
+        partitions = [p for p in leader_epochs
+                      if (topic, p) not in self._logs and (topic, p) not in self._creating]
         plan = list(zip(partitions, self._place(partitions, topic), strict=True))
         if self._create_pool is None:
             self._create_pool = ThreadPoolExecutor(max_workers=1,
@@ -673,7 +678,8 @@ class LogManager:
                     sync_new((), [lg.dir for lg in logs], CREATE_SYNC_THREADS)
                     fsync_dir(d)
                 except OSError as e:
-                    raise self._create_failed(d, f"{topic} partitions {parts}", e) from None
+                    raise self._create_failed(d, f"{len(parts)} new partitions of {topic}",
+                                              e) from None
         except BaseException:
             for _, lg, _ in made:
                 if lg.is_new:

@@ -518,7 +518,7 @@ def test_create_logs_that_fail_leave_nothing_behind(tmp_path):
         try:
             mgr.take_created("t", fut)
         except KafkaStorageError as e:
-            assert "t partitions" in str(e)
+            assert "4 new partitions of t" in str(e)
         else:
             raise AssertionError("creation did not fail")
         assert not [n for n in os.listdir(d) if n in ("t-0", "t-1", "t-3")]
