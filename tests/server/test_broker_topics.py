@@ -204,3 +204,39 @@ def test_partitions_beyond_the_open_file_limit_are_refused(tmp_path):
             assert _create(w, "tp-after", 2).error_code == Errors.NONE
         finally:
             w.close()
+
+
+def test_the_request_loop_answers_while_a_topic_is_being_created(broker_factory):
+    """A topic's partitions are made off the request loop: a Metadata request sent on
+    another connection once the first of 1,000 partition dirs exists is answered while
+    the CreateTopics is still pending (before it, the loop made them all first), and the
+    creation then succeeds with every partition."""
+    import select
+
+    b = broker_factory({})
+    creator, probe = Wire(b), Wire(b)
+    try:
+        creator.sock.settimeout(120)
+        cid = creator.send(ApiKey.CREATE_TOPICS, 4, {"topics": [{
+            "name": "tp-big", "num_partitions": 1000, "replication_factor": 1,
+            "assignments": [], "configs": []}], "timeout_ms": 60000, "validate_only": False})
+        deadline = time.monotonic() + 60
+        while not (b.data_dir / "tp-big-0").exists() and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert (b.data_dir / "tp-big-0").exists()
+        r = probe.call(ApiKey.METADATA, 8, {"topics": [{"name": "tp-big"}],
+                                            "allow_auto_topic_creation": False})
+        assert r.topics[0].name == "tp-big"
+        pending, _, _ = select.select([creator.sock], [], [], 0)
+        assert not pending, "CreateTopics was answered before the probe"
+        from fastlog import protocol
+
+        got, resp = protocol.decode_response(ApiKey.CREATE_TOPICS, 4, creator.recv_frame())
+        assert got == cid and resp.topics[0].error_code == Errors.NONE
+        r = probe.call(ApiKey.METADATA, 8, {"topics": [{"name": "tp-big"}],
+                                            "allow_auto_topic_creation": False})
+        assert len(r.topics[0].partitions) == 1000
+        assert all(p.error_code == 0 for p in r.topics[0].partitions)
+    finally:
+        creator.close()
+        probe.close()
