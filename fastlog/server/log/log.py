@@ -250,7 +250,7 @@ class Log:
         there is loaded as open() does (no epoch is recorded then). Any thread, as long
         as the log is not yet shared."""
         try:
-            os.mkdir(dir_path)
+            os.makedirs(dir_path)  # (a missing log dir is made again, as open() does)
         except FileExistsError:
             return cls.open(dir_path, config, time_fn=time_fn, scheduler=scheduler,
                             failure_channel=failure_channel)
