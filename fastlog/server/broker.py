@@ -904,8 +904,7 @@ class BrokerServer:
         state = await self.metadata.create_topic(name, partitions, replicas, configs, internal)
         self._log_configs[name] = cfg
         try:
-            for p, ps in state.partitions.items():
-                self.replica_manager.make_leader(name, p, cfg, ps.leader_epoch, ps.replicas)
+            await self._lead_new_partitions(state, list(state.partitions), cfg)
         except BaseException:
             # All or nothing: a topic whose logs could not all be opened is not kept.
             await self.delete_topic(name)
@@ -913,6 +912,41 @@ class BrokerServer:
         log.info("created topic %s with %d partitions%s", name, partitions,
                  f" and configs {configs}" if configs else "")
         return state
+
+    async def _lead_new_partitions(self, state: TopicState, partitions, cfg) -> None:
+        """One node: make the logs of these new partitions of the topic all at once, off
+        the loop and on disk before this returns (LogManager.create_logs), then lead them.
+        They are led once made even if the caller is cancelled meanwhile (the metadata
+        names them already); not if the topic was deleted meanwhile."""
+        loop = asyncio.get_running_loop()
+        lm = self.log_manager
+        name = state.name
+        fut = lm.create_logs(name, {p: state.partitions[p].leader_epoch for p in partitions},
+                             cfg)
+        led = loop.create_future()
+
+        def lead() -> None:
+            try:
+                lm.take_created(name, fut)
+                current = self.metadata.topic(name)
+                for p in partitions:
+                    if current is None or current.topic_id != state.topic_id:
+                        lm.delete_log(name, p)  # deleted while its logs were being made
+                        continue
+                    ps = state.partitions[p]
+                    self.replica_manager.make_leader(name, p, cfg, ps.leader_epoch,
+                                                     ps.replicas)
+            except BaseException as e:
+                if led.done():
+                    log.error("topic %s: opening its new partitions failed: %s", name, e)
+                else:
+                    led.set_exception(e)
+                return
+            if not led.done():
+                led.set_result(None)
+
+        fut.add_done_callback(lambda _: loop.call_soon_threadsafe(lead))
+        await led
 
     async def create_internal_topic(self, name: str, partitions: int,
                                     configs: dict[str, str]) -> TopicState:
@@ -1105,10 +1139,8 @@ class BrokerServer:
         if single_node:
             # (cluster mode: the controller elects the new partitions' leaders and every
             # replica's LeadershipTracker opens their logs)
-            cfg = self.log_config(name)
-            for p in range(have, total):
-                ps = new_state.partitions[p]
-                self.replica_manager.make_leader(name, p, cfg, ps.leader_epoch, ps.replicas)
+            await self._lead_new_partitions(new_state, range(have, total),
+                                            self.log_config(name))
         log.info("topic %s grew from %d to %d partitions", name, have, total)
         return new_state
 

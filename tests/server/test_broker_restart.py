@@ -11,7 +11,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from fastlog.protocol import ApiKey, Errors
-from tests.server.wire import Wire, batch, create_topic, init_pid, produce
+from tests.server.wire import Wire, batch, create_partitions, create_topic, init_pid, produce
 
 
 def create(bootstrap, name, partitions=1, config=None):
@@ -225,3 +225,42 @@ def test_many_partitions_restart_within_a_small_open_file_limit(tmp_path):
             finally:
                 w.close()
             assert _open_files(b.proc.pid) < 2000 - 1024
+
+
+def test_partitions_created_are_all_there_after_sigkill(tmp_path):
+    """SIGKILL right after CreateTopics and CreatePartitions answered: after the restart
+    every partition of both is served (empty, writable), each with its directory, first
+    segment and leader-epoch-checkpoint, and none was set aside as a stray."""
+    import os
+
+    from fastlog.testing import BrokerProcess
+
+    data = tmp_path / "data"
+    with BrokerProcess(data, startup_timeout=120) as b:
+        w = Wire(b)
+        try:
+            r = w.call(ApiKey.CREATE_TOPICS, 4, {"topics": [{
+                "name": "fresh", "num_partitions": 300, "replication_factor": 1,
+                "assignments": [], "configs": []}], "timeout_ms": 30000,
+                "validate_only": False})
+            assert r.topics[0].error_code == Errors.NONE
+            assert create_partitions(w, "fresh", 400).error_code == Errors.NONE
+        finally:
+            w.close()
+        b.kill()
+        for p in (0, 299, 300, 399):
+            assert sorted(os.listdir(data / f"fresh-{p}")) == [
+                "00000000000000000000.log", "leader-epoch-checkpoint"]
+            assert (data / f"fresh-{p}" / "leader-epoch-checkpoint").read_text() == "0\n1\n0 0\n"
+        b.start()
+        assert not [n for n in os.listdir(data) if n.endswith("-stray")]
+        w = Wire(b)
+        try:
+            r = w.call(ApiKey.LIST_OFFSETS, 1, {"replica_id": -1, "topics": [{
+                "name": "fresh", "partitions": [{"partition_index": p, "timestamp": -1}
+                                                for p in range(400)]}]})
+            assert [(p.error_code, p.offset) for p in r.topics[0].partitions] == [(0, 0)] * 400
+            for p in (0, 399):
+                assert produce(w, "fresh", batch([b"v"]), acks=1, partition=p).error_code == 0
+        finally:
+            w.close()

@@ -2,13 +2,16 @@
 periodic retention task deletes old segments, auto-creation follows its switches, and
 startup problems are one sentence with a non-zero exit."""
 
+import os
+import select
 import socket
 import subprocess
 import time
 
+from fastlog import protocol
 from fastlog.protocol import ApiKey, Errors
 from fastlog.testing import BrokerProcess, server_command
-from tests.server.wire import Wire, batch, create_topic, produce
+from tests.server.wire import Wire, batch, create_partitions, create_topic, produce
 
 
 def earliest(w, topic):
@@ -195,10 +198,7 @@ def test_partitions_beyond_the_open_file_limit_are_refused(tmp_path):
                                             "allow_auto_topic_creation": False})
             assert r.topics[0].error_code == Errors.UNKNOWN_TOPIC_OR_PARTITION
             assert _create(w, "tp-some", 20).error_code == Errors.NONE
-            r = w.call(ApiKey.CREATE_PARTITIONS, 1, {"topics": [
-                {"name": "tp-some", "count": 5000, "assignments": None}],
-                "timeout_ms": 10000, "validate_only": False})
-            assert r.results[0].error_code == Errors.INVALID_PARTITIONS
+            assert create_partitions(w, "tp-some", 5000).error_code == Errors.INVALID_PARTITIONS
         finally:
             w.close()
         b.restart()
@@ -207,3 +207,73 @@ def test_partitions_beyond_the_open_file_limit_are_refused(tmp_path):
             assert _create(w, "tp-after", 2).error_code == Errors.NONE
         finally:
             w.close()
+
+
+def _start_creating(b, creator, name, partitions):
+    """Send CreateTopics on `creator` and return its correlation id once the broker has
+    begun making the partitions (the first partition dir exists)."""
+    creator.sock.settimeout(120)
+    cid = creator.send(ApiKey.CREATE_TOPICS, 4, {"topics": [{
+        "name": name, "num_partitions": partitions, "replication_factor": 1,
+        "assignments": [], "configs": []}], "timeout_ms": 60000, "validate_only": False})
+    deadline = time.monotonic() + 60
+    while not (b.data_dir / f"{name}-0").exists() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert (b.data_dir / f"{name}-0").exists()
+    return cid
+
+
+def _creation_answer(creator, cid):
+    got, resp = protocol.decode_response(ApiKey.CREATE_TOPICS, 4, creator.recv_frame())
+    assert got == cid
+    return resp.topics[0]
+
+
+def test_the_request_loop_answers_while_a_topic_is_being_created(broker_factory):
+    """A topic's partitions are made off the request loop: a Metadata request sent on
+    another connection once the first of 1,000 partition dirs exists is answered while
+    the CreateTopics is still pending (before it, the loop made them all first), and the
+    creation then succeeds with every partition."""
+    b = broker_factory({})
+    creator, probe = Wire(b), Wire(b)
+    try:
+        cid = _start_creating(b, creator, "tp-big", 1000)
+        r = probe.call(ApiKey.METADATA, 8, {"topics": [{"name": "tp-big"}],
+                                            "allow_auto_topic_creation": False})
+        assert r.topics[0].name == "tp-big"
+        pending, _, _ = select.select([creator.sock], [], [], 0)
+        assert not pending, "CreateTopics was answered before the probe"
+        assert _creation_answer(creator, cid).error_code == Errors.NONE
+        r = probe.call(ApiKey.METADATA, 8, {"topics": [{"name": "tp-big"}],
+                                            "allow_auto_topic_creation": False})
+        assert len(r.topics[0].partitions) == 1000
+        assert all(p.error_code == 0 for p in r.topics[0].partitions)
+    finally:
+        creator.close()
+        probe.close()
+
+
+def test_a_topic_deleted_while_its_partitions_are_made_keeps_none(broker_factory):
+    """DeleteTopics while CreateTopics is still making the partitions' files: the
+    creation ends, the topic is gone, and its partitions are not served or kept (their
+    dirs are renamed for deletion); the name can be created again."""
+    b = broker_factory({})
+    creator, other = Wire(b), Wire(b)
+    try:
+        cid = _start_creating(b, creator, "tp-gone", 1000)
+        r = other.call(ApiKey.DELETE_TOPICS, 3, {"topic_names": ["tp-gone"],
+                                                 "timeout_ms": 10000})
+        assert r.responses[0].error_code == Errors.NONE
+        assert _creation_answer(creator, cid).error_code == Errors.NONE
+        r = other.call(ApiKey.METADATA, 8, {"topics": [{"name": "tp-gone"}],
+                                            "allow_auto_topic_creation": False})
+        assert r.topics[0].error_code == Errors.UNKNOWN_TOPIC_OR_PARTITION
+        assert not [n for n in os.listdir(b.data_dir) if n.startswith("tp-gone-")
+                    and not n.endswith("-delete")]
+        create_topic(b, "tp-gone", 3)
+        assert produce(other, "tp-gone", batch([b"again"]), partition=2).error_code == 0
+        log_text = b.log_path.read_text(errors="replace")
+        assert "Traceback" not in log_text and "failed" not in log_text, b.log_tail()
+    finally:
+        creator.close()
+        other.close()

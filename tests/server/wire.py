@@ -1,7 +1,7 @@
 """Raw Kafka-protocol helpers for the broker tests: one framed connection (Wire, from
 fastlog.testing), batch building, and the few requests many tests send (create topic,
-produce, fetch body, InitProducerId, a health check, the transaction markers of a
-partition)."""
+create partitions, produce, fetch body, InitProducerId, a health check, the transaction
+markers of a partition)."""
 
 import time
 
@@ -21,6 +21,14 @@ def create_topic(broker, name, partitions=1, configs=None):
         assert resp.topics[0].error_code in (Errors.NONE, Errors.TOPIC_ALREADY_EXISTS)
     finally:
         w.close()
+
+
+def create_partitions(w, name, count):
+    """CreatePartitions v1 growing topic `name` to `count` partitions; its one result."""
+    r = w.call(ApiKey.CREATE_PARTITIONS, 1, {"topics": [
+        {"name": name, "count": count, "assignments": None}],
+        "timeout_ms": 30000, "validate_only": False})
+    return r.results[0]
 
 
 def batch(values, compression=0, producer_id=-1, epoch=-1, seq=-1, **kw):

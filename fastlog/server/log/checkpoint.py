@@ -7,7 +7,9 @@
 #   `meta.properties` (one per log dir): Java properties, version/broker.id/cluster.id.
 # Every write is atomic (fastlog.fileio.atomic_write); a crash leaves either the old or the
 # new file, and at worst a stale `.tmp` that the next write replaces and readers ignore. Callers: LogManager (checkpoints; from its
-# background worker) and Log (its epoch cache; owner thread). Files are only touched here.
+# background worker) and Log (its epoch cache; owner thread). Files are only touched here,
+# but for the first leader-epoch-checkpoint of new partitions, which LogManager.create_logs
+# writes for many at once (fileio.atomic_write_many) from content().
 """Atomic, Kafka-format checkpoint files and meta.properties."""
 
 from __future__ import annotations
@@ -90,11 +92,12 @@ class LeaderEpochFileCache:
     `leader-epoch-checkpoint`. Epochs and start offsets both strictly increase. Owner
     thread only; every change rewrites the (tiny) file at once, as Kafka does."""
 
-    def __init__(self, path: str | None):
+    def __init__(self, path: str | None, read: bool = True):
+        """read=False: a new partition's cache, whose file is not there yet."""
         self.path = path
         self._epochs: list[int] = []
         self._offsets: list[int] = []
-        if path is not None:
+        if path is not None and read:
             entries = _read_entries(path, 2)
             for epoch, offset in entries or ():
                 self._epochs.append(int(epoch))
@@ -107,8 +110,9 @@ class LeaderEpochFileCache:
     def latest_epoch(self) -> int:
         return self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
 
-    def assign(self, epoch: int, start_offset: int) -> None:
-        """Record that `epoch` starts at `start_offset` (no-op if already known)."""
+    def assign(self, epoch: int, start_offset: int, write: bool = True) -> None:
+        """Record that `epoch` starts at `start_offset` (no-op if already known).
+        write=False: the caller writes the file (content()) before anyone relies on it."""
         if epoch < 0:
             return
         if self._epochs and self._epochs[-1] == epoch and self._offsets[-1] <= start_offset:
@@ -119,7 +123,8 @@ class LeaderEpochFileCache:
             self._offsets.pop()
         self._epochs.append(epoch)
         self._offsets.append(start_offset)
-        self.flush()
+        if write:
+            self.flush()
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(largest epoch <= requested, the offset where the next epoch starts) as in
@@ -139,12 +144,16 @@ class LeaderEpochFileCache:
         i = bisect.bisect_right(self._offsets, offset)
         return self._epochs[i - 1] if i else UNDEFINED_EPOCH
 
-    def truncate_from_end(self, end_offset: int) -> None:
-        """Forget epochs that start at or after end_offset (log truncated to it)."""
+    def truncate_from_end(self, end_offset: int, loading: bool = False) -> None:
+        """Forget epochs that start at or after end_offset (log truncated to it).
+        loading (a log being loaded): a cache left empty is not written (an empty log's
+        first epoch, that the next assign writes again whole; each load truncates the
+        file's entries again), so a restart rewrites no fresh partition's file."""
         keep = bisect.bisect_left(self._offsets, end_offset)
         if keep < len(self._offsets):
             del self._epochs[keep:], self._offsets[keep:]
-            self._flush_truncation()
+            if not (loading and keep == 0):
+                self._flush_truncation()
 
     def truncate_from_start(self, start_offset: int) -> None:
         """Forget epochs wholly before start_offset; the one covering it now starts there."""
@@ -174,12 +183,16 @@ class LeaderEpochFileCache:
                            "cannot rewrite %s (kept in memory, rewritten at the next "
                            "change): %s", self.path, e)
 
+    def content(self) -> bytes:
+        """The file's bytes for the entries as they are now."""
+        lines = [str(CHECKPOINT_VERSION), str(len(self._epochs))]
+        lines += [f"{e} {o}" for e, o in zip(self._epochs, self._offsets, strict=True)]
+        return ("\n".join(lines) + "\n").encode()
+
     def flush(self) -> None:
         if self.path is None:
             return
-        lines = [str(CHECKPOINT_VERSION), str(len(self._epochs))]
-        lines += [f"{e} {o}" for e, o in zip(self._epochs, self._offsets, strict=True)]
-        atomic_write(self.path, ("\n".join(lines) + "\n").encode())
+        atomic_write(self.path, self.content())
 
 
 def read_meta_properties(log_dir: str) -> dict[str, str] | None:

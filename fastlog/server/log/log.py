@@ -217,6 +217,8 @@ class Log:
         self._flush_job_started = False
         self._pending: PendingAppend | None = None  # the write-behind append, if any
         self.closed = False
+        # Made by create() in a new directory (not loaded from one found on disk).
+        self.is_new = False
         self.load_report = LoadReport()
         # Called with the log after each update_config (its LogManager's flush schedule).
         self.config_listener = None
@@ -234,6 +236,37 @@ class Log:
         os.makedirs(dir_path, exist_ok=True)
         log = cls(dir_path, config, scheduler, time_fn, failure_channel)
         log._load(recovery_point, log_start_offset, clean_shutdown)
+        return log
+
+    @classmethod
+    def create(cls, dir_path: str, config: LogConfig, leader_epoch: int = -1,
+               time_fn=time.time, scheduler=None, failure_channel=None) -> Log:
+        """A new partition's log in a directory made here: one empty segment at offset 0,
+        and (leader_epoch >= 0) the epoch starting at 0 in its epoch cache, as a new
+        leader records it (Kafka's makeLeader). Nothing is read back and nothing fsynced:
+        the `.log` file, the epoch cache's file (not written here; LeaderEpochFileCache
+        .content()) and the directory are the caller's to make durable (LogManager's
+        create_logs does it for many partitions at once). A directory that is already
+        there is loaded as open() does (no epoch is recorded then). Any thread, as long
+        as the log is not yet shared."""
+        try:
+            os.makedirs(dir_path)  # (a missing log dir is made again, as open() does)
+        except FileExistsError:
+            return cls.open(dir_path, config, time_fn=time_fn, scheduler=scheduler,
+                            failure_channel=failure_channel)
+        log = cls(dir_path, config, scheduler, time_fn, failure_channel)
+        log.leader_epoch_cache = LeaderEpochFileCache(
+            os.path.join(log.dir, LEADER_EPOCH_CHECKPOINT), read=False)
+        log._recovered_bases = set()
+        try:
+            seg = LogSegment.open(log.dir, 0, config, log._now_ms())
+        except BaseException:
+            shutil.rmtree(log.dir, ignore_errors=True)
+            raise
+        seg.resize_indexes(config.segment_index_bytes)
+        log._publish([seg])
+        log.leader_epoch_cache.assign(leader_epoch, 0, write=False)
+        log.is_new = True
         return log
 
     def _load(self, recovery_point: int, log_start_offset: int | None,
@@ -305,7 +338,7 @@ class Log:
         self.recovery_point = min(recovery_point, self.log_end_offset)
         self.high_watermark = self.log_end_offset if self.hw_follows_leo else min(
             self.high_watermark, self.log_end_offset)
-        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset, loading=True)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
 
     def _remove_temp_files(self) -> None:

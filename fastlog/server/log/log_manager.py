@@ -28,7 +28,9 @@
 #     config change comes from ONE thread: the broker's asyncio event-loop thread.
 #   * Slow system calls never run there: fsyncs (flush policy, flushes after a roll,
 #     checkpoint writes) and file deletions run on this manager's IoWorker thread; the
-#     loop thread only enqueues them and may await the returned futures.
+#     loop thread only enqueues them and may await the returned futures. A topic's new
+#     partitions (create_logs) are made on a creation thread and its fsync threads: the
+#     logs are nobody else's until the loop takes them (take_created) once on disk.
 #   * Readers use immutable snapshots of each log's segment list; a segment deleted by
 #     retention is renamed `.deleted` at once and unlinked after file.delete.delay.ms, and
 #     its descriptor lives as long as any FileRegion of it, so an in-flight fetch never
@@ -53,7 +55,7 @@ import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from fastlog.fileio import fsync_dir
+from fastlog.fileio import atomic_write_many, fsync_dir, sync_new
 from fastlog.logs import report_limited
 
 from .checkpoint import (
@@ -82,6 +84,9 @@ STRAY_DIR_SUFFIX = "-stray"
 FUTURE_DIR_SUFFIX = "-future"
 # `<topic>-<partition>.<hex id>-delete|-stray`: what delete_log and mark_stray name a dir;
 # `-future`: a partition's copy while it moves to another log dir (create_future_log).
+# fsyncs of a creation pass (create_logs) that wait at once: they cost no more CPU than
+# one after another, and the disk flushes its cache once for all that wait together.
+CREATE_SYNC_THREADS = 8
 _RETIRED_DIR = re.compile(r"^.+-\d+\.[0-9a-f]+-(delete|stray|future)$")
 # Every file a partition dir may hold: segments, indexes and producer snapshots (with the
 # suffixes of deletion, compaction and swaps), the epoch checkpoint, their temp files.
@@ -151,6 +156,9 @@ class LogManager:
             self._check_meta_properties(d, node_id, cluster_id)
         # partitions moving to another log dir: (log, destination dir) (loop thread)
         self._future_logs: dict[tuple[str, int], tuple[Log, str]] = {}
+        # partitions create_logs is making -> their log dir (loop thread), and its thread
+        self._creating: dict[tuple[str, int], str] = {}
+        self._create_pool: ThreadPoolExecutor | None = None
         self._futures_found: list[str] = []
         self._load_dirs()
         for d in self.log_dirs:
@@ -568,31 +576,128 @@ class LogManager:
             if config is not None:
                 log.update_config(config)
             return log
+        if key in self._creating:  # (its files are being made: never two Logs of one dir)
+            raise KafkaStorageError(f"{topic}-{partition} is being created")
+        log_dir = self._place([partition], topic)[0]
+        try:
+            log = Log.create(os.path.join(log_dir, f"{topic}-{partition}"),
+                             config or self._config_for(topic), time_fn=self.time_fn,
+                             scheduler=self.scheduler, failure_channel=self.dir_failure_channel)
+        except OSError as e:
+            raise self._create_failed(log_dir, f"{topic}-{partition}", e) from None
+        self._add_log(key, log, log_dir)
+        self.scheduler.submit(fsync_dir, log_dir)  # the new partition dir must survive a crash
+        return log
+
+    def _place(self, partitions, topic: str) -> list[str]:
+        """The log dir of each new partition of `topic`: the online dir with the fewest
+        partitions (those being created included) at its turn."""
         if not topic or "/" in topic or topic in (".", ".."):
             raise ValueError(f"invalid topic name {topic!r}")
-        if key in self._offline_logs:
-            raise KafkaStorageError(f"{topic}-{partition} is in the offline log dir "
-                                    f"{self._offline_logs[key]}")
+        for p in partitions:
+            if (topic, p) in self._offline_logs:
+                raise KafkaStorageError(f"{topic}-{p} is in the offline log dir "
+                                        f"{self._offline_logs[(topic, p)]}")
         online = self.online_dirs
         if not online:
             raise KafkaStorageError("every log dir is offline")
         counts = {d: 0 for d in online}
-        for d in self._dir_of.values():
+        for d in (*self._dir_of.values(), *self._creating.values()):
             if d in counts:
                 counts[d] += 1
-        log_dir = min(online, key=lambda d: (counts[d], self.log_dirs.index(d)))
+        placed = []
+        for _ in partitions:
+            log_dir = min(online, key=lambda d: (counts[d], self.log_dirs.index(d)))
+            counts[log_dir] += 1
+            placed.append(log_dir)
+        return placed
+
+    def _create_failed(self, log_dir: str, what: str, e: OSError) -> Exception:
+        """What creating `what` in `log_dir` raises after `e`: KafkaStorageError when the
+        dir failed (it is reported and goes offline), else `e` (a full disk)."""
+        if self.dir_failure_channel.report(log_dir, f"{what}: create", e):
+            return KafkaStorageError(f"cannot create {what} in {log_dir}: {e.strerror or e}")
+        return e
+
+    # Creating many partitions (CreateTopics, CreatePartitions). Kafka makes each new log's
+    # directory and first `.log`, and writes its leader-epoch-checkpoint (fsynced) when the
+    # partition gets its first leader; the indexes come with their first entry. Here the
+    # same files are made for all of a topic's new partitions on a creation thread, off
+    # the request loop, and made durable in one pass before the request is answered: the
+    # epoch checkpoints written and fsynced together (fileio.atomic_write_many), then every
+    # new partition dir and then each log dir fsynced once (not one wait per partition and
+    # file, and several fsyncs waiting at once: each is a flush of the device's cache, most
+    # of the wall time of a creation and of its CPU where inode allocation is cheap).
+
+    def create_logs(self, topic: str, leader_epochs: dict[int, int],
+                    config: LogConfig | None = None) -> Future:
+        """Loop thread: start making the logs of the partitions of `topic` that
+        `leader_epochs` names (those new to this manager), each led from its epoch (if
+        >= 0) at offset 0. Once the future is
+        done (every file on disk, or the logs made removed again after an error), the loop
+        hands it to take_created."""
+        config = config or self._config_for(topic)
+        partitions = [p for p in leader_epochs
+                      if (topic, p) not in self._logs and (topic, p) not in self._creating]
+        plan = list(zip(partitions, self._place(partitions, topic), strict=True))
+        if self._create_pool is None:
+            self._create_pool = ThreadPoolExecutor(max_workers=1,
+                                                   thread_name_prefix="log-create")
+        fut = self._create_pool.submit(self._create_durably, topic, plan, config,
+                                       leader_epochs)
+        fut.partitions = partitions
+        for p, d in plan:
+            self._creating[(topic, p)] = d
+        return fut
+
+    def _create_durably(self, topic: str, plan, config: LogConfig,
+                        leader_epochs: dict[int, int]) -> list[tuple[int, Log, str]]:
+        """(creation thread) create_logs' work, one log dir after the other."""
+        by_dir: dict[str, list[int]] = {}
+        for p, d in plan:
+            by_dir.setdefault(d, []).append(p)
+        made: list[tuple[int, Log, str]] = []
         try:
-            log = Log.open(os.path.join(log_dir, f"{topic}-{partition}"),
-                           config or self._config_for(topic), time_fn=self.time_fn,
-                           scheduler=self.scheduler, failure_channel=self.dir_failure_channel)
-        except OSError as e:
-            if self.dir_failure_channel.report(log_dir, f"{topic}-{partition}: create", e):
-                raise KafkaStorageError(f"cannot create {topic}-{partition} in {log_dir}: "
-                                        f"{e.strerror or e}") from None
+            for d, parts in by_dir.items():
+                try:
+                    logs = []
+                    for p in parts:
+                        lg = Log.create(os.path.join(d, f"{topic}-{p}"), config,
+                                        leader_epochs[p],
+                                        time_fn=self.time_fn, scheduler=self.scheduler,
+                                        failure_channel=self.dir_failure_channel)
+                        made.append((p, lg, d))
+                        logs.append(lg)
+                    logs = [lg for lg in logs if lg.is_new]
+                    atomic_write_many(((lg.leader_epoch_cache.path,
+                                        lg.leader_epoch_cache.content())
+                                       for lg in logs if lg.leader_epoch_cache.latest_epoch >= 0),
+                                      threads=CREATE_SYNC_THREADS)
+                    # (an empty `.log` needs no fsync of its own: one lost in a crash is
+                    # made again by loading, as for any partition dir without a segment)
+                    sync_new((), [lg.dir for lg in logs], CREATE_SYNC_THREADS)
+                    fsync_dir(d)
+                except OSError as e:
+                    raise self._create_failed(d, f"{len(parts)} new partitions of {topic}",
+                                              e) from None
+        except BaseException:
+            for _, lg, _ in made:
+                if lg.is_new:
+                    lg.delete()
+                else:
+                    lg.close()
             raise
-        self._add_log(key, log, log_dir)
-        self.scheduler.submit(fsync_dir, log_dir)  # the new partition dir must survive a crash
-        return log
+        return made
+
+    def take_created(self, topic: str, fut: Future) -> dict[int, Log]:
+        """Loop thread, once create_logs' future is done: its logs become this manager's
+        ({partition: Log}); raises what making them raised."""
+        for p in fut.partitions:
+            self._creating.pop((topic, p), None)
+        made = fut.result()
+        for p, lg, d in made:
+            self._add_log((topic, p), lg, d)
+        return {p: lg for p, lg, _ in made}
 
     def delete_log(self, topic: str, partition: int) -> bool:
         """Forget the partition; its dir is renamed `<name>.<uuid>-delete` at once and
@@ -733,6 +838,8 @@ class LogManager:
         self.verifier.shutdown()
         if self.cleaner is not None:
             self.cleaner.shutdown()
+        if self._create_pool is not None:
+            self._create_pool.shutdown(wait=True)
         self.scheduler.drain(timeout=30)
         clean = True
         for log in self.all_logs():

@@ -3,7 +3,7 @@ defaults and overrides."""
 
 import pytest
 
-from fastlog.fileio import atomic_write
+from fastlog.fileio import atomic_write, atomic_write_many
 from fastlog.server.log import LeaderEpochFileCache, LogConfig, LogConfigError, OffsetCheckpointFile
 from fastlog.server.log.checkpoint import CorruptCheckpointError
 
@@ -32,6 +32,29 @@ def test_atomic_write_replaces_whole_file(tmp_path):
     (tmp_path / "f.tmp").write_text("half-writ")  # a crash left this behind
     atomic_write(str(path), b"new")
     assert path.read_bytes() == b"new" and not (tmp_path / "f.tmp").exists()
+
+
+def test_atomic_write_many_replaces_every_file(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "f").write_text("old")
+    (tmp_path / "b.tmp").write_text("half-writ")  # a crash left this behind
+    atomic_write_many([(str(tmp_path / "a" / "f"), b"new a"), (str(tmp_path / "b"), b"new b")])
+    assert (tmp_path / "a" / "f").read_bytes() == b"new a"
+    assert (tmp_path / "b").read_bytes() == b"new b"
+    assert sorted(p.name for p in tmp_path.rglob("*.tmp")) == []
+
+
+def test_leader_epoch_cache_of_a_new_partition_is_written_by_its_creator(tmp_path):
+    """read=False / write=False: the cache holds the first epoch, the file comes from
+    content() (LogManager.create_logs writes many at once)."""
+    path = tmp_path / "leader-epoch-checkpoint"
+    path.write_text("junk")  # not read
+    cache = LeaderEpochFileCache(str(path), read=False)
+    cache.assign(0, 0, write=False)
+    assert cache.entries() == [(0, 0)] and path.read_text() == "junk"
+    atomic_write(str(path), cache.content())
+    assert LeaderEpochFileCache(str(path)).entries() == [(0, 0)]
+    assert path.read_text() == "0\n1\n0 0\n"
 
 
 def test_leader_epoch_cache(tmp_path):
