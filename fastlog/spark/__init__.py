@@ -46,7 +46,8 @@ def register(spark) -> None:
     """Register format "fastlog" with a SparkSession.
 
     Without the JVM reader the Python data source is "fastlog". With it, the JVM provider
-    is "fastlog" (Spark refuses a name that both a JVM and a Python source claim) and the
+    is "fastlog" (pyspark refuses to register a Python source under a JVM source's name:
+    DATA_SOURCE_ALREADY_EXISTS) and the
     Python source is registered as "fastlog-python", which the provider hands every
     stream, write and option it does not read itself."""
     from fastlog.spark.source import FastlogDataSource, FastlogPythonDataSource

@@ -80,6 +80,7 @@ def results(broker, jar):
         {"name": "assign", "kind": "rows", "options": {
             "assign": json.dumps({MIXED: [1]}),
             "startingOffsets": json.dumps({MIXED: {"1": 17}})}},
+        {"name": "no_topic", "kind": "rows", "options": {"subscribe": "jvm-no-such-topic"}},
         {"name": "count", "kind": "count", "options": sub},
         {"name": "count_range", "kind": "count", "options": {
             **sub, "startingOffsets": json.dumps({MIXED: {"0": 3, "1": 50}}),
@@ -126,6 +127,7 @@ def test_offset_ranges_equal_the_python_sources(results):
     by_partition = {p: [r[4] for r in ranges["jvm"] if r[3] == p] for p in (0, 1)}
     assert min(by_partition[0]) >= 5 and max(by_partition[0]) < 97
     assert min(by_partition[1]) == 0 and max(by_partition[1]) < 33
+    assert results["no_topic"]["jvm"] == results["no_topic"]["python"] == []
     assign = results["assign"]
     assert assign["jvm"] == assign["python"]
     assert {r[3] for r in assign["jvm"]} == {1} and min(r[4] for r in assign["jvm"]) == 17

@@ -148,18 +148,19 @@ final class RecordBatchCursor {
         while (left > 0 && row < capacity) {
             left--;
             int length = varint();
+            if (length < 1 || length > limit - pos) throw corrupt("record length");
             int recordEnd = pos + length;
-            if (length < 0 || recordEnd > limit) throw corrupt("record length");
             pos++;                                   // record attributes
             long tsDelta = varlong();
             long off = baseOffset + varint();
             int keyLen = varint();
+            if (keyLen < -1 || keyLen > recordEnd - pos) throw corrupt("key length");
             int keyAt = pos;
             if (keyLen > 0) pos += keyLen;
             int valueLen = varint();
+            if (valueLen < -1 || valueLen > recordEnd - pos) throw corrupt("value length");
             int valueAt = pos;
             if (valueLen > 0) pos += valueLen;
-            if (pos > recordEnd || keyLen < -1 || valueLen < -1) throw corrupt("record fields");
             pos = recordEnd;                         // headers are not a column here
             if (off < start || off >= end) continue;
             if (key != null) {
