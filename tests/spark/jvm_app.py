@@ -11,6 +11,8 @@ format "fastlog-python" (the Python source) give:
   the physical plan of the "fastlog" read;
 - count: count() of each and the plan of the "fastlog" count;
 - stream: an availableNow stream of "fastlog" into a memory sink, its rows;
+- agg: per partition, count, offsets, sum of value lengths and of their CRC-32s, of each
+  (for ranges too large to compare row by row);
 - columns: the column names of the "fastlog" DataFrame;
 - error: the error message of the "fastlog" read (null when it reads).
 """
@@ -64,6 +66,15 @@ def main() -> None:
             df = read("fastlog", opts)
             got.update(jvm=df.count(), python=read("fastlog-python", opts).count(),
                        plan=plan_of(df.groupBy().count()))
+        elif kind == "agg":
+            from pyspark.sql import functions as F
+
+            def agg(df):
+                rows = df.groupBy("partition").agg(
+                    F.count("*"), F.min("offset"), F.max("offset"),
+                    F.sum(F.length("value")), F.sum(F.crc32("value"))).orderBy("partition")
+                return [list(r) for r in rows.collect()]
+            got.update(jvm=agg(read("fastlog", opts)), python=agg(read("fastlog-python", opts)))
         elif kind == "stream":
             reader = spark.readStream.format("fastlog").option("kafka.bootstrap.servers",
                                                                bootstrap)

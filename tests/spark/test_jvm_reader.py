@@ -19,7 +19,8 @@ import pytest
 from tests.spark.conftest import create_topic
 
 ROOT = Path(__file__).resolve().parents[2]
-MIXED, APPEND = "jvm-mixed", "jvm-append"
+MIXED, APPEND, LARGE = "jvm-mixed", "jvm-append", "jvm-large"
+LARGE_RECORDS, LARGE_VALUE = 40_000, 600     # 12 MB a partition: several Fetches each
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +64,16 @@ def fill(bootstrap) -> int:
         plain.produce(MIXED, f"after-{i}".encode(), partition=0)
         plain.produce(APPEND, f"append-{i}".encode(), key=b"k", partition=0)
     assert plain.flush(30) == 0
+    create_topic(bootstrap, LARGE, 2)
+    for codec in ("none", "lz4"):
+        p = Producer({"bootstrap.servers": bootstrap, "compression.type": codec,
+                      "linger.ms": 20, "queue.buffering.max.messages": 100_000})
+        for i in range(LARGE_RECORDS // 2):
+            p.produce(LARGE, value=(f"{codec}-{i:08d}-".encode() * 60)[:LARGE_VALUE],
+                      partition=i % 2)
+            if i % 10_000 == 0:
+                p.poll(0)
+        assert p.flush(60) == 0
     return n + 5
 
 
@@ -82,6 +93,11 @@ def results(broker, jar):
             "startingOffsets": json.dumps({MIXED: {"1": 17}})}},
         {"name": "no_topic", "kind": "rows", "options": {"subscribe": "jvm-no-such-topic"}},
         {"name": "count", "kind": "count", "options": sub},
+        {"name": "large", "kind": "agg", "options": {"subscribe": LARGE}},
+        {"name": "large_range", "kind": "agg", "options": {
+            "subscribe": LARGE, "startingOffsets": json.dumps({LARGE: {"0": 777, "1": -2}}),
+            "endingOffsets": json.dumps({LARGE: {"0": 15_555, "1": 19_999}})}},
+        {"name": "large_count", "kind": "count", "options": {"subscribe": LARGE}},
         {"name": "count_range", "kind": "count", "options": {
             **sub, "startingOffsets": json.dumps({MIXED: {"0": 3, "1": 50}}),
             "endingOffsets": json.dumps({MIXED: {"0": 90, "1": -1}})}},
@@ -131,6 +147,19 @@ def test_offset_ranges_equal_the_python_sources(results):
     assign = results["assign"]
     assert assign["jvm"] == assign["python"]
     assert {r[3] for r in assign["jvm"]} == {1} and min(r[4] for r in assign["jvm"]) == 17
+
+
+def test_many_fetches_equal_the_python_sources(results):
+    """Partitions of 12 MB, uncompressed and lz4: several Fetches each, the next in flight
+    while one is decoded, batches straddling the range's ends."""
+    large = results["large"]
+    assert large["jvm"] == large["python"]
+    assert [r[1] for r in large["jvm"]] == [LARGE_RECORDS // 2] * 2
+    assert [r[4] for r in large["jvm"]] == [LARGE_RECORDS // 2 * LARGE_VALUE] * 2
+    ranged = results["large_range"]
+    assert ranged["jvm"] == ranged["python"]
+    assert [r[1:4] for r in ranged["jvm"]] == [[15_555 - 777, 777, 15_554], [19_999, 0, 19_998]]
+    assert results["large_count"]["jvm"] == results["large_count"]["python"] == LARGE_RECORDS
 
 
 def test_count_reads_no_column(results):

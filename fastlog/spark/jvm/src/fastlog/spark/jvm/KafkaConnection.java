@@ -83,6 +83,12 @@ final class KafkaConnection implements Closeable {
 
     /** Sends one request and returns the response body (after the correlation id). */
     ByteBuffer call(short apiKey, short version, byte[] body) throws IOException {
+        return call(apiKey, version, body, null);
+    }
+
+    /** The same, reading the body into reuse when it is large enough (a reader's receive
+     *  buffer, so that a scan does not allocate one per Fetch). */
+    ByteBuffer call(short apiKey, short version, byte[] body, byte[] reuse) throws IOException {
         int id = ++correlation;
         byte[] cid = clientId.getBytes(StandardCharsets.UTF_8);
         out.writeInt(2 + 2 + 4 + 2 + cid.length + body.length);
@@ -103,9 +109,9 @@ final class KafkaConnection implements Closeable {
             throw new IOException("broker " + host + ":" + port + " answered correlation id "
                     + got + " to request " + id);
         }
-        byte[] data = new byte[size - 4];
-        in.readFully(data);
-        return ByteBuffer.wrap(data);
+        byte[] data = reuse != null && reuse.length >= size - 4 ? reuse : new byte[size - 4];
+        in.readFully(data, 0, size - 4);
+        return ByteBuffer.wrap(data, 0, size - 4).slice();
     }
 
     // ---- request bodies ----------------------------------------------------------------
@@ -217,14 +223,14 @@ final class KafkaConnection implements Closeable {
         ByteBuffer records;   // the record batches (position..limit), maybe a partial last one
     }
 
-    Fetched fetch(String topic, int partition, long offset, int maxBytes, int maxWaitMs)
-            throws IOException {
+    Fetched fetch(String topic, int partition, long offset, int maxBytes, int maxWaitMs,
+                  byte[] reuse) throws IOException {
         // v10: no fetch session (id 0, epoch -1), no leader epoch, no forgotten topics
         byte[] body = new Body().i32(-1).i32(maxWaitMs).i32(1).i32(maxBytes).i8(0)
                 .i32(0).i32(-1)
                 .i32(1).str(topic).i32(1).i32(partition).i32(-1).i64(offset).i64(-1)
                 .i32(maxBytes).i32(0).done();
-        ByteBuffer b = call(FETCH, (short) 10, body);
+        ByteBuffer b = call(FETCH, (short) 10, body, reuse);
         b.getInt();   // throttle time
         short top = b.getShort();
         if (top != 0) throw new KafkaError(top, "fetching " + topic + "-" + partition);

@@ -48,6 +48,10 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
     private Future<KafkaConnection.Fetched> inFlight;
     private long inFlightOffset = -1;
     private ByteBuffer records;          // the answer being decoded
+    // Two receive buffers: the Fetch in flight reads into one while the other is decoded;
+    // a buffer is handed to the next Fetch only once the cursor has left it.
+    private final byte[][] buffers = new byte[2][];
+    private int spare;                   // the buffer the next Fetch may read into
     private long lastProgress = System.currentTimeMillis();
 
     RangeReader(OffsetRangePartition part, StructType schema) {
@@ -164,10 +168,16 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
 
     private Future<KafkaConnection.Fetched> send(long offset) {
         int bytes = fetchBytes;
+        int slot = spare;
+        spare ^= 1;
+        byte[] reuse = buffers[slot];
         return fetcher.submit(() -> {
             if (conn == null) conn = new KafkaConnection(leaderHost, leaderPort,
                     OffsetPlanner.CLIENT_ID, OffsetPlanner.TIMEOUT_MS);
-            return conn.fetch(part.topic, part.partition, offset, bytes, MAX_WAIT_MS);
+            KafkaConnection.Fetched f = conn.fetch(part.topic, part.partition, offset, bytes,
+                    MAX_WAIT_MS, reuse);
+            buffers[slot] = f.records.array();   // seen by the task thread through the Future
+            return f;
         });
     }
 
