@@ -30,8 +30,9 @@ final class KafkaConnection implements Closeable {
     static final short FETCH = 1, LIST_OFFSETS = 2, METADATA = 3;
     static final long EARLIEST = -2, LATEST = -1;
     /** The largest response accepted: a Fetch answer is bounded by the request's max_bytes
-     *  plus one oversized first batch (KIP-74); anything larger is a broken stream. */
-    static final int MAX_RESPONSE = 1 << 30;
+     *  (at most RangeReader.MAX_FETCH_BYTES, grown only for a batch larger than the fetch
+     *  size) plus headers; anything larger is a broken stream. */
+    static final int MAX_RESPONSE = (256 << 20) + (1 << 20);
 
     final String host;
     final int port;
@@ -47,7 +48,8 @@ final class KafkaConnection implements Closeable {
         this.clientId = clientId;
         socket = new Socket();
         socket.setTcpNoDelay(true);
-        socket.setReceiveBufferSize(1 << 20);
+        // no SO_RCVBUF: setting it turns off Linux's receive buffer autotuning, which grows
+        // the window past a fixed size for multi-MiB Fetch answers
         socket.connect(new InetSocketAddress(host, port), timeoutMs);
         socket.setSoTimeout(timeoutMs);
         in = new DataInputStream(new BufferedInputStream(socket.getInputStream(), 1 << 16));
