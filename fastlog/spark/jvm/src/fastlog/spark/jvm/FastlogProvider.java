@@ -89,10 +89,10 @@ public final class FastlogProvider implements TableProvider, DataSourceRegister 
                 && SparkSession.getActiveSession().get().sessionState().dataSourceManager()
                         .dataSourceExists(PYTHON_NAME);
         if (!registered) {
-            throw new IllegalStateException("format fastlog reads this (a stream, a write, or "
-                    + "options beyond kafka.bootstrap.servers, subscribe/assign and "
-                    + "startingOffsets/endingOffsets) through its Python data source: call "
-                    + "fastlog.spark.register(spark) first");
+            throw new IllegalStateException("format fastlog hands streams, writes and reads "
+                    + "with options beyond kafka.bootstrap.servers, subscribe/assign and "
+                    + "startingOffsets/endingOffsets to its Python data source, which is not "
+                    + "registered in this session: call fastlog.spark.register(spark) first");
         }
         PythonDataSourceV2 p = new PythonDataSourceV2();
         p.setShortName(PYTHON_NAME);

@@ -31,9 +31,31 @@ final class OffsetPlanner {
     }
 
     List<OffsetRangePartition> plan() throws IOException {
-        try (KafkaConnection c = KafkaConnection.bootstrap(opts.bootstrap, CLIENT_ID, TIMEOUT_MS)) {
-            topics = c.metadata();
+        try {
+            return planOn();
+        } finally {
+            for (KafkaConnection c : connections.values()) c.close();
         }
+    }
+
+    /** The planning's connections by host:port, the bootstrap one first: every request of
+     *  the plan goes over one connection per broker. */
+    private final Map<String, KafkaConnection> connections = new HashMap<>();
+
+    private KafkaConnection connection(String host, int port) throws IOException {
+        String key = host + ":" + port;
+        KafkaConnection c = connections.get(key);
+        if (c == null) {
+            c = new KafkaConnection(host, port, CLIENT_ID, TIMEOUT_MS);
+            connections.put(key, c);
+        }
+        return c;
+    }
+
+    private List<OffsetRangePartition> planOn() throws IOException {
+        KafkaConnection boot = KafkaConnection.bootstrap(opts.bootstrap, CLIENT_ID, TIMEOUT_MS);
+        connections.put(boot.host + ":" + boot.port, boot);
+        topics = boot.metadata();
         TreeSet<TopicPartition> tps = new TreeSet<>();
         if (opts.assign != null) {
             tps.addAll(opts.assign);
@@ -127,11 +149,10 @@ final class OffsetPlanner {
         Map<TopicPartition, Long> out = new TreeMap<>();
         for (Map.Entry<String, Map<String, Map<Integer, Long>>> e : byLeader.entrySet()) {
             Leader l = leaders.get(e.getKey());
-            try (KafkaConnection c = new KafkaConnection(l.host, l.port, CLIENT_ID, TIMEOUT_MS)) {
-                for (Map.Entry<String, Map<Integer, Long>> t : c.listOffsets(e.getValue()).entrySet()) {
-                    for (Map.Entry<Integer, Long> p : t.getValue().entrySet()) {
-                        out.put(new TopicPartition(t.getKey(), p.getKey()), p.getValue());
-                    }
+            KafkaConnection c = connection(l.host, l.port);
+            for (Map.Entry<String, Map<Integer, Long>> t : c.listOffsets(e.getValue()).entrySet()) {
+                for (Map.Entry<Integer, Long> p : t.getValue().entrySet()) {
+                    out.put(new TopicPartition(t.getKey(), p.getKey()), p.getValue());
                 }
             }
         }
