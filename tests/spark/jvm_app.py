@@ -90,7 +90,7 @@ def main() -> None:
                 read("fastlog", opts).collect()
                 got.update(error=None)
             except Exception as exc:  # noqa: BLE001 - the message is the result
-                got.update(error=str(exc).splitlines()[0][:2000])
+                got.update(error=str(exc)[:20000])   # a task failure's cause is further down
         print(json.dumps(got), flush=True)
     spark.stop()
 

@@ -19,7 +19,7 @@ import pytest
 from tests.spark.conftest import create_topic
 
 ROOT = Path(__file__).resolve().parents[2]
-MIXED, APPEND, LARGE = "jvm-mixed", "jvm-append", "jvm-large"
+MIXED, APPEND, LARGE, LOSSY = "jvm-mixed", "jvm-append", "jvm-large", "jvm-lossy"
 LARGE_RECORDS, LARGE_VALUE = 40_000, 600     # 12 MB a partition: several Fetches each
 
 
@@ -64,6 +64,13 @@ def fill(bootstrap) -> int:
         plain.produce(MIXED, f"after-{i}".encode(), partition=0)
         plain.produce(APPEND, f"append-{i}".encode(), key=b"k", partition=0)
     assert plain.flush(30) == 0
+    create_topic(bootstrap, LOSSY, 1)
+    for i in range(100):
+        plain.produce(LOSSY, f"lossy-{i}".encode(), partition=0)
+    assert plain.flush(30) == 0
+    from fastlog.client import SyncAdmin, TopicPartition
+    with SyncAdmin(bootstrap) as admin:
+        admin.delete_records({TopicPartition(LOSSY, 0): 60})
     create_topic(bootstrap, LARGE, 2)
     for codec in ("none", "lz4"):
         p = Producer({"bootstrap.servers": bootstrap, "compression.type": codec,
@@ -104,6 +111,9 @@ def results(broker, jar):
         {"name": "jvm_stream", "kind": "stream",
          "options": {**sub, "startingOffsets": "earliest"}},
         {"name": "headers", "kind": "columns", "options": {**sub, "includeHeaders": "true"}},
+        {"name": "lost", "kind": "error", "options": {
+            "subscribe": LOSSY, "startingOffsets": json.dumps({LOSSY: {"0": 10}})}},
+        {"name": "after_deletion", "kind": "rows", "options": {"subscribe": LOSSY}},
         {"name": "beyond", "kind": "error", "options": {
             **sub, "startingOffsets": json.dumps({MIXED: {"0": 100000, "1": -2}})}},
     ]
@@ -182,3 +192,15 @@ def test_a_start_beyond_the_log_end_is_refused(results):
     assert error is not None
     assert f"option startingOffsets gives {MIXED}-0 offset 100000, beyond the end of its log" \
         in error
+
+
+def test_deleted_records_fail_the_read_as_data_loss(results):
+    """Records below the log start (DeleteRecords) that the range asks for: the task fails
+    saying data was lost and naming failOnDataLoss (whose false the Python source takes);
+    from earliest the read starts at the new log start."""
+    error = results["lost"]["error"]
+    assert error is not None and "Some data may have been lost" in error
+    assert "failOnDataLoss" in error
+    after = results["after_deletion"]
+    assert after["jvm"] == after["python"]
+    assert [r[4] for r in after["jvm"]] == list(range(60, 100))
