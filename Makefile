@@ -42,17 +42,21 @@ $(TEST_STAMP): $(PY) pyproject.toml setup.py
 build: $(RUN_STAMP)
 	$(STEP) "compiling the Cython modules (about 90 s the first time, seconds after; log: $(BUILD_LOG))" \
 		$(PY) setup.py -q build_ext --inplace
+	@# the Spark JVM batch reader, when a JDK and pyspark are there (docs/spark.md)
+	@if command -v javac >/dev/null 2>&1 && $(PY) -c 'import pyspark' 2>/dev/null; then \
+		bash scripts/step.sh $(BUILD_LOG) "building the Spark JVM reader fastlog/spark/jvm/fastlog-spark.jar (about 10 s when changed)" \
+			bash scripts/build-spark-jar.sh $(PY); fi
 
 # The broker in the foreground on 127.0.0.1:$(PORT) with its data in $(DATA); Ctrl-C stops it.
 run: build
 	@echo "starting the broker on 127.0.0.1:$(PORT), data in $(DATA) (make run PORT=... DATA=... ARGS=... to change)"
 	@$(PY) -m fastlog.cli.server --override listeners=PLAINTEXT://127.0.0.1:$(PORT) --override http.listener=127.0.0.1:$(HTTP_PORT) --override log.dirs=$(DATA) $(ARGS)
 
-# Debian packages some tests drive for real (kcat, ZooKeeper); installed only when missing.
+# Debian packages some tests drive for real (kcat, ZooKeeper, a JDK); installed only when missing.
 system-deps:
 	@bash scripts/install-system-deps.sh
 
-test: $(TEST_STAMP) build system-deps
+test: $(TEST_STAMP) system-deps build
 	$(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 lint: $(RUN_STAMP)

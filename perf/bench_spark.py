@@ -24,6 +24,11 @@ the same session, alternately:
 3. scan: spark.read.format("fastlog")...agg(sum(length(value))) vs the same on parquet;
 4. count: ...count() vs parquet's count().
 
+With the JVM reader's jar built (scripts/build-spark-jar.sh), the session loads it
+(spark.jars) and both queries also run through it (format "fastlog" then takes the JVM
+reader; the Python source above is format "fastlog-python"): jvm_vs_parquet and
+jvm_count_vs_parquet.
+
 The memory source runs both as a batch read too (scan_memory_vs_parquet,
 count_memory_vs_parquet): how close any Python data source comes to parquet here, since
 pyspark 4.3 hands a Python source's Arrow batches to Spark as rows, every column (no
@@ -64,6 +69,7 @@ from pyspark.sql.datasource import (  # noqa: E402
     InputPartition,
 )
 
+from fastlog.spark import JVM_PYTHON_NAME, jar_path, jvm_reader_loaded  # noqa: E402
 from fastlog.spark.source import kafka_schema  # noqa: E402
 
 BATCH_ROWS = 65536
@@ -235,10 +241,13 @@ def batch_scans(spark, broker, records: int, value_bytes: int, runs: int,
     from pyspark.sql import functions as F
 
     jvm = spark.sparkContext._gateway.proc.pid
-    fastlog_df = (spark.read.format("fastlog")
-                  .option("kafka.bootstrap.servers", broker.bootstrap)
-                  .option("subscribe", "bench").option("startingOffsets", "earliest")
-                  .option("endingOffsets", "latest").load())
+
+    def kafka_df(fmt):
+        return (spark.read.format(fmt).option("kafka.bootstrap.servers", broker.bootstrap)
+                .option("subscribe", "bench").option("startingOffsets", "earliest")
+                .option("endingOffsets", "latest").load())
+
+    fastlog_df = kafka_df(python_format(spark))
     fastlog_df.write.mode("overwrite").parquet(parquet_dir)
     parquet_df = spark.read.parquet(parquet_dir)
     queries = {
@@ -248,6 +257,8 @@ def batch_scans(spark, broker, records: int, value_bytes: int, runs: int,
     memory_df = (spark.read.format("fastlog_bench_memory").option("records", str(records))
                  .option("valueBytes", str(value_bytes)).load())
     frames = {"fastlog": fastlog_df, "parquet": parquet_df, "memory": memory_df}
+    if jvm_reader_loaded(spark):
+        frames["jvm"] = kafka_df("fastlog")
     best: dict[str, float] = {}
     cpu: dict[str, float] = {}
     answers: dict[str, set] = {}
@@ -271,7 +282,17 @@ def batch_scans(spark, broker, records: int, value_bytes: int, runs: int,
     for qname, got in answers.items():
         if len(got) != 1:
             raise RuntimeError(f"{qname}: fastlog and parquet disagree: {sorted(got)}")
-    return {
+    jvm_report = {}
+    if "jvm" in frames:
+        jvm_report = {
+            "jvm_scan_rows_per_s": round(best["scan_jvm"]),
+            "jvm_vs_parquet": round(best["scan_jvm"] / best["scan_parquet"], 3),
+            "jvm_count_rows_per_s": round(best["count_jvm"]),
+            "jvm_count_vs_parquet": round(best["count_jvm"] / best["count_parquet"], 3),
+            "jvm_scan_cpu_vs_parquet": round(cpu["scan_parquet"] / cpu["scan_jvm"], 3),
+            "jvm_count_cpu_vs_parquet": round(cpu["count_parquet"] / cpu["count_jvm"], 3),
+        }
+    return jvm_report | {
         "scan_rows_per_s": round(best["scan_fastlog"]),
         "scan_parquet_rows_per_s": round(best["scan_parquet"]),
         "vs_parquet": round(best["scan_fastlog"] / best["scan_parquet"], 3),
@@ -287,12 +308,22 @@ def batch_scans(spark, broker, records: int, value_bytes: int, runs: int,
     }
 
 
+def python_format(spark) -> str:
+    """The Python data source's format name in this session (see fastlog.spark.register)."""
+    return JVM_PYTHON_NAME if jvm_reader_loaded(spark) else "fastlog"
+
+
 def new_session():
     from pyspark.sql import SparkSession
 
     from fastlog.spark import register
 
-    spark = (SparkSession.builder.master("local[2]").appName("bench_spark")
+    builder = SparkSession.builder
+    try:
+        builder = builder.config("spark.jars", jar_path())
+    except FileNotFoundError as exc:
+        print(f"without the JVM reader: {exc}", flush=True)
+    spark = (builder.master("local[2]").appName("bench_spark")
              .config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
              .config("spark.python.authenticate.socketTimeout", "120s")
@@ -411,6 +442,7 @@ def main() -> None:
             print(json.dumps(report))
             return
         spark = new_session()
+        sources["fastlog"] = (python_format(spark), sources["fastlog"][1])
         best: dict[str, float] = {}
         for run in range(args.runs + 1 if args.only != "batch" else 0):
             for name, (fmt, options) in sources.items():

@@ -726,3 +726,14 @@ class FastlogDataSource(DataSource):
         # overwrite is True in complete mode: like Kafka's sink, each batch then appends
         # the whole result table to the topic. (Spark offers Python sinks no update mode.)
         return FastlogStreamWriter(schema, parse_write_options(self.options))
+
+
+class FastlogPythonDataSource(FastlogDataSource):
+    """The same source, named "fastlog-python": register() uses it when the JVM reader's
+    jar is loaded, whose provider takes the name "fastlog" and hands this source what it
+    does not read itself (streams, writes, other options)."""
+
+    @classmethod
+    def name(cls) -> str:
+        from fastlog.spark import JVM_PYTHON_NAME
+        return JVM_PYTHON_NAME

@@ -3,6 +3,10 @@
 Starting Spark costs ~10 s and each query's Python workers a few more, so the whole
 folder shares a session (tests use their own topics and checkpoint folders). Workers must
 run this venv's interpreter (PYSPARK_PYTHON), or they would not find pyarrow / fastlog.
+
+With FASTLOG_SPARK_TESTS_JAR=1 the session also loads the JVM reader's jar (it must be
+built), so every test runs with format "fastlog" routed as users with the jar get it:
+simple batch reads by the JVM reader, the rest handed to the Python source.
 """
 
 import os
@@ -35,7 +39,11 @@ def spark(tmp_path_factory):
 
     from fastlog.spark import register
 
-    session = (SparkSession.builder.master("local[2]").appName("fastlog-spark-tests")
+    builder = SparkSession.builder
+    if os.environ.get("FASTLOG_SPARK_TESTS_JAR") == "1":
+        from fastlog.spark import jar_path
+        builder = builder.config("spark.jars", jar_path())
+    session = (builder.master("local[2]").appName("fastlog-spark-tests")
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.sql.streaming.stopTimeout", "20s")
