@@ -50,10 +50,10 @@ cdef extern from *:
 
 
 cdef inline Py_ssize_t fl_request_header(const unsigned char *p, Py_ssize_t n,
-                                        uint16_t api_key, int first_version,
-                                        int last_version, int16_t *api_version,
-                                        int32_t *correlation_id,
-                                        int16_t *client_id_len) noexcept nogil:
+                                         uint16_t api_key, int first_version,
+                                         int last_version, int16_t *api_version,
+                                         int32_t *correlation_id,
+                                         int16_t *client_id_len) noexcept nogil:
     # A request header v1 (int16 api_key, int16 api_version, int32 correlation_id,
     # nullable int16-length client_id) of `api_key` at a version in [first_version,
     # last_version] (Produce's and Fetch's compiled readers): the position after it (the

@@ -1508,8 +1508,9 @@ cdef class ConnectionQuotas:
 
     Each SocketServer of the broker is given the same one; a SocketServer's own
     max_connections is its listener's limit (listener.name.<listener>.max.connections,
-    by default the broker's). ``total`` counts the open connections of all of them (changed under the GIL by the acceptor, on the API loop,
-    and by closes, on the processors' threads). A listener at the limit stops accepting
+    by default the broker's). ``total`` counts the open connections of all of them
+    (changed under the GIL by the acceptor, on the API loop, and by closes, on the
+    processors' threads). A listener at the limit stops accepting
     and waits here until a connection of any listener closes; the protected listener
     (the inter-broker one, when the broker has more than one) accepts anyway, and a
     connection of another listener, the least recently active, is closed to make room.

@@ -234,9 +234,10 @@ def encode_fetch_response(int api_version, int32_t correlation_id, topic,
                           int64_t last_stable_offset, int64_t log_start_offset,
                           list aborted, list regions, int64_t size):
     """Response header v0 (v1 from Fetch v12) + a FetchResponse v4-v17 answering one
-    partition of one topic (its name, a str; from v13 its 16-byte id) without error (no throttling, no session, no preferred
-    replica, no tagged fields), as a list of parts: the bytes, then `regions` (the
-    FileRegions read, `size` bytes in all) uncopied (v12: then the closing tag buffers).
+    partition of one topic (its name, a str; from v13 its 16-byte id) without error (no
+    throttling, no session, no preferred replica, no tagged fields), as a list of parts:
+    the bytes, then `regions` (the FileRegions read, `size` bytes in all) uncopied (v12:
+    then the closing tag buffers).
     `aborted`: the (producer id, first offset) pairs of a read_committed fetch, None for
     read_uncommitted (a null array)."""
     cdef Py_ssize_t name_len
@@ -260,9 +261,9 @@ def encode_fetch_response(int api_version, int32_t correlation_id, topic,
     if aborted is not None:
         n_aborted = len(aborted)
     if api_version >= FIRST_FLEXIBLE:
-        return _encode_flexible(correlation_id, api_version >= FIRST_TOPIC_ID, name, name_len, partition, high_watermark,
-                                last_stable_offset, log_start_offset, aborted, n_aborted,
-                                regions, size)
+        return _encode_flexible(correlation_id, api_version >= FIRST_TOPIC_ID, name, name_len,
+                                partition, high_watermark, last_stable_offset,
+                                log_start_offset, aborted, n_aborted, regions, size)
     # correlation id, throttle time, (v7+ error code, session id), topic count, name,
     # partition count, index, error, high watermark, last stable offset, (v5+ log start
     # offset), aborted count and entries, (v11+ preferred read replica), records length

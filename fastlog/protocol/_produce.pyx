@@ -123,8 +123,8 @@ cdef object _parse(object frame, bint transactional):
 
 
 cdef object _parse_flexible(object frame, const unsigned char *p, Py_ssize_t n,
-                           Py_ssize_t pos, int16_t api_version, int32_t correlation_id,
-                           int16_t client_id_len, bint transactional):
+                            Py_ssize_t pos, int16_t api_version, int32_t correlation_id,
+                            int16_t client_id_len, bint transactional):
     """_parse's v9+ body, from ``pos`` (after the header's client id)."""
     cdef uint32_t name_n, rec_n, txn_n
     cdef Py_ssize_t name_pos, name_len, rec_pos, rec_len, txn_pos = 0

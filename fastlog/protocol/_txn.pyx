@@ -24,7 +24,7 @@
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport int16_t, int32_t, int64_t, uint16_t, uint32_t
 from libc.string cimport memcpy
 
 from fastlog._codec cimport fl_be16, fl_be32, fl_be64, fl_put_be16, fl_put_be32
@@ -67,7 +67,7 @@ def parse_txn_request(frame):
     cdef Py_ssize_t n, pos
     cdef uint16_t api_key
     cdef int16_t api_version, client_id_len, producer_epoch
-    cdef int32_t correlation_id, topics, partitions, i, j
+    cdef int32_t correlation_id, topics, partitions, _i, _j
     cdef int64_t producer_id
     PyObject_GetBuffer(frame, &view, PyBUF_SIMPLE)
     try:
@@ -111,7 +111,7 @@ def parse_txn_request(frame):
         if topics < 0 or topics > (n - pos) // 6:
             return None
         wanted = []
-        for i in range(topics):
+        for _i in range(topics):
             name = _string(p, n, &pos)
             if name is None or pos + 4 > n:
                 return None
@@ -119,7 +119,7 @@ def parse_txn_request(frame):
             pos += 4
             if partitions < 0 or partitions > (n - pos) // 4:
                 return None
-            for j in range(partitions):
+            for _j in range(partitions):
                 wanted.append((name, <int32_t>fl_be32(p + pos)))
                 pos += 4
         if pos != n:
