@@ -18,6 +18,10 @@ in compiled code (fastlog_fetch_compiled_requests_total, where the tree has it).
     git worktree add /tmp/base HEAD~1 && (cd /tmp/base && ../path/.venv/bin/python \\
         setup.py build_ext --inplace -q)
     .venv/bin/python perf/ab_trees.py base=/tmp/base new=. --reps 4 --compression none,lz4
+
+`--partitions N` spreads the produce load over N partitions (random keys), after two
+unmeasured passes that give every partition its files, as perf/scale.py's peer figure
+does (librdkafka then sends about one partition per Produce request).
 """
 
 from __future__ import annotations
@@ -43,15 +47,23 @@ def main(argv=None) -> int:
     ap.add_argument("--acks", default="1", choices=["0", "1", "all"])
     ap.add_argument("--num-records", type=int, default=1_000_000)
     ap.add_argument("--workload", default="produce", choices=["produce", "consume"])
+    ap.add_argument("--partitions", type=int, default=1,
+                    help="produce: keyed records spread over this many partitions, after "
+                         "two unmeasured passes that give each its files (perf/scale.py's "
+                         "peer figure)")
     ap.add_argument("--fetch-bytes", type=int, default=None,
                     help="consume: librdkafka's max.partition.fetch.bytes")
     opts = ap.parse_args(argv)
     trees = compare.source_trees(opts.trees)
     if trees is None:
         return 2
-    if not 1 <= opts.reps <= 50 or not 1_000 <= opts.num_records <= 10_000_000:
-        print("ab_trees.py: --reps wants 1-50 and --num-records 1,000-10,000,000",
-              file=sys.stderr)
+    if (not 1 <= opts.reps <= 50 or not 1_000 <= opts.num_records <= 10_000_000
+            or not 1 <= opts.partitions <= 10_000):
+        print("ab_trees.py: --reps wants 1-50, --num-records 1,000-10,000,000 and "
+              "--partitions 1-10,000", file=sys.stderr)
+        return 2
+    if opts.partitions > 1 and opts.workload != "produce":
+        print("ab_trees.py: --partitions is for --workload produce", file=sys.stderr)
         return 2
     per: dict[tuple[str, str], list[float]] = {}
     for rep in range(opts.reps):
@@ -65,6 +77,13 @@ def main(argv=None) -> int:
                                 "--record-size", 100, "--acks", opts.acks,
                                 "--compression", codec, "--linger-ms", 5,
                                 "--client", "confluent"]
+                        if opts.partitions > 1:
+                            args += ["--partitions", opts.partitions, "--key-distribution",
+                                     "random", "--key-count", 100_000]
+                            # about 6 KiB per partition per pass, not measured
+                            warm = max(opts.partitions * 60, opts.num_records // 20)
+                            for _ in range(2):
+                                compare.fastlog_perf([*args[:6], warm, *args[7:]], 300)
                         extra = {}
                         if opts.workload == "consume":
                             if opts.fetch_bytes:   # batches no larger than a fetch
