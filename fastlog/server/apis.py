@@ -1039,9 +1039,13 @@ class KafkaApis:
                 continue
             for p in t.partition_data:
                 r = unverified.get((t.name, p.index))
-                results[(t.name, p.index)] = await self._append_led(
-                    t.name, p.index, p.records, acks, v) if r is None else \
-                    self.broker.topic_stats.produce_done(t.name, p.records, r)
+                if r is None:
+                    r = self._append_inline(t.name, p.index, p.records, acks, v)
+                    if r is None:
+                        r = await self._append_led(t.name, p.index, p.records, acks, v)
+                else:
+                    r = self.broker.topic_stats.produce_done(t.name, p.records, r)
+                results[(t.name, p.index)] = r
         wait = self.broker.replica_manager.completion(results, acks, request.timeout_ms)
         if wait is not None:
             await wait
@@ -1107,6 +1111,19 @@ class KafkaApis:
             topic, partition, records, acks, api_version, in_place=True, checked=checked,
             write_behind=True))
 
+    def _append_inline(self, topic, partition, records, acks, api_version
+                       ) -> PartitionResult | None:
+        """_append_led without awaiting anything, where nothing needs to wait before the
+        append (ReplicaManager.append_inline: the everyday small batch of a partition this
+        broker leads); None otherwise, and the caller awaits _append_led."""
+        if self.broker.cluster is not None:
+            _, err = self._led_partition(topic, partition, write=True)
+            if err != Errors.NONE:
+                return None   # _append_led answers it
+        r = self.broker.replica_manager.append_inline(topic, partition, records, acks,
+                                                      api_version)
+        return None if r is None else self.broker.topic_stats.produce_done(topic, records, r)
+
     async def _produce_one(self, conn, api_version, correlation_id, client_id, acks,
                            timeout_ms, topic, partition, records):
         """Produce v3-v11 of one partition of one topic without a transactional id, as
@@ -1116,10 +1133,15 @@ class KafkaApis:
         if is_transactional_records(records):   # (no transactional id on this path)
             r = PartitionResult(Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         else:
-            r = await self._append_led(topic, partition, records, acks, api_version)
-        wait = self.broker.replica_manager.completion({(topic, partition): r}, acks, timeout_ms)
-        if wait is not None:
-            await wait
+            r = self._append_inline(topic, partition, records, acks, api_version)
+            if r is None:
+                r = await self._append_led(topic, partition, records, acks, api_version)
+        if r.pending is not None or r.flush_future is not None or acks == -1:
+            # (otherwise ReplicaManager.completion has nothing to wait for)
+            wait = self.broker.replica_manager.completion({(topic, partition): r}, acks,
+                                                          timeout_ms)
+            if wait is not None:
+                await wait
         if acks == 0:
             if r.error != Errors.NONE:
                 raise CloseConnection("acks=0 produce failed")
