@@ -66,6 +66,7 @@ def main(argv=None) -> int:
         print("ab_trees.py: --partitions is for --workload produce", file=sys.stderr)
         return 2
     per: dict[tuple[str, str], list[float]] = {}
+    per_request: dict[tuple[str, str], list[float]] = {}
     for rep in range(opts.reps):
         for codec in opts.compression.split(","):
             for name, path in trees.items():
@@ -94,11 +95,15 @@ def main(argv=None) -> int:
                                     "--client", "confluent"]
                             if opts.fetch_bytes:
                                 args += ["-X", f"max.partition.fetch.bytes={opts.fetch_bytes}"]
-                            before = _fetch_counts(broker)
+                        before = _request_counts(broker, opts.workload)
                         out, cpu, _ = compare.measure(
                             broker, lambda args=args: compare.fastlog_perf(args, 300))
-                        if opts.workload == "consume":
-                            after = _fetch_counts(broker)
+                        after = _request_counts(broker, opts.workload)
+                        if opts.workload == "produce":
+                            requests = after[0] - before[0]
+                            extra = {"requests": requests,
+                                     "cpu_us_per_request": round(cpu / max(requests, 1) * 1e6, 1)}
+                        else:
                             fetches = after[0] - before[0]
                             extra = {"fetches": fetches,
                                      "cpu_us_per_fetch": round(cpu / max(fetches, 1) * 1e6, 1),
@@ -108,30 +113,37 @@ def main(argv=None) -> int:
                         broker.stop()
                 us = cpu / out["records"] * 1e6
                 per.setdefault((codec, name), []).append(us)
+                if "cpu_us_per_request" in extra:
+                    per_request.setdefault((codec, name), []).append(extra["cpu_us_per_request"])
                 print(json.dumps({"rep": rep, "workload": opts.workload,
                                   "compression": codec, "tree": name,
                                   "records_per_s": round(out["records_per_s"]),
                                   "cpu_us_per_record": round(us, 3), **extra,
                                   "other_cpu_pct": compare.MEASURED_OTHER[-1]}), flush=True)
     for (codec, name), vals in sorted(per.items()):
+        extra = {}
+        if (codec, name) in per_request:
+            extra = {"median_cpu_us_per_request": statistics.median(per_request[codec, name]),
+                     "all_per_request": per_request[codec, name]}
         print(json.dumps({"compression": codec, "tree": name,
                           "median_cpu_us_per_record": round(statistics.median(vals), 3),
-                          "all": [round(v, 3) for v in vals]}))
+                          "all": [round(v, 3) for v in vals], **extra}))
     return 0
 
 
-def _fetch_counts(broker) -> tuple[float, float]:
-    """(Fetch requests, of them answered in compiled code) so far, from the broker's
-    metrics (0 for a series the tree does not have)."""
+def _request_counts(broker, workload: str) -> tuple[float, float]:
+    """(Produce or Fetch requests, of the fetches those answered in compiled code) so
+    far, from the broker's metrics (0 for a series the tree does not have)."""
+    api = "Produce" if workload == "produce" else "Fetch"
     with urllib.request.urlopen(broker.metrics_url, timeout=10) as r:
         text = r.read().decode()
-    fetches = compiled = 0.0
+    count = compiled = 0.0
     for line in text.splitlines():
-        if line.startswith('kafka_network_requestmetrics_requests_total{request="Fetch"'):
-            fetches += float(line.rsplit(" ", 1)[1])
+        if line.startswith(f'kafka_network_requestmetrics_requests_total{{request="{api}"'):
+            count += float(line.rsplit(" ", 1)[1])
         elif line.startswith("fastlog_fetch_compiled_requests_total "):
             compiled = float(line.rsplit(" ", 1)[1])
-    return fetches, compiled
+    return count, compiled
 
 
 if __name__ == "__main__":

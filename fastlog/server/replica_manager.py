@@ -1160,25 +1160,26 @@ class ReplicaManager:
             checked = check_records(records, topic_cfg.max_message_bytes, api_version >= 7,
                                     _codec.DEFAULT_DECOMPRESS_LIMIT,
                                     require_keys=topic_cfg.compact)
-        if isinstance(checked, str):
-            return PartitionResult(Errors.INVALID_RECORD, error_message=checked)
-        if isinstance(checked, _codec.MissingKeyError):
-            # Kafka's LogValidator: the whole batch is refused, the record named.
-            message = (f"Compacted topic cannot accept message without key in topic "
-                       f"partition {p.topic}-{p.partition}.")
-            report_limited(log, logging.INFO, ("nokey", p.key), "%s: %s", p, message)
-            return PartitionResult(
-                Errors.INVALID_RECORD, error_message=message,
-                record_errors=[{"batch_index": checked.record_index,
-                                "batch_index_error_message": message}],
-                log_start_offset=p.log.log_start_offset)
-        if isinstance(checked, _codec.CodecError):
-            code = codec_error_code(checked)
-            log.info("%s: rejected produce v%d: %s (%s)", p, api_version, checked, code.name)
-            return PartitionResult(code, error_message=str(checked))
         recompressed = None
-        if type(checked) is Recompressed:
-            recompressed, checked = checked, checked.batches
+        if type(checked) is not list:   # (the batch headers when every check passed)
+            if isinstance(checked, str):
+                return PartitionResult(Errors.INVALID_RECORD, error_message=checked)
+            if isinstance(checked, _codec.MissingKeyError):
+                # Kafka's LogValidator: the whole batch is refused, the record named.
+                message = (f"Compacted topic cannot accept message without key in topic "
+                           f"partition {p.topic}-{p.partition}.")
+                report_limited(log, logging.INFO, ("nokey", p.key), "%s: %s", p, message)
+                return PartitionResult(
+                    Errors.INVALID_RECORD, error_message=message,
+                    record_errors=[{"batch_index": checked.record_index,
+                                    "batch_index_error_message": message}],
+                    log_start_offset=p.log.log_start_offset)
+            if isinstance(checked, _codec.CodecError):
+                code = codec_error_code(checked)
+                log.info("%s: rejected produce v%d: %s (%s)", p, api_version, checked,
+                         code.name)
+                return PartitionResult(code, error_message=str(checked))
+            recompressed, checked = checked, checked.batches   # Recompressed
         batches = checked
         b = batches[0]
         now = _now_ms()
@@ -1191,12 +1192,12 @@ class ReplicaManager:
                     record_errors=[{"batch_index": 0, "batch_index_error_message": None}],
                     error_message=f"batch timestamps {b.first_timestamp}..{b.max_timestamp} "
                                   f"are outside [now - {before_max}, now + {after_max}] ms")
-        ps = p.producer_state
         idempotent = b.producer_id != NO_PRODUCER_ID
         if idempotent:
             try:
-                dup = ps.check(b.producer_id, b.producer_epoch, b.base_sequence, b.record_count,
-                               b.is_transactional)
+                dup = p.producer_state.check(b.producer_id, b.producer_epoch,
+                                             b.base_sequence, b.record_count,
+                                             b.is_transactional)
             except ProducerStateError as e:
                 return PartitionResult(Errors[e.code], error_message=str(e),
                                        log_start_offset=p.log.log_start_offset)
