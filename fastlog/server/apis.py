@@ -7,7 +7,8 @@
 # ReplicaManager / LogManager / metadata store.
 # A Produce request of one partition (what a producer sends to a partition leader) skips
 # the generic decode/dispatch/encode: fastlog.protocol._produce reads it from the frame and
-# writes its success answer (`_produce_one` does what handle_produce does for that shape).
+# writes its success answer (`_produce_one` does what handle_produce does for that shape);
+# one of several partitions (kafka-python, the Java client) too (`_produce_many`).
 # Likewise a consumer's Fetch of one partition without a fetch session: fastlog.protocol.
 # _fetch reads it and writes its answer when the partition has data for it at once
 # (`_fetch_one`); an error or a wait for data goes through handle_fetch.
@@ -65,7 +66,12 @@ from fastlog.metadata import DEFAULT_BROKER_ENTITY
 from fastlog.metadata.model import ELECTED, NOT_AVAILABLE, NOT_NEEDED, UNKNOWN_PARTITION
 from fastlog.protocol import ApiKey, Errors, KafkaApiError
 from fastlog.protocol._fetch import encode_fetch_response, parse_fetch_request
-from fastlog.protocol._produce import encode_produce_response, parse_produce_request
+from fastlog.protocol._produce import (
+    encode_produce_partitions,
+    encode_produce_response,
+    parse_produce_partitions,
+    parse_produce_request,
+)
 from fastlog.protocol.api_keys import SCRAM_MECHANISM_TYPES
 from fastlog.protocol.schema import ZERO_UUID
 from fastlog.protocol.topics import INTERNAL_TOPICS
@@ -384,6 +390,16 @@ class KafkaApis:
                                  or self._may_fast(conn, WRITE, fast[5])):
             try:
                 return await self._produce_one(conn, *fast)
+            except CloseConnection:
+                raise
+            except Exception:
+                log.exception("PRODUCE v%d from client %r failed", fast[0], fast[2])
+                raise CloseConnection("handler failed") from None
+        fast = parse_produce_partitions(frame)
+        if fast is not None and (self.broker.authorizer is None or all(
+                self._may_fast(conn, WRITE, topic) for topic, _ in fast[5])):
+            try:
+                return await self._produce_many(conn, *fast)
             except CloseConnection:
                 raise
             except Exception:
@@ -1054,17 +1070,26 @@ class KafkaApis:
             if any(r.error != Errors.NONE for r in results.values()):
                 raise CloseConnection("acks=0 produce failed")
             return None
+        return self._produce_response(v, request_listener(ctx), [
+            (t.name, [p.index for p in t.partition_data]) for t in request.topic_data], results)
+
+    def _produce_response(self, api_version: int, listener: str | None, topics,
+                          results: dict) -> dict:
+        """The ProduceResponse of `results` ({(topic, partition): PartitionResult}) in the
+        request's order (`topics`: [(topic, [partition, ...])]), with KIP-951's leader hints
+        (v10+) for the partitions answered NOT_LEADER_OR_FOLLOWER."""
         moved = []
-        for t in request.topic_data:
+        responses = []
+        for name, indexes in topics:
             parts = []
-            for p in t.partition_data:
-                parts.append(_partition_produce_response(p.index, results[(t.name, p.index)]))
+            for i in indexes:
+                parts.append(_partition_produce_response(i, results[(name, i)]))
                 if parts[-1]["error_code"] == Errors.NOT_LEADER_OR_FOLLOWER:
-                    moved.append((parts[-1], t.name, p.index))
-            responses.append({"name": t.name, "partition_responses": parts})
+                    moved.append((parts[-1], name, i))
+            responses.append({"name": name, "partition_responses": parts})
         return {"responses": responses, "throttle_time_ms": 0,
-                "node_endpoints": self._leader_hints(request_listener(ctx), moved)
-                if moved and v >= 10 else []}
+                "node_endpoints": self._leader_hints(listener, moved)
+                if moved and api_version >= 10 else []}
 
     def _leader_hints(self, listener: str | None, moved: list[tuple[dict, str, int]]
                       ) -> list[dict]:
@@ -1150,12 +1175,49 @@ class KafkaApis:
             return [encode_produce_response(api_version, correlation_id, topic, partition,
                                             r.base_offset, r.log_append_time,
                                             r.log_start_offset)]
-        answer = _partition_produce_response(partition, r)
-        endpoints = (self._leader_hints(conn.state.get("listener"), [(answer, topic, partition)])
-                     if api_version >= 10 and r.error == Errors.NOT_LEADER_OR_FOLLOWER else [])
-        return protocol.encode_response(ApiKey.PRODUCE, api_version, correlation_id, {
-            "responses": [{"name": topic, "partition_responses": [answer]}],
-            "throttle_time_ms": 0, "node_endpoints": endpoints})
+        return protocol.encode_response(ApiKey.PRODUCE, api_version, correlation_id,
+                                        self._produce_response(
+                                            api_version, conn.state.get("listener"),
+                                            [(topic, [partition])], {(topic, partition): r}))
+
+    async def _produce_many(self, conn, api_version, correlation_id, client_id, acks,
+                            timeout_ms, topics):
+        """Produce v3-v11 of several partitions without a transactional id, as
+        fastlog.protocol._produce.parse_produce_partitions read it from the frame (what
+        kafka-python and the Java client send: every partition a broker leads in one
+        request): handle_produce's steps, answered in compiled code when every partition's
+        append succeeded. Returns the response parts (None for acks=0)."""
+        results = {}
+        if any(is_transactional_records(records) for _, parts in topics
+               for _, records in parts):   # (no transactional id on this path)
+            refused = PartitionResult(Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            for topic, parts in topics:
+                for partition, _ in parts:
+                    results[(topic, partition)] = refused
+        else:
+            for topic, parts in topics:
+                for partition, records in parts:
+                    results[(topic, partition)] = (
+                        self._append_inline(topic, partition, records, acks, api_version)
+                        or await self._append_led(topic, partition, records, acks,
+                                                  api_version))
+        wait = self.broker.replica_manager.completion(results, acks, timeout_ms)
+        if wait is not None:
+            await wait
+        if acks == 0:
+            if any(r.error != Errors.NONE for r in results.values()):
+                raise CloseConnection("acks=0 produce failed")
+            return None
+        if all(r.error == Errors.NONE and not r.record_errors for r in results.values()):
+            return [encode_produce_partitions(api_version, correlation_id, [
+                (topic, [(partition, (r := results[(topic, partition)]).base_offset,
+                          r.log_append_time, r.log_start_offset) for partition, _ in parts])
+                for topic, parts in topics])]
+        return protocol.encode_response(ApiKey.PRODUCE, api_version, correlation_id,
+                                        self._produce_response(
+                                            api_version, conn.state.get("listener"),
+                                            [(topic, [i for i, _ in parts])
+                                             for topic, parts in topics], results))
 
     # ------------------------------------------------------------------ Fetch
     def _fetch_one(self, api_version, correlation_id, client_id, max_wait_ms, min_bytes,
