@@ -47,6 +47,9 @@ def main(argv=None) -> int:
     ap.add_argument("--acks", default="1", choices=["0", "1", "all"])
     ap.add_argument("--num-records", type=int, default=1_000_000)
     ap.add_argument("--workload", default="produce", choices=["produce", "consume"])
+    ap.add_argument("--client", default="confluent", choices=["confluent", "fastlog"],
+                    help="produce: the load's client (fastlog's own sends every partition "
+                         "of a broker in one request, as kafka-python and the Java client do)")
     ap.add_argument("--partitions", type=int, default=1,
                     help="produce: keyed records spread over this many partitions, after "
                          "two unmeasured passes that give each its files (perf/scale.py's "
@@ -62,8 +65,9 @@ def main(argv=None) -> int:
         print("ab_trees.py: --reps wants 1-50, --num-records 1,000-10,000,000 and "
               "--partitions 1-10,000", file=sys.stderr)
         return 2
-    if opts.partitions > 1 and opts.workload != "produce":
-        print("ab_trees.py: --partitions is for --workload produce", file=sys.stderr)
+    if (opts.partitions > 1 or opts.client != "confluent") and opts.workload != "produce":
+        print("ab_trees.py: --partitions and --client are for --workload produce",
+              file=sys.stderr)
         return 2
     per: dict[tuple[str, str], list[float]] = {}
     per_request: dict[tuple[str, str], list[float]] = {}
@@ -77,7 +81,7 @@ def main(argv=None) -> int:
                                 "--topic", "ab", "--num-records", opts.num_records,
                                 "--record-size", 100, "--acks", opts.acks,
                                 "--compression", codec, "--linger-ms", 5,
-                                "--client", "confluent"]
+                                "--client", opts.client]
                         if opts.partitions > 1:
                             args += ["--partitions", opts.partitions, "--key-distribution",
                                      "random", "--key-count", 100_000]
