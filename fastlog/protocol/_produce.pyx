@@ -10,9 +10,10 @@
 # partition it leads: parse_produce_partitions and encode_produce_partitions do the same
 # for any number of topics and partitions. Everything else — other APIs, other versions,
 # transactions, null records, tagged fields, anything malformed, and every error answer —
-# returns None / is left to the generic path, which also names the fault. Why: the generic path touches
-# hundreds of Python objects per request, and after the few milliseconds a producer
-# lingers between requests those are all cache misses; this path touches a handful.
+# returns None / is left to the generic path, which also names the fault. Why: the
+# generic path touches hundreds of Python objects per request, and after the few
+# milliseconds a producer lingers between requests those are all cache misses; this
+# path touches a handful.
 #
 # Formats. v3-v8: request header v1 (int16 api_key, int16 api_version, int32
 # correlation_id, nullable int16-length client_id); ProduceRequest (nullable string
@@ -59,6 +60,12 @@ def parse_produce_request(frame):
     Produce v3-v11 request with no transactional id and exactly one topic holding exactly
     one partition with non-null records (and, v9+, no tagged fields), all of ``frame``
     consumed; None for anything else. ``records`` is a slice of ``frame`` (no copy)."""
+    return _parse(frame, False)
+
+
+cdef object _parse(object frame, bint many):
+    """Both readers: the request header, then parse_produce_request's body (v3-v8 here)
+    or, with ``many``, parse_produce_partitions'."""
     cdef Py_buffer view
     cdef const unsigned char *p
     cdef Py_ssize_t n, pos, name_len, name_pos, rec_len
@@ -74,6 +81,9 @@ def parse_produce_request(frame):
                                 &api_version, &correlation_id, &client_id_len)
         if pos < 0:
             return None
+        if many:
+            return _parse_many(frame, p, n, pos, api_version, correlation_id,
+                               client_id_len)
         if api_version >= FIRST_FLEXIBLE:
             return _parse_flexible(frame, p, n, pos, api_version, correlation_id,
                                    client_id_len)
@@ -239,31 +249,19 @@ def parse_produce_partitions(frame):
     ``frame`` consumed; None for anything else. ``topics`` is a list of (topic, [(partition,
     records), ...]) in the request's order; each ``records`` a slice of ``frame``. Counts
     are checked against the bytes left before anything is made for them."""
-    cdef Py_buffer view
-    cdef const unsigned char *p
-    cdef Py_ssize_t n, pos
-    cdef int16_t api_version, client_id_len
-    cdef int32_t correlation_id
-    PyObject_GetBuffer(frame, &view, PyBUF_SIMPLE)
-    try:
-        p = <const unsigned char *>view.buf
-        n = view.len
-        pos = fl_request_header(p, n, PRODUCE_KEY, FIRST_VERSION, LAST_VERSION,
-                                &api_version, &correlation_id, &client_id_len)
-        if pos < 0:
+    return _parse(frame, True)
+
+
+cdef object _parse_many(object frame, const unsigned char *p, Py_ssize_t n, Py_ssize_t pos,
+                        int16_t api_version, int32_t correlation_id, int16_t client_id_len):
+    """parse_produce_partitions' body from ``pos`` (after the header's client id)."""
+    client_id = None
+    if client_id_len >= 0:
+        client_id = _utf8(p, 10, client_id_len)
+        if client_id is None:
             return None
-        client_id = None
-        if client_id_len >= 0:
-            client_id = _utf8(p, 10, client_id_len)
-            if client_id is None:
-                return None
-        if api_version >= FIRST_FLEXIBLE:
-            return _parse_partitions(frame, p, n, pos, True, api_version, correlation_id,
-                                     client_id)
-        return _parse_partitions(frame, p, n, pos, False, api_version, correlation_id,
-                                 client_id)
-    finally:
-        PyBuffer_Release(&view)
+    return _parse_partitions(frame, p, n, pos, api_version >= FIRST_FLEXIBLE, api_version,
+                             correlation_id, client_id)
 
 
 cdef object _utf8(const unsigned char *p, Py_ssize_t pos, Py_ssize_t size):

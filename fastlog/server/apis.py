@@ -386,20 +386,14 @@ class KafkaApis:
         if self.quotas.active:
             return await self._dispatch(conn, frame, True)
         fast = parse_produce_request(frame)
-        if fast is not None and (self.broker.authorizer is None
-                                 or self._may_fast(conn, WRITE, fast[5])):
-            try:
-                return await self._produce_one(conn, *fast)
-            except CloseConnection:
-                raise
-            except Exception:
-                log.exception("PRODUCE v%d from client %r failed", fast[0], fast[2])
-                raise CloseConnection("handler failed") from None
-        fast = parse_produce_partitions(frame)
+        if fast is not None:
+            produce, topics = self._produce_one, (fast[5],)
+        elif (fast := parse_produce_partitions(frame)) is not None:
+            produce, topics = self._produce_many, [topic for topic, _ in fast[5]]
         if fast is not None and (self.broker.authorizer is None or all(
-                self._may_fast(conn, WRITE, topic) for topic, _ in fast[5])):
+                self._may_fast(conn, WRITE, topic) for topic in topics)):
             try:
-                return await self._produce_many(conn, *fast)
+                return await produce(conn, *fast)
             except CloseConnection:
                 raise
             except Exception:
@@ -1062,16 +1056,23 @@ class KafkaApis:
                 else:
                     r = self.broker.topic_stats.produce_done(t.name, p.records, r)
                 results[(t.name, p.index)] = r
-        wait = self.broker.replica_manager.completion(results, acks, request.timeout_ms)
-        if wait is not None:
-            await wait
-        if acks == 0:
-            # No response; like Kafka, close the connection on an error so the client notices.
-            if any(r.error != Errors.NONE for r in results.values()):
-                raise CloseConnection("acks=0 produce failed")
+        if not await self._completed(results, acks, request.timeout_ms):
             return None
         return self._produce_response(v, request_listener(ctx), [
             (t.name, [p.index for p in t.partition_data]) for t in request.topic_data], results)
+
+    async def _completed(self, results: dict, acks: int, timeout_ms: int) -> bool:
+        """Wait for what the appends' `results` still wait for (ReplicaManager.completion);
+        False when no answer goes back (acks=0), where, like Kafka, an error closes the
+        connection so the client notices."""
+        wait = self.broker.replica_manager.completion(results, acks, timeout_ms)
+        if wait is not None:
+            await wait
+        if acks != 0:
+            return True
+        if any(r.error != Errors.NONE for r in results.values()):
+            raise CloseConnection("acks=0 produce failed")
+        return False
 
     def _produce_response(self, api_version: int, listener: str | None, topics,
                           results: dict) -> dict:
@@ -1201,12 +1202,7 @@ class KafkaApis:
                         self._append_inline(topic, partition, records, acks, api_version)
                         or await self._append_led(topic, partition, records, acks,
                                                   api_version))
-        wait = self.broker.replica_manager.completion(results, acks, timeout_ms)
-        if wait is not None:
-            await wait
-        if acks == 0:
-            if any(r.error != Errors.NONE for r in results.values()):
-                raise CloseConnection("acks=0 produce failed")
+        if not await self._completed(results, acks, timeout_ms):
             return None
         if all(r.error == Errors.NONE and not r.record_errors for r in results.values()):
             return [encode_produce_partitions(api_version, correlation_id, [
