@@ -21,7 +21,10 @@ in compiled code (fastlog_fetch_compiled_requests_total, where the tree has it).
 
 `--partitions N` spreads the produce load over N partitions (random keys), after two
 unmeasured passes that give every partition its files, as perf/scale.py's peer figure
-does (librdkafka then sends about one partition per Produce request).
+does (librdkafka then sends about one partition per Produce request); `--client fastlog`
+drives it with fastlog's own client instead, which sends every partition of a broker in
+one request as kafka-python and the Java client do. Produce rows also give the broker CPU
+per Produce request (the broker's own request count).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@
 # the periodic ISR check and each log dir's `replication-offset-checkpoint` (Kafka's
 # format: high watermarks of replicated partitions). `append_to_partition` validates a
 # client record set with the codec (Kafka's error codes), checks producer sequences,
-# appends once and wakes parked fetches; `completion` is what the answer still waits for
+# appends once and wakes parked fetches (`append_inline`: with check_produce's checks, in
+# one step, for a batch that needs no waiting); `completion` is what the answer still waits for
 # (a flush.messages fsync; with acks=all on a replicated partition, the ISR having the
 # batch). `append_records` does both for several partitions. `read_partition` reads file
 # regions (never copies record bytes); a follower's fetch moves its known position, the

@@ -202,6 +202,24 @@ def test_a_produce_of_many_partitions_answers_each_in_the_requests_order(broker,
     assert stored[16:len(sent)] == bytes(sent)[16:]
 
 
+def test_many_partitions_with_acks_zero_answer_nothing_and_an_error_closes(broker, wire):
+    create_topic(broker, "wire-many-acks0", partitions=2)
+    topics = [{"name": "wire-many-acks0", "partition_data": [
+        {"index": 0, "records": batch([b"p0"])}, {"index": 1, "records": batch([b"p1"])}]}]
+    wire.send(ApiKey.PRODUCE, 9, {"transactional_id": None, "acks": 0, "timeout_ms": 5000,
+                                  "topic_data": topics})
+    # the next answer on this connection is ListOffsets': both partitions took their record
+    resp = wire.call(ApiKey.LIST_OFFSETS, 1, {"replica_id": -1, "topics": [
+        {"name": "wire-many-acks0", "partitions": [{"partition_index": i, "timestamp": -1}
+                                                   for i in (0, 1)]}]})
+    assert [p.offset for p in resp.topics[0].partitions] == [1, 1]
+    topics[0]["partition_data"].append({"index": 5, "records": batch([b"nowhere"])})
+    wire.send(ApiKey.PRODUCE, 9, {"transactional_id": None, "acks": 0, "timeout_ms": 5000,
+                                  "topic_data": topics})
+    assert wire.closed_by_broker()
+    assert healthy(broker)
+
+
 def test_acks_zero_gets_no_response(broker, wire):
     create_topic(broker, "wire-acks0")
     wire.send(ApiKey.PRODUCE, 7, {
