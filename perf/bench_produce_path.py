@@ -147,7 +147,7 @@ def main(argv=None) -> int:
             print(json.dumps({"shape": shape, "tree": name,
                               "median_cpu_us_per_partition": round(med, 2),
                               "all": [round(v, 2) for v in vals],
-                              "ratio_to_first": round(med / anchor, 3)}))
+                              "ratio_to_first": round(med / anchor, 3) if anchor else None}))
     return 0
 
 
