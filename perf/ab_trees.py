@@ -18,6 +18,13 @@ in compiled code (fastlog_fetch_compiled_requests_total, where the tree has it).
     git worktree add /tmp/base HEAD~1 && (cd /tmp/base && ../path/.venv/bin/python \\
         setup.py build_ext --inplace -q)
     .venv/bin/python perf/ab_trees.py base=/tmp/base new=. --reps 4 --compression none,lz4
+
+`--partitions N` spreads the produce load over N partitions (random keys), after two
+unmeasured passes that give every partition its files, as perf/scale.py's peer figure
+does (librdkafka then sends about one partition per Produce request); `--client fastlog`
+drives it with fastlog's own client instead, which sends every partition of a broker in
+one request as kafka-python and the Java client do. Produce rows also give the broker CPU
+per Produce request (the broker's own request count).
 """
 
 from __future__ import annotations
@@ -43,17 +50,30 @@ def main(argv=None) -> int:
     ap.add_argument("--acks", default="1", choices=["0", "1", "all"])
     ap.add_argument("--num-records", type=int, default=1_000_000)
     ap.add_argument("--workload", default="produce", choices=["produce", "consume"])
+    ap.add_argument("--client", default="confluent", choices=["confluent", "fastlog"],
+                    help="produce: the load's client (fastlog's own sends every partition "
+                         "of a broker in one request, as kafka-python and the Java client do)")
+    ap.add_argument("--partitions", type=int, default=1,
+                    help="produce: keyed records spread over this many partitions, after "
+                         "two unmeasured passes that give each its files (perf/scale.py's "
+                         "peer figure)")
     ap.add_argument("--fetch-bytes", type=int, default=None,
                     help="consume: librdkafka's max.partition.fetch.bytes")
     opts = ap.parse_args(argv)
     trees = compare.source_trees(opts.trees)
     if trees is None:
         return 2
-    if not 1 <= opts.reps <= 50 or not 1_000 <= opts.num_records <= 10_000_000:
-        print("ab_trees.py: --reps wants 1-50 and --num-records 1,000-10,000,000",
+    if (not 1 <= opts.reps <= 50 or not 1_000 <= opts.num_records <= 10_000_000
+            or not 1 <= opts.partitions <= 10_000):
+        print("ab_trees.py: --reps wants 1-50, --num-records 1,000-10,000,000 and "
+              "--partitions 1-10,000", file=sys.stderr)
+        return 2
+    if (opts.partitions > 1 or opts.client != "confluent") and opts.workload != "produce":
+        print("ab_trees.py: --partitions and --client are for --workload produce",
               file=sys.stderr)
         return 2
     per: dict[tuple[str, str], list[float]] = {}
+    per_request: dict[tuple[str, str], list[float]] = {}
     for rep in range(opts.reps):
         for codec in opts.compression.split(","):
             for name, path in trees.items():
@@ -64,7 +84,14 @@ def main(argv=None) -> int:
                                 "--topic", "ab", "--num-records", opts.num_records,
                                 "--record-size", 100, "--acks", opts.acks,
                                 "--compression", codec, "--linger-ms", 5,
-                                "--client", "confluent"]
+                                "--client", opts.client]
+                        if opts.partitions > 1:
+                            args += ["--partitions", opts.partitions, "--key-distribution",
+                                     "random", "--key-count", 100_000]
+                            # about 6 KiB per partition per pass, not measured
+                            warm = max(opts.partitions * 60, opts.num_records // 20)
+                            for _ in range(2):
+                                compare.fastlog_perf([*args[:6], warm, *args[7:]], 300)
                         extra = {}
                         if opts.workload == "consume":
                             if opts.fetch_bytes:   # batches no larger than a fetch
@@ -75,11 +102,15 @@ def main(argv=None) -> int:
                                     "--client", "confluent"]
                             if opts.fetch_bytes:
                                 args += ["-X", f"max.partition.fetch.bytes={opts.fetch_bytes}"]
-                            before = _fetch_counts(broker)
+                        before = _request_counts(broker, opts.workload)
                         out, cpu, _ = compare.measure(
                             broker, lambda args=args: compare.fastlog_perf(args, 300))
-                        if opts.workload == "consume":
-                            after = _fetch_counts(broker)
+                        after = _request_counts(broker, opts.workload)
+                        if opts.workload == "produce":
+                            requests = after[0] - before[0]
+                            extra = {"requests": requests,
+                                     "cpu_us_per_request": round(cpu / max(requests, 1) * 1e6, 1)}
+                        else:
                             fetches = after[0] - before[0]
                             extra = {"fetches": fetches,
                                      "cpu_us_per_fetch": round(cpu / max(fetches, 1) * 1e6, 1),
@@ -89,30 +120,37 @@ def main(argv=None) -> int:
                         broker.stop()
                 us = cpu / out["records"] * 1e6
                 per.setdefault((codec, name), []).append(us)
+                if "cpu_us_per_request" in extra:
+                    per_request.setdefault((codec, name), []).append(extra["cpu_us_per_request"])
                 print(json.dumps({"rep": rep, "workload": opts.workload,
                                   "compression": codec, "tree": name,
                                   "records_per_s": round(out["records_per_s"]),
                                   "cpu_us_per_record": round(us, 3), **extra,
                                   "other_cpu_pct": compare.MEASURED_OTHER[-1]}), flush=True)
     for (codec, name), vals in sorted(per.items()):
+        extra = {}
+        if (codec, name) in per_request:
+            extra = {"median_cpu_us_per_request": statistics.median(per_request[codec, name]),
+                     "all_per_request": per_request[codec, name]}
         print(json.dumps({"compression": codec, "tree": name,
                           "median_cpu_us_per_record": round(statistics.median(vals), 3),
-                          "all": [round(v, 3) for v in vals]}))
+                          "all": [round(v, 3) for v in vals], **extra}))
     return 0
 
 
-def _fetch_counts(broker) -> tuple[float, float]:
-    """(Fetch requests, of them answered in compiled code) so far, from the broker's
-    metrics (0 for a series the tree does not have)."""
+def _request_counts(broker, workload: str) -> tuple[float, float]:
+    """(Produce or Fetch requests, of the fetches those answered in compiled code) so
+    far, from the broker's metrics (0 for a series the tree does not have)."""
+    api = "Produce" if workload == "produce" else "Fetch"
     with urllib.request.urlopen(broker.metrics_url, timeout=10) as r:
         text = r.read().decode()
-    fetches = compiled = 0.0
+    count = compiled = 0.0
     for line in text.splitlines():
-        if line.startswith('kafka_network_requestmetrics_requests_total{request="Fetch"'):
-            fetches += float(line.rsplit(" ", 1)[1])
+        if line.startswith(f'kafka_network_requestmetrics_requests_total{{request="{api}"'):
+            count += float(line.rsplit(" ", 1)[1])
         elif line.startswith("fastlog_fetch_compiled_requests_total "):
             compiled = float(line.rsplit(" ", 1)[1])
-    return fetches, compiled
+    return count, compiled
 
 
 if __name__ == "__main__":

@@ -8,11 +8,14 @@
 # transactional id: a transactional producer's one Produce per short transaction) and
 # encode_produce_response writes the success answer,
 # with the bytes exactly as the generic schema-driven codec (wire.py) reads and writes
-# them. Everything else — other APIs, other versions, several partitions,
-# null records, tagged fields, anything malformed, and every error answer — returns None /
-# is left to the generic path, which also names the fault. Why: the generic path touches
-# hundreds of Python objects per request, and after the few milliseconds a producer
-# lingers between requests those are all cache misses; this path touches a handful.
+# them. kafka-python and the Java client send one request per broker carrying every
+# partition it leads: parse_produce_partitions and encode_produce_partitions do the same
+# for any number of topics and partitions (without a transactional id). Everything else —
+# other APIs, other versions, null records, tagged fields, anything malformed, and every
+# error answer — returns None / is left to the generic path, which also names the fault.
+# Why: the generic path touches hundreds of Python objects per request, and after the few
+# milliseconds a producer lingers between requests those are all cache misses; this path
+# touches a handful.
 #
 # Formats. v3-v8: request header v1 (int16 api_key, int16 api_version, int32
 # correlation_id, nullable int16-length client_id); ProduceRequest (nullable string
@@ -59,17 +62,20 @@ def parse_produce_request(frame):
     Produce v3-v11 request with no transactional id and exactly one topic holding exactly
     one partition with non-null records (and, v9+, no tagged fields), all of ``frame``
     consumed; None for anything else. ``records`` is a slice of ``frame`` (no copy)."""
-    return _parse(frame, False)
+    return _parse(frame, False, False)
 
 
 def parse_transactional_produce_request(frame):
     """The same for a Produce request with a (non-null) transactional id, which follows
     the other fields: (api_version, ..., records, transactional_id); None for anything
     else, also for a request without a transactional id."""
-    return _parse(frame, True)
+    return _parse(frame, True, False)
 
 
-cdef object _parse(object frame, bint transactional):
+cdef object _parse(object frame, bint transactional, bint many):
+    """The readers: the request header, then parse_produce_request's body (with
+    ``transactional``, parse_transactional_produce_request's) or, with ``many``,
+    parse_produce_partitions'."""
     cdef Py_buffer view
     cdef const unsigned char *p
     cdef Py_ssize_t n, pos, name_len, name_pos, rec_len, txn_pos = 0
@@ -86,6 +92,9 @@ cdef object _parse(object frame, bint transactional):
                                 &api_version, &correlation_id, &client_id_len)
         if pos < 0:
             return None
+        if many:
+            return _parse_many(frame, p, n, pos, api_version, correlation_id,
+                               client_id_len)
         if api_version >= FIRST_FLEXIBLE:
             return _parse_flexible(frame, p, n, pos, api_version, correlation_id,
                                    client_id_len, transactional)
@@ -265,4 +274,230 @@ cdef bytes _encode_flexible(int32_t correlation_id, const char *name, Py_ssize_t
     q[34] = 0                             # topic tags
     fl_put_be32(q + 35, 0)                # throttle_time_ms
     q[39] = 0                             # tags
+    return out
+
+
+# ---- many partitions: kafka-python and the Java client put every partition of a broker
+# into one request.
+
+def parse_produce_partitions(frame):
+    """(api_version, correlation_id, client_id, acks, timeout_ms, topics) for a Produce
+    v3-v11 request with no transactional id, at least one topic, each with at least one
+    partition, every partition with non-null records (and, v9+, no tagged fields), all of
+    ``frame`` consumed; None for anything else. ``topics`` is a list of (topic, [(partition,
+    records), ...]) in the request's order; each ``records`` a slice of ``frame``. Counts
+    are checked against the bytes left before anything is made for them."""
+    return _parse(frame, False, True)
+
+
+cdef object _parse_many(object frame, const unsigned char *p, Py_ssize_t n, Py_ssize_t pos,
+                        int16_t api_version, int32_t correlation_id, int16_t client_id_len):
+    """parse_produce_partitions' body from ``pos`` (after the header's client id)."""
+    client_id = None
+    if client_id_len >= 0:
+        client_id = _utf8(p, 10, client_id_len)
+        if client_id is None:
+            return None
+    return _parse_partitions(frame, p, n, pos, api_version >= FIRST_FLEXIBLE, api_version,
+                             correlation_id, client_id)
+
+
+cdef object _utf8(const unsigned char *p, Py_ssize_t pos, Py_ssize_t size):
+    """Strict UTF-8 of `size` bytes at `pos` (checked to be in the frame), or None."""
+    try:
+        return PyUnicode_DecodeUTF8(<const char *>p + pos, size, "strict")
+    except UnicodeDecodeError:
+        return None
+
+
+cdef Py_ssize_t _read_count(const unsigned char *p, Py_ssize_t n, Py_ssize_t pos,
+                            bint flexible, Py_ssize_t *count) noexcept nogil:
+    """An array's element count at `pos` (int32, or v9+ an unsigned varint of count + 1):
+    the position after it, or -1 when truncated, null, empty or longer than the bytes
+    left could hold (each element takes at least 4 bytes)."""
+    cdef uint32_t raw
+    if flexible:
+        pos = read_uvarint32(p, pos, n, &raw)
+        if pos < 0 or raw < 2:
+            return -1
+        count[0] = raw - 1
+    else:
+        if pos + 4 > n:
+            return -1
+        raw = fl_be32(p + pos)
+        if <int32_t>raw < 1:
+            return -1
+        count[0] = <int32_t>raw
+        pos += 4
+    if count[0] > (n - pos) // 4:
+        return -1
+    return pos
+
+
+cdef object _parse_partitions(object frame, const unsigned char *p, Py_ssize_t n,
+                              Py_ssize_t pos, bint flexible, int16_t api_version,
+                              int32_t correlation_id, object client_id):
+    """parse_produce_partitions' body from ``pos`` (after the header's client id)."""
+    cdef int16_t acks
+    cdef int32_t timeout_ms, partition
+    cdef Py_ssize_t n_topics, n_parts, _t, _i, name_len, rec_len
+    cdef uint32_t raw
+    if flexible:
+        # header tag buffer (0), null transactional_id (0)
+        if pos + 8 > n or p[pos] != 0 or p[pos + 1] != 0:
+            return None
+        pos += 2
+    else:
+        if pos + 8 > n or <int16_t>fl_be16(p + pos) != -1:
+            return None   # transactional (or malformed): the handler answers it
+        pos += 2
+    acks = <int16_t>fl_be16(p + pos)
+    timeout_ms = <int32_t>fl_be32(p + pos + 2)
+    pos = _read_count(p, n, pos + 6, flexible, &n_topics)
+    if pos < 0:
+        return None
+    topics = []
+    for _t in range(n_topics):
+        if flexible:
+            pos = read_uvarint32(p, pos, n, &raw)
+            if pos < 0 or raw == 0 or raw - 1 > 0x7fff:
+                return None   # truncated, null or too long a name
+            name_len = raw - 1
+        else:
+            if pos + 2 > n:
+                return None
+            name_len = <int16_t>fl_be16(p + pos)
+            pos += 2
+            if name_len < 0:
+                return None
+        if pos + name_len > n:
+            return None
+        name = _utf8(p, pos, name_len)
+        if name is None:
+            return None
+        pos = _read_count(p, n, pos + name_len, flexible, &n_parts)
+        if pos < 0:
+            return None
+        parts = []
+        for _i in range(n_parts):
+            if pos + 4 > n:
+                return None
+            partition = <int32_t>fl_be32(p + pos)
+            pos += 4
+            if flexible:
+                pos = read_uvarint32(p, pos, n, &raw)
+                if pos < 0 or raw == 0 or raw - 1 > <uint32_t>(n - pos):
+                    return None
+                rec_len = raw - 1
+            else:
+                if pos + 4 > n:
+                    return None
+                rec_len = <int32_t>fl_be32(p + pos)
+                pos += 4
+                if rec_len < 0 or rec_len > n - pos:
+                    return None
+            parts.append((partition, frame[pos:pos + rec_len]))
+            pos += rec_len
+            if flexible:   # the partition's empty tag buffer
+                if pos >= n or p[pos] != 0:
+                    return None
+                pos += 1
+        if flexible:       # the topic's
+            if pos >= n or p[pos] != 0:
+                return None
+            pos += 1
+        topics.append((name, parts))
+    if flexible:           # the request's
+        if pos >= n or p[pos] != 0:
+            return None
+        pos += 1
+    if pos != n:
+        return None
+    return (api_version, correlation_id, client_id, acks, timeout_ms, topics)
+
+
+def encode_produce_partitions(int api_version, int32_t correlation_id, list answers):
+    """The response header (v0; v1 from Produce v9) + a ProduceResponse v3-v11 answering
+    every partition of ``answers`` without error, as bytes: ``answers`` is a list of
+    (topic, [(partition, base_offset, log_append_time, log_start_offset), ...]) in the
+    request's order (no record errors, null error messages, no throttling, no tagged
+    fields)."""
+    cdef bint flexible = api_version >= FIRST_FLEXIBLE
+    cdef Py_ssize_t size, name_len, n_parts, per_part
+    cdef const char *name
+    cdef unsigned char *q
+    cdef int32_t partition
+    cdef int64_t base_offset, log_append_time, log_start_offset
+    if api_version < FIRST_VERSION or api_version > LAST_VERSION:
+        raise ValueError(f"Produce v{api_version} is not encoded here")
+    # index, error, base offset, log_append_time (26), log_start_offset (v5+),
+    # record_errors + error_message (v8+; flexible: 1 + 1 + the tag buffer)
+    per_part = 4 + 2 + 8 + 8
+    if api_version >= 5:
+        per_part += 8
+    if flexible:
+        per_part += 3
+    elif api_version >= 8:
+        per_part += 6
+    # correlation id (+ header tags), topic count, throttle_time_ms (+ tags)
+    size = 4 + 4 + 4 if not flexible else 5 + uvarint_size(len(answers) + 1) + 4 + 1
+    for topic, parts in answers:
+        name = PyUnicode_AsUTF8AndSize(topic, &name_len)
+        if name_len > 0x7fff:
+            raise ValueError("topic name too long")
+        n_parts = len(parts)
+        if flexible:
+            size += uvarint_size(name_len + 1) + name_len + uvarint_size(n_parts + 1) + 1
+        else:
+            size += 2 + name_len + 4
+        size += n_parts * per_part
+    out = PyBytes_FromStringAndSize(NULL, size)
+    q = <unsigned char *>PyBytes_AS_STRING(out)
+    fl_put_be32(q, <uint32_t>correlation_id)
+    q += 4
+    if flexible:
+        q[0] = 0
+        q += 1 + write_uvarint(q + 1, <uint64_t>len(answers) + 1)
+    else:
+        fl_put_be32(q, <uint32_t>len(answers))
+        q += 4
+    for topic, parts in answers:
+        name = PyUnicode_AsUTF8AndSize(topic, &name_len)
+        n_parts = len(parts)
+        if flexible:
+            q += write_uvarint(q, <uint64_t>name_len + 1)
+        else:
+            fl_put_be16(q, <uint16_t>name_len)
+            q += 2
+        memcpy(q, name, name_len)
+        q += name_len
+        if flexible:
+            q += write_uvarint(q, <uint64_t>n_parts + 1)
+        else:
+            fl_put_be32(q, <uint32_t>n_parts)
+            q += 4
+        for partition, base_offset, log_append_time, log_start_offset in parts:
+            fl_put_be32(q, <uint32_t>partition)
+            fl_put_be16(q + 4, 0)
+            fl_put_be64(q + 6, <uint64_t>base_offset)
+            fl_put_be64(q + 14, <uint64_t>log_append_time)
+            q += 22
+            if api_version >= 5:
+                fl_put_be64(q, <uint64_t>log_start_offset)
+                q += 8
+            if flexible:
+                q[0] = 1                  # record_errors: empty
+                q[1] = 0                  # error_message: null
+                q[2] = 0                  # partition tags
+                q += 3
+            elif api_version >= 8:
+                fl_put_be32(q, 0)         # record_errors: empty array
+                fl_put_be16(q + 4, 0xffff)  # error_message: null
+                q += 6
+        if flexible:
+            q[0] = 0                      # topic tags
+            q += 1
+    fl_put_be32(q, 0)                     # throttle_time_ms
+    if flexible:
+        q[4] = 0                          # tags
     return out

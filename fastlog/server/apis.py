@@ -8,7 +8,8 @@
 # A Produce request of one partition (what a producer sends to a partition leader; with a
 # transactional id too, unless an authorizer must check it) skips
 # the generic decode/dispatch/encode: fastlog.protocol._produce reads it from the frame and
-# writes its success answer (`_produce_one` does what handle_produce does for that shape).
+# writes its success answer (`_produce_one` does what handle_produce does for that shape);
+# one of several partitions (kafka-python, the Java client) too (`_produce_many`).
 # Likewise a consumer's Fetch of one partition without a fetch session: fastlog.protocol.
 # _fetch reads it and writes its answer when the partition has data for it at once
 # (`_fetch_one`); an error or a wait for data goes through handle_fetch. A transactional
@@ -69,7 +70,9 @@ from fastlog.metadata.model import ELECTED, NOT_AVAILABLE, NOT_NEEDED, UNKNOWN_P
 from fastlog.protocol import ApiKey, Errors, KafkaApiError
 from fastlog.protocol._fetch import encode_fetch_response, parse_fetch_request
 from fastlog.protocol._produce import (
+    encode_produce_partitions,
     encode_produce_response,
+    parse_produce_partitions,
     parse_produce_request,
     parse_transactional_produce_request,
 )
@@ -397,10 +400,14 @@ class KafkaApis:
         if fast is None and self.broker.authorizer is None:
             # (with an authorizer, the transactional id's Write is the generic path's)
             fast = parse_transactional_produce_request(frame)
-        if fast is not None and (self.broker.authorizer is None
-                                 or self._may_fast(conn, WRITE, fast[5])):
+        if fast is not None:
+            produce, topics = self._produce_one, (fast[5],)
+        elif (fast := parse_produce_partitions(frame)) is not None:
+            produce, topics = self._produce_many, [topic for topic, _ in fast[5]]
+        if fast is not None and (self.broker.authorizer is None or all(
+                self._may_fast(conn, WRITE, topic) for topic in topics)):
             try:
-                return await self._produce_one(conn, *fast)
+                return await produce(conn, *fast)
             except CloseConnection:
                 raise
             except Exception:
@@ -1059,28 +1066,48 @@ class KafkaApis:
                 continue
             for p in t.partition_data:
                 r = unverified.get((t.name, p.index))
-                results[(t.name, p.index)] = await self._append_led(
-                    t.name, p.index, p.records, acks, v) if r is None else \
-                    self.broker.topic_stats.produce_done(t.name, p.records, r)
-        wait = self.broker.replica_manager.completion(results, acks, request.timeout_ms)
+                if r is None:
+                    r = self._append_inline(t.name, p.index, p.records, acks, v)
+                    if r is None:
+                        r = await self._append_led(t.name, p.index, p.records, acks, v)
+                else:
+                    r = self.broker.topic_stats.produce_done(t.name, p.records, r)
+                results[(t.name, p.index)] = r
+        if not await self._completed(results, acks, request.timeout_ms):
+            return None
+        return self._produce_response(v, request_listener(ctx), [
+            (t.name, [p.index for p in t.partition_data]) for t in request.topic_data], results)
+
+    async def _completed(self, results: dict, acks: int, timeout_ms: int) -> bool:
+        """Wait for what the appends' `results` still wait for (ReplicaManager.completion);
+        False when no answer goes back (acks=0), where, like Kafka, an error closes the
+        connection so the client notices."""
+        wait = self.broker.replica_manager.completion(results, acks, timeout_ms)
         if wait is not None:
             await wait
-        if acks == 0:
-            # No response; like Kafka, close the connection on an error so the client notices.
-            if any(r.error != Errors.NONE for r in results.values()):
-                raise CloseConnection("acks=0 produce failed")
-            return None
+        if acks != 0:
+            return True
+        if any(r.error != Errors.NONE for r in results.values()):
+            raise CloseConnection("acks=0 produce failed")
+        return False
+
+    def _produce_response(self, api_version: int, listener: str | None, topics,
+                          results: dict) -> dict:
+        """The ProduceResponse of `results` ({(topic, partition): PartitionResult}) in the
+        request's order (`topics`: [(topic, [partition, ...])]), with KIP-951's leader hints
+        (v10+) for the partitions answered NOT_LEADER_OR_FOLLOWER."""
         moved = []
-        for t in request.topic_data:
+        responses = []
+        for name, indexes in topics:
             parts = []
-            for p in t.partition_data:
-                parts.append(_partition_produce_response(p.index, results[(t.name, p.index)]))
+            for i in indexes:
+                parts.append(_partition_produce_response(i, results[(name, i)]))
                 if parts[-1]["error_code"] == Errors.NOT_LEADER_OR_FOLLOWER:
-                    moved.append((parts[-1], t.name, p.index))
-            responses.append({"name": t.name, "partition_responses": parts})
+                    moved.append((parts[-1], name, i))
+            responses.append({"name": name, "partition_responses": parts})
         return {"responses": responses, "throttle_time_ms": 0,
-                "node_endpoints": self._leader_hints(request_listener(ctx), moved)
-                if moved and v >= 10 else []}
+                "node_endpoints": self._leader_hints(listener, moved)
+                if moved and api_version >= 10 else []}
 
     def _leader_hints(self, listener: str | None, moved: list[tuple[dict, str, int]]
                       ) -> list[dict]:
@@ -1127,6 +1154,19 @@ class KafkaApis:
             topic, partition, records, acks, api_version, in_place=True, checked=checked,
             write_behind=True))
 
+    def _append_inline(self, topic, partition, records, acks, api_version
+                       ) -> PartitionResult | None:
+        """_append_led without awaiting anything, where nothing needs to wait before the
+        append (ReplicaManager.append_inline: the everyday small batch of a partition this
+        broker leads); None otherwise, and the caller awaits _append_led."""
+        if self.broker.cluster is not None:
+            _, err = self._led_partition(topic, partition, write=True)
+            if err != Errors.NONE:
+                return None   # _append_led answers it
+        r = self.broker.replica_manager.append_inline(topic, partition, records, acks,
+                                                      api_version)
+        return None if r is None else self.broker.topic_stats.produce_done(topic, records, r)
+
     async def _produce_one(self, conn, api_version, correlation_id, client_id, acks,
                            timeout_ms, topic, partition, records, transactional_id=None):
         """Produce v3-v11 of one partition of one topic, as fastlog.protocol._produce read
@@ -1143,10 +1183,15 @@ class KafkaApis:
         elif is_transactional_records(records):   # transactional batches need the id
             r = PartitionResult(Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         else:
-            r = await self._append_led(topic, partition, records, acks, api_version)
-        wait = self.broker.replica_manager.completion({(topic, partition): r}, acks, timeout_ms)
-        if wait is not None:
-            await wait
+            r = self._append_inline(topic, partition, records, acks, api_version)
+            if r is None:
+                r = await self._append_led(topic, partition, records, acks, api_version)
+        if r.pending is not None or r.flush_future is not None or acks == -1:
+            # (otherwise ReplicaManager.completion has nothing to wait for)
+            wait = self.broker.replica_manager.completion({(topic, partition): r}, acks,
+                                                          timeout_ms)
+            if wait is not None:
+                await wait
         if acks == 0:
             if r.error != Errors.NONE:
                 raise CloseConnection("acks=0 produce failed")
@@ -1155,12 +1200,44 @@ class KafkaApis:
             return [encode_produce_response(api_version, correlation_id, topic, partition,
                                             r.base_offset, r.log_append_time,
                                             r.log_start_offset)]
-        answer = _partition_produce_response(partition, r)
-        endpoints = (self._leader_hints(conn.state.get("listener"), [(answer, topic, partition)])
-                     if api_version >= 10 and r.error == Errors.NOT_LEADER_OR_FOLLOWER else [])
-        return protocol.encode_response(ApiKey.PRODUCE, api_version, correlation_id, {
-            "responses": [{"name": topic, "partition_responses": [answer]}],
-            "throttle_time_ms": 0, "node_endpoints": endpoints})
+        return protocol.encode_response(ApiKey.PRODUCE, api_version, correlation_id,
+                                        self._produce_response(
+                                            api_version, conn.state.get("listener"),
+                                            [(topic, [partition])], {(topic, partition): r}))
+
+    async def _produce_many(self, conn, api_version, correlation_id, client_id, acks,
+                            timeout_ms, topics):
+        """Produce v3-v11 of several partitions without a transactional id, as
+        fastlog.protocol._produce.parse_produce_partitions read it from the frame (what
+        kafka-python and the Java client send: every partition a broker leads in one
+        request): handle_produce's steps, answered in compiled code when every partition's
+        append succeeded. Returns the response parts (None for acks=0)."""
+        results = {}
+        if any(is_transactional_records(records) for _, parts in topics
+               for _, records in parts):   # (no transactional id on this path)
+            refused = PartitionResult(Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            for topic, parts in topics:
+                for partition, _ in parts:
+                    results[(topic, partition)] = refused
+        else:
+            for topic, parts in topics:
+                for partition, records in parts:
+                    results[(topic, partition)] = (
+                        self._append_inline(topic, partition, records, acks, api_version)
+                        or await self._append_led(topic, partition, records, acks,
+                                                  api_version))
+        if not await self._completed(results, acks, timeout_ms):
+            return None
+        if all(r.error == Errors.NONE and not r.record_errors for r in results.values()):
+            return [encode_produce_partitions(api_version, correlation_id, [
+                (topic, [(partition, (r := results[(topic, partition)]).base_offset,
+                          r.log_append_time, r.log_start_offset) for partition, _ in parts])
+                for topic, parts in topics])]
+        return protocol.encode_response(ApiKey.PRODUCE, api_version, correlation_id,
+                                        self._produce_response(
+                                            api_version, conn.state.get("listener"),
+                                            [(topic, [i for i, _ in parts])
+                                             for topic, parts in topics], results))
 
     # ------------------------------------------------------------------ transactions
     async def _txn_one(self, conn, api_key, api_version, correlation_id, client_id,

@@ -5,7 +5,8 @@
 # the periodic ISR check and each log dir's `replication-offset-checkpoint` (Kafka's
 # format: high watermarks of replicated partitions). `append_to_partition` validates a
 # client record set with the codec (Kafka's error codes), checks producer sequences,
-# appends once and wakes parked fetches; `completion` is what the answer still waits for
+# appends once and wakes parked fetches (`append_inline`: with check_produce's checks, in
+# one step, for a batch that needs no waiting); `completion` is what the answer still waits for
 # (a flush.messages fsync; with acks=all on a replicated partition, the ISR having the
 # batch). `append_records` does both for several partitions. `read_partition` reads file
 # regions (never copies record bytes); a follower's fetch moves its known position, the
@@ -212,6 +213,26 @@ def check_records(records, max_bytes: int, allow_zstd: bool, decompress_limit: i
     except _codec.CodecError as e:
         return e
     return batches
+
+
+def _check_on_loop(cfg, records, api_version: int):
+    """check_records on the loop for a record set small enough for that (a cap on what
+    it may decompress there, lower for gzip); None when it is for the pool."""
+    if len(records) > INLINE_CHECK_BYTES:
+        return None
+    gzip = (len(records) > _ATTRIBUTES_LOW_BYTE
+            and records[_ATTRIBUTES_LOW_BYTE] & 0x07 == COMPRESSION_GZIP)
+    return check_records(records, cfg.max_message_bytes, api_version >= 7,
+                         INLINE_GZIP_BYTES if gzip else INLINE_DECOMPRESS_BYTES, False,
+                         cfg.compact)
+
+
+def _recompress_off_loop(cfg, checked, records) -> bool:
+    """Whether checked batch headers are of a batch large enough to be compressed again
+    (the topic's compression.type is not the producer's codec) on the pool."""
+    return (type(checked) is list and cfg.target_codec is not None
+            and cfg.target_codec != checked[0].compression
+            and len(records) > INLINE_RECOMPRESS_BYTES)
 
 
 def codec_error_code(exc: Exception) -> Errors:
@@ -1071,27 +1092,16 @@ class ReplicaManager:
         if records is None or len(records) == 0 or p is None:
             return None
         cfg = self.broker.log_config(topic)
-        max_bytes = cfg.max_message_bytes
-        allow_zstd = api_version >= 7
-        loop = asyncio.get_running_loop()
-        checked = None
-        if len(records) <= INLINE_CHECK_BYTES:
-            gzip = (len(records) > _ATTRIBUTES_LOW_BYTE
-                    and records[_ATTRIBUTES_LOW_BYTE] & 0x07 == COMPRESSION_GZIP)
-            checked = check_records(records, max_bytes, allow_zstd,
-                                    INLINE_GZIP_BYTES if gzip else INLINE_DECOMPRESS_BYTES,
-                                    False, cfg.compact)
+        checked = _check_on_loop(cfg, records, api_version)
         if checked is None or isinstance(checked, _codec.DecompressionLimitError):
             checked = await self._check_processes.check(
-                self._verify_pool(), check_records, records, max_bytes, allow_zstd,
-                _codec.DEFAULT_DECOMPRESS_LIMIT, True, cfg.compact)
-        if (type(checked) is list and cfg.target_codec is not None
-                and cfg.target_codec != checked[0].compression
-                and len(records) > INLINE_RECOMPRESS_BYTES):
+                self._verify_pool(), check_records, records, cfg.max_message_bytes,
+                api_version >= 7, _codec.DEFAULT_DECOMPRESS_LIMIT, True, cfg.compact)
+        if _recompress_off_loop(cfg, checked, records):
             # The topic's compression.type differs from the producer's codec: compressing
             # a large batch again is CPU work for the pool too.
             try:
-                out = await loop.run_in_executor(
+                out = await asyncio.get_running_loop().run_in_executor(
                     self._verify_pool(), _codec.recompress_batch, records, checked[0],
                     cfg.target_codec, cfg.target_level)
                 checked = Recompressed(out, [_codec.read_batch_header(out)])
@@ -1100,6 +1110,29 @@ class ReplicaManager:
         if p.log is not None and p.log.pending_append is not None:
             await self._settled(p.log)
         return checked
+
+    def append_inline(self, topic: str, partition: int, records, acks: int,
+                      api_version: int) -> PartitionResult | None:
+        """check_produce and append_to_partition (in place, write-behind) in one step for
+        a client record set that needs no waiting before its append: a partition here
+        with its log and no write-behind append in flight, records checked on the loop
+        (small enough, not over a decompression cap) and not to be compressed again off
+        the loop. The same result as those two; None when any of that does not hold (the
+        caller then takes them, awaited). Producing over many partitions, this is every
+        request: one lookup of the partition and its config, no coroutine."""
+        p = self.partitions.get((topic, partition))
+        if (p is None or p.offline or records is None or len(records) == 0
+                or acks not in (0, 1, -1)):
+            return None
+        log_ = p.log
+        if log_ is None or log_.pending_append is not None:
+            return None
+        cfg = self.broker.log_config(topic)
+        checked = _check_on_loop(cfg, records, api_version)
+        if (checked is None or isinstance(checked, _codec.DecompressionLimitError)
+                or _recompress_off_loop(cfg, checked, records)):
+            return None
+        return self._append_one(p, records, acks, api_version, True, checked, True, cfg)
 
     def _verify_pool(self) -> concurrent.futures.ThreadPoolExecutor:
         if self._verifier is None:
@@ -1110,12 +1143,13 @@ class ReplicaManager:
 
     def _append_one(self, p: Partition, records, acks: int, api_version: int,
                     in_place: bool = False, checked=None,
-                    write_behind: bool = False) -> PartitionResult:
+                    write_behind: bool = False, topic_cfg=None) -> PartitionResult:
         if not p.can_accept_writes:
             return PartitionResult(Errors.NOT_LEADER_OR_FOLLOWER,
                                    error_message=f"broker {self.node_id} does not lead "
                                                  f"{p.topic}-{p.partition}")
-        topic_cfg = self.broker.log_config(p.topic)
+        if topic_cfg is None:
+            topic_cfg = self.broker.log_config(p.topic)
         if acks == -1 and len(p.isr) < topic_cfg.min_insync_replicas:
             return PartitionResult(
                 Errors.NOT_ENOUGH_REPLICAS,
@@ -1127,25 +1161,26 @@ class ReplicaManager:
             checked = check_records(records, topic_cfg.max_message_bytes, api_version >= 7,
                                     _codec.DEFAULT_DECOMPRESS_LIMIT,
                                     require_keys=topic_cfg.compact)
-        if isinstance(checked, str):
-            return PartitionResult(Errors.INVALID_RECORD, error_message=checked)
-        if isinstance(checked, _codec.MissingKeyError):
-            # Kafka's LogValidator: the whole batch is refused, the record named.
-            message = (f"Compacted topic cannot accept message without key in topic "
-                       f"partition {p.topic}-{p.partition}.")
-            report_limited(log, logging.INFO, ("nokey", p.key), "%s: %s", p, message)
-            return PartitionResult(
-                Errors.INVALID_RECORD, error_message=message,
-                record_errors=[{"batch_index": checked.record_index,
-                                "batch_index_error_message": message}],
-                log_start_offset=p.log.log_start_offset)
-        if isinstance(checked, _codec.CodecError):
-            code = codec_error_code(checked)
-            log.info("%s: rejected produce v%d: %s (%s)", p, api_version, checked, code.name)
-            return PartitionResult(code, error_message=str(checked))
         recompressed = None
-        if type(checked) is Recompressed:
-            recompressed, checked = checked, checked.batches
+        if type(checked) is not list:   # (the batch headers when every check passed)
+            if isinstance(checked, str):
+                return PartitionResult(Errors.INVALID_RECORD, error_message=checked)
+            if isinstance(checked, _codec.MissingKeyError):
+                # Kafka's LogValidator: the whole batch is refused, the record named.
+                message = (f"Compacted topic cannot accept message without key in topic "
+                           f"partition {p.topic}-{p.partition}.")
+                report_limited(log, logging.INFO, ("nokey", p.key), "%s: %s", p, message)
+                return PartitionResult(
+                    Errors.INVALID_RECORD, error_message=message,
+                    record_errors=[{"batch_index": checked.record_index,
+                                    "batch_index_error_message": message}],
+                    log_start_offset=p.log.log_start_offset)
+            if isinstance(checked, _codec.CodecError):
+                code = codec_error_code(checked)
+                log.info("%s: rejected produce v%d: %s (%s)", p, api_version, checked,
+                         code.name)
+                return PartitionResult(code, error_message=str(checked))
+            recompressed, checked = checked, checked.batches   # Recompressed
         batches = checked
         b = batches[0]
         now = _now_ms()
@@ -1158,12 +1193,12 @@ class ReplicaManager:
                     record_errors=[{"batch_index": 0, "batch_index_error_message": None}],
                     error_message=f"batch timestamps {b.first_timestamp}..{b.max_timestamp} "
                                   f"are outside [now - {before_max}, now + {after_max}] ms")
-        ps = p.producer_state
         idempotent = b.producer_id != NO_PRODUCER_ID
         if idempotent:
             try:
-                dup = ps.check(b.producer_id, b.producer_epoch, b.base_sequence, b.record_count,
-                               b.is_transactional)
+                dup = p.producer_state.check(b.producer_id, b.producer_epoch,
+                                             b.base_sequence, b.record_count,
+                                             b.is_transactional)
             except ProducerStateError as e:
                 return PartitionResult(Errors[e.code], error_message=str(e),
                                        log_start_offset=p.log.log_start_offset)

@@ -1,6 +1,6 @@
-"""fastlog.protocol._produce: the compiled Produce v3-v11 reader and success answer (v9+
-flexible) agree with the generic codec byte for byte, and step aside (None) for every
-other shape."""
+"""fastlog.protocol._produce: the compiled Produce v3-v11 readers and success answers (v9+
+flexible; one partition, and any number of topics and partitions) agree with the generic
+codec byte for byte, and step aside (None) for every other shape."""
 
 import struct
 
@@ -8,7 +8,9 @@ import pytest
 from fastlog.protocol._produce import (
     FIRST_VERSION,
     LAST_VERSION,
+    encode_produce_partitions,
     encode_produce_response,
+    parse_produce_partitions,
     parse_produce_request,
     parse_transactional_produce_request,
 )
@@ -229,3 +231,135 @@ def test_damaged_transactional_frames_never_disagree(version, tail, at, patch):
         fast = parse(bytes(frame))
         if fast is not None:
             assert fast[:7] + (bytes(fast[7]),) + fast[8:] == generic(bytes(frame))
+
+
+# ---- many partitions (parse_produce_partitions / encode_produce_partitions)
+
+def generic_parse_all(frame):
+    header, offset = decode_request_header(frame)
+    req = decode_request(header.api_key, header.api_version, frame, offset)
+    return (header.api_version, header.correlation_id, header.client_id, req.acks,
+            req.timeout_ms, [(t.name, [(p.index, bytes(p.records)) for p in t.partition_data])
+                             for t in req.topic_data])
+
+
+def _plain(fast):
+    """parse_produce_partitions' answer with its record views as bytes."""
+    return fast[:5] + ([(t, [(i, bytes(r)) for i, r in parts]) for t, parts in fast[5]],)
+
+
+MANY = (("a", ((0, RECORDS), (7, b"xy"), (2, b""))), ("tøpic-ü", ((1, RECORDS[:9]),)),
+        ("x" * 249, tuple((i, bytes([i]) * i) for i in range(150))))
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("client_id", [None, "", "kafka-python", "ü" * 40])
+@pytest.mark.parametrize("topics", [MANY, (("t", ((3, RECORDS),)),), MANY[2:] * 130],
+                         ids=["three-topics", "one-partition", "130-topics"])
+def test_many_partitions_are_read_as_the_generic_decoder_reads_them(version, client_id, topics):
+    frame = memoryview(bytearray(produce_frame(version, topics=topics, client_id=client_id,
+                                               acks=1, timeout_ms=1500, correlation_id=-5)))
+    fast = parse_produce_partitions(frame)
+    assert fast is not None
+    assert _plain(fast) == generic_parse_all(frame)
+    assert fast[:5] == (version, -5, client_id, 1, 1500)
+
+
+def test_many_partitions_records_are_views_of_the_frame():
+    buf = bytearray(produce_frame(9, topics=(("a", ((0, b"one"), (1, b"two"))),)))
+    records = parse_produce_partitions(memoryview(buf))[5][0][1][1][1]
+    assert isinstance(records, memoryview) and not records.readonly
+    records[0] = ord("T")
+    assert b"Two" in buf
+
+
+@pytest.mark.parametrize("frame, why", [
+    (produce_frame(8, transactional_id="tx", topics=MANY), "transactional"),
+    (produce_frame(9, transactional_id="tx", topics=MANY), "v9 transactional"),
+    (produce_frame(8, topics=()), "no topic"),
+    (produce_frame(9, topics=()), "v9 no topic"),
+    (produce_frame(8, topics=(("a", ((0, RECORDS),)), ("b", ()))), "a topic of no partition"),
+    (produce_frame(10, topics=(("a", ((0, RECORDS),)), ("b", ()))), "v10 no partition"),
+    (produce_frame(8, topics=(("a", ((0, RECORDS), (1, None))),)), "null records"),
+    (produce_frame(11, topics=(("a", ((0, RECORDS), (1, None))),)), "v11 null records"),
+    (produce_frame(11, topics=MANY) + b"\0", "v11 trailing byte"),
+    (produce_frame(8, topics=MANY) + b"\0", "trailing byte"),
+    (produce_frame(2, topics=MANY), "v2"),
+    (encode_request(ApiKey.FETCH, 4, 1, "c", {
+        "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "topics": []}), "another API"),
+])
+def test_other_shapes_of_many_partitions_are_left_to_the_generic_path(frame, why):
+    assert parse_produce_partitions(frame) is None, why
+
+
+@pytest.mark.parametrize("where", ["header", "partition", "topic", "request"])
+def test_many_partitions_with_tagged_fields_are_left_to_the_generic_path(where):
+    frame = produce_frame(9, client_id="cid", topics=(("a", ((0, b"r0"), (1, RECORDS))),))
+    at = {"header": 2 + 2 + 4 + 2 + 3, "partition": len(frame) - 3,
+          "topic": len(frame) - 2, "request": len(frame) - 1}[where]
+    assert parse_produce_partitions(_tagged(frame, at)) is None
+
+
+def test_many_partitions_with_a_name_not_utf8_are_left_to_the_generic_path():
+    frame = bytearray(produce_frame(8, topics=(("ok", ((0, b"r"),)), ("abc", ((0, b"r"),)))))
+    frame[frame.index(b"abc")] = 0xFF
+    assert parse_produce_partitions(frame) is None
+
+
+@pytest.mark.parametrize("version", [5, 9])
+def test_every_truncation_of_many_partitions_is_refused(version):
+    frame = produce_frame(version, client_id="cid", topics=MANY[:2])
+    for n in range(len(frame)):
+        assert parse_produce_partitions(frame[:n]) is None
+
+
+@pytest.mark.parametrize("version", [8, 9])
+def test_counts_larger_than_the_frame_are_refused_before_anything_is_made(version):
+    frame = bytearray(produce_frame(version, topics=(("t", ((0, b"r"),)),), client_id=None))
+    # the topic count: after the header (10 bytes, v9+ and its tag buffer), the null
+    # transactional id (2 bytes, v9+ 1), acks and timeout
+    at = 10 + 2 + 6
+    assert _plain(parse_produce_partitions(bytes(frame)))[5] == [("t", [(0, b"r")])]
+    assert frame[at:at + (4 if version < 9 else 1)] == (b"\0\0\0\1" if version < 9 else b"\2")
+    if version < 9:
+        struct.pack_into(">i", frame, at, 0x7FFFFFFF)
+    else:
+        frame[at:at + 1] = b"\xff\xff\xff\xff\x07"
+    assert parse_produce_partitions(bytes(frame)) is None
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.binary(max_size=40), st.binary(max_size=40), st.integers(0, 200),
+       st.binary(min_size=1, max_size=4))
+@pytest.mark.parametrize("version", [8, 9])
+def test_damaged_frames_of_many_partitions_never_crash_and_never_disagree(version, r1, r2, at,
+                                                                         patch):
+    frame = bytearray(produce_frame(version, topics=(("t", ((0, r1), (5, r2))),
+                                                     ("u", ((1, r1),)))))
+    at = min(at, len(frame) - 1)
+    frame[at:at + len(patch)] = patch
+    fast = parse_produce_partitions(bytes(frame))
+    if fast is not None:
+        assert _plain(fast) == generic_parse_all(bytes(frame))
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("topics", [
+    [("t", [(4, 0, -1, 0)])],
+    [("a", [(0, 2**40, 1_700_000_000_000, 17), (9, -1, -1, -1)]), ("tøpic-ü", [(1, 5, -1, 0)])],
+    [("x" * 249, [(i, i * 10, -1, i) for i in range(150)])] * 130,
+], ids=["one", "two-topics", "130-topics-of-150"])
+def test_answer_of_many_partitions_is_the_generic_encoding(version, topics):
+    generic = b"".join(bytes(p) for p in encode_response(ApiKey.PRODUCE, version, -9, {
+        "responses": [{"name": name, "partition_responses": [{
+            "index": i, "error_code": 0, "base_offset": base, "log_append_time_ms": at,
+            "log_start_offset": start, "record_errors": [], "error_message": None}
+            for i, base, at, start in parts]} for name, parts in topics],
+        "throttle_time_ms": 0}))
+    assert encode_produce_partitions(version, -9, topics) == generic
+
+
+@pytest.mark.parametrize("version", [0, 2, 12])
+def test_answer_of_many_partitions_refuses_versions_it_does_not_encode(version):
+    with pytest.raises(ValueError):
+        encode_produce_partitions(version, 1, [("t", [(0, 0, -1, 0)])])
