@@ -57,7 +57,7 @@ system-deps:
 	@bash scripts/install-system-deps.sh
 
 test: $(TEST_STAMP) system-deps build
-	$(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint: $(RUN_STAMP)
 	$(VENV)/bin/ruff check fastlog tests perf

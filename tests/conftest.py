@@ -25,16 +25,26 @@ def pytest_sessionstart(session):
             raise pytest.UsageError(f"{name} is not compiled ({module.__file__}); run 'make build'")
 
 
-def pytest_collection_modifyitems(config, items):
-    # `make test` runs the suite in two processes (pytest-xdist, --dist loadgroup). A test
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    # `make test` runs the suite in two processes (pytest-xdist, --dist loadfile): a test
     # file stays in one process, so its module fixtures start once; so does the Spark
-    # folder, whose files share one SparkSession and one broker. That folder is the longest
-    # group, so it is handed out first and the other process takes the rest meanwhile.
-    if not config.pluginmanager.hasplugin("xdist"):
+    # folder, whose files share one SparkSession and one broker.
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FileScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return "tests/spark" if scope.startswith("tests/spark/") else scope
+
+    return FileScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    # Under xdist the Spark folder, the longest scope, is handed out first, and the other
+    # process takes the rest meanwhile.
+    if config.getoption("dist", default="no") == "no":   # (also without pytest-xdist)
         return
-    groups = {}
-    for item in items:
-        path = pathlib.Path(str(item.fspath)).resolve().relative_to(ROOT)
-        groups[item.nodeid] = "spark" if path.parts[:2] == ("tests", "spark") else path.as_posix()
-        item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
-    items.sort(key=lambda item: groups[item.nodeid] != "spark")   # stable: order kept
+    items.sort(key=lambda item: not item.nodeid.startswith("tests/spark/"))   # stable
