@@ -61,6 +61,11 @@ class RemoteReadError(Exception):
         super().__init__(err, f"process_vm_readv: {os.strerror(err)}")
         self.errno = err
 
+    def __reduce__(self):
+        # raised in a worker and rebuilt in the broker: by its one argument (the default
+        # would pass both of args and break the pool)
+        return (RemoteReadError, (self.errno,))
+
 
 def _address_of(records) -> int | None:
     """The address of a writable contiguous buffer's first byte (a request frame's

@@ -21,6 +21,7 @@ from fastlog.server.check_processes import (
     CheckProcesses,
     RemoteReadError,
     _address_of,
+    _check_in_place,
     _read_broker_memory,
 )
 from fastlog.server.replica_manager import check_records
@@ -159,3 +160,21 @@ def test_an_unreadable_address_is_an_error_of_that_read_only():
     kept = bytearray(b"abc")
     assert _read_broker_memory(os.getpid(), _address_of(memoryview(kept)), 3) == b"abc"
     assert _address_of(memoryview(b"abc")) is None   # read-only: no in-place read
+
+
+def test_a_failed_read_in_a_worker_comes_back_as_its_error_and_the_pool_keeps_working():
+    """A worker's failed read (EFAULT here; EPERM under a ptrace policy) reaches the broker
+    as RemoteReadError with its errno, not as a broken pool: later checks still run in the
+    same workers."""
+    cp = CheckProcesses(1)
+    try:
+        future = cp._get_pool().submit(_check_in_place, os.getpid(), 8, 4096, len)
+        with pytest.raises(RemoteReadError) as e:
+            future.result(60)
+        assert e.value.errno == errno.EFAULT
+        kept = bytearray(b"abcd")
+        assert cp._get_pool().submit(_check_in_place, os.getpid(),
+                                     _address_of(memoryview(kept)), 4, bytes).result(60) == b"abcd"
+    finally:
+        cp.close()
+
