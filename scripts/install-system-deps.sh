@@ -11,7 +11,7 @@ command -v kcat >/dev/null 2>&1 || need+=(kcat)
 [ -x /usr/share/zookeeper/bin/zkServer.sh ] || need+=(zookeeper)
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 [ -x /usr/bin/chromium ] || need+=(chromium)
-command -v javac >/dev/null 2>&1 || need+=(openjdk-17-jdk-headless)
+command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)   # 17 on bookworm
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ]; then
   echo "missing Debian packages ${need[*]}: run 'sudo apt-get install ${need[*]}'" >&2
