@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from concurrent.futures import ThreadPoolExecutor
 
@@ -55,16 +56,24 @@ def atomic_write_many(items, mode: int = 0o644, threads: int = 1) -> None:
     then all fsynced (see sync_new for `threads`), then every rename, then one fsync per
     directory. A crash leaves each file with its old or its new content."""
     items = list(items)
-    for path, data in items:
-        fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
-                     mode)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
-    sync_new([path + ".tmp" for path, _ in items], (), threads)
+    written = []
+    try:
+        for path, data in items:
+            fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
+                         mode)
+            written.append(path + ".tmp")
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
+        sync_new(written, (), threads)
+    except BaseException:
+        for tmp in written:   # (no `.tmp` left behind by a write that failed)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        raise
     for path, _ in items:
         os.replace(path + ".tmp", path)
     sync_new((), {os.path.dirname(os.path.abspath(path)) for path, _ in items}, threads)

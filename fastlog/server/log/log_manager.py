@@ -669,13 +669,16 @@ class LogManager:
                         made.append((p, lg, d))
                         logs.append(lg)
                     logs = [lg for lg in logs if lg.is_new]
+                    epochs = [lg for lg in logs if lg.leader_epoch_cache.latest_epoch >= 0]
+                    # (this fsyncs each checkpoint's directory, the partition's own)
                     atomic_write_many(((lg.leader_epoch_cache.path,
-                                        lg.leader_epoch_cache.content())
-                                       for lg in logs if lg.leader_epoch_cache.latest_epoch >= 0),
+                                        lg.leader_epoch_cache.content()) for lg in epochs),
                                       threads=CREATE_SYNC_THREADS)
                     # (an empty `.log` needs no fsync of its own: one lost in a crash is
                     # made again by loading, as for any partition dir without a segment)
-                    sync_new((), [lg.dir for lg in logs], CREATE_SYNC_THREADS)
+                    sync_new((), [lg.dir for lg in logs
+                                  if lg.leader_epoch_cache.latest_epoch < 0],
+                             CREATE_SYNC_THREADS)
                     fsync_dir(d)
                 except OSError as e:
                     raise self._create_failed(d, f"{len(parts)} new partitions of {topic}",
