@@ -905,8 +905,10 @@ class BrokerServer:
         self._log_configs[name] = cfg
         try:
             await self._lead_new_partitions(state, list(state.partitions), cfg)
-        except BaseException:
-            # All or nothing: a topic whose logs could not all be opened is not kept.
+        except Exception:
+            # All or nothing: a topic whose logs could not all be opened is not kept. (A
+            # cancelled request keeps it: its metadata is written and its logs are led
+            # once made, or loaded at the next start.)
             await self.delete_topic(name)
             raise
         log.info("created topic %s with %d partitions%s", name, partitions,
