@@ -8,8 +8,8 @@
 # Format: text(column, name, heads) writes one line per row,
 #   name{HEAD partition="P"} VALUE\n     (partitioned rows; HEAD ends with a comma)
 #   name{HEAD} VALUE\n                   (other rows)
-# with integers in decimal, which is what prometheus_client writes for an integer gauge
-# sample in both the Prometheus text format and OpenMetrics. The caller escapes the label
+# with integers in decimal (prometheus_client writes the same values as floats, "42.0";
+# both formats parse either to the same sample value). The caller escapes the label
 # values in the heads (metrics.label_value) and writes the family's HELP and TYPE lines.
 # Why: a scrape of a broker with thousands of partitions wrote tens of thousands of lines
 # with a Python f-string each while holding the interpreter lock; the request loop then
