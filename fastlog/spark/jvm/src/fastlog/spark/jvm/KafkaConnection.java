@@ -138,9 +138,18 @@ final class KafkaConnection implements Closeable {
     static String str(ByteBuffer b) {
         int n = b.getShort();
         if (n < 0) return null;
+        if (n > b.remaining()) throw new java.nio.BufferUnderflowException();
         String s = new String(b.array(), b.arrayOffset() + b.position(), n, StandardCharsets.UTF_8);
         b.position(b.position() + n);
         return s;
+    }
+
+    /** Skips `count` entries of `width` bytes (a count from the wire: checked against the
+     *  bytes left before any arithmetic, so a huge one cannot wrap around). */
+    static void skip(ByteBuffer b, int count, int width) {
+        if (count <= 0) return;
+        if (count > b.remaining() / width) throw new java.nio.BufferUnderflowException();
+        b.position(b.position() + count * width);
     }
 
     // ---- Metadata v1 ---------------------------------------------------------------------
@@ -175,8 +184,7 @@ final class KafkaConnection implements Closeable {
                 int partition = b.getInt();
                 int leader = b.getInt();
                 for (int k = 0; k < 2; k++) {                // replicas, isr
-                    int count = b.getInt();
-                    if (count > 0) b.position(b.position() + 4 * count);
+                    skip(b, b.getInt(), 4);
                 }
                 parts.put(partition, brokers.get(leader));
             }
@@ -247,8 +255,7 @@ final class KafkaConnection implements Closeable {
                 f.highWatermark = b.getLong();
                 b.getLong();   // last stable offset
                 b.getLong();   // log start offset
-                int aborted = b.getInt();
-                if (aborted > 0) b.position(b.position() + 16 * aborted);
+                skip(b, b.getInt(), 16);   // aborted transactions
                 int size = b.getInt();
                 if (size < 0) size = 0;
                 if (size > b.remaining()) throw new IOException("truncated Fetch response");

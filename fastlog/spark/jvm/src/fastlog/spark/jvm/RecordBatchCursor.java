@@ -136,9 +136,19 @@ final class RecordBatchCursor {
             default: throw new IOException("record batch compression codec " + codec + " unknown");
         }
         try (InputStream s = in) {
-            return s.readAllBytes();
+            byte[] out = s.readNBytes(MAX_DECOMPRESSED + 1);
+            if (out.length > MAX_DECOMPRESSED) {
+                throw new IOException("a record batch decompresses to more than "
+                        + MAX_DECOMPRESSED + " bytes");
+            }
+            return out;
         }
     }
+
+    /** The most bytes one batch may decompress to: the broker's own bound on what it
+     *  accepts (fastlog._codec.DEFAULT_DECOMPRESS_LIMIT), so a damaged or hostile batch
+     *  cannot take an executor's memory. */
+    static final int MAX_DECOMPRESSED = 64 * 1024 * 1024;
 
     /**
      * Decodes records of the current batch into rows from row on, up to capacity rows;
