@@ -161,7 +161,7 @@ final class RecordBatchCursor {
             if (length < 1 || length > limit - pos) throw corrupt("record length");
             int recordEnd = pos + length;
             pos++;                                   // record attributes
-            long tsDelta = varlong();
+            long tsDelta = timestamp != null ? varlong() : skipVarint();
             long off = baseOffset + varint();
             int keyLen = varint();
             if (keyLen < -1 || keyLen > recordEnd - pos) throw corrupt("key length");
@@ -200,9 +200,33 @@ final class RecordBatchCursor {
     }
 
     private int varint() throws IOException {
+        // most varints of a record (attributes aside: its timestamp and offset deltas, key
+        // and value lengths) take one or two bytes: those without the general loop
+        if (limit - pos >= 2) {
+            int b = data[pos];
+            if (b >= 0) {
+                pos++;
+                return (b >>> 1) ^ -(b & 1);
+            }
+            int c = data[pos + 1];
+            if (c >= 0) {
+                pos += 2;
+                int raw = (b & 0x7f) | (c << 7);
+                return (raw >>> 1) ^ -(raw & 1);
+            }
+        }
         long v = varlong();
         if (v < Integer.MIN_VALUE || v > Integer.MAX_VALUE) throw corrupt("varint");
         return (int) v;
+    }
+
+    /** Steps over a varint whose value is not wanted; returns 0. */
+    private long skipVarint() throws IOException {
+        for (int n = 0; n < 10; n++) {
+            if (pos >= limit) throw corrupt("varint");
+            if (data[pos++] >= 0) return 0;
+        }
+        throw corrupt("varint");
     }
 
     private long varlong() throws IOException {
