@@ -10,9 +10,14 @@ processes and writes it on the I/O pool. This script starts one fastlog broker o
     flight, at --rate requests/s on a fixed schedule: --probe produce (default) sends a
     Produce v8 of one uncompressed 100-byte record, acks=1, to topic `t` (a partition
     of its own); --probe apiversions sends ApiVersions v0 (no storage at all);
+    --probe echo sends it to an echo process of the script's instead of the broker:
+    what the same load does to a process that answers without any work (the two
+    cores' run queues, loopback's packet processing), the floor under the broker's
+    figures;
   - a load: --streams processes, each on its own connection sending, one after the
     other, Produce requests of one --codec batch of --batch-records records
-    (--record-size bytes of text-like data each) to topic `big`.
+    (--record-size bytes of text-like data each) to topic `big`, back to back or at
+    most --load-rate a second per stream.
 
 --segments times, a quiet window (the probe alone) and a loaded window (the probe while
 the load runs), each --window seconds, in alternating order (even segments quiet first);
@@ -45,6 +50,7 @@ checkout's broker instead of this one (an A/B of two trees: run both, alternatin
 Usage: .venv/bin/python perf/large_produce_latency.py [--codec gzip] [--batch-records N]
            [--record-size B] [--streams S] [--rate R] [--probe produce|apiversions]
            [--segments N] [--window S] [--settle S] [--nice N] [--load-nice N]
+           [--load-rate R] [--probe echo]
            [--tree DIR]
            [--override KEY=VALUE ...]
 """
@@ -112,7 +118,7 @@ def _big_request(codec: int, records: int, size: int) -> bytes:
 
 def _probe_request(kind: str) -> tuple[bytes, int, int]:
     """(framed request, api key, version) of one probe request."""
-    if kind == "apiversions":
+    if kind in ("apiversions", "echo"):
         return (protocol.encode_request(ApiKey.API_VERSIONS, 0, 1, "probe", {}, framed=True),
                 ApiKey.API_VERSIONS, 0)
     blob = _codec.build_batch([(int(time.time() * 1000), None, b"p" * 100)])
@@ -144,11 +150,15 @@ def _probe_main(port: int, kind: str, rate: int, out_path: str, ready, quit_) ->
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         s.sendall(request)
         n = _recv_frame(s, view)
-        _, body = protocol.decode_response(api_key, version, bytes(view[:n]))
-        code = (body.error_code if api_key == ApiKey.API_VERSIONS
-                else body.responses[0].partition_responses[0].error_code)
-        if code:
-            raise RuntimeError(f"the probe's first request answered error {code}")
+        if kind == "echo":
+            if bytes(view[:n]) != request[4:]:
+                raise RuntimeError("the echo server answered other bytes")
+        else:
+            _, body = protocol.decode_response(api_key, version, bytes(view[:n]))
+            code = (body.error_code if api_key == ApiKey.API_VERSIONS
+                    else body.responses[0].partition_responses[0].error_code)
+            if code:
+                raise RuntimeError(f"the probe's first request answered error {code}")
         ready.set()
         due = clock()
         checks = 0
@@ -170,12 +180,36 @@ def _probe_main(port: int, kind: str, rate: int, out_path: str, ready, quit_) ->
     Path(out_path).write_bytes(rows.tobytes())
 
 
+def _echo_main(port, ready) -> None:
+    """Echo process (--probe echo): one connection, each frame sent back as it came; no
+    broker work at all, so the probe measures what the load costs any process answering
+    on this machine (the CPUs' run queues, loopback's softirq work), the floor under the
+    broker's figures."""
+    gc.disable()
+    with socket.create_server(("127.0.0.1", 0)) as srv:
+        port.value = srv.getsockname()[1]
+        ready.set()
+        conn, _ = srv.accept()
+    with conn:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        view = memoryview(bytearray(1 << 16))
+        while True:
+            try:
+                n = _recv_frame(conn, view[4:])
+            except (ConnectionError, OSError):
+                return
+            struct.pack_into(">i", view, 0, n)
+            conn.sendall(view[:4 + n])
+
+
 def _load_main(port: int, request_path: str, active, idle, quit_, answered,
-               nice: int) -> None:
-    """Load process: while `active` is set, large requests back to back; `idle` is set
-    whenever no request is outstanding; answered counts the responses."""
+               nice: int, rate: float) -> None:
+    """Load process: while `active` is set, large requests back to back (rate 0) or at
+    most `rate` a second; `idle` is set whenever no request is outstanding; answered
+    counts the responses."""
     if nice:
         os.nice(nice)
+    period = 1.0 / rate if rate else 0.0
     request = Path(request_path).read_bytes()
     view = memoryview(bytearray(1 << 16))
     with socket.create_connection(("127.0.0.1", port), timeout=120) as s:
@@ -184,7 +218,13 @@ def _load_main(port: int, request_path: str, active, idle, quit_, answered,
             if not active.wait(0.05):
                 continue
             idle.clear()
+            due = time.monotonic()
             while active.is_set():
+                if period:
+                    wait = due - time.monotonic()
+                    if wait > 0:
+                        time.sleep(wait)
+                    due = max(due + period, time.monotonic() - period)
                 s.sendall(request)
                 _recv_frame(s, view)
                 answered.value += 1
@@ -280,10 +320,19 @@ def run(opts, emit) -> dict:
                         raise RuntimeError(f"creating {name}: error {r.topics[0].error_code}")
             finally:
                 w.close()
-            port = int(broker.bootstrap.rsplit(":", 1)[1])
+            port = probe_port = int(broker.bootstrap.rsplit(":", 1)[1])
+            if opts.probe == "echo":
+                echo_port, echo_ready = ctx.RawValue("i", 0), ctx.Event()
+                echo = ctx.Process(target=_echo_main, args=(echo_port, echo_ready),
+                                   daemon=True)
+                echo.start()
+                procs.append(echo)
+                if not echo_ready.wait(60):
+                    raise RuntimeError("the echo server did not start within 60 s")
+                probe_port = echo_port.value
             ready = ctx.Event()
             probe = ctx.Process(target=_probe_main, args=(
-                port, opts.probe, opts.rate, str(samples_path), ready, quit_), daemon=True)
+                probe_port, opts.probe, opts.rate, str(samples_path), ready, quit_), daemon=True)
             probe.start()
             procs.append(probe)
             active, answered = ctx.Event(), ctx.RawValue("q", 0)
@@ -291,7 +340,8 @@ def run(opts, emit) -> dict:
             for _ in range(opts.streams):
                 idle = ctx.Event()
                 p = ctx.Process(target=_load_main, args=(
-                    port, str(request_path), active, idle, quit_, answered, opts.load_nice),
+                    port, str(request_path), active, idle, quit_, answered, opts.load_nice,
+                    opts.load_rate),
                     daemon=True)
                 p.start()
                 procs.append(p)
@@ -373,7 +423,7 @@ def run(opts, emit) -> dict:
     summary = {
         "tree": str(opts.tree or "."), "probe": opts.probe, "codec": opts.codec,
         "batch_bytes": batch_bytes, "batch_raw_bytes": raw_bytes, "streams": opts.streams,
-        "segments": opts.segments, "window_s": opts.window,
+        "segments": opts.segments, "window_s": opts.window, "load_rate": opts.load_rate,
         "quiet_p50_ms": med("p50_ms", "quiet"), "quiet_p99_ms": med("p99_ms", "quiet"),
         "loaded_p50_ms": med("p50_ms", "loaded"), "loaded_p99_ms": med("p99_ms", "loaded"),
         "quiet_rtt_p99_ms": med("rtt_p99_ms", "quiet"),
@@ -403,8 +453,10 @@ def main(argv=None) -> int:
                     help="bytes per record of the large batches (default 1000)")
     ap.add_argument("--streams", type=int, default=1,
                     help="connections sending large batches (default 1)")
-    ap.add_argument("--probe", default="produce", choices=("produce", "apiversions"),
-                    help="the probe's request (default produce)")
+    ap.add_argument("--probe", default="produce", choices=("produce", "apiversions", "echo"),
+                    help="the probe's request (default produce); echo: ApiVersions sent "
+                         "to an echo process instead of the broker, the machine's floor "
+                         "under the same load")
     ap.add_argument("--rate", type=int, default=1000, help="probe requests/s (default 1000)")
     ap.add_argument("--segments", type=int, default=6,
                     help="quiet and loaded window pairs (default 6)")
@@ -419,6 +471,9 @@ def main(argv=None) -> int:
     ap.add_argument("--load-nice", type=int, default=0,
                     help="added to the load processes' nice value (e.g. 10: the large "
                          "producer's own CPU, on the broker's machine here, taken last)")
+    ap.add_argument("--load-rate", type=float, default=0.0,
+                    help="large requests a second per stream at most (default 0: back to "
+                         "back, as fast as the broker answers)")
     ap.add_argument("--tree", type=Path, default=None,
                     help="run the broker of this built checkout instead")
     ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
@@ -429,10 +484,12 @@ def main(argv=None) -> int:
             or not 1 <= opts.rate <= 20_000 or not 1 <= opts.segments <= 50
             or not 0.5 <= opts.window <= 120 or not 0 <= opts.settle <= 10
             or not -20 <= opts.nice <= 19 or not 0 <= opts.load_nice <= 19
+            or not 0 <= opts.load_rate <= 1000
             or opts.batch_records * opts.record_size > (60 << 20)):
         print("large_produce_latency: --batch-records and --record-size must be positive, "
               "a batch at most 60 MiB of records, --streams 1 to 16, --rate 1 to 20,000, "
-              "--segments 1 to 50, --window 0.5 to 120 s, --settle 0 to 10 s, --nice -20 to 19, --load-nice 0 to 19",
+              "--segments 1 to 50, --window 0.5 to 120 s, --settle 0 to 10 s, --nice -20 to 19, --load-nice 0 to 19, "
+              "--load-rate 0 to 1,000",
               file=sys.stderr)
         return 2
     if opts.tree is not None and not (opts.tree / "fastlog").is_dir():

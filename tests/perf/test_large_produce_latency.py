@@ -1,6 +1,7 @@
 """perf/large_produce_latency.py against a real broker: a short run reports, per segment,
 the quiet and loaded windows of the raw probe and the large requests answered, then the
-median ratios; bad options are one sentence."""
+median ratios; the echo probe (the machine's floor) and a paced load; bad options are one
+sentence."""
 
 import json
 import subprocess
@@ -45,8 +46,19 @@ def test_apiversions_probe_and_override():
     assert all(s["loaded"]["large_requests"] > 0 for s in lines[:-1])
 
 
+def test_echo_probe_answered_by_its_own_process_under_a_paced_load():
+    lines = _short_run("--probe", "echo", "--load-rate", "4")
+    summary = lines[-1]
+    assert summary["probe"] == "echo" and summary["load_rate"] == 4
+    for seg in lines[:-1]:
+        assert seg["quiet"]["count"] > 100 and seg["loaded"]["count"] > 100
+        # paced at 4 a second: at most 4 answered in the one-second window (+1 in flight)
+        assert 0 < seg["loaded"]["large_requests"] <= 5
+
+
 def test_bad_options_are_one_sentence_and_exit_2():
     assert_refused(SCRIPT, "--streams", "0", needle="--streams")
     assert_refused(SCRIPT, "--batch-records", "100000", "--record-size", "1000",
                    needle="60 MiB")
     assert_refused(SCRIPT, "--window", "0.1", needle="--window")
+    assert_refused(SCRIPT, "--load-rate", "-1", needle="--load-rate")
