@@ -493,13 +493,13 @@ class LogSegment:
 
     def _load_first_batch_timestamp(self) -> None:
         # One positional read of the header: a mapping would hold a second descriptor of
-        # the file for as long as the segment is active.
+        # the file for as long as the segment is active. Only the header is read, so its
+        # fields are taken as they are (the codec's header reader wants the whole batch):
+        # magic at byte 16, maxTimestamp at byte 35.
         head = bytearray(min(self.size, BATCH_HEADER_SIZE))
-        try:
-            if self.file.pread_into(head, 0) != len(head):
-                raise ValueError("short read")
-            self.rolling_based_timestamp = read_batch_header(head, 0).max_timestamp
-        except (CodecError, ValueError):
+        if self.file.pread_into(head, 0) == BATCH_HEADER_SIZE and head[16] == 2:
+            self.rolling_based_timestamp = int.from_bytes(head[35:43], "big", signed=True)
+        else:
             self.rolling_based_timestamp = None
 
     def append(self, buf, batches, write_behind: bool = False):
