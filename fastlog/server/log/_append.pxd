@@ -10,6 +10,7 @@ cdef class LeaderAppend:
     cdef object info_type        # LogAppendInfo
     cdef public bint enabled     # False: never armed (Log's own path for every append)
     cdef readonly bint armed     # the fields below describe the log as it is now
+    cdef readonly int64_t appends  # appends taken here (tests read it)
     cdef object segment          # the active LogSegment
     cdef SegmentIndexer indexer  # its index-building state
     cdef int fd                  # its .log file's descriptor

@@ -45,6 +45,7 @@ cdef class LeaderAppend:
         self.info_type = info_type
         self.enabled = True
         self.armed = False
+        self.appends = 0
 
     def disarm(self):
         """Forget the log's state: the next append takes Log's own path (which arms again)."""
@@ -172,6 +173,7 @@ cdef class LeaderAppend:
             log.high_watermark = self.next_offset
         if self.log_append_time and now < 0:
             now = self._now(now_ms)
+        self.appends += 1
         info = self.info_type(first.base_offset, last_offset, max_ts, off_max,
                               now if self.log_append_time else -1, count, length,
                               log.log_start_offset)

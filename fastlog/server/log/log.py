@@ -52,6 +52,7 @@ from fastlog._codec import FileRegion, stamp_batches
 from fastlog._index import CorruptIndexError, summarize_batches
 from fastlog.fileio import fsync_dir
 
+from ._append import LeaderAppend
 from .checkpoint import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache
 from .config import LogConfig
 from .errors import (
@@ -75,7 +76,6 @@ from .segment import (
     file_name,
     offset_from_file_name,
 )
-from ._append import LeaderAppend
 from .txn_index import TXN_INDEX_SUFFIX, AbortedTxn
 
 logger = logging.getLogger(__name__)
