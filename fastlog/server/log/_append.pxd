@@ -6,7 +6,6 @@ from fastlog._index cimport SegmentIndexer
 
 
 cdef class LeaderAppend:
-    cdef object log              # the Log it appends to (its Python fields are kept current)
     cdef object info_type        # LogAppendInfo
     cdef public bint enabled     # False: never armed (Log's own path for every append)
     cdef readonly bint armed     # the fields below describe the log as it is now
@@ -25,4 +24,4 @@ cdef class LeaderAppend:
     cdef int64_t flush_messages
     cdef bint log_append_time
 
-    cdef int64_t _now(self, now_ms) except? -1
+    cdef int64_t _now(self, log, now_ms) except? -1

@@ -38,10 +38,10 @@ import os
 
 
 cdef class LeaderAppend:
-    """The compiled leader append of one Log (see the module comment). Owner thread only."""
+    """The compiled leader append of one Log (see the module comment), which passes itself
+    to arm() and append(). Owner thread only."""
 
-    def __init__(self, log, info_type):
-        self.log = log
+    def __init__(self, info_type):
         self.info_type = info_type
         self.enabled = True
         self.armed = False
@@ -53,15 +53,15 @@ cdef class LeaderAppend:
         self.segment = None
         self.indexer = None
 
-    def arm(self, segment, config):
-        """Take the log's state after an append of Log's own path: `segment` is the active
-        one, `config` the log's settings. Stays disarmed (False) while the segment is not
+    def arm(self, log, segment, config):
+        """Take the log's state after an append of Log's own path: `segment` is its active
+        one, `config` its settings. Stays disarmed (False) while the segment is not
         ready for the compiled path: empty, its first timestamp or largest timestamp not
         known yet, its file closed, or its end not the log's."""
         self.disarm()
         if (not self.enabled or segment.size == 0 or segment.rolling_based_timestamp is None
                 or not segment._max_ts_loaded or segment.file.closed
-                or segment.next_offset != self.log.log_end_offset):
+                or segment.next_offset != log.log_end_offset):
             return False
         self.segment = segment
         self.indexer = <SegmentIndexer?>segment._indexer
@@ -79,14 +79,14 @@ cdef class LeaderAppend:
         self.armed = True
         return True
 
-    def append(self, records, object batches, int32_t leader_epoch, now_ms):
-        """Append validated batches whose headers the codec found in `records` (writable),
-        assigning offsets from the log end offset: the LogAppendInfo, or None (nothing
-        done) when this is not the common case. OSError (reported to the log dir's failure
+    def append(self, log, records, object batches, int32_t leader_epoch, now_ms):
+        """Append to `log` (its owner, passed in so that the two hold no reference cycle)
+        validated batches whose headers the codec found in `records` (writable), assigning
+        offsets from the log end offset: the LogAppendInfo, or None (nothing done) when
+        this is not the common case. OSError (reported to the log dir's failure
         channel first) when the write fails: nothing of it stays in the file."""
         if not self.armed or type(batches) is not list:
             return None
-        log = self.log
         cdef Py_ssize_t n = len(batches)
         if (n == 0 or log.closed or log._pending is not None
                 or log.log_end_offset != self.next_offset):
@@ -120,7 +120,7 @@ cdef class LeaderAppend:
         if self.rolling_ts >= 0:
             waited = max_ts - self.rolling_ts
         else:
-            now = self._now(now_ms)
+            now = self._now(log, now_ms)
             waited = now - self.created_ms
         if waited > self.roll_ms:
             return None
@@ -172,7 +172,7 @@ cdef class LeaderAppend:
         if log.hw_follows_leo:
             log.high_watermark = self.next_offset
         if self.log_append_time and now < 0:
-            now = self._now(now_ms)
+            now = self._now(log, now_ms)
         self.appends += 1
         info = self.info_type(first.base_offset, last_offset, max_ts, off_max,
                               now if self.log_append_time else -1, count, length,
@@ -182,5 +182,5 @@ cdef class LeaderAppend:
             info.flush_future = log._request_flush(self.next_offset)
         return info
 
-    cdef int64_t _now(self, now_ms) except? -1:
-        return self.log._now_ms() if now_ms is None else now_ms
+    cdef int64_t _now(self, log, now_ms) except? -1:
+        return log._now_ms() if now_ms is None else now_ms

@@ -207,7 +207,7 @@ class Log:
         self._segments: tuple[LogSegment, ...] = ()
         # The compiled everyday leader append (_append.pyx); armed by append(), disarmed
         # by every change of the segment list, the settings or the log's life.
-        self._fast = LeaderAppend(self, LogAppendInfo)
+        self._fast = LeaderAppend(LogAppendInfo)
         self._bases: tuple[int, ...] = ()
         self.log_start_offset = 0
         self.log_end_offset = 0
@@ -577,7 +577,7 @@ class Log:
         The common leader append (inline, no roll, no new epoch) is taken in one compiled
         call (LeaderAppend); every other one here, which then arms it for the next."""
         if assign_offsets and write_executor is None:
-            info = self._fast.append(records, batches, leader_epoch, now_ms)
+            info = self._fast.append(self, records, batches, leader_epoch, now_ms)
             if info is not None:
                 return info
         self._fast.disarm()
@@ -627,7 +627,7 @@ class Log:
         if placed is None:
             self._published(info)
             if assign_offsets:
-                self._fast.arm(segment, self.config)
+                self._fast.arm(self, segment, self.config)
             return info
         view, physical = placed
         pending = info.pending = PendingAppend(self, info, segment, batches, physical, len(view))

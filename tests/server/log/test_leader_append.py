@@ -6,12 +6,14 @@ max.message.bytes, flush.messages, LogAppendTime, a replicated high watermark, a
 disk (ENOSPC, nothing left behind) and recovery after SIGKILL."""
 
 import errno
+import gc
 import os
 import random
 import signal
 import subprocess
 import sys
 import textwrap
+import weakref
 
 import pytest
 
@@ -278,3 +280,20 @@ def test_reopened_segment_rolls_by_its_first_batch_timestamp(tmp_path):
         log.append(buf, hs, leader_epoch=0)
         assert log.num_segments == segments, ts
     assert log._fast.appends == 2           # the second and the last
+
+
+def test_an_armed_log_is_freed_without_the_cycle_collector(tmp_path):
+    """The compiled append holds no reference back to its log: a dropped log (and the
+    descriptors its segments hold) goes at once, not at the next collection."""
+    log = open_log(tmp_path / "t-0")
+    for i in range(3):
+        buf, hs = record_set(make_batch(1, timestamp=1_000 + i))
+        log.append(buf, hs, leader_epoch=0)
+    assert log._fast.armed
+    ref = weakref.ref(log)
+    gc.disable()
+    try:
+        del log
+        assert ref() is None
+    finally:
+        gc.enable()
