@@ -111,7 +111,9 @@ cdef class LeaderAppend:
         last_offset = offset - 1
         cdef Py_ssize_t start = first.position
         cdef Py_ssize_t length = last.position + <Py_ssize_t>last.batch_length + 12 - start
+        # (locals: a disarm from another thread while the GIL is released keeps them valid)
         cdef SegmentIndexer ix = self.indexer
+        seg = self.segment
         if (self.size > self.segment_bytes - length
                 or ix.offset_index._entries >= ix.offset_index._max_entries
                 or ix.time_index._entries >= ix.time_index._max_entries - 1
@@ -163,7 +165,6 @@ cdef class LeaderAppend:
             log.report_failure("append", e)
             raise e
         ix._add(batches, physical - start, False, None)
-        seg = self.segment
         self.size = physical + length
         self.next_offset = last_offset + 1
         seg.size = self.size
