@@ -164,7 +164,11 @@ cdef class LeaderAppend:
             e = OSError(err, os.strerror(err))
             log.report_failure("append", e)
             raise e
-        ix._add(batches, physical - start, False, None)
+        try:
+            ix._add(batches, physical - start, False, None)
+        except OSError as e:
+            log.report_failure("append", e)
+            raise
         self.size = physical + length
         self.next_offset = last_offset + 1
         seg.size = self.size
