@@ -223,6 +223,10 @@ cdef uint32_t crc32c_update(uint32_t crc, const unsigned char *data, size_t leng
 cdef int raise_varint_error(Py_ssize_t code, Py_ssize_t pos, str what) except -1
 # fastlog.compression.decompress(codec, data, limit), imported once (per batch, with GIL).
 cdef object decompress_records(int codec, object data, Py_ssize_t limit)
+# Write baseOffset and partitionLeaderEpoch of each batch (headers found in data) in place;
+# the offset after the last record.
+cdef int64_t stamp_batch_headers(unsigned char *data, Py_ssize_t length, list batches,
+                                 int64_t first_offset, int32_t leader_epoch) except -1
 
 
 cdef class FileRegion:

@@ -1169,24 +1169,30 @@ def stamp_batches(buf, batches, int64_t first_offset, int32_t leader_epoch):
     lie outside the CRC. Returns the offset after the last record.
     """
     cdef Py_buffer view
-    cdef int64_t offset = first_offset
-    cdef BatchHeader h
-    cdef unsigned char *data
     _get_buffer(buf, &view, True)
     try:
-        data = <unsigned char *>view.buf
-        for obj in batches:
-            h = <BatchHeader?>obj
-            if h.position < 0 or h.position + HEADER_SIZE > view.len:
-                raise ValueError(f"batch at {h.position} is not inside this buffer")
-            fl_put_be64(data + h.position, <uint64_t>offset)
-            fl_put_be32(data + h.position + OFF_LEADER_EPOCH, <uint32_t>leader_epoch)
-            h.base_offset = offset
-            h.partition_leader_epoch = leader_epoch
-            offset += <int64_t>h.last_offset_delta + 1
-        return offset
+        return stamp_batch_headers(<unsigned char *>view.buf, view.len,
+                                   batches if type(batches) is list else list(batches),
+                                   first_offset, leader_epoch)
     finally:
         PyBuffer_Release(&view)
+
+
+cdef int64_t stamp_batch_headers(unsigned char *data, Py_ssize_t length, list batches,
+                                 int64_t first_offset, int32_t leader_epoch) except -1:
+    # stamp_batches' work on a buffer already held (the compiled leader append's too).
+    cdef int64_t offset = first_offset
+    cdef BatchHeader h
+    for obj in batches:
+        h = <BatchHeader?>obj
+        if h.position < 0 or h.position + HEADER_SIZE > length:
+            raise ValueError(f"batch at {h.position} is not inside this buffer")
+        fl_put_be64(data + h.position, <uint64_t>offset)
+        fl_put_be32(data + h.position + OFF_LEADER_EPOCH, <uint32_t>leader_epoch)
+        h.base_offset = offset
+        h.partition_leader_epoch = leader_epoch
+        offset += <int64_t>h.last_offset_delta + 1
+    return offset
 
 
 def stamp_log_append_time(buf, batches, int64_t timestamp):

@@ -2,7 +2,7 @@
 # Byte order: the codec's inline big-endian helpers (fastlog/_codec.pxd), so that the
 # search loops compile to plain loads.
 
-from libc.stdint cimport int64_t
+from libc.stdint cimport int32_t, int64_t
 
 
 cdef class AbstractIndex:
@@ -48,3 +48,18 @@ cdef class OffsetIndex(AbstractIndex):
 cdef class TimeIndex(AbstractIndex):
     cdef int _maybe_append(self, int64_t timestamp, int64_t offset,
                            bint skip_full_check) except -1
+
+
+cdef class SegmentIndexer:
+    cdef readonly OffsetIndex offset_index
+    cdef readonly TimeIndex time_index
+    cdef public Py_ssize_t interval
+    cdef public Py_ssize_t bytes_since
+    cdef public int64_t max_timestamp
+    cdef public int64_t offset_of_max_timestamp
+    cdef public int64_t prev_last_offset
+    cdef public int32_t last_epoch
+
+    cdef int _reserve(self, Py_ssize_t batches, Py_ssize_t upto, bint touch) except -1
+    cdef Py_ssize_t _add(self, list batches, Py_ssize_t shift, bint check_offsets,
+                         list epoch_changes) except -1

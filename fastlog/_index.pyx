@@ -876,14 +876,7 @@ cdef class SegmentIndexer:
     written since the last entry, tracks the segment's largest timestamp, and in
     recovery mode stops at the first batch whose offsets do not increase. Owner thread."""
 
-    cdef readonly OffsetIndex offset_index
-    cdef readonly TimeIndex time_index
-    cdef public Py_ssize_t interval
-    cdef public Py_ssize_t bytes_since
-    cdef public int64_t max_timestamp
-    cdef public int64_t offset_of_max_timestamp
-    cdef public int64_t prev_last_offset
-    cdef public int32_t last_epoch
+    # (its fields are declared in _index.pxd: the compiled leader append reads them)
 
     def __init__(self, OffsetIndex offset_index, TimeIndex time_index, Py_ssize_t interval,
                  Py_ssize_t bytes_since=0, int64_t max_timestamp=NO_TIMESTAMP,
@@ -910,18 +903,26 @@ cdef class SegmentIndexer:
         may wait for the file system's journal, happen here: the write thread of a
         write-behind append (LogSegment.write_at) does so while the owner leaves the index
         alone."""
+        self._reserve(batches, upto, touch)
+
+    cdef int _reserve(self, Py_ssize_t batches, Py_ssize_t upto, bint touch) except -1:
         if ((self.offset_index._pending or self.offset_index._deferred)
                 and (self.time_index._pending or self.time_index._deferred)
                 and self.bytes_since + upto <= self.interval):
-            return
+            return 0
         self.offset_index._reserve_entries(batches, touch)
         self.time_index._reserve_entries(batches + 1, touch)
+        return 0
 
     def add(self, list batches, Py_ssize_t shift=0, bint check_offsets=False,
             list epoch_changes=None):
         """Index the batches, which sit at h.position + shift in the segment file; returns
         how many were accepted (all, unless check_offsets found one out of order).
         Newer leader epochs are appended to epoch_changes as (epoch, base offset)."""
+        return self._add(batches, shift, check_offsets, epoch_changes)
+
+    cdef Py_ssize_t _add(self, list batches, Py_ssize_t shift, bint check_offsets,
+                         list epoch_changes) except -1:
         cdef BatchHeader h
         cdef Py_ssize_t i, n = len(batches)
         cdef int64_t last, base = self.offset_index.base_offset

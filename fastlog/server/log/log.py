@@ -25,6 +25,11 @@
 # publishes it once the write is done): every other change to the log (the next append,
 # roll, truncation, close, deletion) settles it first, waiting for the write if need be,
 # so appends stay in offset order and nothing overtakes an unwritten range.
+# Compiled append: the everyday leader append (offsets assigned, written inline, no roll, no
+# new leader epoch) is one call into LeaderAppend (_append.pyx), which holds the active
+# segment's descriptor, size and roll settings and the log end offset in C fields and
+# writes the same bytes and index entries as the path below; that path takes every other
+# append and arms it again, and _publish, update_config and close disarm it.
 # An I/O error from a write (append, roll, flush, truncation, retention, a compaction swap)
 # is reported to the log dir's failure channel (dir_failure.py) before it propagates: the
 # LogManager then takes the whole dir offline, as Kafka does.
@@ -47,6 +52,7 @@ from fastlog._codec import FileRegion, stamp_batches
 from fastlog._index import CorruptIndexError, summarize_batches
 from fastlog.fileio import fsync_dir
 
+from ._append import LeaderAppend
 from .checkpoint import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache
 from .config import LogConfig
 from .errors import (
@@ -199,6 +205,9 @@ class Log:
         self.scheduler = scheduler or InlineScheduler()
         self.time_fn = time_fn
         self._segments: tuple[LogSegment, ...] = ()
+        # The compiled everyday leader append (_append.pyx); armed by append(), disarmed
+        # by every change of the segment list, the settings or the log's life.
+        self._fast = LeaderAppend(LogAppendInfo)
         self._bases: tuple[int, ...] = ()
         self.log_start_offset = 0
         self.log_end_offset = 0
@@ -525,6 +534,7 @@ class Log:
 
     def _publish(self, segments) -> None:
         # Readers pick up (_segments, _bases) as one tuple: never half of an update.
+        self._fast.disarm()
         segs = tuple(segments)
         self._view = (segs, tuple(s.base_offset for s in segs))
         self._segments, self._bases = self._view
@@ -563,7 +573,14 @@ class Log:
         which must increase and start at or after the log end offset. Returns LogAppendInfo.
         write_executor: write the bytes there instead (write-behind, see the module
         comment): the returned info's `pending` then says when they are written; the
-        caller keeps `records` unchanged until then, and calls settle()."""
+        caller keeps `records` unchanged until then, and calls settle().
+        The common leader append (inline, no roll, no new epoch) is taken in one compiled
+        call (LeaderAppend); every other one here, which then arms it for the next."""
+        if assign_offsets and write_executor is None:
+            info = self._fast.append(self, records, batches, leader_epoch, now_ms)
+            if info is not None:
+                return info
+        self._fast.disarm()
         if self._pending is not None:
             self.settle()
         if self.closed:
@@ -609,6 +626,8 @@ class Log:
             log_start_offset=self.log_start_offset)
         if placed is None:
             self._published(info)
+            if assign_offsets:
+                self._fast.arm(self, segment, self.config)
             return info
         view, physical = placed
         pending = info.pending = PendingAppend(self, info, segment, batches, physical, len(view))
@@ -1008,6 +1027,7 @@ class Log:
 
     def update_config(self, config: LogConfig) -> None:
         """New topic settings; index sizes apply from the next segment on."""
+        self._fast.disarm()
         self.config = config
         if self.config_listener is not None:
             self.config_listener(self)
@@ -1016,6 +1036,7 @@ class Log:
     def rename_dir(self, new_dir: str) -> None:
         """Move the partition directory (deletion marks it `<dir>.<uuid>-delete`)."""
         self.settle()
+        self._fast.disarm()
         os.rename(self.dir, new_dir)
         self.dir = os.path.abspath(new_dir)
         for seg in self.segments:
@@ -1035,6 +1056,7 @@ class Log:
             return True
         self.settle()
         self.closed = True
+        self._fast.disarm()
         ok = True
         with self._flush_lock:
             active = self.active_segment
@@ -1057,6 +1079,7 @@ class Log:
         file.delete.delay.ms (a fetch may still be sending from it), or earlier when the
         last holder lets go."""
         self.closed = True
+        self._fast.disarm()
         segments = self.segments
         for seg in segments:
             seg.release_read_map()

@@ -11,11 +11,13 @@
 # thread, except flush() which its background I/O worker may run concurrently (an fsync of
 # descriptors only), and write_at() of a large append, which a write thread runs between
 # the owner's append(write_behind=True) and end_append() (a pwrite beyond the segment's
-# published size, which no reader looks at). Reads map the .log file (a Python mmap holds a
-# descriptor of its own); READ_MAPS keeps at most READ_MAP_LIMIT of those mappings in the
-# process, dropping the least recently used (any thread: recovery threads load logs in
-# parallel), so that a broker reading thousands of partitions keeps its open files near
-# one per segment. A segment is never explicitly closed while
+# published size, which no reader looks at). The owner's everyday append of the active
+# segment is done by its Log's compiled LeaderAppend (_append.pyx) with the same steps as
+# append() (index space, pwrite, SegmentIndexer entries, then size and next offset).
+# Reads map the .log file (a Python mmap holds a descriptor of its own); READ_MAPS keeps at
+# most READ_MAP_LIMIT of those mappings in the process, dropping the least recently used
+# (any thread: recovery threads load logs in parallel), so that a broker reading thousands
+# of partitions keeps its open files near one per segment. A segment is never explicitly closed while
 # readers may hold regions of it: deletion unlinks the files and the descriptor/mappings
 # go when the last reference does.
 """A log segment: the data file plus offset and time indexes."""
@@ -493,13 +495,13 @@ class LogSegment:
 
     def _load_first_batch_timestamp(self) -> None:
         # One positional read of the header: a mapping would hold a second descriptor of
-        # the file for as long as the segment is active.
+        # the file for as long as the segment is active. Only the header is read, so its
+        # fields are taken as they are (the codec's header reader wants the whole batch):
+        # magic at byte 16, maxTimestamp at byte 35.
         head = bytearray(min(self.size, BATCH_HEADER_SIZE))
-        try:
-            if self.file.pread_into(head, 0) != len(head):
-                raise ValueError("short read")
-            self.rolling_based_timestamp = read_batch_header(head, 0).max_timestamp
-        except (CodecError, ValueError):
+        if self.file.pread_into(head, 0) == BATCH_HEADER_SIZE and head[16] == 2:
+            self.rolling_based_timestamp = int.from_bytes(head[35:43], "big", signed=True)
+        else:
             self.rolling_based_timestamp = None
 
     def append(self, buf, batches, write_behind: bool = False):

@@ -1,0 +1,27 @@
+# fastlog.server.log._append declarations: LeaderAppend, a log's everyday leader append.
+
+from libc.stdint cimport int64_t
+
+from fastlog._index cimport SegmentIndexer
+
+
+cdef class LeaderAppend:
+    cdef object info_type        # LogAppendInfo
+    cdef public bint enabled     # False: never armed (Log's own path for every append)
+    cdef readonly bint armed     # the fields below describe the log as it is now
+    cdef readonly int64_t appends  # appends taken here (tests read it)
+    cdef object segment          # the active LogSegment
+    cdef SegmentIndexer indexer  # its index-building state
+    cdef int fd                  # its .log file's descriptor
+    cdef int64_t base_offset
+    cdef int64_t size            # its size in bytes
+    cdef int64_t next_offset     # the log end offset
+    cdef int64_t rolling_ts      # the timestamp time-based rolling counts from (-1: none)
+    cdef int64_t created_ms
+    cdef int64_t roll_ms         # segment.ms less the segment's jitter
+    cdef int64_t segment_bytes
+    cdef int64_t max_batch_size  # max.message.bytes
+    cdef int64_t flush_messages
+    cdef bint log_append_time
+
+    cdef int64_t _now(self, log, now_ms) except? -1
