@@ -23,7 +23,9 @@
 # The scrape runs on the HTTP thread but needs the interpreter lock, which the request
 # loop then waits for when it wakes (up to the 5 ms switch interval): GilBreaks hands
 # the lock over every GIL_HOLD_S of the scrape's work, so the loop waits about that long
-# rather than the switch interval.
+# rather than the switch interval. No step between two breaks may be long: a family of
+# many samples is encoded in pieces (encode_family), a group's committed offsets are
+# ordered in compiled code without the lock (add_offset_rows), not by sorted().
 # Called from: `BrokerMetrics(broker)` on the broker's asyncio loop at startup (it notes
 # that thread for the idle figures); `collect` / `render` / `readiness` on the HTTP
 # server's thread (fastlog/server/http.py). Broker state is read without locks: the
@@ -34,6 +36,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 import time
@@ -75,14 +78,21 @@ _GROUP_STATE_GAUGES = (
 QUOTA_FAMILIES = ((PRODUCER_BYTE_RATE, "produce"), (CONSUMER_BYTE_RATE, "fetch"),
                   (REQUEST_PERCENTAGE, "request"))
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-# A scrape holds the interpreter lock for at most this long before handing it over
-# (perf/bench_metrics.py, perf/metrics_scrape.py: the request loop's wait for it).
-GIL_HOLD_S = 0.00025
+# A scrape holds the interpreter lock for at most about this long before handing it
+# over (perf/bench_metrics.py, perf/metrics_scrape.py: the request loop's wait for it).
+GIL_HOLD_S = 0.0001
 # How long the scrape thread sleeps to hand the lock over: long enough for a thread
 # woken by its release to take it (a futex wake and a reschedule).
 GIL_BREAK_S = 0.00005
 # Rows of a loop over partitions between two calls of its pause (a GilBreaks).
-ROWS_PER_PAUSE = 32
+ROWS_PER_PAUSE = 16
+# The most samples of one family the library's encoder writes in one call (it holds the
+# interpreter lock throughout: the request-time histogram, some 400 samples, took 0.4-0.5
+# ms in one go); a larger family is encoded in pieces with pauses between them.
+SAMPLES_PER_PIECE = 64
+# Samples the Prometheus text format moves to the end of their family under a HELP and
+# TYPE of their own: a family holding any is encoded whole.
+_MOVED_SUFFIXES = ("_created", "_gsum", "_gcount")
 _OPENMETRICS_EOF = b"# EOF\n"
 
 
@@ -162,6 +172,36 @@ class LabelHeads:
         def new_head(key) -> int:
             return self.add(key, text_of(key))
         return new_head
+
+
+def encode_family(encoder, family, openmetrics: bool, pause) -> list[bytes]:
+    """The library's encoding of one collected family (without OpenMetrics' closing
+    EOF line), as pieces whose concatenation it is: a family of more than
+    SAMPLES_PER_PIECE samples is encoded that many samples at a time, its HELP and TYPE
+    lines written once, with pause() between the pieces."""
+    samples = family.samples
+    if (len(samples) <= SAMPLES_PER_PIECE
+            or any(s.name.endswith(_MOVED_SUFFIXES) for s in samples)):
+        return [_encoded(encoder, family, openmetrics)]
+    part = copy.copy(family)
+    part.samples = []
+    head = _encoded(encoder, part, openmetrics)
+    pieces = []
+    for start in range(0, len(samples), SAMPLES_PER_PIECE):
+        pause()
+        part.samples = samples[start:start + SAMPLES_PER_PIECE]
+        text = _encoded(encoder, part, openmetrics)
+        if not text.startswith(head):  # (never: the head depends on the family alone)
+            return [_encoded(encoder, family, openmetrics)]
+        pieces.append(text if start == 0 else text[len(head):])
+    return pieces
+
+
+def _encoded(encoder, family, openmetrics: bool) -> bytes:
+    text = encoder(_OneFamily(family))
+    if openmetrics and text.endswith(_OPENMETRICS_EOF):
+        text = text[:-len(_OPENMETRICS_EOF)]
+    return text
 
 
 class _OneFamily:
@@ -568,11 +608,12 @@ class BrokerCollector:
                         len(g.members))
             sums: dict[str, int] = {}
             topics = LabelHeads(offset_heads.texts)
-            # sorted() lists the items in one step under the lock, as dict(...) would
+            # list() copies the items in one step under the lock, as dict(...) would;
+            # add_offset_rows orders its rows by topic and partition
             add_offset_rows(current, lag, topics.index, topics.maker(
                 lambda t, gid=gid: f'consumergroup="{gid}",topic="{label_value(t)}",'),
-                sorted(g.offsets.items()), parts, remote, sums, pause, ROWS_PER_PAUSE)
-            for topic, total in sums.items():
+                list(g.offsets.items()), parts, remote, sums, pause, ROWS_PER_PAUSE)
+            for topic, total in sorted(sums.items()):
                 lag_sum.add(sum_heads.add((g.group_id, topic), f'consumergroup="{gid}",'
                                           f'topic="{label_value(topic)}"'), -1, total)
         return (GaugeLines("kafka_consumergroup_members", "Members of the group.", members, 0,
@@ -714,10 +755,7 @@ class BrokerMetrics:
             try:
                 small = []
                 for family in self.registry.collect():
-                    text = encoder(_OneFamily(family))
-                    if openmetrics and text.endswith(_OPENMETRICS_EOF):
-                        text = text[:-len(_OPENMETRICS_EOF)]
-                    small.append(text)
+                    small.extend(encode_family(encoder, family, openmetrics, pause))
                     pause()
                 out = [b"".join(small)]
                 for lines in self.collector.series():
