@@ -14,7 +14,8 @@ partitions), then:
   - meanwhile a probe sends ApiVersions round trips on one connection, back to back; their
     latencies while scraping (the whole window, 0.5 s between scrapes included, and the
     round trips that overlapped a scrape's GET) are compared with the same probe's
-    without scrapes.
+    without scrapes, and (in the same window, so other work on the machine weighs on
+    both alike) the round trips that overlapped a GET with those between the GETs.
 Prints one row per scrape and a JSON line of medians. --tree runs another built
 checkout's broker instead of this one (an A/B of two trees; alternate the runs).
 
@@ -175,8 +176,9 @@ def main() -> int:
         finally:
             b.stop(timeout=120)
 
-    during = [lat for (a, z), lat in zip(spans, busy, strict=False)
-              if any(a < g1 and z > g0 for g0, g1 in gets)]
+    during, between = [], []
+    for (a, z), lat in zip(spans, busy, strict=False):
+        (during if any(a < g1 and z > g0 for g0, g1 in gets) else between).append(lat)
 
     def q(xs, f):
         xs = sorted(xs)
@@ -194,6 +196,9 @@ def main() -> int:
         "probes_in_scrapes": len(during),
         "probe_ms_in_scrapes_p50_p90_max": [round(q(during, .5), 2), round(q(during, .9), 2),
                                             round(max(during, default=float("nan")), 2)],
+        "probe_ms_between_scrapes_p50_p90_max": [
+            round(q(between, .5), 2), round(q(between, .9), 2),
+            round(max(between, default=float("nan")), 2)],
     }))
     return 0
 

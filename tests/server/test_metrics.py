@@ -5,11 +5,13 @@ paths, bad paths and bad HTTP clients, and a real Prometheus server scraping the
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import shutil
 import socket
 import subprocess
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -20,7 +22,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from fastlog import _codec
 from fastlog.protocol import ApiKey, Errors
-from fastlog.server.metrics import ROWS_PER_PAUSE, GilBreaks
+from fastlog.server.metrics import GIL_BREAKS_IN_A_ROW, ROWS_PER_PAUSE, GilBreaks
 from fastlog.testing import BrokerProcess, _free_port, wait_until
 from tests.server.scrape import get, http_overrides, scrape, value
 from tests.server.wire import (
@@ -320,6 +322,37 @@ def test_gil_breaks_sleep_once_the_hold_has_passed():
     for _ in range(10):
         breaks()
     assert breaks.breaks == 10
+
+
+def test_gil_breaks_go_on_while_the_loops_thread_runs():
+    """With the loop thread's CPU clock: one sleep per break while that thread is idle;
+    while it runs (here hashing with the interpreter lock released), more sleeps per
+    break, never more than GIL_BREAKS_IN_A_ROW."""
+    stop, ready = threading.Event(), threading.Event()
+
+    def run():
+        ready.set()
+        while not stop.is_set():
+            hashlib.sha256(bytes(1 << 20))
+
+    idle = threading.Thread(target=stop.wait)
+    busy = threading.Thread(target=run)
+    idle.start()
+    busy.start()
+    try:
+        ready.wait(10)
+        calm = GilBreaks(hold=0.0, loop_clock=time.pthread_getcpuclockid(idle.ident))
+        for _ in range(20):
+            calm()
+        assert calm.breaks == 20
+        served = GilBreaks(hold=0.0, loop_clock=time.pthread_getcpuclockid(busy.ident))
+        for _ in range(20):
+            served()
+        assert 20 < served.breaks <= 20 * GIL_BREAKS_IN_A_ROW
+    finally:
+        stop.set()
+        idle.join(10)
+        busy.join(10)
 
 
 def test_broker_figures_on_one_node(mbroker):
