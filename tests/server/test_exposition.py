@@ -264,8 +264,8 @@ def test_families_encoded_in_pieces_are_the_librarys_text(openmetrics):
     a family with samples the text format moves to its end (_created) is encoded whole."""
     encoder = om_latest if openmetrics else generate_latest
     for family in _families():
-        pauses = []
-        pieces = encode_family(encoder, family, openmetrics, lambda: pauses.append(1))
+        pauses: list[int] = []
+        pieces = encode_family(encoder, family, openmetrics, lambda p=pauses: p.append(1))
         whole = encoder(_Registry(family))
         if openmetrics:
             whole = whole[:-len(b"# EOF\n")]
