@@ -84,6 +84,8 @@ GIL_HOLD_S = 0.0001
 # How long the scrape thread sleeps to hand the lock over: long enough for a thread
 # woken by its release to take it (a futex wake and a reschedule).
 GIL_BREAK_S = 0.00005
+# The least a scrape holds the interpreter lock between breaks (GilBreaks).
+GIL_LEAST_HOLD_S = 0.00002
 # The most sleeps of one break while the request loop keeps running (GilBreaks).
 GIL_BREAKS_IN_A_ROW = 4
 # Rows of a loop over partitions between two calls of its pause (a GilBreaks).
@@ -104,33 +106,50 @@ class GilBreaks:
     interpreter lock, so a thread waiting for it (the request loop woken by a request)
     takes it then rather than after the interpreter's switch interval (5 ms).
     With `loop_clock` (the request loop thread's CPU clock, time.pthread_getcpuclockid):
-    when the loop ran during the sleep, it is serving a request whose next steps need the
-    lock again (each of its callbacks takes it anew), so the break goes on, `pause` at a
-    time while the loop keeps running, at most GIL_BREAKS_IN_A_ROW sleeps."""
+    a break comes as soon as the loop has run since the last one (it woke, for a request
+    or a timer, and wants the lock: it waits for the next call rather than for the hold to
+    pass), once GIL_LEAST_HOLD_S has passed (so a loop busy throughout leaves the scrape
+    that much of the lock between breaks); and while the loop runs during the sleep, it is serving a request whose next
+    steps need the lock again (each of its callbacks takes it anew), so the break goes on,
+    `pause` at a time, at most GIL_BREAKS_IN_A_ROW sleeps."""
 
-    __slots__ = ("hold", "pause", "last", "breaks", "loop_clock")
+    __slots__ = ("hold", "least", "pause", "last", "breaks", "loop_clock", "loop_ran")
 
     def __init__(self, hold: float = GIL_HOLD_S, pause: float = GIL_BREAK_S,
                  loop_clock: int | None = None):
         self.hold = hold
+        self.least = min(hold, GIL_LEAST_HOLD_S)
         self.pause = pause
         self.last = time.perf_counter()
         self.breaks = 0
         self.loop_clock = loop_clock
+        self.loop_ran = self._loop_time()
+
+    def _loop_time(self) -> int | None:
+        """The loop thread's CPU time (ns); None without its clock."""
+        if self.loop_clock is None:
+            return None
+        try:
+            return time.clock_gettime_ns(self.loop_clock)
+        except OSError:  # the loop's thread has ended
+            self.loop_clock = None
+            return None
 
     def __call__(self) -> None:
-        if time.perf_counter() - self.last >= self.hold:
-            clock = self.loop_clock
-            for _ in range(GIL_BREAKS_IN_A_ROW):
-                try:
-                    ran = time.clock_gettime_ns(clock) if clock is not None else None
-                except OSError:  # the loop's thread has ended
-                    ran = self.loop_clock = clock = None
-                time.sleep(self.pause)
-                self.breaks += 1
-                if clock is None or time.clock_gettime_ns(clock) == ran:
-                    break
-            self.last = time.perf_counter()
+        held = time.perf_counter() - self.last
+        if held < self.least:
+            return
+        ran = self._loop_time()
+        if ran == self.loop_ran and held < self.hold:
+            return
+        for _ in range(GIL_BREAKS_IN_A_ROW):
+            time.sleep(self.pause)
+            self.breaks += 1
+            before, ran = ran, self._loop_time()
+            if ran is None or ran == before:
+                break
+        self.loop_ran = ran
+        self.last = time.perf_counter()
 
 
 def label_value(value: str) -> str:

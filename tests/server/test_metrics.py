@@ -5,7 +5,6 @@ paths, bad paths and bad HTTP clients, and a real Prometheus server scraping the
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import shutil
@@ -324,35 +323,38 @@ def test_gil_breaks_sleep_once_the_hold_has_passed():
     assert breaks.breaks == 10
 
 
-def test_gil_breaks_go_on_while_the_loops_thread_runs():
-    """With the loop thread's CPU clock: one sleep per break while that thread is idle;
-    while it runs (here hashing with the interpreter lock released), more sleeps per
-    break, never more than GIL_BREAKS_IN_A_ROW."""
-    stop, ready = threading.Event(), threading.Event()
+def test_gil_breaks_come_early_while_the_loops_thread_wakes():
+    """With the loop thread's CPU clock: while that thread sleeps, one sleep per break
+    once the hold has passed, none before; while it keeps waking (here every 0.2 ms, as a
+    loop woken by requests), breaks come at calls long before the hold has passed, of at
+    most GIL_BREAKS_IN_A_ROW sleeps each."""
+    stop = threading.Event()
 
-    def run():
-        ready.set()
+    def woken():
         while not stop.is_set():
-            hashlib.sha256(bytes(1 << 20))
+            time.sleep(0.0002)
 
     idle = threading.Thread(target=stop.wait)
-    busy = threading.Thread(target=run)
+    waking = threading.Thread(target=woken)
     idle.start()
-    busy.start()
+    waking.start()
     try:
-        ready.wait(10)
         calm = GilBreaks(hold=0.0, loop_clock=time.pthread_getcpuclockid(idle.ident))
         for _ in range(20):
             calm()
         assert calm.breaks == 20
-        served = GilBreaks(hold=0.0, loop_clock=time.pthread_getcpuclockid(busy.ident))
+        calm = GilBreaks(hold=3600.0, loop_clock=time.pthread_getcpuclockid(idle.ident))
+        served = GilBreaks(hold=3600.0, loop_clock=time.pthread_getcpuclockid(waking.ident))
         for _ in range(20):
+            time.sleep(0.002)
+            calm()
             served()
-        assert 20 < served.breaks <= 20 * GIL_BREAKS_IN_A_ROW
+        assert calm.breaks == 0
+        assert 0 < served.breaks <= 20 * GIL_BREAKS_IN_A_ROW
     finally:
         stop.set()
         idle.join(10)
-        busy.join(10)
+        waking.join(10)
 
 
 def test_broker_figures_on_one_node(mbroker):
