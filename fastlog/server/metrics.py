@@ -22,8 +22,10 @@
 # library's per-sample formatting, 69 with Python f-strings, about 30 now.
 # The scrape runs on the HTTP thread but needs the interpreter lock, which the request
 # loop then waits for when it wakes (up to the 5 ms switch interval): GilBreaks hands
-# the lock over every GIL_HOLD_S of the scrape's work, so the loop waits about that long
-# rather than the switch interval. No step between two breaks may be long: a family of
+# the lock over as soon as the loop's thread has run (its CPU clock moved: it woke and
+# waits for the lock), and every GIL_HOLD_S of the scrape's work in any case, and sleeps
+# on while the loop goes on running, so the loop waits about the time between two calls
+# of the breaks rather than the switch interval. No step between two breaks may be long: a family of
 # many samples is encoded in pieces (encode_family), a group's committed offsets are
 # ordered in compiled code without the lock (add_offset_rows), not by sorted().
 # Called from: `BrokerMetrics(broker)` on the broker's asyncio loop at startup (it notes
