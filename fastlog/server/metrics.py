@@ -82,7 +82,7 @@ QUOTA_FAMILIES = ((PRODUCER_BYTE_RATE, "produce"), (CONSUMER_BYTE_RATE, "fetch")
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 # A scrape holds the interpreter lock for at most about this long before handing it
 # over (perf/bench_metrics.py, perf/metrics_scrape.py: the request loop's wait for it).
-GIL_HOLD_S = 0.0001
+GIL_HOLD_S = 0.00025
 # How long the scrape thread sleeps to hand the lock over: long enough for a thread
 # woken by its release to take it (a futex wake and a reschedule).
 GIL_BREAK_S = 0.00005
