@@ -776,7 +776,8 @@ class BrokerMetrics:
         self._lock = threading.Lock()
         # the request loop's CPU clock (this runs on the loop), for the scrape's breaks
         self._loop_ident = threading.get_ident()
-        self._loop_clock = time.pthread_getcpuclockid(self._loop_ident)
+        clock_of = getattr(time, "pthread_getcpuclockid", None)  # (Linux, not macOS)
+        self._loop_clock = clock_of(self._loop_ident) if clock_of is not None else None
 
     def render(self, accept: str | None) -> tuple[bytes, str]:
         """The exposition (Prometheus text, or OpenMetrics when `accept` asks for it) and
