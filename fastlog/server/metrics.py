@@ -88,6 +88,10 @@ GIL_HOLD_S = 0.00025
 GIL_BREAK_S = 0.00005
 # The least a scrape holds the interpreter lock between breaks (GilBreaks).
 GIL_LEAST_HOLD_S = 0.00002
+# A break's sleep that gets the lock back this late found the loop busy throughout; the
+# next break then comes after GIL_BUSY_HOLD_S of the scrape's work (GilBreaks).
+GIL_BUSY_LOOP_S = 0.001
+GIL_BUSY_HOLD_S = 0.001
 # The most sleeps of one break while the request loop keeps running (GilBreaks).
 GIL_BREAKS_IN_A_ROW = 4
 # Rows of a loop over partitions between two calls of its pause (a GilBreaks).
@@ -110,12 +114,16 @@ class GilBreaks:
     With `loop_clock` (the request loop thread's CPU clock, time.pthread_getcpuclockid):
     a break comes as soon as the loop has run since the last one (it woke, for a request
     or a timer, and wants the lock: it waits for the next call rather than for the hold to
-    pass), once GIL_LEAST_HOLD_S has passed (so a loop busy throughout leaves the scrape
-    that much of the lock between breaks); and while the loop runs during the sleep, it is serving a request whose next
-    steps need the lock again (each of its callbacks takes it anew), so the break goes on,
-    `pause` at a time, at most GIL_BREAKS_IN_A_ROW sleeps."""
+    pass), once GIL_LEAST_HOLD_S has passed; and while the loop runs during the sleep, it
+    is serving a request whose next steps need the lock again (each of its callbacks
+    takes it anew), so the break goes on, `pause` at a time, at most GIL_BREAKS_IN_A_ROW
+    sleeps. A sleep that gets the lock back only GIL_BUSY_LOOP_S or more later means a
+    loop busy throughout, which hands the lock over only at the switch interval: then the
+    next break comes after GIL_BUSY_HOLD_S (`long_waits` counts those sleeps), as a break
+    costs the scrape a switch interval while the loop is that busy."""
 
-    __slots__ = ("hold", "least", "pause", "last", "breaks", "loop_clock", "loop_ran")
+    __slots__ = ("hold", "least", "pause", "last", "breaks", "long_waits", "loop_clock",
+                 "loop_ran", "busy")
 
     def __init__(self, hold: float = GIL_HOLD_S, pause: float = GIL_BREAK_S,
                  loop_clock: int | None = None):
@@ -124,8 +132,10 @@ class GilBreaks:
         self.pause = pause
         self.last = time.perf_counter()
         self.breaks = 0
+        self.long_waits = 0
         self.loop_clock = loop_clock
         self.loop_ran = self._loop_time()
+        self.busy = False
 
     def _loop_time(self) -> int | None:
         """The loop thread's CPU time (ns); None without its clock."""
@@ -141,12 +151,24 @@ class GilBreaks:
         held = time.perf_counter() - self.last
         if held < self.least:
             return
-        ran = self._loop_time()
-        if ran == self.loop_ran and held < self.hold:
-            return
+        if self.busy:
+            if held < max(self.hold, GIL_BUSY_HOLD_S):
+                return
+            ran = self.loop_ran
+        else:
+            ran = self._loop_time()
+            if ran == self.loop_ran and held < self.hold:
+                return
+        self.busy = False
         for _ in range(GIL_BREAKS_IN_A_ROW):
+            slept = time.perf_counter()
             time.sleep(self.pause)
             self.breaks += 1
+            if time.perf_counter() - slept >= GIL_BUSY_LOOP_S:
+                self.long_waits += 1
+                self.busy = True
+                ran = self._loop_time()
+                break
             before, ran = ran, self._loop_time()
             if ran is None or ran == before:
                 break

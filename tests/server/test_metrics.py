@@ -21,7 +21,12 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from fastlog import _codec
 from fastlog.protocol import ApiKey, Errors
-from fastlog.server.metrics import GIL_BREAKS_IN_A_ROW, ROWS_PER_PAUSE, GilBreaks
+from fastlog.server.metrics import (
+    GIL_BREAKS_IN_A_ROW,
+    GIL_BUSY_HOLD_S,
+    ROWS_PER_PAUSE,
+    GilBreaks,
+)
 from fastlog.testing import BrokerProcess, _free_port, wait_until
 from tests.server.scrape import get, http_overrides, scrape, value
 from tests.server.wire import (
@@ -356,6 +361,33 @@ def test_gil_breaks_come_early_while_the_loops_thread_wakes():
         idle.join(10)
         waking.join(10)
 
+
+
+def test_gil_breaks_thin_out_while_the_loops_thread_is_busy_throughout():
+    """A loop thread running Python throughout gives the lock back only at the switch
+    interval, so each break costs the scrape that long: once a sleep waited so, the next
+    break comes after GIL_BUSY_HOLD_S of the scrape's work, not at every call (the busy
+    thread's clock moves all the time)."""
+    stop = threading.Event()
+
+    def spin():
+        n = 0
+        while not stop.is_set():
+            n += 1
+
+    busy = threading.Thread(target=spin)
+    busy.start()
+    try:
+        breaks = GilBreaks(loop_clock=time.pthread_getcpuclockid(busy.ident))
+        end, calls = time.thread_time() + 0.02, 0  # 20 ms of this thread's own work
+        while time.thread_time() < end and calls < 10_000_000:
+            breaks()
+            calls += 1
+        assert breaks.long_waits > 0
+        assert breaks.breaks <= 2 * 0.02 / GIL_BUSY_HOLD_S + GIL_BREAKS_IN_A_ROW
+    finally:
+        stop.set()
+        busy.join(10)
 
 def test_broker_figures_on_one_node(mbroker):
     m = scrape(mbroker.http_port)
