@@ -7,13 +7,15 @@ bounds --partitions), creates one topic with --partitions partitions, produces o
 to each,
 commits an offset for each in one group (so the lag series are as many as the
 partitions), then:
-  - scrapes /metrics --scrapes times; per scrape, the wall time of the GET, the broker's
-    CPU (the run time of its threads in /proc/PID/task/*/schedstat, nanoseconds, around
-    it) and the body's size;
+  - scrapes /metrics --scrapes times from a child process of its own (so reading the
+    bodies never competes with the probe for this process's interpreter lock); per
+    scrape, the wall time of the GET, the broker's CPU (the run time of its threads in
+    /proc/PID/task/*/schedstat, nanoseconds, around it) and the body's size;
   - meanwhile a probe sends ApiVersions round trips on one connection, back to back; their
     latencies while scraping (the whole window, 0.5 s between scrapes included, and the
     round trips that overlapped a scrape's GET) are compared with the same probe's
-    without scrapes.
+    without scrapes, and (in the same window, so other work on the machine weighs on
+    both alike) the round trips that overlapped a GET with those between the GETs.
 Prints one row per scrape and a JSON line of medians. --tree runs another built
 checkout's broker instead of this one (an A/B of two trees; alternate the runs).
 
@@ -26,6 +28,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -40,6 +43,8 @@ from fastlog.protocol import ApiKey, Errors  # noqa: E402
 from fastlog.testing import BrokerProcess, Wire, _free_port  # noqa: E402
 
 NL = b"\n"
+# Wall clock shared by this process and its scraper child (both read CLOCK_MONOTONIC).
+_CLOCK = time.CLOCK_MONOTONIC
 
 
 def cpu_seconds(pid: int) -> float:
@@ -56,11 +61,11 @@ def cpu_seconds(pid: int) -> float:
 
 def probe(w: Wire, stop: threading.Event, out: list[float], spans=None) -> None:
     """ApiVersions round trips until `stop`: their latencies (ms) in `out`, and their
-    (start, end) perf_counter times in `spans` when given."""
+    (start, end) CLOCK_MONOTONIC times in `spans` when given."""
     while not stop.is_set():
-        t0 = time.perf_counter()
+        t0 = time.clock_gettime(_CLOCK)
         assert w.call(ApiKey.API_VERSIONS, 2, {}).error_code == 0
-        t1 = time.perf_counter()
+        t1 = time.clock_gettime(_CLOCK)
         out.append((t1 - t0) * 1000)
         if spans is not None:
             spans.append((t0, t1))
@@ -77,7 +82,23 @@ def probe_window(w: Wire, seconds: float) -> list[float]:
     return lat
 
 
+def scraper(url: str, pid: int, scrapes: int) -> None:
+    """The child process: `scrapes` GETs of `url`, 0.5 s apart, each printed as a JSON
+    list: its start (CLOCK_MONOTONIC), wall time, the CPU broker `pid` used meanwhile,
+    the body's size and lines."""
+    for _ in range(scrapes):
+        c0, t0 = cpu_seconds(pid), time.clock_gettime(_CLOCK)
+        with urllib.request.urlopen(url, timeout=120) as r:
+            body = r.read()
+        wall, cpu = time.clock_gettime(_CLOCK) - t0, cpu_seconds(pid) - c0
+        print(json.dumps([t0, wall, cpu, len(body), body.count(NL)]), flush=True)
+        time.sleep(0.5)
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["--scraper"]:
+        scraper(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        return 0
     ap = argparse.ArgumentParser()
     ap.add_argument("--partitions", type=int, default=10_000)
     ap.add_argument("--scrapes", type=int, default=5)
@@ -135,25 +156,29 @@ def main() -> int:
             t = threading.Thread(target=probe, args=(probe_wire, stop, busy, spans))
             t.start()
             rows = []
-            url = f"http://127.0.0.1:{http_port}/metrics"
-            for i in range(args.scrapes):
-                c0, t0 = cpu_seconds(b.proc.pid), time.perf_counter()
-                with urllib.request.urlopen(url, timeout=120) as r:
-                    body = r.read()
-                wall, cpu = time.perf_counter() - t0, cpu_seconds(b.proc.pid) - c0
-                gets.append((t0, t0 + wall))
-                rows.append((wall, cpu, len(body)))
-                print(f"scrape {i}: {wall * 1000:.1f} ms wall, {cpu * 1000:.1f} ms broker CPU, "
-                      f"{len(body) / 1e6:.1f} MB, {body.count(NL)} lines", flush=True)
-                time.sleep(0.5)
+            child = subprocess.Popen(
+                [sys.executable, __file__, "--scraper",
+                 f"http://127.0.0.1:{http_port}/metrics", str(b.proc.pid), str(args.scrapes)],
+                stdout=subprocess.PIPE, text=True)
+            try:
+                for i, line in enumerate(child.stdout):
+                    t0, wall, cpu, size, lines = json.loads(line)
+                    gets.append((t0, t0 + wall))
+                    rows.append((wall, cpu, size))
+                    print(f"scrape {i}: {wall * 1000:.1f} ms wall, {cpu * 1000:.1f} ms broker "
+                          f"CPU, {size / 1e6:.1f} MB, {lines} lines", flush=True)
+            finally:
+                if child.wait(timeout=600) != 0:
+                    raise RuntimeError(f"the scraper exited with {child.returncode}")
             stop.set()
             t.join(10)
             probe_wire.close()
         finally:
             b.stop(timeout=120)
 
-    during = [lat for (a, z), lat in zip(spans, busy, strict=False)
-              if any(a < g1 and z > g0 for g0, g1 in gets)]
+    during, between = [], []
+    for (a, z), lat in zip(spans, busy, strict=False):
+        (during if any(a < g1 and z > g0 for g0, g1 in gets) else between).append(lat)
 
     def q(xs, f):
         xs = sorted(xs)
@@ -171,6 +196,9 @@ def main() -> int:
         "probes_in_scrapes": len(during),
         "probe_ms_in_scrapes_p50_p90_max": [round(q(during, .5), 2), round(q(during, .9), 2),
                                             round(max(during, default=float("nan")), 2)],
+        "probe_ms_between_scrapes_p50_p90_max": [
+            round(q(between, .5), 2), round(q(between, .9), 2),
+            round(max(between, default=float("nan")), 2)],
     }))
     return 0
 

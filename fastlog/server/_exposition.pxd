@@ -15,3 +15,5 @@ cdef class GaugeRows:
     cdef int _grow(self) except -1
     cdef int _append(self, int32_t head, int64_t partition, int64_t v0, int64_t v1,
                      int64_t v2, int64_t v3) except -1
+    cdef int _sort_from(self, Py_ssize_t start, const int32_t* ranks,
+                        Py_ssize_t nranks) except -1

@@ -22,8 +22,12 @@
 # library's per-sample formatting, 69 with Python f-strings, about 30 now.
 # The scrape runs on the HTTP thread but needs the interpreter lock, which the request
 # loop then waits for when it wakes (up to the 5 ms switch interval): GilBreaks hands
-# the lock over every GIL_HOLD_S of the scrape's work, so the loop waits about that long
-# rather than the switch interval.
+# the lock over as soon as the loop's thread has run (its CPU clock moved: it woke and
+# waits for the lock), and every GIL_HOLD_S of the scrape's work in any case, and sleeps
+# on while the loop goes on running, so the loop waits about the time between two calls
+# of the breaks rather than the switch interval. No step between two breaks may be long: a family of
+# many samples is encoded in pieces (encode_family), a group's committed offsets are
+# ordered in compiled code without the lock (add_offset_rows), not by sorted().
 # Called from: `BrokerMetrics(broker)` on the broker's asyncio loop at startup (it notes
 # that thread for the idle figures); `collect` / `render` / `readiness` on the HTTP
 # server's thread (fastlog/server/http.py). Broker state is read without locks: the
@@ -34,6 +38,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 import time
@@ -75,14 +80,29 @@ _GROUP_STATE_GAUGES = (
 QUOTA_FAMILIES = ((PRODUCER_BYTE_RATE, "produce"), (CONSUMER_BYTE_RATE, "fetch"),
                   (REQUEST_PERCENTAGE, "request"))
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-# A scrape holds the interpreter lock for at most this long before handing it over
-# (perf/bench_metrics.py, perf/metrics_scrape.py: the request loop's wait for it).
+# A scrape holds the interpreter lock for at most about this long before handing it
+# over (perf/bench_metrics.py, perf/metrics_scrape.py: the request loop's wait for it).
 GIL_HOLD_S = 0.00025
 # How long the scrape thread sleeps to hand the lock over: long enough for a thread
 # woken by its release to take it (a futex wake and a reschedule).
 GIL_BREAK_S = 0.00005
+# The least a scrape holds the interpreter lock between breaks (GilBreaks).
+GIL_LEAST_HOLD_S = 0.00002
+# A break's sleep that gets the lock back this late found the loop busy throughout; the
+# next break then comes after GIL_BUSY_HOLD_S of the scrape's work (GilBreaks).
+GIL_BUSY_LOOP_S = 0.001
+GIL_BUSY_HOLD_S = 0.001
+# The most sleeps of one break while the request loop keeps running (GilBreaks).
+GIL_BREAKS_IN_A_ROW = 4
 # Rows of a loop over partitions between two calls of its pause (a GilBreaks).
-ROWS_PER_PAUSE = 32
+ROWS_PER_PAUSE = 16
+# The most samples of one family the library's encoder writes in one call (it holds the
+# interpreter lock throughout: the request-time histogram, 20 samples per API served,
+# took 0.4-0.5 ms in one go); a larger family is encoded in pieces with pauses between.
+SAMPLES_PER_PIECE = 64
+# Samples the Prometheus text format moves to the end of their family under a HELP and
+# TYPE of their own: a family holding any is encoded whole.
+_MOVED_SUFFIXES = ("_created", "_gsum", "_gcount")
 _OPENMETRICS_EOF = b"# EOF\n"
 
 
@@ -90,21 +110,70 @@ class GilBreaks:
     """Called often by a long computation on a thread other than the request loop: once
     `hold` seconds have passed since the last break, sleeps `pause` seconds, releasing the
     interpreter lock, so a thread waiting for it (the request loop woken by a request)
-    takes it then rather than after the interpreter's switch interval (5 ms)."""
+    takes it then rather than after the interpreter's switch interval (5 ms).
+    With `loop_clock` (the request loop thread's CPU clock, time.pthread_getcpuclockid):
+    a break comes as soon as the loop has run since the last one (it woke, for a request
+    or a timer, and wants the lock: it waits for the next call rather than for the hold to
+    pass), once GIL_LEAST_HOLD_S has passed; and while the loop runs during the sleep, it
+    is serving a request whose next steps need the lock again (each of its callbacks
+    takes it anew), so the break goes on, `pause` at a time, at most GIL_BREAKS_IN_A_ROW
+    sleeps. A sleep that gets the lock back only GIL_BUSY_LOOP_S or more later means a
+    loop busy throughout, which hands the lock over only at the switch interval: then the
+    next break comes after GIL_BUSY_HOLD_S (`long_waits` counts those sleeps), as a break
+    costs the scrape a switch interval while the loop is that busy."""
 
-    __slots__ = ("hold", "pause", "last", "breaks")
+    __slots__ = ("hold", "least", "pause", "last", "breaks", "long_waits", "loop_clock",
+                 "loop_ran", "busy")
 
-    def __init__(self, hold: float = GIL_HOLD_S, pause: float = GIL_BREAK_S):
+    def __init__(self, hold: float = GIL_HOLD_S, pause: float = GIL_BREAK_S,
+                 loop_clock: int | None = None):
         self.hold = hold
+        self.least = min(hold, GIL_LEAST_HOLD_S)
         self.pause = pause
         self.last = time.perf_counter()
         self.breaks = 0
+        self.long_waits = 0
+        self.loop_clock = loop_clock
+        self.loop_ran = self._loop_time()
+        self.busy = False
+
+    def _loop_time(self) -> int | None:
+        """The loop thread's CPU time (ns); None without its clock."""
+        if self.loop_clock is None:
+            return None
+        try:
+            return time.clock_gettime_ns(self.loop_clock)
+        except OSError:  # the loop's thread has ended
+            self.loop_clock = None
+            return None
 
     def __call__(self) -> None:
-        if time.perf_counter() - self.last >= self.hold:
+        held = time.perf_counter() - self.last
+        if held < self.least:
+            return
+        if self.busy:
+            if held < max(self.hold, GIL_BUSY_HOLD_S):
+                return
+            ran = self.loop_ran
+        else:
+            ran = self._loop_time()
+            if ran == self.loop_ran and held < self.hold:
+                return
+        self.busy = False
+        for _ in range(GIL_BREAKS_IN_A_ROW):
+            slept = time.perf_counter()
             time.sleep(self.pause)
             self.breaks += 1
-            self.last = time.perf_counter()
+            if time.perf_counter() - slept >= GIL_BUSY_LOOP_S:
+                self.long_waits += 1
+                self.busy = True
+                ran = self._loop_time()
+                break
+            before, ran = ran, self._loop_time()
+            if ran is None or ran == before:
+                break
+        self.loop_ran = ran
+        self.last = time.perf_counter()
 
 
 def label_value(value: str) -> str:
@@ -162,6 +231,36 @@ class LabelHeads:
         def new_head(key) -> int:
             return self.add(key, text_of(key))
         return new_head
+
+
+def encode_family(encoder, family, openmetrics: bool, pause) -> list[bytes]:
+    """The library's encoding of one collected family (without OpenMetrics' closing
+    EOF line), as pieces whose concatenation it is: a family of more than
+    SAMPLES_PER_PIECE samples is encoded that many samples at a time, its HELP and TYPE
+    lines written once, with pause() between the pieces."""
+    samples = family.samples
+    if (len(samples) <= SAMPLES_PER_PIECE
+            or any(s.name.endswith(_MOVED_SUFFIXES) for s in samples)):
+        return [_encoded(encoder, family, openmetrics)]
+    part = copy.copy(family)
+    part.samples = []
+    head = _encoded(encoder, part, openmetrics)
+    pieces = []
+    for start in range(0, len(samples), SAMPLES_PER_PIECE):
+        pause()
+        part.samples = samples[start:start + SAMPLES_PER_PIECE]
+        text = _encoded(encoder, part, openmetrics)
+        if not text.startswith(head):  # (never: the head depends on the family alone)
+            return [_encoded(encoder, family, openmetrics)]
+        pieces.append(text if start == 0 else text[len(head):])
+    return pieces
+
+
+def _encoded(encoder, family, openmetrics: bool) -> bytes:
+    text = encoder(_OneFamily(family))
+    if openmetrics and text.endswith(_OPENMETRICS_EOF):
+        text = text[:-len(_OPENMETRICS_EOF)]
+    return text
 
 
 class _OneFamily:
@@ -568,11 +667,12 @@ class BrokerCollector:
                         len(g.members))
             sums: dict[str, int] = {}
             topics = LabelHeads(offset_heads.texts)
-            # sorted() lists the items in one step under the lock, as dict(...) would
+            # list() copies the items in one step under the lock, as dict(...) would;
+            # add_offset_rows orders its rows by topic and partition
             add_offset_rows(current, lag, topics.index, topics.maker(
                 lambda t, gid=gid: f'consumergroup="{gid}",topic="{label_value(t)}",'),
-                sorted(g.offsets.items()), parts, remote, sums, pause, ROWS_PER_PAUSE)
-            for topic, total in sums.items():
+                list(g.offsets.items()), parts, remote, sums, pause, ROWS_PER_PAUSE)
+            for topic, total in sorted(sums.items()):
                 lag_sum.add(sum_heads.add((g.group_id, topic), f'consumergroup="{gid}",'
                                           f'topic="{label_value(topic)}"'), -1, total)
         return (GaugeLines("kafka_consumergroup_members", "Members of the group.", members, 0,
@@ -696,6 +796,10 @@ class BrokerMetrics:
                                          self.remote_high_watermarks)
         self.registry.register(self.collector)
         self._lock = threading.Lock()
+        # the request loop's CPU clock (this runs on the loop), for the scrape's breaks
+        self._loop_ident = threading.get_ident()
+        clock_of = getattr(time, "pthread_getcpuclockid", None)  # (Linux, not macOS)
+        self._loop_clock = clock_of(self._loop_ident) if clock_of is not None else None
 
     def render(self, accept: str | None) -> tuple[bytes, str]:
         """The exposition (Prometheus text, or OpenMetrics when `accept` asks for it) and
@@ -710,14 +814,13 @@ class BrokerMetrics:
         encoder, content_type = choose_encoder(accept or "")
         openmetrics = content_type.startswith("application/openmetrics-text")
         with self._lock:
-            pause = self.collector.pause = GilBreaks()
+            on_loop = threading.get_ident() == self._loop_ident  # (a test or a bench)
+            pause = self.collector.pause = GilBreaks(
+                loop_clock=None if on_loop else self._loop_clock)
             try:
                 small = []
                 for family in self.registry.collect():
-                    text = encoder(_OneFamily(family))
-                    if openmetrics and text.endswith(_OPENMETRICS_EOF):
-                        text = text[:-len(_OPENMETRICS_EOF)]
-                    small.append(text)
+                    small.extend(encode_family(encoder, family, openmetrics, pause))
                     pause()
                 out = [b"".join(small)]
                 for lines in self.collector.series():

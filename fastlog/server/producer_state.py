@@ -298,7 +298,10 @@ class ProducerStateManager:
         """Kafka's hasLateTransaction (KIP-664): the producer of the oldest open
         transaction last wrote longer ago than transaction.max.timeout.ms plus
         LATE_TRANSACTION_BUFFER_MS, so no coordinator will end it (a hanging transaction).
-        Any thread: the open transactions are copied in one step first."""
+        Any thread: the open transactions are copied in one step first (none open, the
+        usual case: no copy)."""
+        if not self.ongoing:
+            return False
         ongoing = dict(self.ongoing)
         if not ongoing:
             return False

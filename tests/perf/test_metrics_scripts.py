@@ -1,7 +1,8 @@
-"""perf/bench_metrics.py (the collector over a synthetic state) and perf/metrics_scrape.py
-(a real broker of this tree) in short runs: each prints its JSON line with the figures of
-the run (a smoke test: the scripts keep working as the collector changes; no speed is
-asserted); metrics_scrape.py refuses a --tree that is not a checkout."""
+"""perf/bench_metrics.py (the collector over a synthetic state, also beside a busy loop)
+and perf/metrics_scrape.py (a real broker of this tree) in short runs: each prints its
+JSON line with the figures of the run (a smoke test: the scripts keep working as the
+collector changes; no speed is asserted); metrics_scrape.py refuses a --tree that is not
+a checkout."""
 
 import json
 import subprocess
@@ -24,6 +25,16 @@ def test_bench_collects_every_partitions_lines():
     assert int(row.split(" lines;")[0].rsplit(" ", 1)[1]) > 6 * 300
     figures = json.loads(summary)
     assert figures["partitions"] == 300 and figures["collect_cpu_ms_median"] > 0
+
+
+def test_bench_beside_a_busy_loop_collects_every_partitions_lines():
+    r = subprocess.run([sys.executable, str(BENCH), "--partitions", "300", "--reps", "1",
+                        "--busy-loop"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    row, summary = r.stdout.strip().splitlines()
+    assert "beside a busy loop" in row
+    figures = json.loads(summary)
+    assert figures["partitions"] == 300 and figures["busy_loop_collect_wall_ms_median"] > 0
 
 
 def test_short_scrape_run_of_this_trees_broker():

@@ -4,16 +4,18 @@ text format and in OpenMetrics, but for the value's spelling (the library writes
 value as a float, 42.0 and 9.223372036854776e+18; we write integers exactly, as the
 formats allow), and what the library's parsers read back; and
 metrics.ProcessCPUCollector's families against the library's ProcessCollector; the
-compiled gathers (add_log_rows over real logs, add_offset_rows)."""
+compiled gathers (add_log_rows over real logs, add_offset_rows and the order of its rows);
+metrics.encode_family's pieces against the library's text of the whole family."""
 
 from __future__ import annotations
 
 import os
+import random
 
 import pytest
 from fastlog.server._exposition import GaugeRows, add_log_rows, add_offset_rows
 from prometheus_client import CollectorRegistry, ProcessCollector
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as om_latest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
@@ -21,7 +23,14 @@ from prometheus_client.parser import text_string_to_metric_families as text_pars
 
 from fastlog.server.group.schemas import OffsetAndMetadata
 from fastlog.server.lag import RemoteHighWatermarks
-from fastlog.server.metrics import GaugeLines, LabelHeads, ProcessCPUCollector, label_value
+from fastlog.server.metrics import (
+    SAMPLES_PER_PIECE,
+    GaugeLines,
+    LabelHeads,
+    ProcessCPUCollector,
+    encode_family,
+    label_value,
+)
 from tests.server.log.conftest import append_n, open_log
 
 EXTREMES = (0, 1, -1, 9, 10, 2**31, -(2**31), 2**63 - 1, -(2**63))
@@ -200,3 +209,67 @@ def test_offset_rows_lag_from_remote_high_watermarks_and_unknown_ones():
     add_offset_rows(GaugeRows(1), no_remote, {}, heads.maker(lambda t: ""), offsets, {}, None,
                     {}, lambda: None, 32)
     assert len(no_remote) == 0
+
+
+def test_offset_rows_are_ordered_by_topic_and_partition_whatever_the_order_given():
+    """Offsets handed over in any order come out as sorted() orders their keys (topics
+    by code point, then partitions), lag rows too; a second group's rows in the same
+    GaugeRows are ordered among themselves and the first group's stay as they were."""
+    remote = RemoteHighWatermarks(broker=None)
+    topics = ["b", "a", "\u00fc", 'we"ird', "B", "a0"]
+    keys = [(t, p) for t in topics for p in (0, 1, 2, 9, 10, 100, 2**31 - 1)]
+    remote._values = {k: 50 for k in keys[::2]}
+    current, lag = GaugeRows(1), GaugeRows(1)
+    shared: list[bytes] = []
+    expected_current, expected_lag = [], []
+    for group, seed in (("g1", 1), ("g0", 2)):
+        offsets = [(k, OffsetAndMetadata(i)) for i, k in enumerate(keys)]
+        random.Random(seed).shuffle(offsets)
+        heads, sums = LabelHeads(shared), {}
+        add_offset_rows(current, lag, heads.index, heads.maker(
+            lambda t, g=group: f'consumergroup="{g}",topic="{label_value(t)}",'),
+            offsets, {}, remote, sums, lambda: None, 4)
+        for (t, p), committed in sorted(offsets):
+            label = f'consumergroup="{group}",topic="{label_value(t)}",partition="{p}"'
+            expected_current.append(f"c{{{label}}} {committed.offset}\n")
+            if (t, p) in remote._values:
+                expected_lag.append(f"l{{{label}}} {max(0, 50 - committed.offset)}\n")
+        assert sums == {t: sum(max(0, 50 - c.offset) for (tt, _), c in offsets
+                               if tt == t and (tt, _) in remote._values) for t in topics}
+    assert current.text(0, b"c", shared).decode() == "".join(expected_current)
+    assert lag.text(0, b"l", shared).decode() == "".join(expected_lag)
+
+
+def _families():
+    hist = HistogramMetricFamily("kafka_network_requestmetrics_totaltimems", 'Time "in" ms.\n',
+                                 labels=["request"])
+    for i in range(30):
+        buckets = [(repr(float(b)), i * b) for b in (1, 5, 10, 50)] + [("+Inf", i * 100)]
+        hist.add_metric([f'api{i}"\\'], buckets, i * 2.5)
+    counter = CounterMetricFamily("kafka_server_brokertopicmetrics_messagesin", "Records.",
+                                  labels=["topic"])
+    for i in range(3 * SAMPLES_PER_PIECE + 5):
+        counter.add_metric([f"t{i}"], i)
+    created = CounterMetricFamily("fastlog_made", "With created.", labels=["x"])
+    for i in range(SAMPLES_PER_PIECE + 1):
+        created.add_metric([str(i)], i, created=1000.0 + i)
+    small = GaugeMetricFamily("fastlog_small", "Few.", value=3)
+    return hist, counter, created, small
+
+
+@pytest.mark.parametrize("openmetrics", [False, True])
+def test_families_encoded_in_pieces_are_the_librarys_text(openmetrics):
+    """encode_family's pieces join to the library's own text of the whole family (HELP
+    and TYPE once), large families in more than one piece with a pause before each;
+    a family with samples the text format moves to its end (_created) is encoded whole."""
+    encoder = om_latest if openmetrics else generate_latest
+    for family in _families():
+        pauses: list[int] = []
+        pieces = encode_family(encoder, family, openmetrics, lambda p=pauses: p.append(1))
+        whole = encoder(_Registry(family))
+        if openmetrics:
+            whole = whole[:-len(b"# EOF\n")]
+        assert b"".join(pieces) == whole
+        big = len(family.samples) > SAMPLES_PER_PIECE and family.name != "fastlog_made"
+        assert len(pieces) == (-(-len(family.samples) // SAMPLES_PER_PIECE) if big else 1)
+        assert len(pauses) == (len(pieces) if big else 0)

@@ -10,6 +10,7 @@ import math
 import shutil
 import socket
 import subprocess
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -20,7 +21,12 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from fastlog import _codec
 from fastlog.protocol import ApiKey, Errors
-from fastlog.server.metrics import ROWS_PER_PAUSE, GilBreaks
+from fastlog.server.metrics import (
+    GIL_BREAKS_IN_A_ROW,
+    GIL_LEAST_HOLD_S,
+    ROWS_PER_PAUSE,
+    GilBreaks,
+)
 from fastlog.testing import BrokerProcess, _free_port, wait_until
 from tests.server.scrape import get, http_overrides, scrape, value
 from tests.server.wire import (
@@ -321,6 +327,69 @@ def test_gil_breaks_sleep_once_the_hold_has_passed():
         breaks()
     assert breaks.breaks == 10
 
+
+def test_gil_breaks_come_early_while_the_loops_thread_wakes():
+    """With the loop thread's CPU clock: while that thread sleeps, one sleep per break
+    once the hold has passed, none before; while it keeps waking (here every 0.2 ms, as a
+    loop woken by requests), breaks come at calls long before the hold has passed, of at
+    most GIL_BREAKS_IN_A_ROW sleeps each."""
+    stop = threading.Event()
+
+    def woken():
+        while not stop.is_set():
+            time.sleep(0.0002)
+
+    idle = threading.Thread(target=stop.wait)
+    waking = threading.Thread(target=woken)
+    idle.start()
+    waking.start()
+    try:
+        calm = GilBreaks(hold=0.0, loop_clock=time.pthread_getcpuclockid(idle.ident))
+        for _ in range(20):
+            calm()
+        assert calm.breaks == 20
+        calm = GilBreaks(hold=3600.0, loop_clock=time.pthread_getcpuclockid(idle.ident))
+        served = GilBreaks(hold=3600.0, loop_clock=time.pthread_getcpuclockid(waking.ident))
+        for _ in range(20):
+            time.sleep(0.002)
+            calm()
+            served()
+        assert calm.breaks == 0
+        assert 0 < served.breaks <= 20 * GIL_BREAKS_IN_A_ROW
+    finally:
+        stop.set()
+        idle.join(10)
+        waking.join(10)
+
+
+
+def test_gil_breaks_thin_out_while_the_loops_thread_is_busy_throughout():
+    """A loop thread running Python throughout gives the lock back only at the switch
+    interval, so each break costs the scrape that long: once a sleep waited so, the next
+    break comes after GIL_BUSY_HOLD_S of the scrape's work, not at every call (the busy
+    thread's clock moves all the time)."""
+    stop = threading.Event()
+
+    def spin():
+        n = 0
+        while not stop.is_set():
+            n += 1
+
+    busy = threading.Thread(target=spin)
+    busy.start()
+    try:
+        breaks = GilBreaks(loop_clock=time.pthread_getcpuclockid(busy.ident))
+        end, calls = time.thread_time() + 0.02, 0  # 20 ms of this thread's own work
+        while time.thread_time() < end and calls < 10_000_000:
+            breaks()
+            calls += 1
+        assert breaks.long_waits > 0
+        # (about 0.02 / GIL_BUSY_HOLD_S; a break at every call after GIL_LEAST_HOLD_S
+        # would make 0.02 / GIL_LEAST_HOLD_S, each waiting for the switch interval)
+        assert breaks.breaks <= 0.02 / GIL_LEAST_HOLD_S / 4
+    finally:
+        stop.set()
+        busy.join(10)
 
 def test_broker_figures_on_one_node(mbroker):
     m = scrape(mbroker.http_port)
