@@ -330,3 +330,62 @@ def add_offset_rows(GaugeRows current not None, GaugeRows lag not None, dict hea
     finally:
         free(ranks)
     return n
+
+
+def replica_counts(partitions, dict min_isrs not None, min_isr_of, int64_t now_ms,
+                   int64_t max_timeout_ms, pause, Py_ssize_t every):
+    """The replica manager's gauges over `partitions` (fastlog.server.partition.Partition),
+    in one pass: (leaders, under-replicated, under min ISR, offline, with a late
+    transaction). An offline partition counts only as offline; a led one is under-
+    replicated when its ISR is smaller than its replica set, under min ISR when smaller
+    than min_isrs[its topic], or min_isr_of(topic), kept there (once per topic), and late
+    when producer_state.has_late_transaction(now_ms, max_timeout_ms) (asked only when a
+    transaction is open: `ongoing` is empty otherwise, as that method checks first).
+    Leadership is Partition.is_leader spelled out (no call per partition). Calls pause()
+    before every `every`-th partition (metrics.GilBreaks)."""
+    cdef Py_ssize_t n = 0, leaders = 0, under = 0, under_min = 0, offline = 0, late = 0
+    cdef Py_ssize_t isr
+    if every < 1:
+        raise ValueError("replica_counts pauses every 1 or more partitions")
+    for p in partitions:
+        if n % every == 0:
+            pause()
+        n += 1
+        if p.offline:
+            offline += 1
+            continue
+        local = p.local_id
+        if local is not None and p.leader_id != local:
+            continue
+        leaders += 1
+        state = p.producer_state
+        if state.ongoing and state.has_late_transaction(now_ms, max_timeout_ms):
+            late += 1
+        isr = len(p.isr)
+        if isr < len(p.replicas):
+            under += 1
+        topic = p.topic
+        least = min_isrs.get(topic)
+        if least is None:
+            least = min_isrs[topic] = min_isr_of(topic)
+        if isr < least:
+            under_min += 1
+    return leaders, under, under_min, offline, late
+
+
+def offline_partitions(states, live not None, pause, Py_ssize_t every):
+    """The controller's counts over `states` (one iterable of PartitionState per topic):
+    (partitions, partitions whose leader is not in `live`, or none). Calls pause() before
+    every `every`-th partition."""
+    cdef Py_ssize_t n = 0, offline = 0
+    if every < 1:
+        raise ValueError("offline_partitions pauses every 1 or more partitions")
+    for topic_states in states:
+        for ps in topic_states:
+            if n % every == 0:
+                pause()
+            n += 1
+            leader = ps.leader
+            if leader < 0 or leader not in live:
+                offline += 1
+    return n, offline

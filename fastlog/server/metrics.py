@@ -58,7 +58,13 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.samples import Sample
 
 from fastlog.security.quota import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE
-from fastlog.server._exposition import GaugeRows, add_log_rows, add_offset_rows
+from fastlog.server._exposition import (
+    GaugeRows,
+    add_log_rows,
+    add_offset_rows,
+    offline_partitions,
+    replica_counts,
+)
 from fastlog.server.lag import RemoteHighWatermarks
 from fastlog.server.request_metrics import TIME_BUCKETS_MS, request_name
 from fastlog.server.topic_stats import BROKER_COUNTERS, TOPIC_COUNTERS
@@ -506,34 +512,16 @@ class BrokerCollector:
     def _replica_metrics(self, b):
         rm = b.replica_manager
         parts = list(rm.partitions.values())
-        leaders = under = under_min = offline = late = 0
-        now = int(time.time() * 1000)
-        max_timeout = int(b.config["transaction.max.timeout.ms"])
-        pause = self.pause
-        min_isrs: dict[str, int] = {}
-        for n, p in enumerate(parts):
-            if not n % ROWS_PER_PAUSE:
-                pause()
-            if p.offline:
-                offline += 1
-                continue
-            if not p.is_leader:
-                continue
-            leaders += 1
-            if p.producer_state.has_late_transaction(now, max_timeout):
-                late += 1
-            isr = len(p.isr)
-            if isr < len(p.replicas):
-                under += 1
-            min_isr = min_isrs.get(p.topic)
-            if min_isr is None:
-                try:
-                    min_isr = b.log_config(p.topic).min_insync_replicas
-                except Exception:  # noqa: BLE001 - a topic deleted meanwhile
-                    min_isr = 1
-                min_isrs[p.topic] = min_isr
-            if isr < min_isr:
-                under_min += 1
+
+        def min_isr_of(topic: str) -> int:
+            try:
+                return b.log_config(topic).min_insync_replicas
+            except Exception:  # noqa: BLE001 - a topic deleted meanwhile
+                return 1
+
+        leaders, under, under_min, offline, late = replica_counts(
+            parts, {}, min_isr_of, int(time.time() * 1000),
+            int(b.config["transaction.max.timeout.ms"]), self.pause, ROWS_PER_PAUSE)
         prefix = "kafka_server_replicamanager_"
         yield self._gauge(prefix + "partitioncount", "Partitions hosted here.", len(parts))
         yield self._gauge(prefix + "leadercount", "Partitions this broker leads.", leaders)
@@ -582,17 +570,11 @@ class BrokerCollector:
         if active:
             md = b.metadata
             live = ({b.node_id} if b.cluster is None else set(dict(md.brokers())))
-            for name in md.topic_names():
-                state = md.topic(name)
-                if state is None:
-                    continue
-                topics += 1
-                for n, ps in enumerate(list(state.partitions.values())):
-                    if not n % ROWS_PER_PAUSE:
-                        self.pause()
-                    partitions += 1
-                    if ps.leader < 0 or ps.leader not in live:
-                        offline += 1
+            states = [state for state in map(md.topic, md.topic_names()) if state is not None]
+            topics = len(states)
+            partitions, offline = offline_partitions(
+                (list(state.partitions.values()) for state in states), live, self.pause,
+                ROWS_PER_PAUSE)
         prefix = "kafka_controller_kafkacontroller_"
         yield self._gauge(prefix + "activecontrollercount",
                           "1 on the active controller, else 0 (one node: always 1).",
