@@ -13,7 +13,13 @@ import os
 import random
 
 import pytest
-from fastlog.server._exposition import GaugeRows, add_log_rows, add_offset_rows
+from fastlog.server._exposition import (
+    GaugeRows,
+    add_log_rows,
+    add_offset_rows,
+    offline_partitions,
+    replica_counts,
+)
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import generate_latest
@@ -21,6 +27,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as om_lates
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
 from prometheus_client.parser import text_string_to_metric_families as text_parse
 
+from fastlog.metadata import PartitionState
 from fastlog.server.group.schemas import OffsetAndMetadata
 from fastlog.server.lag import RemoteHighWatermarks
 from fastlog.server.metrics import (
@@ -31,6 +38,8 @@ from fastlog.server.metrics import (
     encode_family,
     label_value,
 )
+from fastlog.server.partition import Partition
+from fastlog.server.producer_state import LATE_TRANSACTION_BUFFER_MS, ProducerStateEntry
 from tests.server.log.conftest import append_n, open_log
 
 EXTREMES = (0, 1, -1, 9, 10, 2**31, -(2**31), 2**63 - 1, -(2**63))
@@ -273,3 +282,71 @@ def test_families_encoded_in_pieces_are_the_librarys_text(openmetrics):
         big = len(family.samples) > SAMPLES_PER_PIECE and family.name != "fastlog_made"
         assert len(pieces) == (-(-len(family.samples) // SAMPLES_PER_PIECE) if big else 1)
         assert len(pauses) == (len(pieces) if big else 0)
+
+
+def _python_replica_counts(parts, min_isr, now_ms, max_timeout_ms):
+    """The replica manager's gauges as the collector computed them in Python."""
+    leaders = under = under_min = offline = late = 0
+    for p in parts:
+        if p.offline:
+            offline += 1
+            continue
+        if not p.is_leader:
+            continue
+        leaders += 1
+        if p.producer_state.has_late_transaction(now_ms, max_timeout_ms):
+            late += 1
+        isr = len(p.isr)
+        under += isr < len(p.replicas)
+        under_min += isr < min_isr[p.topic]
+    return leaders, under, under_min, offline, late
+
+
+def test_replica_counts_are_the_python_walks_over_real_partitions():
+    """replica_counts over real Partition objects of every kind (single node, cluster
+    leaders with a full or shrunk ISR, followers, offline ones, open transactions late
+    and not): the Python walk's figures, min.insync.replicas asked once per topic, and
+    the pause cadence."""
+    now, max_timeout = 10**12, 60_000
+    parts = [Partition("solo", i, None, 0, [0]) for i in range(3)]
+    for i in range(12):
+        p = Partition("replicated", i, None, 1, [1, 2, 3], local_id=1)
+        if i % 3:
+            p.leader_id = 1
+            p.isr = [1, 2, 3][:i % 4 or 1]
+        else:
+            p.leader_id = 2  # a follower here
+        parts.append(p)
+    parts[5].offline = parts[6].offline = True
+    for p, last in ((parts[4], now - max_timeout - LATE_TRANSACTION_BUFFER_MS - 1),
+                    (parts[7], now - 1), (parts[1], 1)):
+        entry = ProducerStateEntry(7, 0)
+        entry.last_timestamp = last
+        p.producer_state.producers[7] = entry
+        p.producer_state.ongoing[0] = 7
+    min_isr = {"solo": 1, "replicated": 2}
+    asked, pauses = [], []
+
+    def min_isr_of(topic):
+        asked.append(topic)
+        return min_isr[topic]
+
+    want = _python_replica_counts(parts, min_isr, now, max_timeout)
+    got = replica_counts(parts, {}, min_isr_of, now, max_timeout, lambda: pauses.append(1), 4)
+    assert got == want
+    leaders, under, under_min, offline, late = got
+    assert leaders and under and under_min and offline == 2 and late == 2  # every kind met
+    assert sorted(asked) == ["replicated", "solo"] and len(pauses) == 4
+    with pytest.raises(ValueError):
+        replica_counts(parts, {}, min_isr_of, now, max_timeout, lambda: None, 0)
+
+
+def test_offline_partitions_counts_leaderless_and_dead_leaders():
+    """offline_partitions: every partition counted; offline those without a leader (-1)
+    or whose leader is not live; the pause before every `every`-th partition."""
+    states = [[PartitionState(replicas=[0, 1], leader=leader) for leader in (0, 1, -1)],
+              [], [PartitionState(replicas=[2], leader=2)] * 4]
+    pauses = []
+    assert offline_partitions(states, {0, 2}, lambda: pauses.append(1), 3) == (7, 2)
+    assert len(pauses) == 3
+    assert offline_partitions(iter(states), frozenset(), lambda: None, 1) == (7, 7)
