@@ -15,8 +15,16 @@
 # with a Python f-string each while holding the interpreter lock; the request loop then
 # waited for the lock and shared its core with that work. Here a row costs one call, and
 # the text is written with the interpreter lock released.
+# Also here, the scrape's other walks over every partition, each one compiled pass that
+# reads the objects' attributes without a Python call per partition: replica_counts (the
+# replica manager's gauges over its Partitions) and offline_partitions (the controller's
+# counts over the metadata's PartitionStates). The walks stay apart because their sets
+# differ: the log rows are every log in an online dir (a log stays when its partition is
+# no longer a replica here; an offline partition's log is not listed), the replica counts
+# every hosted Partition, the controller counts every partition of the cluster.
 # Called from: the HTTP endpoint's thread (fastlog/server/metrics.py, BrokerCollector),
-# one GaugeRows per scrape; not shared between threads.
+# one GaugeRows per scrape; not shared between threads. Every walk holds the interpreter
+# lock and calls the caller's pause (metrics.GilBreaks) every `every` rows.
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport int32_t, int64_t, uint64_t

@@ -19,7 +19,9 @@
 # topic or per group and topic) and written to exposition text there with the
 # interpreter lock released (GaugeLines: the samples the library would write, integers
 # spelled exactly). perf/bench_metrics.py, 10,000 partitions: 482 ms of CPU with the
-# library's per-sample formatting, 69 with Python f-strings, about 30 now.
+# library's per-sample formatting, 69 with Python f-strings, about 30 now. The replica
+# manager's and the controller's counts over every partition are compiled walks there
+# too (replica_counts, offline_partitions: no Python call per partition).
 # The scrape runs on the HTTP thread but needs the interpreter lock, which the request
 # loop then waits for when it wakes (up to the 5 ms switch interval): GilBreaks hands
 # the lock over as soon as the loop's thread has run (its CPU clock moved: it woke and
