@@ -37,6 +37,12 @@ cdef Py_ssize_t _MAX_WIDTH = 4
 # Bytes of a line beyond its name and head: '{', 'partition=""', '} ', two int64s of at
 # most 20 characters each, '\n'.
 cdef Py_ssize_t _LINE_EXTRA = 1 + 12 + 2 + 20 + 20 + 1
+# HostedWatermarks: a partition not hosted here, one in a failed log dir, and the largest
+# partition number noted (Kafka's partition numbers are int32).
+cdef int64_t _NOT_HOSTED = -1
+cdef int64_t _OFFLINE = -2
+cdef int64_t _MAX_PARTITION = 0x7FFFFFFF
+OFFLINE = _OFFLINE
 
 
 cdef struct _RowKey:
@@ -250,6 +256,89 @@ cdef class GaugeRows:
             free(lengths)
 
 
+
+cdef class HostedWatermarks:
+    """The high watermark of each hosted partition as of one scrape's replica_counts walk,
+    by (topic, partition), for the lag rows (add_offset_rows), so those need not look each
+    committed offset's partition up and read its Partition and Log again. Per topic a C
+    array by partition number: the high watermark, _NOT_HOSTED for a partition not hosted
+    here, _OFFLINE for one in a failed log dir. Grown only by note() from the replica
+    manager's own partitions; lookups of any other number (a client may commit an offset
+    of any partition) are bounds-checked, never grown. One scrape, the HTTP thread."""
+
+    def __cinit__(self):
+        self._topics = {}
+        self._arrays = NULL
+        self._lengths = NULL
+        self._count = 0
+        self._capacity = 0
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        if self._arrays != NULL:
+            for i in range(self._count):
+                free(self._arrays[i])
+        free(self._arrays)
+        free(self._lengths)
+
+    cdef int note(self, topic, int64_t partition, int64_t value) except -1:
+        cdef Py_ssize_t slot, old, i
+        cdef void* grown
+        if partition < 0 or partition > _MAX_PARTITION:
+            return 0  # (not a partition any topic here can have: looked up as not hosted)
+        found = self._topics.get(topic)
+        if found is None:
+            if self._count == self._capacity:
+                old = self._capacity * 2 if self._capacity else 16
+                grown = realloc(self._arrays, old * sizeof(int64_t*))
+                if grown == NULL:
+                    raise MemoryError()
+                self._arrays = <int64_t**>grown
+                grown = realloc(self._lengths, old * sizeof(Py_ssize_t))
+                if grown == NULL:
+                    raise MemoryError()
+                self._lengths = <Py_ssize_t*>grown
+                self._capacity = old
+            slot = self._count
+            self._arrays[slot] = NULL
+            self._lengths[slot] = 0
+            self._count = slot + 1
+            self._topics[topic] = slot
+        else:
+            slot = found
+        if partition >= self._lengths[slot]:
+            old = self._lengths[slot]
+            grown = realloc(self._arrays[slot], (partition + 64) * sizeof(int64_t))
+            if grown == NULL:
+                raise MemoryError()
+            self._arrays[slot] = <int64_t*>grown
+            for i in range(old, partition + 64):
+                self._arrays[slot][i] = _NOT_HOSTED
+            self._lengths[slot] = partition + 64
+        self._arrays[slot][partition] = value
+        return 0
+
+    cdef int64_t slot_of(self, topic) except -2:
+        """The topic's slot, -1 when no partition of it is hosted."""
+        found = self._topics.get(topic)
+        return -1 if found is None else <int64_t>found
+
+    cdef inline int64_t value(self, int64_t slot, int64_t partition) noexcept:
+        if slot < 0 or partition < 0 or partition >= self._lengths[slot]:
+            return _NOT_HOSTED
+        return self._arrays[slot][partition]
+
+    def get(self, topic, int64_t partition):
+        """The high watermark noted for (topic, partition); None when not hosted here,
+        -2 (OFFLINE) for a partition in a failed log dir."""
+        cdef int64_t v = self.value(self.slot_of(topic), partition)
+        return None if v == _NOT_HOSTED else v
+
+    def add(self, topic, int64_t partition, high_watermark, bint offline=False):
+        """Notes one hosted partition (what replica_counts does for each)."""
+        self.note(topic, partition, _OFFLINE if offline else <int64_t>high_watermark)
+
+
 def add_log_rows(GaugeRows rows not None, dict heads not None, new_head, logs, pause,
                  Py_ssize_t every):
     """Adds to `rows` (4 wide) a row per log of `logs` (fastlog.server.log.Log): its
@@ -282,13 +371,13 @@ def add_log_rows(GaugeRows rows not None, dict heads not None, new_head, logs, p
 
 
 def add_offset_rows(GaugeRows current not None, GaugeRows lag not None, dict heads not None,
-                    new_head, offsets, dict parts not None, remote, dict sums not None,
-                    pause, Py_ssize_t every):
+                    new_head, offsets, HostedWatermarks marks not None, remote,
+                    dict sums not None, pause, Py_ssize_t every):
     """For each ((topic, partition), committed) of `offsets` (a group's committed offsets,
     an OffsetAndMetadata each, in any order): a row of the committed offset in `current`;
-    and where the partition's high watermark is known (the log's of a partition in `parts`
-    that is not offline, else remote.get(topic, partition) unless `remote` is None; None:
-    unknown), a row of the lag max(0, high watermark - offset) in `lag`, added to
+    and where the partition's high watermark is known (the one `marks` noted for a
+    hosted partition that is not offline, else for one not hosted here
+    remote.get(topic, partition) unless `remote` is None; None: unknown), a row of the lag max(0, high watermark - offset) in `lag`, added to
     sums[topic] (summed per topic in C, added to `sums` at the end). The rows are headed by heads[topic], or new_head(topic), which adds the
     topic's head and returns its index; `heads` holds only the topics of `offsets` (one
     group's). The rows this call adds are then ordered by (topic, partition), as sorted()
@@ -297,7 +386,7 @@ def add_offset_rows(GaugeRows current not None, GaugeRows lag not None, dict hea
     `every`-th offset."""
     cdef Py_ssize_t n = 0, first_current = current._rows, first_lag = lag._rows, i
     cdef Py_ssize_t h, capacity = 0
-    cdef int64_t offset, behind
+    cdef int64_t offset, behind, slot = -1, partition, noted, hw_value
     cdef int32_t* ranks = NULL
     cdef int64_t* lag_sums = NULL  # per head index: the lag summed, -1 while none
     cdef void* grown
@@ -315,19 +404,22 @@ def add_offset_rows(GaugeRows current not None, GaugeRows lag not None, dict hea
                 head = heads.get(topic)
                 if head is None:
                     head = new_head(topic)
+                slot = marks.slot_of(topic)
                 last_topic = topic
             offset = committed.offset
-            current._append(head, index, offset, 0, 0, 0)
-            p = parts.get(key)
-            if p is not None:
-                hw = None if p.offline else p.log.high_watermark
-            elif remote is not None:
-                hw = remote.get(topic, index)
-            else:
-                hw = None
-            if hw is None:
+            partition = index
+            current._append(head, partition, offset, 0, 0, 0)
+            noted = marks.value(slot, partition)
+            if noted == _OFFLINE:
                 continue
-            behind = <int64_t>hw - offset
+            if noted != _NOT_HOSTED:
+                hw_value = noted
+            else:
+                hw = None if remote is None else remote.get(topic, index)
+                if hw is None:
+                    continue
+                hw_value = hw
+            behind = hw_value - offset
             if behind < 0:
                 behind = 0
             lag._append(head, index, behind, 0, 0, 0)
@@ -367,7 +459,8 @@ def add_offset_rows(GaugeRows current not None, GaugeRows lag not None, dict hea
 
 
 def replica_counts(partitions, dict min_isrs not None, min_isr_of, int64_t now_ms,
-                   int64_t max_timeout_ms, pause, Py_ssize_t every):
+                   int64_t max_timeout_ms, pause, Py_ssize_t every,
+                   HostedWatermarks marks=None):
     """The replica manager's gauges over `partitions` (fastlog.server.partition.Partition),
     in one pass: (leaders, under-replicated, under min ISR, offline, with a late
     transaction). An offline partition counts only as offline; a led one is under-
@@ -375,8 +468,9 @@ def replica_counts(partitions, dict min_isrs not None, min_isr_of, int64_t now_m
     than min_isrs[its topic], or min_isr_of(topic), kept there (once per topic), and late
     when producer_state.has_late_transaction(now_ms, max_timeout_ms) (asked only when a
     transaction is open: `ongoing` is empty otherwise, as that method checks first).
-    Leadership is Partition.is_leader spelled out (no call per partition). Calls pause()
-    before every `every`-th partition (metrics.GilBreaks)."""
+    Leadership is Partition.is_leader spelled out (no call per partition). With `marks`,
+    notes there each partition's high watermark (its log's; offline ones as offline), for
+    add_offset_rows. Calls pause() before every `every`-th partition (metrics.GilBreaks)."""
     cdef Py_ssize_t n = 0, leaders = 0, under = 0, under_min = 0, offline = 0, late = 0
     cdef Py_ssize_t isr
     if every < 1:
@@ -387,7 +481,11 @@ def replica_counts(partitions, dict min_isrs not None, min_isr_of, int64_t now_m
         n += 1
         if p.offline:
             offline += 1
+            if marks is not None:
+                marks.note(p.topic, p.partition, _OFFLINE)
             continue
+        if marks is not None:
+            marks.note(p.topic, p.partition, p.log.high_watermark)
         local = p.local_id
         if local is not None and p.leader_id != local:
             continue

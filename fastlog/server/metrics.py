@@ -62,6 +62,7 @@ from prometheus_client.samples import Sample
 from fastlog.security.quota import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE
 from fastlog.server._exposition import (
     GaugeRows,
+    HostedWatermarks,
     add_log_rows,
     add_offset_rows,
     offline_partitions,
@@ -372,6 +373,9 @@ class BrokerCollector:
         self.remote_high_watermarks = remote_high_watermarks
         # called in every loop over partitions (BrokerMetrics.render sets a GilBreaks)
         self.pause = _no_pause
+        # the hosted partitions' high watermarks noted by this scrape's replica walk
+        # (collect), for its lag rows (series); None until then
+        self._watermarks: HostedWatermarks | None = None
 
     def describe(self):
         return []  # collected at scrape time only (the registry must not call collect)
@@ -521,9 +525,10 @@ class BrokerCollector:
             except Exception:  # noqa: BLE001 - a topic deleted meanwhile
                 return 1
 
+        marks = self._watermarks = HostedWatermarks()
         leaders, under, under_min, offline, late = replica_counts(
             parts, {}, min_isr_of, int(time.time() * 1000),
-            int(b.config["transaction.max.timeout.ms"]), self.pause, ROWS_PER_PAUSE)
+            int(b.config["transaction.max.timeout.ms"]), self.pause, ROWS_PER_PAUSE, marks)
         prefix = "kafka_server_replicamanager_"
         yield self._gauge(prefix + "partitioncount", "Partitions hosted here.", len(parts))
         yield self._gauge(prefix + "leadercount", "Partitions this broker leads.", leaders)
@@ -638,7 +643,12 @@ class BrokerCollector:
 
     def _group_series(self, b):
         groups = list(b.group_coordinator.groups.values())
-        parts = dict(b.replica_manager.partitions) if b.replica_manager is not None else {}
+        marks, self._watermarks = self._watermarks, None
+        if marks is None:  # (series without collect: a walk of its own)
+            marks = HostedWatermarks()
+            if b.replica_manager is not None:
+                replica_counts(list(b.replica_manager.partitions.values()), {}, _one, 0, 0,
+                               self.pause, ROWS_PER_PAUSE, marks)
         remote = self.remote_high_watermarks
         pause = self.pause
         members, member_heads = GaugeRows(1, partitioned=False), LabelHeads()
@@ -655,7 +665,7 @@ class BrokerCollector:
             # add_offset_rows orders its rows by topic and partition
             add_offset_rows(current, lag, topics.index, topics.maker(
                 lambda t, gid=gid: f'consumergroup="{gid}",topic="{label_value(t)}",'),
-                list(g.offsets.items()), parts, remote, sums, pause, ROWS_PER_PAUSE)
+                list(g.offsets.items()), marks, remote, sums, pause, ROWS_PER_PAUSE)
             for topic, total in sorted(sums.items()):
                 lag_sum.add(sum_heads.add((g.group_id, topic), f'consumergroup="{gid}",'
                                           f'topic="{label_value(topic)}"'), -1, total)
@@ -702,6 +712,10 @@ class BrokerCollector:
 
 def _no_pause() -> None:
     pass
+
+
+def _one(_topic: str) -> int:
+    return 1
 
 
 def _broker_state(b) -> int:

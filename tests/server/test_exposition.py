@@ -14,7 +14,9 @@ import random
 
 import pytest
 from fastlog.server._exposition import (
+    OFFLINE,
     GaugeRows,
+    HostedWatermarks,
     add_log_rows,
     add_offset_rows,
     offline_partitions,
@@ -206,7 +208,7 @@ def test_offset_rows_lag_from_remote_high_watermarks_and_unknown_ones():
                (("t", 2), OffsetAndMetadata(1)), (("u", 0), OffsetAndMetadata(0))]
     current, lag, heads, sums = GaugeRows(1), GaugeRows(1), LabelHeads(), {}
     add_offset_rows(current, lag, heads.index, heads.maker(lambda t: f'topic="{t}",'),
-                    offsets, {}, remote, sums, lambda: None, 32)
+                    offsets, HostedWatermarks(), remote, sums, lambda: None, 32)
     assert current.text(0, b"c", heads.texts) == (
         b'c{topic="t",partition="0"} 4\nc{topic="t",partition="1"} 5\n'
         b'c{topic="t",partition="2"} 1\nc{topic="u",partition="0"} 0\n')
@@ -215,8 +217,8 @@ def test_offset_rows_lag_from_remote_high_watermarks_and_unknown_ones():
         b'l{topic="u",partition="0"} 7\n')
     assert sums == {"t": 6, "u": 7}
     no_remote = GaugeRows(1)
-    add_offset_rows(GaugeRows(1), no_remote, {}, heads.maker(lambda t: ""), offsets, {}, None,
-                    {}, lambda: None, 32)
+    add_offset_rows(GaugeRows(1), no_remote, {}, heads.maker(lambda t: ""), offsets,
+                    HostedWatermarks(), None, {}, lambda: None, 32)
     assert len(no_remote) == 0
 
 
@@ -237,7 +239,7 @@ def test_offset_rows_are_ordered_by_topic_and_partition_whatever_the_order_given
         heads, sums = LabelHeads(shared), {}
         add_offset_rows(current, lag, heads.index, heads.maker(
             lambda t, g=group: f'consumergroup="{g}",topic="{label_value(t)}",'),
-            offsets, {}, remote, sums, lambda: None, 4)
+            offsets, HostedWatermarks(), remote, sums, lambda: None, 4)
         for (t, p), committed in sorted(offsets):
             label = f'consumergroup="{group}",topic="{label_value(t)}",partition="{p}"'
             expected_current.append(f"c{{{label}}} {committed.offset}\n")
@@ -350,3 +352,38 @@ def test_offline_partitions_counts_leaderless_and_dead_leaders():
     assert offline_partitions(states, {0, 2}, lambda: pauses.append(1), 3) == (7, 2)
     assert len(pauses) == 3
     assert offline_partitions(iter(states), frozenset(), lambda: None, 1) == (7, 7)
+
+
+def test_offset_rows_take_hosted_watermarks_from_the_replica_walk(tmp_path):
+    """replica_counts notes each hosted partition's high watermark (its real log's) and
+    the offline ones; add_offset_rows then reads the lag as the Python rule did from the
+    Partitions: a hosted partition's log (never the remote figure), none for an offline
+    one, the remote figure only for a partition not hosted here (any number a client may
+    commit, negative or beyond every hosted one)."""
+    parts = []
+    for i in range(3):
+        lg = open_log(tmp_path / f"t-{i}")
+        append_n(lg, i + 2, records=2)
+        parts.append(Partition("t", i, lg, 0, [0]))
+    parts[2].offline = True
+    marks = HostedWatermarks()
+    replica_counts(parts, {}, lambda t: 1, 0, 0, lambda: None, 16, marks)
+    try:
+        assert [marks.get("t", i) for i in range(4)] == [4, 6, OFFLINE, None]
+        assert marks.get("u", 0) is None and marks.get("t", -1) is None
+        remote = RemoteHighWatermarks(broker=None)
+        remote._values = {("t", 0): 100, ("t", 2): 100, ("t", 7): 9, ("t", -1): 3,
+                          ("t", 2**31 - 1): 8, ("u", 0): 5}
+        offsets = [(k, OffsetAndMetadata(1)) for k in remote._values]
+        current, lag, heads, sums = GaugeRows(1), GaugeRows(1), LabelHeads(), {}
+        add_offset_rows(current, lag, heads.index, heads.maker(lambda t: f'topic="{t}",'),
+                        offsets, marks, remote, sums, lambda: None, 2)
+        assert len(current) == 6
+        assert lag.text(0, b"l", heads.texts) == (
+            b'l{topic="t",partition="-1"} 2\nl{topic="t",partition="0"} 3\n'
+            b'l{topic="t",partition="7"} 8\nl{topic="t",partition="2147483647"} 7\n'
+            b'l{topic="u",partition="0"} 4\n')
+        assert sums == {"t": 20, "u": 4}
+    finally:
+        for p in parts:
+            p.log.close()
