@@ -21,7 +21,10 @@
 # counts over the metadata's PartitionStates). The walks stay apart because their sets
 # differ: the log rows are every log in an online dir (a log stays when its partition is
 # no longer a replica here; an offline partition's log is not listed), the replica counts
-# every hosted Partition, the controller counts every partition of the cluster.
+# every hosted Partition, the controller counts every partition of the cluster. The
+# replica walk also notes each hosted partition's high watermark in a HostedWatermarks
+# (C arrays by topic and partition number), which the lag rows of every group then read
+# instead of looking each committed offset's Partition up and reading it and its Log.
 # Called from: the HTTP endpoint's thread (fastlog/server/metrics.py, BrokerCollector),
 # one GaugeRows per scrape; not shared between threads. Every walk holds the interpreter
 # lock and calls the caller's pause (metrics.GilBreaks) every `every` rows.

@@ -21,7 +21,8 @@
 # spelled exactly). perf/bench_metrics.py, 10,000 partitions: 482 ms of CPU with the
 # library's per-sample formatting, 69 with Python f-strings, about 30 now. The replica
 # manager's and the controller's counts over every partition are compiled walks there
-# too (replica_counts, offline_partitions: no Python call per partition).
+# too (replica_counts, offline_partitions: no Python call per partition); the replica
+# walk notes each hosted partition's high watermark (HostedWatermarks) for the lag rows.
 # The scrape runs on the HTTP thread but needs the interpreter lock, which the request
 # loop then waits for when it wakes (up to the 5 ms switch interval): GilBreaks hands
 # the lock over as soon as the loop's thread has run (its CPU clock moved: it woke and
