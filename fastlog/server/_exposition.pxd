@@ -25,6 +25,7 @@ cdef class HostedWatermarks:
     cdef Py_ssize_t* _lengths          # per slot: the values its array holds
     cdef Py_ssize_t _count
     cdef Py_ssize_t _capacity
-    cdef int note(self, topic, int64_t partition, int64_t value) except -1
+    cdef Py_ssize_t slot_for(self, topic) except -1
+    cdef int note(self, Py_ssize_t slot, int64_t partition, int64_t value) except -1
     cdef int64_t slot_of(self, topic) except -2
     cdef inline int64_t value(self, int64_t slot, int64_t partition) noexcept

@@ -284,31 +284,37 @@ cdef class HostedWatermarks:
         free(self._arrays)
         free(self._lengths)
 
-    cdef int note(self, topic, int64_t partition, int64_t value) except -1:
-        cdef Py_ssize_t slot, old, i
+    cdef Py_ssize_t slot_for(self, topic) except -1:
+        """The topic's slot, made when it has none yet."""
+        cdef Py_ssize_t slot, capacity
+        cdef void* grown
+        found = self._topics.get(topic)
+        if found is not None:
+            return found
+        if self._count == self._capacity:
+            capacity = self._capacity * 2 if self._capacity else 16
+            grown = realloc(self._arrays, capacity * sizeof(int64_t*))
+            if grown == NULL:
+                raise MemoryError()
+            self._arrays = <int64_t**>grown
+            grown = realloc(self._lengths, capacity * sizeof(Py_ssize_t))
+            if grown == NULL:
+                raise MemoryError()
+            self._lengths = <Py_ssize_t*>grown
+            self._capacity = capacity
+        slot = self._count
+        self._arrays[slot] = NULL
+        self._lengths[slot] = 0
+        self._count = slot + 1
+        self._topics[topic] = slot
+        return slot
+
+    cdef int note(self, Py_ssize_t slot, int64_t partition, int64_t value) except -1:
+        """Notes `value` for partition `partition` of the topic in `slot` (slot_for)."""
+        cdef Py_ssize_t old, i
         cdef void* grown
         if partition < 0 or partition > _MAX_PARTITION:
             return 0  # (not a partition any topic here can have: looked up as not hosted)
-        found = self._topics.get(topic)
-        if found is None:
-            if self._count == self._capacity:
-                old = self._capacity * 2 if self._capacity else 16
-                grown = realloc(self._arrays, old * sizeof(int64_t*))
-                if grown == NULL:
-                    raise MemoryError()
-                self._arrays = <int64_t**>grown
-                grown = realloc(self._lengths, old * sizeof(Py_ssize_t))
-                if grown == NULL:
-                    raise MemoryError()
-                self._lengths = <Py_ssize_t*>grown
-                self._capacity = old
-            slot = self._count
-            self._arrays[slot] = NULL
-            self._lengths[slot] = 0
-            self._count = slot + 1
-            self._topics[topic] = slot
-        else:
-            slot = found
         if partition >= self._lengths[slot]:
             old = self._lengths[slot]
             grown = realloc(self._arrays[slot], (partition + 64) * sizeof(int64_t))
@@ -339,7 +345,8 @@ cdef class HostedWatermarks:
 
     def add(self, topic, int64_t partition, high_watermark, bint offline=False):
         """Notes one hosted partition (what replica_counts does for each)."""
-        self.note(topic, partition, _OFFLINE if offline else <int64_t>high_watermark)
+        self.note(self.slot_for(topic), partition,
+                  _OFFLINE if offline else <int64_t>high_watermark)
 
 
 def add_log_rows(GaugeRows rows not None, dict heads not None, new_head, logs, pause,
@@ -475,20 +482,23 @@ def replica_counts(partitions, dict min_isrs not None, min_isr_of, int64_t now_m
     notes there each partition's high watermark (its log's; offline ones as offline), for
     add_offset_rows. Calls pause() before every `every`-th partition (metrics.GilBreaks)."""
     cdef Py_ssize_t n = 0, leaders = 0, under = 0, under_min = 0, offline = 0, late = 0
-    cdef Py_ssize_t isr
+    cdef Py_ssize_t isr, slot = 0
     if every < 1:
         raise ValueError("replica_counts pauses every 1 or more partitions")
+    last_topic = None
     for p in partitions:
         if n % every == 0:
             pause()
         n += 1
+        if marks is not None:
+            topic = p.topic
+            if topic is not last_topic:  # (a run of one topic's partitions: one lookup)
+                slot = marks.slot_for(topic)
+                last_topic = topic
+            marks.note(slot, p.partition, _OFFLINE if p.offline else p.log.high_watermark)
         if p.offline:
             offline += 1
-            if marks is not None:
-                marks.note(p.topic, p.partition, _OFFLINE)
             continue
-        if marks is not None:
-            marks.note(p.topic, p.partition, p.log.high_watermark)
         local = p.local_id
         if local is not None and p.leader_id != local:
             continue
