@@ -50,8 +50,9 @@ def synthetic_broker(n: int):
                  log_end_offset=1000 + i, log_start_offset=0, high_watermark=1000 + i)
         logs.append(log)
         parts[(topic, i)] = NS(topic=topic, partition=i, log=log, offline=False,
-                               is_leader=True, isr=[0], replicas=[0],
-                               producer_state=NS(has_late_transaction=lambda now, limit: False))
+                               local_id=None, leader_id=0, is_leader=True, isr=[0],
+                               replicas=[0], producer_state=NS(
+                                   ongoing={}, has_late_transaction=lambda now, limit: False))
         offsets[(topic, i)] = NS(offset=500)
     state = TopicState(topic, "A" * 22, {i: PartitionState(replicas=[0], leader=0, isr=[0])
                                          for i in range(n)}, {})

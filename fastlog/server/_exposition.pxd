@@ -17,3 +17,15 @@ cdef class GaugeRows:
                      int64_t v2, int64_t v3) except -1
     cdef int _sort_from(self, Py_ssize_t start, const int32_t* ranks,
                         Py_ssize_t nranks) except -1
+
+
+cdef class HostedWatermarks:
+    cdef dict _topics                  # topic -> its slot
+    cdef int64_t** _arrays             # per slot: the values by partition number
+    cdef Py_ssize_t* _lengths          # per slot: the values its array holds
+    cdef Py_ssize_t _count
+    cdef Py_ssize_t _capacity
+    cdef Py_ssize_t slot_for(self, topic) except -1
+    cdef int note(self, Py_ssize_t slot, int64_t partition, int64_t value) except -1
+    cdef int64_t slot_of(self, topic) except -2
+    cdef inline int64_t value(self, int64_t slot, int64_t partition) noexcept

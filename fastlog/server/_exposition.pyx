@@ -15,8 +15,19 @@
 # with a Python f-string each while holding the interpreter lock; the request loop then
 # waited for the lock and shared its core with that work. Here a row costs one call, and
 # the text is written with the interpreter lock released.
+# Also here, the scrape's other walks over every partition, each one compiled pass that
+# reads the objects' attributes without a Python call per partition: replica_counts (the
+# replica manager's gauges over its Partitions) and offline_partitions (the controller's
+# counts over the metadata's PartitionStates). The walks stay apart because their sets
+# differ: the log rows are every log in an online dir (a log stays when its partition is
+# no longer a replica here; an offline partition's log is not listed), the replica counts
+# every hosted Partition, the controller counts every partition of the cluster. The
+# replica walk also notes each hosted partition's high watermark in a HostedWatermarks
+# (C arrays by topic and partition number), which the lag rows of every group then read
+# instead of looking each committed offset's Partition up and reading it and its Log.
 # Called from: the HTTP endpoint's thread (fastlog/server/metrics.py, BrokerCollector),
-# one GaugeRows per scrape; not shared between threads.
+# one GaugeRows per scrape; not shared between threads. Every walk holds the interpreter
+# lock and calls the caller's pause (metrics.GilBreaks) every `every` rows.
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport int32_t, int64_t, uint64_t
@@ -29,6 +40,12 @@ cdef Py_ssize_t _MAX_WIDTH = 4
 # Bytes of a line beyond its name and head: '{', 'partition=""', '} ', two int64s of at
 # most 20 characters each, '\n'.
 cdef Py_ssize_t _LINE_EXTRA = 1 + 12 + 2 + 20 + 20 + 1
+# HostedWatermarks: a partition not hosted here, one in a failed log dir, and the largest
+# partition number noted (Kafka's partition numbers are int32).
+cdef int64_t _NOT_HOSTED = -1
+cdef int64_t _OFFLINE = -2
+cdef int64_t _MAX_PARTITION = 0x7FFFFFFF
+OFFLINE = _OFFLINE
 
 
 cdef struct _RowKey:
@@ -242,6 +259,96 @@ cdef class GaugeRows:
             free(lengths)
 
 
+
+cdef class HostedWatermarks:
+    """The high watermark of each hosted partition as of one scrape's replica_counts walk,
+    by (topic, partition), for the lag rows (add_offset_rows), so those need not look each
+    committed offset's partition up and read its Partition and Log again. Per topic a C
+    array by partition number: the high watermark, _NOT_HOSTED for a partition not hosted
+    here, _OFFLINE for one in a failed log dir. Grown only by note() from the replica
+    manager's own partitions; lookups of any other number (a client may commit an offset
+    of any partition) are bounds-checked, never grown. One scrape, the HTTP thread."""
+
+    def __cinit__(self):
+        self._topics = {}
+        self._arrays = NULL
+        self._lengths = NULL
+        self._count = 0
+        self._capacity = 0
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        if self._arrays != NULL:
+            for i in range(self._count):
+                free(self._arrays[i])
+        free(self._arrays)
+        free(self._lengths)
+
+    cdef Py_ssize_t slot_for(self, topic) except -1:
+        """The topic's slot, made when it has none yet."""
+        cdef Py_ssize_t slot, capacity
+        cdef void* grown
+        found = self._topics.get(topic)
+        if found is not None:
+            return found
+        if self._count == self._capacity:
+            capacity = self._capacity * 2 if self._capacity else 16
+            grown = realloc(self._arrays, capacity * sizeof(int64_t*))
+            if grown == NULL:
+                raise MemoryError()
+            self._arrays = <int64_t**>grown
+            grown = realloc(self._lengths, capacity * sizeof(Py_ssize_t))
+            if grown == NULL:
+                raise MemoryError()
+            self._lengths = <Py_ssize_t*>grown
+            self._capacity = capacity
+        slot = self._count
+        self._arrays[slot] = NULL
+        self._lengths[slot] = 0
+        self._count = slot + 1
+        self._topics[topic] = slot
+        return slot
+
+    cdef int note(self, Py_ssize_t slot, int64_t partition, int64_t value) except -1:
+        """Notes `value` for partition `partition` of the topic in `slot` (slot_for)."""
+        cdef Py_ssize_t old, i
+        cdef void* grown
+        if partition < 0 or partition > _MAX_PARTITION:
+            return 0  # (not a partition any topic here can have: looked up as not hosted)
+        if partition >= self._lengths[slot]:
+            old = self._lengths[slot]
+            grown = realloc(self._arrays[slot], (partition + 64) * sizeof(int64_t))
+            if grown == NULL:
+                raise MemoryError()
+            self._arrays[slot] = <int64_t*>grown
+            for i in range(old, partition + 64):
+                self._arrays[slot][i] = _NOT_HOSTED
+            self._lengths[slot] = partition + 64
+        self._arrays[slot][partition] = value
+        return 0
+
+    cdef int64_t slot_of(self, topic) except -2:
+        """The topic's slot, -1 when no partition of it is hosted."""
+        found = self._topics.get(topic)
+        return -1 if found is None else <int64_t>found
+
+    cdef inline int64_t value(self, int64_t slot, int64_t partition) noexcept:
+        if slot < 0 or partition < 0 or partition >= self._lengths[slot]:
+            return _NOT_HOSTED
+        return self._arrays[slot][partition]
+
+    def get(self, topic, int64_t partition):
+        """The high watermark noted for (topic, partition); None when not hosted here,
+        -2 (OFFLINE) for a partition in a failed log dir."""
+        cdef int64_t v = self.value(self.slot_of(topic), partition)
+        return None if v == _NOT_HOSTED else v
+
+    def add(self, topic, int64_t partition, high_watermark, bint offline=False):
+        """Notes one hosted partition (what replica_counts does for each)."""
+        self.note(self.slot_for(topic), partition,
+                  _OFFLINE if offline else <int64_t>high_watermark)
+
+
 def add_log_rows(GaugeRows rows not None, dict heads not None, new_head, logs, pause,
                  Py_ssize_t every):
     """Adds to `rows` (4 wide) a row per log of `logs` (fastlog.server.log.Log): its
@@ -253,6 +360,7 @@ def add_log_rows(GaugeRows rows not None, dict heads not None, new_head, logs, p
     cdef int64_t size
     if rows.width != 4 or every < 1:
         raise ValueError("add_log_rows fills rows 4 wide, pausing every 1 or more")
+    last_topic = head = None
     for lg in logs:
         if n % every == 0:
             pause()
@@ -262,58 +370,86 @@ def add_log_rows(GaugeRows rows not None, dict heads not None, new_head, logs, p
         for segment in segments:
             size += segment.size
         topic = lg.topic
-        head = heads.get(topic)
-        if head is None:
-            head = new_head(topic)
+        if topic is not last_topic:  # (a run of one topic's logs: one lookup)
+            head = heads.get(topic)
+            if head is None:
+                head = new_head(topic)
+            last_topic = topic
         rows._append(head, lg.partition, size, lg.log_end_offset, lg.log_start_offset,
                      len(segments))
     return n
 
 
 def add_offset_rows(GaugeRows current not None, GaugeRows lag not None, dict heads not None,
-                    new_head, offsets, dict parts not None, remote, dict sums not None,
-                    pause, Py_ssize_t every):
+                    new_head, offsets, HostedWatermarks marks not None, remote,
+                    dict sums not None, pause, Py_ssize_t every):
     """For each ((topic, partition), committed) of `offsets` (a group's committed offsets,
     an OffsetAndMetadata each, in any order): a row of the committed offset in `current`;
-    and where the partition's high watermark is known (the log's of a partition in `parts`
-    that is not offline, else remote.get(topic, partition) unless `remote` is None; None:
-    unknown), a row of the lag max(0, high watermark - offset) in `lag`, added to
-    sums[topic]. The rows are headed by heads[topic], or new_head(topic), which adds the
+    and where the partition's high watermark is known (the one `marks` noted for a
+    hosted partition that is not offline, else for one not hosted here
+    remote.get(topic, partition) unless `remote` is None; None: unknown), a row of the lag max(0, high watermark - offset) in `lag`, added to
+    sums[topic] (summed per topic in C, added to `sums` at the end). The rows are headed by heads[topic], or new_head(topic), which adds the
     topic's head and returns its index; `heads` holds only the topics of `offsets` (one
     group's). The rows this call adds are then ordered by (topic, partition), as sorted()
     would order the keys, in compiled code without the interpreter lock (sorting the
     items in Python held the lock 0.5 ms for 3,000 offsets). Calls pause() before every
     `every`-th offset."""
     cdef Py_ssize_t n = 0, first_current = current._rows, first_lag = lag._rows, i
-    cdef int64_t offset, behind
+    cdef Py_ssize_t h, capacity = 0
+    cdef int64_t offset, behind, slot = -1, partition, noted, hw_value
     cdef int32_t* ranks = NULL
+    cdef int64_t* lag_sums = NULL  # per head index: the lag summed, -1 while none
+    cdef void* grown
     cdef Py_ssize_t nranks
     if current.width != 1 or lag.width != 1 or every < 1:
         raise ValueError("add_offset_rows fills rows 1 wide, pausing every 1 or more")
-    for key, committed in offsets:
-        if n % every == 0:
-            pause()
-        n += 1
-        topic, index = key
-        head = heads.get(topic)
-        if head is None:
-            head = new_head(topic)
-        offset = committed.offset
-        current._append(head, index, offset, 0, 0, 0)
-        p = parts.get(key)
-        if p is not None:
-            hw = None if p.offline else p.log.high_watermark
-        elif remote is not None:
-            hw = remote.get(topic, index)
-        else:
-            hw = None
-        if hw is None:
-            continue
-        behind = hw - offset
-        if behind < 0:
-            behind = 0
-        lag._append(head, index, behind, 0, 0, 0)
-        sums[topic] = sums.get(topic, 0) + behind
+    last_topic = head = None
+    try:
+        for key, committed in offsets:
+            if n % every == 0:
+                pause()
+            n += 1
+            topic, index = key
+            if topic is not last_topic:  # (a run of one topic's offsets: one lookup)
+                head = heads.get(topic)
+                if head is None:
+                    head = new_head(topic)
+                slot = marks.slot_of(topic)
+                last_topic = topic
+            offset = committed.offset
+            partition = index
+            current._append(head, partition, offset, 0, 0, 0)
+            noted = marks.value(slot, partition)
+            if noted == _OFFLINE:
+                continue
+            if noted != _NOT_HOSTED:
+                hw_value = noted
+            else:
+                hw = None if remote is None else remote.get(topic, index)
+                if hw is None:
+                    continue
+                hw_value = hw
+            behind = hw_value - offset
+            if behind < 0:
+                behind = 0
+            lag._append(head, index, behind, 0, 0, 0)
+            h = head  # (>= 0: _append refused a negative one)
+            if h >= capacity:
+                grown = realloc(lag_sums, (h + 64) * sizeof(int64_t))
+                if grown == NULL:
+                    raise MemoryError()
+                lag_sums = <int64_t*>grown
+                for i in range(capacity, h + 64):
+                    lag_sums[i] = -1
+                capacity = h + 64
+            lag_sums[h] = behind if lag_sums[h] < 0 else lag_sums[h] + behind
+        if lag_sums != NULL:
+            for topic, head in heads.items():
+                h = head
+                if 0 <= h < capacity and lag_sums[h] >= 0:
+                    sums[topic] = sums.get(topic, 0) + lag_sums[h]
+    finally:
+        free(lag_sums)
     if not heads:
         return n
     nranks = max(heads.values()) + 1
@@ -330,3 +466,71 @@ def add_offset_rows(GaugeRows current not None, GaugeRows lag not None, dict hea
     finally:
         free(ranks)
     return n
+
+
+def replica_counts(partitions, dict min_isrs not None, min_isr_of, int64_t now_ms,
+                   int64_t max_timeout_ms, pause, Py_ssize_t every,
+                   HostedWatermarks marks=None):
+    """The replica manager's gauges over `partitions` (fastlog.server.partition.Partition),
+    in one pass: (leaders, under-replicated, under min ISR, offline, with a late
+    transaction). An offline partition counts only as offline; a led one is under-
+    replicated when its ISR is smaller than its replica set, under min ISR when smaller
+    than min_isrs[its topic], or min_isr_of(topic), kept there (once per topic), and late
+    when producer_state.has_late_transaction(now_ms, max_timeout_ms) (asked only when a
+    transaction is open: `ongoing` is empty otherwise, as that method checks first).
+    Leadership is Partition.is_leader spelled out (no call per partition). With `marks`,
+    notes there each partition's high watermark (its log's; offline ones as offline), for
+    add_offset_rows. Calls pause() before every `every`-th partition (metrics.GilBreaks)."""
+    cdef Py_ssize_t n = 0, leaders = 0, under = 0, under_min = 0, offline = 0, late = 0
+    cdef Py_ssize_t isr, slot = 0
+    if every < 1:
+        raise ValueError("replica_counts pauses every 1 or more partitions")
+    last_topic = None
+    for p in partitions:
+        if n % every == 0:
+            pause()
+        n += 1
+        if marks is not None:
+            topic = p.topic
+            if topic is not last_topic:  # (a run of one topic's partitions: one lookup)
+                slot = marks.slot_for(topic)
+                last_topic = topic
+            marks.note(slot, p.partition, _OFFLINE if p.offline else p.log.high_watermark)
+        if p.offline:
+            offline += 1
+            continue
+        local = p.local_id
+        if local is not None and p.leader_id != local:
+            continue
+        leaders += 1
+        state = p.producer_state
+        if state.ongoing and state.has_late_transaction(now_ms, max_timeout_ms):
+            late += 1
+        isr = len(p.isr)
+        if isr < len(p.replicas):
+            under += 1
+        topic = p.topic
+        least = min_isrs.get(topic)
+        if least is None:
+            least = min_isrs[topic] = min_isr_of(topic)
+        if isr < least:
+            under_min += 1
+    return leaders, under, under_min, offline, late
+
+
+def offline_partitions(states, live not None, pause, Py_ssize_t every):
+    """The controller's counts over `states` (one iterable of PartitionState per topic):
+    (partitions, partitions whose leader is not in `live`, or none). Calls pause() before
+    every `every`-th partition."""
+    cdef Py_ssize_t n = 0, offline = 0
+    if every < 1:
+        raise ValueError("offline_partitions pauses every 1 or more partitions")
+    for topic_states in states:
+        for ps in topic_states:
+            if n % every == 0:
+                pause()
+            n += 1
+            leader = ps.leader
+            if leader < 0 or leader not in live:
+                offline += 1
+    return n, offline

@@ -19,7 +19,10 @@
 # topic or per group and topic) and written to exposition text there with the
 # interpreter lock released (GaugeLines: the samples the library would write, integers
 # spelled exactly). perf/bench_metrics.py, 10,000 partitions: 482 ms of CPU with the
-# library's per-sample formatting, 69 with Python f-strings, about 30 now.
+# library's per-sample formatting, 69 with Python f-strings, about 30 now. The replica
+# manager's and the controller's counts over every partition are compiled walks there
+# too (replica_counts, offline_partitions: no Python call per partition); the replica
+# walk notes each hosted partition's high watermark (HostedWatermarks) for the lag rows.
 # The scrape runs on the HTTP thread but needs the interpreter lock, which the request
 # loop then waits for when it wakes (up to the 5 ms switch interval): GilBreaks hands
 # the lock over as soon as the loop's thread has run (its CPU clock moved: it woke and
@@ -58,7 +61,14 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.samples import Sample
 
 from fastlog.security.quota import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE
-from fastlog.server._exposition import GaugeRows, add_log_rows, add_offset_rows
+from fastlog.server._exposition import (
+    GaugeRows,
+    HostedWatermarks,
+    add_log_rows,
+    add_offset_rows,
+    offline_partitions,
+    replica_counts,
+)
 from fastlog.server.lag import RemoteHighWatermarks
 from fastlog.server.request_metrics import TIME_BUCKETS_MS, request_name
 from fastlog.server.topic_stats import BROKER_COUNTERS, TOPIC_COUNTERS
@@ -364,6 +374,9 @@ class BrokerCollector:
         self.remote_high_watermarks = remote_high_watermarks
         # called in every loop over partitions (BrokerMetrics.render sets a GilBreaks)
         self.pause = _no_pause
+        # the hosted partitions' high watermarks noted by this scrape's replica walk
+        # (collect), for its lag rows (series); None until then
+        self._watermarks: HostedWatermarks | None = None
 
     def describe(self):
         return []  # collected at scrape time only (the registry must not call collect)
@@ -506,34 +519,17 @@ class BrokerCollector:
     def _replica_metrics(self, b):
         rm = b.replica_manager
         parts = list(rm.partitions.values())
-        leaders = under = under_min = offline = late = 0
-        now = int(time.time() * 1000)
-        max_timeout = int(b.config["transaction.max.timeout.ms"])
-        pause = self.pause
-        min_isrs: dict[str, int] = {}
-        for n, p in enumerate(parts):
-            if not n % ROWS_PER_PAUSE:
-                pause()
-            if p.offline:
-                offline += 1
-                continue
-            if not p.is_leader:
-                continue
-            leaders += 1
-            if p.producer_state.has_late_transaction(now, max_timeout):
-                late += 1
-            isr = len(p.isr)
-            if isr < len(p.replicas):
-                under += 1
-            min_isr = min_isrs.get(p.topic)
-            if min_isr is None:
-                try:
-                    min_isr = b.log_config(p.topic).min_insync_replicas
-                except Exception:  # noqa: BLE001 - a topic deleted meanwhile
-                    min_isr = 1
-                min_isrs[p.topic] = min_isr
-            if isr < min_isr:
-                under_min += 1
+
+        def min_isr_of(topic: str) -> int:
+            try:
+                return b.log_config(topic).min_insync_replicas
+            except Exception:  # noqa: BLE001 - a topic deleted meanwhile
+                return 1
+
+        marks = self._watermarks = HostedWatermarks()
+        leaders, under, under_min, offline, late = replica_counts(
+            parts, {}, min_isr_of, int(time.time() * 1000),
+            int(b.config["transaction.max.timeout.ms"]), self.pause, ROWS_PER_PAUSE, marks)
         prefix = "kafka_server_replicamanager_"
         yield self._gauge(prefix + "partitioncount", "Partitions hosted here.", len(parts))
         yield self._gauge(prefix + "leadercount", "Partitions this broker leads.", leaders)
@@ -582,17 +578,11 @@ class BrokerCollector:
         if active:
             md = b.metadata
             live = ({b.node_id} if b.cluster is None else set(dict(md.brokers())))
-            for name in md.topic_names():
-                state = md.topic(name)
-                if state is None:
-                    continue
-                topics += 1
-                for n, ps in enumerate(list(state.partitions.values())):
-                    if not n % ROWS_PER_PAUSE:
-                        self.pause()
-                    partitions += 1
-                    if ps.leader < 0 or ps.leader not in live:
-                        offline += 1
+            states = [state for state in map(md.topic, md.topic_names()) if state is not None]
+            topics = len(states)
+            partitions, offline = offline_partitions(
+                (list(state.partitions.values()) for state in states), live, self.pause,
+                ROWS_PER_PAUSE)
         prefix = "kafka_controller_kafkacontroller_"
         yield self._gauge(prefix + "activecontrollercount",
                           "1 on the active controller, else 0 (one node: always 1).",
@@ -654,7 +644,12 @@ class BrokerCollector:
 
     def _group_series(self, b):
         groups = list(b.group_coordinator.groups.values())
-        parts = dict(b.replica_manager.partitions) if b.replica_manager is not None else {}
+        marks, self._watermarks = self._watermarks, None
+        if marks is None:  # (series without collect: a walk of its own)
+            marks = HostedWatermarks()
+            if b.replica_manager is not None:
+                replica_counts(list(b.replica_manager.partitions.values()), {}, _one, 0, 0,
+                               self.pause, ROWS_PER_PAUSE, marks)
         remote = self.remote_high_watermarks
         pause = self.pause
         members, member_heads = GaugeRows(1, partitioned=False), LabelHeads()
@@ -671,7 +666,7 @@ class BrokerCollector:
             # add_offset_rows orders its rows by topic and partition
             add_offset_rows(current, lag, topics.index, topics.maker(
                 lambda t, gid=gid: f'consumergroup="{gid}",topic="{label_value(t)}",'),
-                list(g.offsets.items()), parts, remote, sums, pause, ROWS_PER_PAUSE)
+                list(g.offsets.items()), marks, remote, sums, pause, ROWS_PER_PAUSE)
             for topic, total in sorted(sums.items()):
                 lag_sum.add(sum_heads.add((g.group_id, topic), f'consumergroup="{gid}",'
                                           f'topic="{label_value(topic)}"'), -1, total)
@@ -718,6 +713,10 @@ class BrokerCollector:
 
 def _no_pause() -> None:
     pass
+
+
+def _one(_topic: str) -> int:
+    return 1
 
 
 def _broker_state(b) -> int:

@@ -13,7 +13,15 @@ import os
 import random
 
 import pytest
-from fastlog.server._exposition import GaugeRows, add_log_rows, add_offset_rows
+from fastlog.server._exposition import (
+    OFFLINE,
+    GaugeRows,
+    HostedWatermarks,
+    add_log_rows,
+    add_offset_rows,
+    offline_partitions,
+    replica_counts,
+)
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import generate_latest
@@ -21,6 +29,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as om_lates
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
 from prometheus_client.parser import text_string_to_metric_families as text_parse
 
+from fastlog.metadata import PartitionState
 from fastlog.server.group.schemas import OffsetAndMetadata
 from fastlog.server.lag import RemoteHighWatermarks
 from fastlog.server.metrics import (
@@ -31,6 +40,8 @@ from fastlog.server.metrics import (
     encode_family,
     label_value,
 )
+from fastlog.server.partition import Partition
+from fastlog.server.producer_state import LATE_TRANSACTION_BUFFER_MS, ProducerStateEntry
 from tests.server.log.conftest import append_n, open_log
 
 EXTREMES = (0, 1, -1, 9, 10, 2**31, -(2**31), 2**63 - 1, -(2**63))
@@ -197,7 +208,7 @@ def test_offset_rows_lag_from_remote_high_watermarks_and_unknown_ones():
                (("t", 2), OffsetAndMetadata(1)), (("u", 0), OffsetAndMetadata(0))]
     current, lag, heads, sums = GaugeRows(1), GaugeRows(1), LabelHeads(), {}
     add_offset_rows(current, lag, heads.index, heads.maker(lambda t: f'topic="{t}",'),
-                    offsets, {}, remote, sums, lambda: None, 32)
+                    offsets, HostedWatermarks(), remote, sums, lambda: None, 32)
     assert current.text(0, b"c", heads.texts) == (
         b'c{topic="t",partition="0"} 4\nc{topic="t",partition="1"} 5\n'
         b'c{topic="t",partition="2"} 1\nc{topic="u",partition="0"} 0\n')
@@ -206,8 +217,8 @@ def test_offset_rows_lag_from_remote_high_watermarks_and_unknown_ones():
         b'l{topic="u",partition="0"} 7\n')
     assert sums == {"t": 6, "u": 7}
     no_remote = GaugeRows(1)
-    add_offset_rows(GaugeRows(1), no_remote, {}, heads.maker(lambda t: ""), offsets, {}, None,
-                    {}, lambda: None, 32)
+    add_offset_rows(GaugeRows(1), no_remote, {}, heads.maker(lambda t: ""), offsets,
+                    HostedWatermarks(), None, {}, lambda: None, 32)
     assert len(no_remote) == 0
 
 
@@ -228,7 +239,7 @@ def test_offset_rows_are_ordered_by_topic_and_partition_whatever_the_order_given
         heads, sums = LabelHeads(shared), {}
         add_offset_rows(current, lag, heads.index, heads.maker(
             lambda t, g=group: f'consumergroup="{g}",topic="{label_value(t)}",'),
-            offsets, {}, remote, sums, lambda: None, 4)
+            offsets, HostedWatermarks(), remote, sums, lambda: None, 4)
         for (t, p), committed in sorted(offsets):
             label = f'consumergroup="{group}",topic="{label_value(t)}",partition="{p}"'
             expected_current.append(f"c{{{label}}} {committed.offset}\n")
@@ -273,3 +284,106 @@ def test_families_encoded_in_pieces_are_the_librarys_text(openmetrics):
         big = len(family.samples) > SAMPLES_PER_PIECE and family.name != "fastlog_made"
         assert len(pieces) == (-(-len(family.samples) // SAMPLES_PER_PIECE) if big else 1)
         assert len(pauses) == (len(pieces) if big else 0)
+
+
+def _python_replica_counts(parts, min_isr, now_ms, max_timeout_ms):
+    """The replica manager's gauges as the collector computed them in Python."""
+    leaders = under = under_min = offline = late = 0
+    for p in parts:
+        if p.offline:
+            offline += 1
+            continue
+        if not p.is_leader:
+            continue
+        leaders += 1
+        if p.producer_state.has_late_transaction(now_ms, max_timeout_ms):
+            late += 1
+        isr = len(p.isr)
+        under += isr < len(p.replicas)
+        under_min += isr < min_isr[p.topic]
+    return leaders, under, under_min, offline, late
+
+
+def test_replica_counts_are_the_python_walks_over_real_partitions():
+    """replica_counts over real Partition objects of every kind (single node, cluster
+    leaders with a full or shrunk ISR, followers, offline ones, open transactions late
+    and not): the Python walk's figures, min.insync.replicas asked once per topic, and
+    the pause cadence."""
+    now, max_timeout = 10**12, 60_000
+    parts = [Partition("solo", i, None, 0, [0]) for i in range(3)]
+    for i in range(12):
+        p = Partition("replicated", i, None, 1, [1, 2, 3], local_id=1)
+        if i % 3:
+            p.leader_id = 1
+            p.isr = [1, 2, 3][:i % 4 or 1]
+        else:
+            p.leader_id = 2  # a follower here
+        parts.append(p)
+    parts[5].offline = parts[6].offline = True
+    for p, last in ((parts[4], now - max_timeout - LATE_TRANSACTION_BUFFER_MS - 1),
+                    (parts[7], now - 1), (parts[1], 1)):
+        entry = ProducerStateEntry(7, 0)
+        entry.last_timestamp = last
+        p.producer_state.producers[7] = entry
+        p.producer_state.ongoing[0] = 7
+    min_isr = {"solo": 1, "replicated": 2}
+    asked, pauses = [], []
+
+    def min_isr_of(topic):
+        asked.append(topic)
+        return min_isr[topic]
+
+    want = _python_replica_counts(parts, min_isr, now, max_timeout)
+    got = replica_counts(parts, {}, min_isr_of, now, max_timeout, lambda: pauses.append(1), 4)
+    assert got == want
+    leaders, under, under_min, offline, late = got
+    assert leaders and under and under_min and offline == 2 and late == 2  # every kind met
+    assert sorted(asked) == ["replicated", "solo"] and len(pauses) == 4
+    with pytest.raises(ValueError):
+        replica_counts(parts, {}, min_isr_of, now, max_timeout, lambda: None, 0)
+
+
+def test_offline_partitions_counts_leaderless_and_dead_leaders():
+    """offline_partitions: every partition counted; offline those without a leader (-1)
+    or whose leader is not live; the pause before every `every`-th partition."""
+    states = [[PartitionState(replicas=[0, 1], leader=leader) for leader in (0, 1, -1)],
+              [], [PartitionState(replicas=[2], leader=2)] * 4]
+    pauses = []
+    assert offline_partitions(states, {0, 2}, lambda: pauses.append(1), 3) == (7, 2)
+    assert len(pauses) == 3
+    assert offline_partitions(iter(states), frozenset(), lambda: None, 1) == (7, 7)
+
+
+def test_offset_rows_take_hosted_watermarks_from_the_replica_walk(tmp_path):
+    """replica_counts notes each hosted partition's high watermark (its real log's) and
+    the offline ones; add_offset_rows then reads the lag as the Python rule did from the
+    Partitions: a hosted partition's log (never the remote figure), none for an offline
+    one, the remote figure only for a partition not hosted here (any number a client may
+    commit, negative or beyond every hosted one)."""
+    parts = []
+    for i in range(3):
+        lg = open_log(tmp_path / f"t-{i}")
+        append_n(lg, i + 2, records=2)
+        parts.append(Partition("t", i, lg, 0, [0]))
+    parts[2].offline = True
+    marks = HostedWatermarks()
+    replica_counts(parts, {}, lambda t: 1, 0, 0, lambda: None, 16, marks)
+    try:
+        assert [marks.get("t", i) for i in range(4)] == [4, 6, OFFLINE, None]
+        assert marks.get("u", 0) is None and marks.get("t", -1) is None
+        remote = RemoteHighWatermarks(broker=None)
+        remote._values = {("t", 0): 100, ("t", 2): 100, ("t", 7): 9, ("t", -1): 3,
+                          ("t", 2**31 - 1): 8, ("u", 0): 5}
+        offsets = [(k, OffsetAndMetadata(1)) for k in remote._values]
+        current, lag, heads, sums = GaugeRows(1), GaugeRows(1), LabelHeads(), {}
+        add_offset_rows(current, lag, heads.index, heads.maker(lambda t: f'topic="{t}",'),
+                        offsets, marks, remote, sums, lambda: None, 2)
+        assert len(current) == 6
+        assert lag.text(0, b"l", heads.texts) == (
+            b'l{topic="t",partition="-1"} 2\nl{topic="t",partition="0"} 3\n'
+            b'l{topic="t",partition="7"} 8\nl{topic="t",partition="2147483647"} 7\n'
+            b'l{topic="u",partition="0"} 4\n')
+        assert sums == {"t": 20, "u": 4}
+    finally:
+        for p in parts:
+            p.log.close()
