@@ -259,7 +259,6 @@ cdef class GaugeRows:
             free(lengths)
 
 
-
 cdef class HostedWatermarks:
     """The high watermark of each hosted partition as of one scrape's replica_counts walk,
     by (topic, partition), for the lag rows (add_offset_rows), so those need not look each
@@ -387,12 +386,14 @@ def add_offset_rows(GaugeRows current not None, GaugeRows lag not None, dict hea
     an OffsetAndMetadata each, in any order): a row of the committed offset in `current`;
     and where the partition's high watermark is known (the one `marks` noted for a
     hosted partition that is not offline, else for one not hosted here
-    remote.get(topic, partition) unless `remote` is None; None: unknown), a row of the lag max(0, high watermark - offset) in `lag`, added to
-    sums[topic] (summed per topic in C, added to `sums` at the end). The rows are headed by heads[topic], or new_head(topic), which adds the
-    topic's head and returns its index; `heads` holds only the topics of `offsets` (one
-    group's). The rows this call adds are then ordered by (topic, partition), as sorted()
-    would order the keys, in compiled code without the interpreter lock (sorting the
-    items in Python held the lock 0.5 ms for 3,000 offsets). Calls pause() before every
+    remote.get(topic, partition) unless `remote` is None; None: unknown), a row of the
+    lag max(0, high watermark - offset) in `lag`, added to sums[topic] (summed per topic
+    in C, added to `sums` at the end). The rows are headed by heads[topic], or
+    new_head(topic), which adds the topic's head and returns its index; `heads` holds
+    only the topics of `offsets` (one group's). The rows this call adds are then ordered
+    by (topic, partition), as sorted() would order the keys, in compiled code without the
+    interpreter lock (sorting the items in Python held the lock 0.5 ms for 3,000
+    offsets). Calls pause() before every
     `every`-th offset."""
     cdef Py_ssize_t n = 0, first_current = current._rows, first_lag = lag._rows, i
     cdef Py_ssize_t h, capacity = 0
