@@ -1265,12 +1265,17 @@ class ReplicaManager:
         self._after_append(p)
 
     def _after_append(self, p: Partition) -> None:
-        # Single node, or an ISR of one: the high watermark follows the log end at once;
+        # Single node, or an ISR of one: the high watermark follows the log end at once
+        # (the compiled leader append has moved it already: then nothing is asked);
         # otherwise it waits for the followers' fetches.
-        if p.maybe_increment_high_watermark():
+        log_ = p.log
+        if ((p.local_id is not None or log_.high_watermark != log_.log_end_offset)
+                and p.maybe_increment_high_watermark() and self.produce_purgatory.watchers):
             self.produce_purgatory.check_and_complete(p.key)
-        # Followers parked on this partition read up to the log end: wake them too.
-        self.fetch_purgatory.check_and_complete(p.key)
+        # Followers parked on this partition read up to the log end: wake them too
+        # (most appends have nobody parked anywhere: no lookup then).
+        if self.fetch_purgatory.watchers:
+            self.fetch_purgatory.check_and_complete(p.key)
 
     async def append_internal(self, topic: str, partition: int, record_set: bytearray):
         """Append broker-built batches (group coordinator: __consumer_offsets). Validates

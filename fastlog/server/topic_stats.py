@@ -104,7 +104,10 @@ class BrokerTopicStats:
         """Count one partition's append (`result`: a replica_manager.PartitionResult whose
         offsets span the appended records); returns `result`."""
         err = result.error
-        s = self.topic_stats(topic) if err != Errors.UNKNOWN_TOPIC_OR_PARTITION else _UNKEPT
+        if err == Errors.UNKNOWN_TOPIC_OR_PARTITION:
+            s = _UNKEPT
+        elif (s := self.topics.get(topic)) is None:   # (topic_stats, spelled out: per request)
+            s = self.topic_stats(topic)
         a = self.all_topics
         s.total_produce_requests += 1
         a.total_produce_requests += 1
