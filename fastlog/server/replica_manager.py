@@ -106,6 +106,10 @@ MOVE_CHUNK_BYTES = 1 << 20
 MOVE_FLUSH_ROUNDS = 5
 
 
+# (an enum member read from its class costs a lookup: the everyday append's result)
+_NONE = Errors.NONE
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -1248,7 +1252,7 @@ class ReplicaManager:
                                    p.log.log_start_offset, pending=info.pending,
                                    required_offset=info.last_offset + 1)
         self._appended(p, b, idempotent, info)
-        return PartitionResult(Errors.NONE, info.first_offset, info.log_append_time,
+        return PartitionResult(_NONE, info.first_offset, info.log_append_time,
                                p.log.log_start_offset, flush_future=info.flush_future,
                                required_offset=info.last_offset + 1)
 
