@@ -88,7 +88,7 @@ cdef class LeaderAppend:
         if not self.armed or type(batches) is not list:
             return None
         cdef Py_ssize_t n = len(batches)
-        if (n == 0 or log.closed or log._pending is not None
+        if (n == 0 or log.closed or log.pending_append is not None
                 or log.log_end_offset != self.next_offset):
             return None
         # LeaderEpochFileCache.latest_epoch, read from its list (no property call per
