@@ -17,10 +17,12 @@ from collections.abc import Hashable, Iterable
 class Purgatory:
     def __init__(self, name: str):
         self.name = name
-        self._watchers: dict[Hashable, set[asyncio.Future]] = {}
+        # {key: parked futures}; empty when nothing is parked, so the produce path tests
+        # it before a wake (most appends have nobody to wake)
+        self.watchers: dict[Hashable, set[asyncio.Future]] = {}
 
     def __len__(self) -> int:
-        return sum(len(w) for w in self._watchers.values())
+        return sum(len(w) for w in self.watchers.values())
 
     async def wait(self, keys: Iterable[Hashable], timeout: float) -> bool:
         """Park until one of `keys` is completed via `check_and_complete`, or `timeout`
@@ -30,7 +32,7 @@ class Purgatory:
             return False
         fut = asyncio.get_running_loop().create_future()
         for k in keys:
-            self._watchers.setdefault(k, set()).add(fut)
+            self.watchers.setdefault(k, set()).add(fut)
         try:
             await asyncio.wait_for(fut, timeout)
             return True
@@ -38,15 +40,15 @@ class Purgatory:
             return False
         finally:
             for k in keys:
-                ws = self._watchers.get(k)
+                ws = self.watchers.get(k)
                 if ws is not None:
                     ws.discard(fut)
                     if not ws:
-                        del self._watchers[k]
+                        del self.watchers[k]
 
     def check_and_complete(self, key: Hashable) -> int:
         """Wake every operation watching `key`; returns how many were woken."""
-        ws = self._watchers.pop(key, None)
+        ws = self.watchers.pop(key, None)
         if not ws:
             return 0
         n = 0
@@ -57,5 +59,5 @@ class Purgatory:
         return n
 
     def wake_all(self) -> None:
-        for key in list(self._watchers):
+        for key in list(self.watchers):
             self.check_and_complete(key)

@@ -106,6 +106,10 @@ MOVE_CHUNK_BYTES = 1 << 20
 MOVE_FLUSH_ROUNDS = 5
 
 
+# (an enum member read from its class costs a lookup: the everyday append's result)
+_NONE = Errors.NONE
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -1248,7 +1252,7 @@ class ReplicaManager:
                                    p.log.log_start_offset, pending=info.pending,
                                    required_offset=info.last_offset + 1)
         self._appended(p, b, idempotent, info)
-        return PartitionResult(Errors.NONE, info.first_offset, info.log_append_time,
+        return PartitionResult(_NONE, info.first_offset, info.log_append_time,
                                p.log.log_start_offset, flush_future=info.flush_future,
                                required_offset=info.last_offset + 1)
 
@@ -1265,12 +1269,17 @@ class ReplicaManager:
         self._after_append(p)
 
     def _after_append(self, p: Partition) -> None:
-        # Single node, or an ISR of one: the high watermark follows the log end at once;
+        # Single node, or an ISR of one: the high watermark follows the log end at once
+        # (the compiled leader append has moved it already: then nothing is asked);
         # otherwise it waits for the followers' fetches.
-        if p.maybe_increment_high_watermark():
+        log_ = p.log
+        if ((p.local_id is not None or log_.high_watermark != log_.log_end_offset)
+                and p.maybe_increment_high_watermark() and self.produce_purgatory.watchers):
             self.produce_purgatory.check_and_complete(p.key)
-        # Followers parked on this partition read up to the log end: wake them too.
-        self.fetch_purgatory.check_and_complete(p.key)
+        # Followers parked on this partition read up to the log end: wake them too
+        # (most appends have nobody parked anywhere: no lookup then).
+        if self.fetch_purgatory.watchers:
+            self.fetch_purgatory.check_and_complete(p.key)
 
     async def append_internal(self, topic: str, partition: int, record_set: bytearray):
         """Append broker-built batches (group coordinator: __consumer_offsets). Validates

@@ -39,6 +39,8 @@ PRODUCE_EXPECTED_ERRORS = frozenset({
     Errors.KAFKA_STORAGE_ERROR,
 })
 REJECTED_ERRORS = frozenset({Errors.MESSAGE_TOO_LARGE, Errors.RECORD_LIST_TOO_LARGE})
+# (an enum member read from its class costs a lookup; produce_done runs per partition)
+_NONE, _UNKNOWN = Errors.NONE, Errors.UNKNOWN_TOPIC_OR_PARTITION
 # ... and readFromLocalLog without marking the fetch as failed.
 FETCH_EXPECTED_ERRORS = frozenset({
     Errors.NONE, Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.NOT_LEADER_OR_FOLLOWER,
@@ -104,11 +106,14 @@ class BrokerTopicStats:
         """Count one partition's append (`result`: a replica_manager.PartitionResult whose
         offsets span the appended records); returns `result`."""
         err = result.error
-        s = self.topic_stats(topic) if err != Errors.UNKNOWN_TOPIC_OR_PARTITION else _UNKEPT
+        if err == _UNKNOWN:
+            s = _UNKEPT
+        elif (s := self.topics.get(topic)) is None:   # (topic_stats, spelled out: per request)
+            s = self.topic_stats(topic)
         a = self.all_topics
         s.total_produce_requests += 1
         a.total_produce_requests += 1
-        if err == Errors.NONE:
+        if err == _NONE:
             if result.base_offset >= 0:
                 n = result.required_offset - result.base_offset
                 size = len(records)

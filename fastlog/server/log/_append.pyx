@@ -88,10 +88,13 @@ cdef class LeaderAppend:
         if not self.armed or type(batches) is not list:
             return None
         cdef Py_ssize_t n = len(batches)
-        if (n == 0 or log.closed or log._pending is not None
+        if (n == 0 or log.closed or log.pending_append is not None
                 or log.log_end_offset != self.next_offset):
             return None
-        if leader_epoch >= 0 and leader_epoch != log.leader_epoch_cache.latest_epoch:
+        # LeaderEpochFileCache.latest_epoch, read from its list (no property call per
+        # append; -1 when it is empty, which differs from any leader epoch >= 0)
+        cdef list epochs = log.leader_epoch_cache._epochs
+        if leader_epoch >= 0 and (len(epochs) == 0 or epochs[len(epochs) - 1] != leader_epoch):
             return None   # a new epoch begins: Log's path records it
         cdef BatchHeader h, first = <BatchHeader?>batches[0], last = <BatchHeader?>batches[n - 1]
         cdef int64_t offset = self.next_offset, count = 0, max_ts = -1, off_max = -1

@@ -122,6 +122,8 @@ class LogConfig:
     log_append_time: bool = dataclasses.field(init=False, repr=False, compare=False)
     target_codec: int | None = dataclasses.field(init=False, repr=False, compare=False)
     target_level: int | None = dataclasses.field(init=False, repr=False, compare=False)
+    # cleanup.policy contains 'compact' (the produce checks then want every record keyed)
+    compact: bool = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         target = _TARGETS.get(self.compression_type)
@@ -133,6 +135,7 @@ class LogConfig:
                            self.message_timestamp_type == "LogAppendTime")
         object.__setattr__(self, "target_codec", codec)
         object.__setattr__(self, "target_level", level)
+        object.__setattr__(self, "compact", "compact" in self.cleanup_policy)
 
     @classmethod
     def from_props(cls, defaults: Mapping[str, Any] | None = None,
@@ -170,10 +173,6 @@ class LogConfig:
     def delete_enabled(self) -> bool:
         """True when time/size retention applies (cleanup.policy contains 'delete')."""
         return "delete" in self.cleanup_policy
-
-    @property
-    def compact(self) -> bool:
-        return "compact" in self.cleanup_policy
 
 
 # compression.type -> (Kafka's codec id in a batch's attributes, the LogConfig attribute

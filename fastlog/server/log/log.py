@@ -224,7 +224,9 @@ class Log:
         self._flush_target = 0
         self._flush_job: Future | None = None
         self._flush_job_started = False
-        self._pending: PendingAppend | None = None  # the write-behind append, if any
+        # The write-behind append not settled yet, if any (Log sets it; others read it,
+        # a plain attribute because every produce request does)
+        self.pending_append: PendingAppend | None = None
         self.closed = False
         # Made by create() in a new directory (not loaded from one found on disk).
         self.is_new = False
@@ -581,7 +583,7 @@ class Log:
             if info is not None:
                 return info
         self._fast.disarm()
-        if self._pending is not None:
+        if self.pending_append is not None:
             self.settle()
         if self.closed:
             raise ValueError(f"log {self.dir} is closed")
@@ -642,7 +644,7 @@ class Log:
                 pending.written.set_result(None)
             except OSError as e:
                 pending.written.set_exception(e)
-        self._pending = pending
+        self.pending_append = pending
         return info
 
     def _published(self, info: LogAppendInfo) -> None:
@@ -654,11 +656,6 @@ class Log:
         if self.log_end_offset - self.recovery_point >= self.config.flush_messages:
             info.flush_future = self._request_flush(self.log_end_offset)
 
-    @property
-    def pending_append(self) -> PendingAppend | None:
-        """The write-behind append not settled yet, if any."""
-        return self._pending
-
     def settle(self) -> None:
         """Loop thread: publish the write-behind append, if any, waiting for its write
         first if it is still running (at once when the caller awaited `written`). Publishing
@@ -666,10 +663,10 @@ class Log:
         flush.messages' fsync as an inline append would; then the caller's on_written runs.
         A failed write (or a log closed meanwhile by a log dir failure) is not published:
         its `error` says why, and an I/O error goes to the failure channel."""
-        pending = self._pending
+        pending = self.pending_append
         if pending is None:
             return
-        self._pending = None
+        self.pending_append = None
         try:
             pending.written.result()
             if self.closed:
