@@ -7,10 +7,11 @@
 #
 # Log.append (log.py) hands it every leader append (offsets assigned, written inline) and
 # it takes the common case in one call: stamp offsets and the leader epoch, check the
-# batch sizes and the roll rule (segment.bytes, segment.ms by record time, a full index, a
-# relative offset past 4 bytes), reserve index space (posix_fallocate: a full disk is an
-# OSError here, never a SIGBUS), one pwrite with the interpreter lock released, index
-# entries every index.interval.bytes and the largest timestamp, then the segment's size
+# batch sizes and the roll rule (segment.bytes, segment.ms by record time, an index without
+# room for one entry per batch, a relative offset past 4 bytes), reserve index space
+# (posix_fallocate: a full disk is an OSError here, never a SIGBUS), one pwrite with the
+# interpreter lock released, index entries every index.interval.bytes and the largest
+# timestamp, then the segment's size
 # and next offset, the log end offset, the high watermark on a single replica and
 # flush.messages' fsync request, as Log._published does. Anything else -- a roll, a new
 # leader epoch, a batch over max.message.bytes, a buffer that is not writable, a closed log
@@ -118,8 +119,8 @@ cdef class LeaderAppend:
         cdef SegmentIndexer ix = self.indexer
         seg = self.segment
         if (self.size > self.segment_bytes - length
-                or ix.offset_index._entries >= ix.offset_index._max_entries
-                or ix.time_index._entries >= ix.time_index._max_entries - 1
+                or ix.offset_index._entries + n > ix.offset_index._max_entries
+                or ix.time_index._entries + n > ix.time_index._max_entries - 1
                 or last_offset - self.base_offset > INT32_MAX):
             return None
         if self.rolling_ts >= 0:

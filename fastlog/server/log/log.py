@@ -614,7 +614,8 @@ class Log:
         valid_bytes = last.end - first.position
         segment = self._view[0][-1]
         try:
-            if segment.should_roll(valid_bytes, max_ts, last.last_offset, now, self.config):
+            if segment.should_roll(valid_bytes, max_ts, last.last_offset, now, self.config,
+                                   len(batches)):
                 segment = self._roll(first.base_offset)
             placed = segment.append(records, batches, write_executor is not None)
         except OSError as e:

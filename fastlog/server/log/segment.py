@@ -474,12 +474,18 @@ class LogSegment:
     # ---- writing ----
 
     def should_roll(self, messages_size: int, max_timestamp_in_messages: int,
-                    max_offset_in_messages: int, now_ms: int, config) -> bool:
+                    max_offset_in_messages: int, now_ms: int, config,
+                    batches: int = 1) -> bool:
         """Kafka's roll rule: size, age (by record time), a full index, or an offset that
-        no longer fits a 4-byte relative offset."""
+        no longer fits a 4-byte relative offset. An index is full for an append of
+        `batches` batches when it has not room for that many entries (each batch may add
+        one): a nearly full index must not fill up after the batches were written."""
         size = self.size
+        oi, ti = self.offset_index, self.time_index
+        # (the time index keeps its last slot for the entry written at the roll)
         if (size > config.segment_bytes - messages_size
-                or self.offset_index.is_full or self.time_index.is_full
+                or oi.entries + batches > oi.max_entries
+                or ti.entries + batches > ti.max_entries - 1
                 or max_offset_in_messages - self.base_offset > INT32_MAX):
             return True
         if size == 0:

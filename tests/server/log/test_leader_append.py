@@ -101,11 +101,15 @@ def test_offsets_and_files_match_the_python_path(tmp_path):
 
 
 def test_roll_by_full_index_and_by_time(tmp_path):
-    # 8 offset entries, 5 time entries per segment: a full index rolls (one batch per
-    # append: the index is checked for room once per append, and a batch adds one entry).
+    # 8 offset entries, 5 time entries per segment: a full index rolls.
     fast, slow = twin_logs(tmp_path / "idx", segment_index_bytes=64, index_interval_bytes=100)
     run_twins(fast, slow, 150, one_batch=True)
     assert fast.num_segments > 5 and fast._fast.appends > 100
+    # Several batches an append, each of which may add an entry: the segment rolls while
+    # the index has not room for one per batch (it used to fill up after the write).
+    fast, slow = twin_logs(tmp_path / "idx3", segment_index_bytes=64, index_interval_bytes=100)
+    run_twins(fast, slow, 150)
+    assert fast.num_segments > 5 and fast._fast.appends > 50
     # segment.ms by record time: timestamps rise by up to 60 ms an append.
     fast, slow = twin_logs(tmp_path / "time", segment_ms=2_000, index_interval_bytes=300)
     run_twins(fast, slow, 300)
