@@ -18,9 +18,13 @@ cdef class AbstractIndex:
     cdef Py_ssize_t _entries
     cdef Py_ssize_t _max_entries
     cdef int _entry_size
+    # Last slots kept back from appends (TimeIndex: one, for the entry its segment's roll
+    # writes).
+    cdef Py_ssize_t _spare
     cdef Py_ssize_t _pending   # > 0: no file yet; created at this size when needed
     cdef bint _deferred        # the file exists, not opened yet (sizes known from a stat)
 
+    cdef Py_ssize_t _room(self) noexcept
     cdef int _map(self, int fd, Py_ssize_t length) except -1
     cdef void _unmap(self) noexcept
     cdef int _check_open(self) except -1

@@ -437,9 +437,17 @@ cdef class AbstractIndex:
         """True while the index holds a mapping of its file."""
         return self._loaded == 1
 
+    cdef Py_ssize_t _room(self) noexcept:
+        return self._max_entries - self._spare - self._entries
+
+    @property
+    def room(self):
+        """Entries that can still be appended (the roll rule asks for one per batch)."""
+        return self._room()
+
     @property
     def is_full(self):
-        return self._entries >= self._max_entries
+        return self._room() <= 0
 
     def resize(self, Py_ssize_t new_size):
         """Remap the file at `new_size` bytes rounded down to whole entries; True if it changed.
@@ -716,10 +724,7 @@ cdef class TimeIndex(AbstractIndex):
 
     def __cinit__(self, *args, **kwargs):
         self._entry_size = 12
-
-    @property
-    def is_full(self):
-        return self._entries >= self._max_entries - 1
+        self._spare = 1
 
     def lookup(self, int64_t timestamp):
         """(timestamp, offset) of the largest entry with timestamp <= target, or
@@ -775,7 +780,7 @@ cdef class TimeIndex(AbstractIndex):
         # 1: appended, 0: timestamp not larger than the last one.
         if self._deferred:
             self._open_deferred()
-        if not skip_full_check and self._entries >= self._max_entries - 1:
+        if not skip_full_check and self._room() <= 0:
             raise IndexFullError(f"attempt to append to the full time index {self.path}")
         if self._entries >= self._max_entries:
             raise IndexFullError(f"no slot left in the time index {self.path}")

@@ -119,8 +119,7 @@ cdef class LeaderAppend:
         cdef SegmentIndexer ix = self.indexer
         seg = self.segment
         if (self.size > self.segment_bytes - length
-                or ix.offset_index._entries + n > ix.offset_index._max_entries
-                or ix.time_index._entries + n > ix.time_index._max_entries - 1
+                or ix.offset_index._room() < n or ix.time_index._room() < n
                 or last_offset - self.base_offset > INT32_MAX):
             return None
         if self.rolling_ts >= 0:

@@ -481,11 +481,8 @@ class LogSegment:
         `batches` batches when it has not room for that many entries (each batch may add
         one): a nearly full index must not fill up after the batches were written."""
         size = self.size
-        oi, ti = self.offset_index, self.time_index
-        # (the time index keeps its last slot for the entry written at the roll)
         if (size > config.segment_bytes - messages_size
-                or oi.entries + batches > oi.max_entries
-                or ti.entries + batches > ti.max_entries - 1
+                or self.offset_index.room < batches or self.time_index.room < batches
                 or max_offset_in_messages - self.base_offset > INT32_MAX):
             return True
         if size == 0:
