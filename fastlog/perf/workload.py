@@ -109,7 +109,10 @@ def _ensure_topic_confluent(bootstrap: str, topic: str, partitions: int, timeout
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = confluent_client(AdminClient, {"bootstrap.servers": bootstrap, **security})
+    # librdkafka's notices from this helper (on its way out it may log "Purging 1 unserved
+    # events from background queue" at level 6) are no news to the user; warnings are.
+    admin = confluent_client(AdminClient, {"bootstrap.servers": bootstrap, "log_level": 4,
+                                           **security})
     md = admin.list_topics(timeout=timeout)
     if topic not in md.topics or md.topics[topic].error is not None:
         fut = admin.create_topics([NewTopic(topic, partitions, 1)],
