@@ -16,5 +16,7 @@ cdef class LeaderProduce:
     cdef public bint enabled     # False: every request takes the Python path
     cdef readonly int64_t taken  # requests answered here (tests read it)
 
+    cdef object _append(self, topic, partition, records, int acks, int api_version,
+                        int64_t *out)
     cdef object _counted(self, topic, records, result)
     cdef int _count(self, topic, Py_ssize_t size, int64_t messages) except -1

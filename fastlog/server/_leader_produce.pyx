@@ -10,7 +10,8 @@
 # TopicStats) and writes the success answer with fastlog.protocol._produce.
 #
 # The common case, taken here: a Produce request of one partition of one topic without a
-# transactional id (what librdkafka sends to a partition leader over many partitions), on
+# transactional id (what librdkafka sends to a partition leader over many partitions;
+# `one` answers it), or one partition of a request of several (`partition`), on
 # a single node (the partition's only replica leads it), acks 0, 1 or -1 (the ISR, this
 # broker, meets min.insync.replicas), one plain or idempotent v2 batch that passes
 # Kafka's checks on the loop (headers, sizes, CRC, the records' walk; small enough for the
@@ -31,6 +32,7 @@ from libc.stdint cimport INT32_MAX, int32_t, int64_t
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
 from fastlog._codec cimport BatchHeader
+from fastlog.server.log._append cimport AppendResult, LeaderAppend
 
 from fastlog._codec import CodecError, validate_record_set, verify_batch_records
 from fastlog.protocol._produce import encode_produce_response
@@ -79,13 +81,38 @@ cdef class LeaderProduce:
         for acks=0 (no answer goes back), a PartitionResult that the caller still
         completes and answers (already counted), or None: not the common case, nothing
         changed."""
+        cdef int64_t out[3]
         if not self.enabled or len(fast) != 8:
             return None
         cdef int api_version = fast[0]
         cdef int acks = fast[3]
         topic = fast[5]
         partition = fast[6]
-        records = fast[7]
+        r = self._append(topic, partition, fast[7], acks, api_version, out)
+        if r is not True:
+            return r
+        if acks == 0:
+            return False
+        return [encode_produce_response(api_version, fast[1], topic, partition, out[0], -1,
+                                        out[1])]
+
+    def partition(self, topic, partition, records, int acks, int api_version):
+        """One partition of a Produce request of several (KafkaApis._produce_many): its
+        PartitionResult (counted), or None: not the common case, nothing changed."""
+        cdef int64_t out[3]
+        if not self.enabled:
+            return None
+        r = self._append(topic, partition, records, acks, api_version, out)
+        if r is not True:
+            return r
+        return self.result_type(self.none_error, out[0], -1, out[1], required_offset=out[2])
+
+    cdef object _append(self, topic, partition, records, int acks, int api_version,
+                        int64_t *out):
+        """The step (see the module comment): True when appended and counted (`out`: the
+        first offset, the log start offset and the offset after the last), a
+        PartitionResult that still needs the Python answer path (counted), or None
+        (nothing changed)."""
         if acks != 0 and acks != 1 and acks != -1:
             return None
         if type(records) is not memoryview:
@@ -146,13 +173,15 @@ cdef class LeaderProduce:
             if first_seq > INT32_MAX - (b.record_count - 1):
                 return None
             last_seq = first_seq + b.record_count - 1
+        cdef AppendResult appended
         try:
-            info = log_._fast.append(log_, records, batches, p.leader_epoch, now)
+            flush = (<LeaderAppend?>log_._fast).append_c(log_, records, batches,
+                                                          p.leader_epoch, now, &appended)
         except OSError as e:
             return self._counted(topic, records, self.rm._storage_error(p, e))
-        if info is None:
+        if flush is None:
             return None   # a roll, a new leader epoch, ...: Log.append's own path
-        cdef int64_t first_offset = info.first_offset, last_offset = info.last_offset
+        cdef int64_t first_offset = appended.first_offset, last_offset = appended.last_offset
         # ReplicaManager._appended: producer state, the high watermark, parked fetches
         if (b.attributes & CODEC_MASK) == CODEC_ZSTD:
             p.has_zstd = True
@@ -165,17 +194,17 @@ cdef class LeaderProduce:
         ps.map_end_offset = last_offset + 1
         if log_.high_watermark != log_.log_end_offset or self.fetch_purgatory.watchers:
             self.rm._after_append(p)
-        log_start = log_.log_start_offset
+        cdef int64_t log_start = appended.log_start_offset
         self.taken += 1
-        if info.flush_future is not None:
+        if flush is not False:
             return self._counted(topic, records, self.result_type(
                 self.none_error, first_offset, -1, log_start,
-                flush_future=info.flush_future, required_offset=last_offset + 1))
+                flush_future=flush, required_offset=last_offset + 1))
         self._count(topic, size, last_offset + 1 - first_offset)
-        if acks == 0:
-            return False
-        return [encode_produce_response(api_version, fast[1], topic, partition,
-                                        first_offset, -1, log_start)]
+        out[0] = first_offset
+        out[1] = log_start
+        out[2] = last_offset + 1
+        return True
 
     cdef object _counted(self, topic, records, result):
         """BrokerTopicStats.produce_done of a result that goes back to the Python path."""

@@ -1237,10 +1237,12 @@ class KafkaApis:
                 for partition, _ in parts:
                     results[(topic, partition)] = refused
         else:
+            step = self.broker.replica_manager.leader_produce.partition   # (compiled)
             for topic, parts in topics:
                 for partition, records in parts:
                     results[(topic, partition)] = (
-                        self._append_inline(topic, partition, records, acks, api_version)
+                        step(topic, partition, records, acks, api_version)
+                        or self._append_inline(topic, partition, records, acks, api_version)
                         or await self._append_led(topic, partition, records, acks,
                                                   api_version))
         if not await self._completed(results, acks, timeout_ms):

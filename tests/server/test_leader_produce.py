@@ -14,6 +14,7 @@ import asyncio
 import time
 from pathlib import Path
 
+import pytest
 from fastlog import _codec
 from fastlog.protocol import ApiKey, decode_response, encode_request
 from fastlog.server.broker import BrokerServer
@@ -39,14 +40,19 @@ def _batch(n: int, *, pid: int = -1, epoch: int = -1, seq: int = -1, ts: int | N
                               producer_epoch=epoch, base_sequence=seq)
 
 
-def _frame(records: bytes, acks: int = 1, version: int = 9, corr: int = 1) -> bytes:
+def _frame(records: bytes, acks: int = 1, version: int = 9, corr: int = 1,
+           others: int = 0) -> bytes:
+    """A Produce request of `records` to partition 0 (and, with `others`, a plain batch
+    to each of partitions 1..others in the same request)."""
+    parts = [{"index": 0, "records": records}] + [
+        {"index": i, "records": _batch(2 + i)} for i in range(1, others + 1)]
     return encode_request(ApiKey.PRODUCE, version, corr, "test", {
         "transactional_id": None, "acks": acks, "timeout_ms": 30000,
-        "topic_data": [{"name": TOPIC, "partition_data": [{"index": 0, "records": records}]}]})
+        "topic_data": [{"name": TOPIC, "partition_data": parts}]})
 
 
 def _steps() -> list[tuple[str, bytes, int]]:
-    """(what, frame, acks): one sequence of requests, built once for both brokers."""
+    """(what, records, acks): one sequence of requests (framed once for both brokers)."""
     old = int(time.time() * 1000) - 30 * 24 * 3600 * 1000
     out = [("plain", _batch(3), 1), ("plain acks=0", _batch(2), 0),
            ("plain acks=all", _batch(4), -1), ("lz4", _batch(20, compression=3), 1),
@@ -68,7 +74,7 @@ def _steps() -> list[tuple[str, bytes, int]]:
     return out
 
 
-async def _run(tmp: Path, steps, enabled: bool) -> dict:
+async def _run(tmp: Path, steps, enabled: bool, others: int = 0) -> dict:
     config = KafkaConfig.from_sources(None, [
         "listeners=PLAINTEXT://127.0.0.1:0", f"log.dirs={tmp}", "num.partitions=1",
         "log.segment.bytes=4096"])
@@ -76,18 +82,19 @@ async def _run(tmp: Path, steps, enabled: bool) -> dict:
     await broker.startup()
     conn = _Conn()
     try:
-        await broker.create_topic(TOPIC, 1, 1, {"message.timestamp.before.max.ms": "3600000"})
+        await broker.create_topic(TOPIC, 1 + others, 1,
+                                  {"message.timestamp.before.max.ms": "3600000"})
         broker.replica_manager.leader_produce.enabled = enabled
         answers = []
-        for i, (what, records, acks) in enumerate(steps):
-            frame = bytearray(_frame(records, acks, corr=i))
+        for what, frame, acks in steps:
+            frame = bytearray(frame)
             parts = await broker.apis.handle(conn, memoryview(frame))
             if acks == 0:
                 answers.append((what, parts))
                 continue
             r = decode_response(ApiKey.PRODUCE, 9, b"".join(bytes(p) for p in parts))[1]
-            p = r.responses[0].partition_responses[0]
-            answers.append((what, p.error_code, p.base_offset, p.log_start_offset))
+            answers.append((what, *((p.index, p.error_code, p.base_offset, p.log_start_offset)
+                                    for p in r.responses[0].partition_responses)))
         stats = broker.topic_stats.topics[TOPIC]
         counters = {k: getattr(stats, k) for k in stats.__slots__}
         ps = broker.replica_manager.partitions[(TOPIC, 0)].producer_state
@@ -97,20 +104,23 @@ async def _run(tmp: Path, steps, enabled: bool) -> dict:
         taken = broker.replica_manager.leader_produce.taken
     finally:
         await broker.shutdown()
-    logs = {f.name: f.read_bytes() for f in sorted((tmp / f"{TOPIC}-0").glob("*.log"))}
+    logs = {f"{f.parent.name}/{f.name}": f.read_bytes()
+            for f in sorted(tmp.glob(f"{TOPIC}-*/*.log"))}
     return {"answers": answers, "counters": counters, "producers": producers,
             "ps_end": ps.map_end_offset, "logs": logs, "taken": taken}
 
 
-def test_compiled_step_answers_and_stores_what_the_python_path_does(tmp_path):
-    steps = _steps()
-    fast = asyncio.run(_run(tmp_path / "fast", steps, True))
-    slow = asyncio.run(_run(tmp_path / "slow", steps, False))
+@pytest.mark.parametrize("others", [0, 2], ids=["one partition", "three partitions"])
+def test_compiled_step_answers_and_stores_what_the_python_path_does(tmp_path, others):
+    steps = [(what, _frame(records, acks, corr=i, others=others), acks)
+             for i, (what, records, acks) in enumerate(_steps())]
+    fast = asyncio.run(_run(tmp_path / "fast", steps, True, others))
+    slow = asyncio.run(_run(tmp_path / "slow", steps, False, others))
     assert slow["taken"] == 0
-    assert fast["taken"] >= 40, fast["taken"]   # the everyday ones
+    assert fast["taken"] >= 40 * (1 + others), fast["taken"]   # the everyday ones
     for a, b in zip(fast["answers"], slow["answers"]):
         assert a == b
-    answers = dict((a[0], a[1:]) for a in fast["answers"])
+    answers = dict((a[0], a[1][1:]) for a in fast["answers"] if a[1] is not None)
     assert answers["retried duplicate"][:2] == (0, answers["next sequence 2"][1])
     assert answers["sequence gap"][0] == 45        # OUT_OF_ORDER_SEQUENCE_NUMBER
     assert answers["old epoch"][0] == 47           # INVALID_PRODUCER_EPOCH
