@@ -6,7 +6,9 @@ producer state, for plain and idempotent producers, acks 0, 1 and -1, compressed
 and everything the step leaves to the Python path (a new producer, a new epoch, a retried
 duplicate answered with its original offset, a sequence gap, an old epoch, a timestamp out
 of range, a corrupt batch, a roll). After a restart the producer state written by the
-step's appends still spots a retried duplicate and takes the next sequence."""
+step's appends still spots a retried duplicate and takes the next sequence. A full disk
+(a real 1 MiB tmpfs) is answered KAFKA_STORAGE_ERROR on either path, and flush.messages'
+fsync is done before the answer."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from fastlog import _codec
 from fastlog.protocol import ApiKey, decode_response, encode_request
 from fastlog.server.broker import BrokerServer
 from fastlog.server.config import KafkaConfig
+from tests.tmpfs_fixture import small_tmpfs
 
 TOPIC = "t"
 PID = 4000
@@ -175,3 +178,62 @@ def test_producer_state_of_compiled_appends_survives_a_restart(tmp_path):
     assert out[8] == (0, 18) and out[9] == (0, 21)   # duplicates: their original offsets
     assert out[10] == (0, 24)                        # the next sequence
     assert out[11][0] == 45                          # a gap: OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+async def _until_full(disk: Path, enabled: bool) -> dict:
+    """Produce to a broker whose log dir is `disk` until an append fails for want of
+    space (or 2,000 requests): the answers and the topic's counters."""
+    config = KafkaConfig.from_sources(None, [
+        "listeners=PLAINTEXT://127.0.0.1:0", f"log.dirs={disk}", "num.partitions=1"])
+    broker = BrokerServer(config)
+    await broker.startup()
+    conn, answers = _Conn(), []
+    try:
+        await broker.create_topic(TOPIC, 1, 1, {})
+        broker.replica_manager.leader_produce.enabled = enabled
+        (disk / "filler").write_bytes(b"\0" * (600 << 10))
+        records = _codec.build_batch([(int(time.time() * 1000), None, b"x" * 500)] * 4)
+        for i in range(2_000):
+            answers.append(await _produce(broker, conn, records, corr=i))
+            if answers[-1][0] != 0:
+                answers.append(await _produce(broker, conn, records, corr=i + 1))
+                break
+        stats = broker.topic_stats.topics[TOPIC]
+        taken = broker.replica_manager.leader_produce.taken
+        counters = {k: getattr(stats, k) for k in stats.__slots__}
+    finally:
+        await broker.shutdown()
+    return {"answers": answers, "counters": counters, "taken": taken}
+
+
+def test_a_full_disk_is_a_storage_error_on_either_path(tmp_path):
+    with small_tmpfs(tmp_path / "fast", "1m") as fast_disk:
+        fast = asyncio.run(_until_full(fast_disk, True))
+    with small_tmpfs(tmp_path / "slow", "1m") as slow_disk:
+        slow = asyncio.run(_until_full(slow_disk, False))
+    assert fast["taken"] > 10 and slow["taken"] == 0
+    assert fast["answers"][-2][0] == 56 and fast["answers"][-1][0] == 56   # KAFKA_STORAGE_ERROR
+    assert fast["answers"] == slow["answers"]
+    assert fast["counters"] == slow["counters"]
+
+
+async def _flushed(tmp: Path) -> tuple[list, int, int]:
+    config = KafkaConfig.from_sources(None, [
+        "listeners=PLAINTEXT://127.0.0.1:0", f"log.dirs={tmp}", "num.partitions=1"])
+    broker = BrokerServer(config)
+    await broker.startup()
+    conn = _Conn()
+    try:
+        await broker.create_topic(TOPIC, 1, 1, {"flush.messages": "6"})
+        out = [await _produce(broker, conn, _batch(2), corr=i) for i in range(12)]
+        log_ = broker.replica_manager.partitions[(TOPIC, 0)].log
+        return out, broker.replica_manager.leader_produce.taken, log_.recovery_point
+    finally:
+        await broker.shutdown()
+
+
+def test_flush_messages_is_waited_for_before_the_answer(tmp_path):
+    out, taken, recovery_point = asyncio.run(_flushed(tmp_path))
+    assert out == [(0, 2 * i) for i in range(12)]
+    assert taken >= 10
+    assert recovery_point >= 18     # the fsyncs flush.messages asked for were done
