@@ -5,8 +5,10 @@
 # partitionLeaderEpoch) and its `.index`/`.timeindex` entries through the segment's
 # SegmentIndexer (fastlog._index), byte for byte what Log.append's own path writes.
 #
-# Log.append (log.py) hands it every leader append (offsets assigned, written inline) and
-# it takes the common case in one call: stamp offsets and the leader epoch, check the
+# Log.append (log.py) hands it every leader append (offsets assigned, written inline), and
+# fastlog/server/_leader_produce.pyx a Produce request's everyday batch (append_c: the
+# same step with its figures in an AppendResult struct instead of a LogAppendInfo); it
+# takes the common case in one call: stamp offsets and the leader epoch, check the
 # batch sizes and the roll rule (segment.bytes, segment.ms by record time, an index without
 # room for one entry per batch, a relative offset past 4 bytes), reserve index space
 # (posix_fallocate: a full disk is an OSError here, never a SIGBUS), one pwrite with the
