@@ -52,6 +52,7 @@ import time
 from fastlog import _codec
 from fastlog.logs import report_limited
 from fastlog.protocol.errors import Errors
+from fastlog.server._leader_produce import LeaderProduce
 from fastlog.server.check_processes import CheckProcesses
 from fastlog.server.log import KafkaStorageError, OffsetOutOfRangeError, RecordBatchTooLargeError
 from fastlog.server.log.checkpoint import (
@@ -61,7 +62,6 @@ from fastlog.server.log.checkpoint import (
 )
 from fastlog.server.log.txn_index import AbortedTxn
 from fastlog.server.partition import NO_LEADER, Partition
-from fastlog.server._leader_produce import LeaderProduce
 from fastlog.server.producer_state import (
     NO_PRODUCER_ID,
     BatchMetadata,

@@ -17,22 +17,16 @@ import time
 from pathlib import Path
 
 import pytest
+
 from fastlog import _codec
 from fastlog.protocol import ApiKey, decode_response, encode_request
 from fastlog.server.broker import BrokerServer
 from fastlog.server.config import KafkaConfig
+from tests.server.wire import HandlerConnection
 from tests.tmpfs_fixture import small_tmpfs
 
 TOPIC = "t"
 PID = 4000
-
-
-class _Conn:
-    """What KafkaApis.handle reads of a connection."""
-
-    def __init__(self):
-        self.state = {"listener": "PLAINTEXT"}
-        self.peer = ("127.0.0.1", 1)
 
 
 def _batch(n: int, *, pid: int = -1, epoch: int = -1, seq: int = -1, ts: int | None = None,
@@ -83,7 +77,7 @@ async def _run(tmp: Path, steps, enabled: bool, others: int = 0) -> dict:
         "log.segment.bytes=4096"])
     broker = BrokerServer(config)
     await broker.startup()
-    conn = _Conn()
+    conn = HandlerConnection()
     try:
         await broker.create_topic(TOPIC, 1 + others, 1,
                                   {"message.timestamp.before.max.ms": "3600000"})
@@ -121,7 +115,8 @@ def test_compiled_step_answers_and_stores_what_the_python_path_does(tmp_path, ot
     slow = asyncio.run(_run(tmp_path / "slow", steps, False, others))
     assert slow["taken"] == 0
     assert fast["taken"] >= 40 * (1 + others), fast["taken"]   # the everyday ones
-    for a, b in zip(fast["answers"], slow["answers"]):
+    assert len(fast["answers"]) == len(slow["answers"])
+    for a, b in zip(fast["answers"], slow["answers"], strict=True):
         assert a == b
     answers = dict((a[0], a[1][1:]) for a in fast["answers"] if a[1] is not None)
     assert answers["retried duplicate"][:2] == (0, answers["next sequence 2"][1])
@@ -148,7 +143,7 @@ async def _produce(broker, conn, records, corr: int = 1):
 async def _restarted(tmp: Path) -> list:
     config = KafkaConfig.from_sources(None, [
         "listeners=PLAINTEXT://127.0.0.1:0", f"log.dirs={tmp}", "num.partitions=1"])
-    conn, out = _Conn(), []
+    conn, out = HandlerConnection(), []
     broker = BrokerServer(config)
     await broker.startup()
     try:
@@ -187,7 +182,7 @@ async def _until_full(disk: Path, enabled: bool) -> dict:
         "listeners=PLAINTEXT://127.0.0.1:0", f"log.dirs={disk}", "num.partitions=1"])
     broker = BrokerServer(config)
     await broker.startup()
-    conn, answers = _Conn(), []
+    conn, answers = HandlerConnection(), []
     try:
         await broker.create_topic(TOPIC, 1, 1, {})
         broker.replica_manager.leader_produce.enabled = enabled
@@ -222,7 +217,7 @@ async def _flushed(tmp: Path) -> tuple[list, int, int]:
         "listeners=PLAINTEXT://127.0.0.1:0", f"log.dirs={tmp}", "num.partitions=1"])
     broker = BrokerServer(config)
     await broker.startup()
-    conn = _Conn()
+    conn = HandlerConnection()
     try:
         await broker.create_topic(TOPIC, 1, 1, {"flush.messages": "6"})
         out = [await _produce(broker, conn, _batch(2), corr=i) for i in range(12)]
