@@ -10,7 +10,8 @@
 # the generic decode/dispatch/encode: fastlog.protocol._produce reads it from the frame and
 # writes its success answer (`_produce_one` does what handle_produce does for that shape;
 # its everyday partition is one compiled step, ReplicaManager.leader_produce);
-# one of several partitions (kafka-python, the Java client) too (`_produce_many`).
+# one of several partitions (kafka-python, the Java client) too (`_produce_many`, each
+# everyday partition through the same step).
 # Likewise a consumer's Fetch of one partition without a fetch session: fastlog.protocol.
 # _fetch reads it and writes its answer when the partition has data for it at once
 # (`_fetch_one`); an error or a wait for data goes through handle_fetch. A transactional

@@ -7,7 +7,7 @@
 # client record set with the codec (Kafka's error codes), checks producer sequences,
 # appends once and wakes parked fetches (`append_inline`: with check_produce's checks, in
 # one step, for a batch that needs no waiting; `leader_produce`, fastlog/server/
-# _leader_produce.pyx: a one-partition request's everyday batch in one compiled step);
+# _leader_produce.pyx: a Produce request's everyday partition in one compiled step);
 # `completion` is what the answer still waits for
 # (a flush.messages fsync; with acks=all on a replicated partition, the ISR having the
 # batch). `append_records` does both for several partitions. `read_partition` reads file
