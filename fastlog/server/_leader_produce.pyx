@@ -11,20 +11,21 @@
 #
 # The common case, taken here: a Produce request of one partition of one topic without a
 # transactional id (what librdkafka sends to a partition leader over many partitions;
-# `one` answers it), or one partition of a request of several (`partition`), on
-# a single node (the partition's only replica leads it), acks 0, 1 or -1 (the ISR, this
-# broker, meets min.insync.replicas), one plain or idempotent v2 batch that passes
-# Kafka's checks on the loop (headers, sizes, CRC, the records' walk; small enough for the
-# loop and for an inline write), stored under the producer's codec, with CreateTime
-# timestamps within the topic's limits, and for an idempotent batch a known producer at
-# its current epoch sending the next sequence (no duplicate, no gap, no open
+# `one` answers it), or one partition of a request of several (`partition`), to the
+# partition's leader (single node; or in a cluster while its ZooKeeper session lives),
+# acks 0, 1 or -1 (the ISR meets min.insync.replicas), one plain or idempotent v2 batch
+# that passes Kafka's checks on the loop (headers, sizes, CRC, the records' walk; small
+# enough for the loop and for an inline write), stored under the producer's codec, with
+# CreateTime timestamps within the topic's limits, and for an idempotent batch a known
+# producer at its current epoch sending the next sequence (no duplicate, no gap, no open
 # transaction, no sequence wrap). Everything else -- an unknown partition, a new producer
 # or epoch, a retried duplicate, an out-of-order sequence, LogAppendTime, a codec to
-# recompress to, a roll of the segment, a write-behind append, cluster mode -- returns
+# recompress to, a roll of the segment, a write-behind append, not the leader -- returns
 # None before anything has changed, and the caller takes KafkaApis' Python path, which
-# answers it as before (and names any fault). After the append, the two outcomes that
-# still need the Python answer path come back as a PartitionResult (counted already): a
-# failed write (KAFKA_STORAGE_ERROR) and a flush.messages fsync the answer waits for.
+# answers it as before (and names any fault). After the append, the outcomes that still
+# need the Python answer path come back as a PartitionResult (counted already): a failed
+# write (KAFKA_STORAGE_ERROR), a flush.messages fsync the answer waits for, and acks=all
+# on a replicated partition (the answer waits for the ISR).
 #
 # Threads: the broker's asyncio API loop only (KafkaApis.handle), as the replica manager.
 
@@ -121,7 +122,11 @@ cdef class LeaderProduce:
         if size == 0 or size > self.check_bytes or size >= self.write_behind_bytes:
             return None
         p = self.partitions.get((topic, partition))
-        if p is None or p.offline or p.local_id is not None or p.fenced:
+        if p is None or p.offline or p.fenced:
+            return None
+        # cluster mode: the leader, while its ZooKeeper session lives (KafkaApis._led_partition)
+        cdef bint replicated = p.local_id is not None
+        if replicated and (p.leader_id != p.local_id or self.broker.session_expired):
             return None
         log_ = p.log
         if log_ is None or log_.pending_append is not None:
@@ -192,14 +197,17 @@ cdef class LeaderProduce:
             if b.max_timestamp > entry.last_timestamp:
                 entry.last_timestamp = b.max_timestamp
         ps.map_end_offset = last_offset + 1
-        if log_.high_watermark != log_.log_end_offset or self.fetch_purgatory.watchers:
+        if (replicated or log_.high_watermark != log_.log_end_offset
+                or self.fetch_purgatory.watchers):
             self.rm._after_append(p)
         cdef int64_t log_start = appended.log_start_offset
         self.taken += 1
-        if flush is not False:
+        if flush is not False or (replicated and acks == -1):
+            # the answer waits for the fsync, or for the ISR (ReplicaManager.completion)
             return self._counted(topic, records, self.result_type(
                 self.none_error, first_offset, -1, log_start,
-                flush_future=flush, required_offset=last_offset + 1))
+                flush_future=None if flush is False else flush,
+                required_offset=last_offset + 1))
         self._count(topic, size, last_offset + 1 - first_offset)
         out[0] = first_offset
         out[1] = log_start

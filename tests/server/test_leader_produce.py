@@ -232,3 +232,39 @@ def test_flush_messages_is_waited_for_before_the_answer(tmp_path):
     assert out == [(0, 2 * i) for i in range(12)]
     assert taken >= 10
     assert recovery_point >= 18     # the fsyncs flush.messages asked for were done
+
+
+def test_a_replicated_leader_takes_the_step_and_acks_all_waits_for_the_isr(tmp_path):
+    from tests.replication.test_replica_manager import KEY, run
+    from tests.replication.test_replica_manager import TOPIC as REPLICATED
+
+    async def produce(broker, records, acks):
+        frame = encode_request(ApiKey.PRODUCE, 9, 1, "test", {
+            "transactional_id": None, "acks": acks, "timeout_ms": 5000, "topic_data": [
+                {"name": REPLICATED, "partition_data": [{"index": 0, "records": records}]}]})
+        parts = await broker.apis.handle(HandlerConnection(), memoryview(bytearray(frame)))
+        if parts is None:
+            return None
+        r = decode_response(ApiKey.PRODUCE, 9, b"".join(bytes(p) for p in parts))[1]
+        p = r.responses[0].partition_responses[0]
+        return p.error_code, p.base_offset
+
+    async def body(pair):
+        pair.lead(pair.b1, pair.b2, 1)
+        p2 = pair.b2.replica_manager.get_partition(*KEY)
+        end = 0
+        for i in range(12):
+            acks = (-1, 1, 0)[i % 3]
+            answer = await produce(pair.b1, _batch(3), acks)
+            if acks == -1:
+                assert answer == (0, end)
+                assert p2.log.log_end_offset >= end + 3   # the ISR has it
+            elif acks == 1:
+                assert answer == (0, end)
+            end += 3
+        assert pair.b1.replica_manager.leader_produce.taken >= 10
+        # the follower refuses clients (the Python path's answer)
+        assert (await produce(pair.b2, _batch(3), 1))[0] == 6   # NOT_LEADER_OR_FOLLOWER
+        assert pair.b2.replica_manager.leader_produce.taken == 0
+
+    run(tmp_path, body)
