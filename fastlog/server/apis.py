@@ -8,8 +8,10 @@
 # A Produce request of one partition (what a producer sends to a partition leader; with a
 # transactional id too, unless an authorizer must check it) skips
 # the generic decode/dispatch/encode: fastlog.protocol._produce reads it from the frame and
-# writes its success answer (`_produce_one` does what handle_produce does for that shape);
-# one of several partitions (kafka-python, the Java client) too (`_produce_many`).
+# writes its success answer (`_produce_one` does what handle_produce does for that shape;
+# its everyday partition is one compiled step, ReplicaManager.leader_produce);
+# one of several partitions (kafka-python, the Java client) too (`_produce_many`, each
+# everyday partition through the same step).
 # Likewise a consumer's Fetch of one partition without a fetch session: fastlog.protocol.
 # _fetch reads it and writes its answer when the partition has data for it at once
 # (`_fetch_one`); an error or a wait for data goes through handle_fetch. A transactional
@@ -401,12 +403,21 @@ class KafkaApis:
             # (with an authorizer, the transactional id's Write is the generic path's)
             fast = parse_transactional_produce_request(frame)
         if fast is not None:
-            produce, topics = self._produce_one, (fast[5],)
+            produce, topics, one = self._produce_one, (fast[5],), True
         elif (fast := parse_produce_partitions(frame)) is not None:
-            produce, topics = self._produce_many, [topic for topic, _ in fast[5]]
+            produce, topics, one = self._produce_many, [topic for topic, _ in fast[5]], False
         if fast is not None and (self.broker.authorizer is None or all(
                 self._may_fast(conn, WRITE, topic) for topic in topics)):
             try:
+                if one:
+                    # the everyday partition in one compiled step; None: not that case
+                    r = self.broker.replica_manager.leader_produce.one(fast)
+                    if r is not None:
+                        if type(r) is list:
+                            return r
+                        if r is False:
+                            return None   # acks=0
+                        return await self._answer_one(conn, *fast[:2], *fast[3:7], r)
                 return await produce(conn, *fast)
             except CloseConnection:
                 raise
@@ -1186,6 +1197,13 @@ class KafkaApis:
             r = self._append_inline(topic, partition, records, acks, api_version)
             if r is None:
                 r = await self._append_led(topic, partition, records, acks, api_version)
+        return await self._answer_one(conn, api_version, correlation_id, acks, timeout_ms,
+                                      topic, partition, r)
+
+    async def _answer_one(self, conn, api_version, correlation_id, acks, timeout_ms, topic,
+                          partition, r):
+        """_produce_one's answer of its partition's result `r` (a PartitionResult, counted
+        already): once what it waits for is done, the response parts (None for acks=0)."""
         if r.pending is not None or r.flush_future is not None or acks == -1:
             # (otherwise ReplicaManager.completion has nothing to wait for)
             wait = self.broker.replica_manager.completion({(topic, partition): r}, acks,
@@ -1220,10 +1238,12 @@ class KafkaApis:
                 for partition, _ in parts:
                     results[(topic, partition)] = refused
         else:
+            step = self.broker.replica_manager.leader_produce.partition   # (compiled)
             for topic, parts in topics:
                 for partition, records in parts:
                     results[(topic, partition)] = (
-                        self._append_inline(topic, partition, records, acks, api_version)
+                        step(topic, partition, records, acks, api_version)
+                        or self._append_inline(topic, partition, records, acks, api_version)
                         or await self._append_led(topic, partition, records, acks,
                                                   api_version))
         if not await self._completed(results, acks, timeout_ms):

@@ -6,7 +6,9 @@
 # format: high watermarks of replicated partitions). `append_to_partition` validates a
 # client record set with the codec (Kafka's error codes), checks producer sequences,
 # appends once and wakes parked fetches (`append_inline`: with check_produce's checks, in
-# one step, for a batch that needs no waiting); `completion` is what the answer still waits for
+# one step, for a batch that needs no waiting; `leader_produce`, fastlog/server/
+# _leader_produce.pyx: a Produce request's everyday partition in one compiled step);
+# `completion` is what the answer still waits for
 # (a flush.messages fsync; with acks=all on a replicated partition, the ISR having the
 # batch). `append_records` does both for several partitions. `read_partition` reads file
 # regions (never copies record bytes); a follower's fetch moves its known position, the
@@ -50,6 +52,7 @@ import time
 from fastlog import _codec
 from fastlog.logs import report_limited
 from fastlog.protocol.errors import Errors
+from fastlog.server._leader_produce import LeaderProduce
 from fastlog.server.check_processes import CheckProcesses
 from fastlog.server.log import KafkaStorageError, OffsetOutOfRangeError, RecordBatchTooLargeError
 from fastlog.server.log.checkpoint import (
@@ -61,6 +64,7 @@ from fastlog.server.log.txn_index import AbortedTxn
 from fastlog.server.partition import NO_LEADER, Partition
 from fastlog.server.producer_state import (
     NO_PRODUCER_ID,
+    BatchMetadata,
     ProducerStateError,
     ProducerStateManager,
     list_snapshots,
@@ -274,6 +278,10 @@ class ReplicaManager:
             # only an unclean leader election (or a lost disk) can cause
             "unclean_truncated_records": 0,
         }
+        # A Produce request's everyday partition in one compiled step (KafkaApis.handle)
+        self.leader_produce = LeaderProduce(
+            self, PartitionResult, BatchMetadata, Errors.NONE, INLINE_CHECK_BYTES,
+            INLINE_DECOMPRESS_BYTES, INLINE_GZIP_BYTES, OFF_LOOP_WRITE_BYTES)
 
     @property
     def node_id(self) -> int:
@@ -1242,9 +1250,7 @@ class ReplicaManager:
         except RecordBatchTooLargeError as e:
             return PartitionResult(Errors.MESSAGE_TOO_LARGE, error_message=str(e))
         except (OSError, KafkaStorageError) as e:
-            # Kafka marks the log dir offline; we answer the retriable storage error.
-            report_limited(log, logging.ERROR, ("append", p.key), "%s: append failed: %s", p, e)
-            return PartitionResult(Errors.KAFKA_STORAGE_ERROR, error_message=str(e))
+            return self._storage_error(p, e)
         if info.pending is not None:
             # Written off the loop: the rest happens when the append is published.
             info.pending.on_written = functools.partial(self._appended, p, b, idempotent)
@@ -1255,6 +1261,12 @@ class ReplicaManager:
         return PartitionResult(_NONE, info.first_offset, info.log_append_time,
                                p.log.log_start_offset, flush_future=info.flush_future,
                                required_offset=info.last_offset + 1)
+
+    def _storage_error(self, p: Partition, e: Exception) -> PartitionResult:
+        """A client append that failed to write (also LeaderProduce's): Kafka marks the
+        log dir offline; we answer the retriable storage error."""
+        report_limited(log, logging.ERROR, ("append", p.key), "%s: append failed: %s", p, e)
+        return PartitionResult(Errors.KAFKA_STORAGE_ERROR, error_message=str(e))
 
     def _appended(self, p: Partition, b, idempotent: bool, info) -> None:
         """A client batch `b` is in the log (published): producer state, high watermark,

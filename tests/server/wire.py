@@ -1,7 +1,8 @@
 """Raw Kafka-protocol helpers for the broker tests: one framed connection (Wire, from
 fastlog.testing), batch building, and the few requests many tests send (create topic,
 create partitions, produce, fetch body, InitProducerId, a health check, the transaction
-markers of a partition)."""
+markers of a partition), and HandlerConnection for tests that feed frames to a broker's
+request handler in process."""
 
 import time
 
@@ -107,3 +108,12 @@ def markers(w, topic, partition=0):
     return ["COMMIT" if _codec.parse_control_record(r)[1] == 1 else "ABORT"
             for r in recs if r.key is not None and len(r.key) == 4
             and r.value is not None and len(r.value) == 6]
+
+
+class HandlerConnection:
+    """What KafkaApis.handle reads of a socket server connection, for a broker in the
+    test's process fed request frames directly."""
+
+    def __init__(self):
+        self.state = {"listener": "PLAINTEXT"}
+        self.peer = ("127.0.0.1", 1)

@@ -1,8 +1,19 @@
 # fastlog.server.log._append declarations: LeaderAppend, a log's everyday leader append.
 
-from libc.stdint cimport int64_t
+from libc.stdint cimport int32_t, int64_t
 
 from fastlog._index cimport SegmentIndexer
+
+
+cdef struct AppendResult:       # what LogAppendInfo says of an append
+    int64_t first_offset
+    int64_t last_offset
+    int64_t max_timestamp
+    int64_t offset_of_max_timestamp
+    int64_t log_append_time
+    int64_t count
+    int64_t length
+    int64_t log_start_offset
 
 
 cdef class LeaderAppend:
@@ -24,4 +35,5 @@ cdef class LeaderAppend:
     cdef int64_t flush_messages
     cdef bint log_append_time
 
-    cdef int64_t _now(self, log, now_ms) except? -1
+    cdef object append_c(self, log, records, list batches, int32_t leader_epoch,
+                         int64_t now, AppendResult *out)

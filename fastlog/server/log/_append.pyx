@@ -5,8 +5,10 @@
 # partitionLeaderEpoch) and its `.index`/`.timeindex` entries through the segment's
 # SegmentIndexer (fastlog._index), byte for byte what Log.append's own path writes.
 #
-# Log.append (log.py) hands it every leader append (offsets assigned, written inline) and
-# it takes the common case in one call: stamp offsets and the leader epoch, check the
+# Log.append (log.py) hands it every leader append (offsets assigned, written inline), and
+# fastlog/server/_leader_produce.pyx a Produce request's everyday batch (append_c: the
+# same step with its figures in an AppendResult struct instead of a LogAppendInfo); it
+# takes the common case in one call: stamp offsets and the leader epoch, check the
 # batch sizes and the roll rule (segment.bytes, segment.ms by record time, an index without
 # room for one entry per batch, a relative offset past 4 bytes), reserve index space
 # (posix_fallocate: a full disk is an OSError here, never a SIGBUS), one pwrite with the
@@ -86,7 +88,26 @@ cdef class LeaderAppend:
         offsets from the log end offset: the LogAppendInfo, or None (nothing done) when
         this is not the common case. OSError (reported to the log dir's failure
         channel first) when the write fails: nothing of it stays in the file."""
-        if not self.armed or type(batches) is not list:
+        cdef AppendResult out
+        if type(batches) is not list:
+            return None
+        done = self.append_c(log, records, <list>batches, leader_epoch,
+                             -1 if now_ms is None else now_ms, &out)
+        if done is None:
+            return None
+        info = self.info_type(out.first_offset, out.last_offset, out.max_timestamp,
+                              out.offset_of_max_timestamp, out.log_append_time, out.count,
+                              out.length, out.log_start_offset)
+        if done is not False:
+            info.flush_future = done
+        return info
+
+    cdef object append_c(self, log, records, list batches, int32_t leader_epoch,
+                         int64_t now, AppendResult *out):
+        """append() for compiled callers (`now` < 0: read the log's clock when needed):
+        None when not taken (nothing done), else `out` filled and False, or the future of
+        the fsync flush.messages asked for."""
+        if not self.armed:
             return None
         cdef Py_ssize_t n = len(batches)
         if (n == 0 or log.closed or log.pending_append is not None
@@ -99,7 +120,7 @@ cdef class LeaderAppend:
             return None   # a new epoch begins: Log's path records it
         cdef BatchHeader h, first = <BatchHeader?>batches[0], last = <BatchHeader?>batches[n - 1]
         cdef int64_t offset = self.next_offset, count = 0, max_ts = -1, off_max = -1
-        cdef int64_t last_offset, now = -1, waited
+        cdef int64_t last_offset, waited
         cdef Py_ssize_t i
         # Every check first: a refused append leaves the log and the buffer as they were.
         for i in range(n):
@@ -125,7 +146,8 @@ cdef class LeaderAppend:
         if self.rolling_ts >= 0:
             waited = max_ts - self.rolling_ts
         else:
-            now = self._now(log, now_ms)
+            if now < 0:
+                now = log._now_ms()
             waited = now - self.created_ms
         if waited > self.roll_ms:
             return None
@@ -180,15 +202,17 @@ cdef class LeaderAppend:
         if log.hw_follows_leo:
             log.high_watermark = self.next_offset
         if self.log_append_time and now < 0:
-            now = self._now(log, now_ms)
+            now = log._now_ms()
         self.appends += 1
-        info = self.info_type(first.base_offset, last_offset, max_ts, off_max,
-                              now if self.log_append_time else -1, count, length,
-                              log.log_start_offset)
+        out.first_offset = first.base_offset
+        out.last_offset = last_offset
+        out.max_timestamp = max_ts
+        out.offset_of_max_timestamp = off_max
+        out.log_append_time = now if self.log_append_time else -1
+        out.count = count
+        out.length = length
+        out.log_start_offset = log.log_start_offset
         if self.flush_messages <= self.next_offset and (
                 self.next_offset - log.recovery_point >= self.flush_messages):
-            info.flush_future = log._request_flush(self.next_offset)
-        return info
-
-    cdef int64_t _now(self, log, now_ms) except? -1:
-        return log._now_ms() if now_ms is None else now_ms
+            return log._request_flush(self.next_offset)
+        return False

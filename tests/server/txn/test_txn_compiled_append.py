@@ -17,17 +17,10 @@ from fastlog.protocol import ApiKey, decode_response, encode_request
 from fastlog.server.broker import BrokerServer
 from fastlog.server.config import KafkaConfig
 from fastlog.server.txn.schemas import TxnState
+from tests.server.wire import HandlerConnection
 
 TOPIC = "t"
 TXNS = 12
-
-
-class _Conn:
-    """What KafkaApis.handle reads of a connection."""
-
-    def __init__(self):
-        self.state = {"listener": "PLAINTEXT"}
-        self.peer = ("127.0.0.1", 1)
 
 
 def _batch(pid: int, epoch: int, seq: int) -> bytes:
@@ -42,7 +35,7 @@ async def _transactions(tmp_path) -> dict:
         "transaction.state.log.num.partitions=1"])
     broker = BrokerServer(config)
     await broker.startup()
-    apis, conn, corr = broker.apis, _Conn(), [0]
+    apis, conn, corr = broker.apis, HandlerConnection(), [0]
 
     async def call(api, version, body):
         corr[0] += 1
