@@ -180,8 +180,8 @@ cdef class LeaderProduce:
             last_seq = first_seq + b.record_count - 1
         cdef AppendResult appended
         try:
-            flush = (<LeaderAppend?>log_._fast).append_c(log_, records, batches,
-                                                          p.leader_epoch, now, &appended)
+            flush = (<LeaderAppend?>log_._fast).append_c(
+                log_, records, batches, p.leader_epoch, now, &appended)
         except OSError as e:
             return self._counted(topic, records, self.rm._storage_error(p, e))
         if flush is None:
