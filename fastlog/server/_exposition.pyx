@@ -16,15 +16,18 @@
 # waited for the lock and shared its core with that work. Here a row costs one call, and
 # the text is written with the interpreter lock released.
 # Also here, the scrape's other walks over every partition, each one compiled pass that
-# reads the objects' attributes without a Python call per partition: replica_counts (the
-# replica manager's gauges over its Partitions) and offline_partitions (the controller's
-# counts over the metadata's PartitionStates). The walks stay apart because their sets
-# differ: the log rows are every log in an online dir (a log stays when its partition is
-# no longer a replica here; an offline partition's log is not listed), the replica counts
-# every hosted Partition, the controller counts every partition of the cluster. The
-# replica walk also notes each hosted partition's high watermark in a HostedWatermarks
-# (C arrays by topic and partition number), which the lag rows of every group then read
-# instead of looking each committed offset's Partition up and reading it and its Log.
+# reads the objects' attributes without a Python call per partition: offline_partitions
+# (the controller's counts over the metadata's PartitionStates) and replica_counts (the
+# replica manager's gauges over its Partitions: the check of the counts it keeps,
+# partition.PartitionCounts, every few scrapes, and the test's reference). The walks
+# stay apart because their sets differ: the log rows are every log in an online dir (a
+# log stays when its partition is no longer a replica here; an offline partition's log
+# is not listed), the replica counts every hosted Partition, the controller counts every
+# partition of the cluster. The log rows' walk also notes the high watermark of each
+# log whose partition is hosted and online in a HostedWatermarks (C arrays by topic and
+# partition number; the caller adds the offline ones), which the lag rows of every group
+# then read instead of looking each committed offset's Partition up and reading it and
+# its Log; replica_counts can note them too (a hosted partition without an online log).
 # Called from: the HTTP endpoint's thread (fastlog/server/metrics.py, BrokerCollector),
 # one GaugeRows per scrape; not shared between threads. Every walk holds the interpreter
 # lock and calls the caller's pause (metrics.GilBreaks) every `every` rows.
@@ -349,16 +352,21 @@ cdef class HostedWatermarks:
 
 
 def add_log_rows(GaugeRows rows not None, dict heads not None, new_head, logs, pause,
-                 Py_ssize_t every):
+                 Py_ssize_t every, HostedWatermarks marks=None, hosted=None, offline=None):
     """Adds to `rows` (4 wide) a row per log of `logs` (fastlog.server.log.Log): its
     partition, and its size (the sum of its segments' sizes), log end offset, log start
     offset and number of segments; headed by heads[its topic], or new_head(topic), which
-    adds the topic's head and returns its index. Calls pause() before every `every`-th
-    log (metrics.GilBreaks: this loop holds the interpreter lock)."""
-    cdef Py_ssize_t n = 0
+    adds the topic's head and returns its index. With `marks`, also notes there the high
+    watermark of each log whose (topic, partition) is in `hosted` (the replica manager's
+    partitions) and not in `offline` (a set of keys, or None), for add_offset_rows, and
+    returns how many it noted; else returns the logs' count. Calls pause() before every
+    `every`-th log (metrics.GilBreaks: this loop holds the interpreter lock)."""
+    cdef Py_ssize_t n = 0, noted = 0, slot = 0
     cdef int64_t size
     if rows.width != 4 or every < 1:
         raise ValueError("add_log_rows fills rows 4 wide, pausing every 1 or more")
+    if marks is not None and hosted is None:
+        raise ValueError("add_log_rows notes the high watermarks of the hosted logs only")
     last_topic = head = None
     for lg in logs:
         if n % every == 0:
@@ -373,10 +381,18 @@ def add_log_rows(GaugeRows rows not None, dict heads not None, new_head, logs, p
             head = heads.get(topic)
             if head is None:
                 head = new_head(topic)
+            if marks is not None:
+                slot = marks.slot_for(topic)
             last_topic = topic
-        rows._append(head, lg.partition, size, lg.log_end_offset, lg.log_start_offset,
+        partition = lg.partition
+        rows._append(head, partition, size, lg.log_end_offset, lg.log_start_offset,
                      len(segments))
-    return n
+        if marks is not None:
+            key = (topic, partition)
+            if key in hosted and (not offline or key not in offline):
+                marks.note(slot, partition, lg.high_watermark)
+                noted += 1
+    return n if marks is None else noted
 
 
 def add_offset_rows(GaugeRows current not None, GaugeRows lag not None, dict heads not None,
