@@ -32,6 +32,8 @@ from types import SimpleNamespace as NS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from fastlog.server.log._figures import LogFigures  # noqa: E402
+
 from fastlog.metadata import PartitionState, TopicState  # noqa: E402
 from fastlog.server.fetch_session import FetchSessionCache  # noqa: E402
 from fastlog.server.group.group import GroupState  # noqa: E402
@@ -59,6 +61,11 @@ def synthetic_broker(n: int):
     counts = PartitionCounts()  # (the replica manager's, kept as its partitions change)
     for p in parts.values():
         counts.host(p)
+    figures = LogFigures()  # (the log manager's: each log's figures in its slot)
+    for log in logs:
+        slot = figures.take(log.topic, log.partition)
+        figures.put(slot, sum(s.size for s in log.segments), log.log_end_offset,
+                    log.log_start_offset, len(log.segments), log.high_watermark)
     state = TopicState(topic, "A" * 22, {i: PartitionState(replicas=[0], leader=0, isr=[0])
                                          for i in range(n)}, {})
     stats = BrokerTopicStats()
@@ -74,7 +81,7 @@ def synthetic_broker(n: int):
                            metrics={"isr_shrinks": 0, "isr_expands": 0}),
         log_config=lambda t: NS(min_insync_replicas=1),
         metadata=NS(topic_names=lambda: [topic], topic=lambda name: state, brokers=dict),
-        log_manager=NS(all_logs=lambda: list(logs), log_dirs=["/data"],
+        log_manager=NS(all_logs=lambda: list(logs), log_dirs=["/data"], figures=figures,
                        dir_failure_channel=NS(offline=set()),
                        verification_stats={"passes": 0}),
         group_coordinator=NS(groups={"g": NS(group_id="g", state=GroupState.STABLE,

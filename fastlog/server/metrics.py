@@ -14,10 +14,12 @@
 # Rendering: the library's encoder writes the families of a few samples each, one family
 # at a time; the families of one sample per partition or per committed offset
 # (kafka_log_log_*, kafka_consumergroup_*) are gathered as rows of integers in compiled
-# code (fastlog/server/_exposition.pyx: add_log_rows and add_offset_rows fill a GaugeRows
-# in one pass over the logs or a group's offsets; each label head is encoded once per
-# topic or per group and topic) and written to exposition text there with the
-# interpreter lock released (GaugeLines: the samples the library would write, integers
+# code (fastlog/server/_exposition.pyx: add_figure_rows copies the log rows from the
+# figures each log keeps in its slot of the log manager's LogFigures, contiguous C arrays
+# written where the figures change (fastlog/server/log/_figures.pyx), with each topic's
+# label head made once for good; add_offset_rows fills a GaugeRows in one pass over a
+# group's offsets, each label head encoded once per group and topic) and written to
+# exposition text there with the interpreter lock released (GaugeLines: the samples the library would write, integers
 # spelled exactly). perf/bench_metrics.py, 10,000 partitions: 482 ms of CPU with the
 # library's per-sample formatting, 69 with Python f-strings, about 30 now. The replica
 # manager's gauges are not walked per scrape: it keeps them as partitions change role,
@@ -26,9 +28,9 @@
 # late transactions are looked for among the producer states with one open
 # (producer_state.WITH_OPEN_TXNS); every CHECK_COUNTS_EVERY scrapes the kept counts are
 # checked against the compiled walk (_exposition.replica_counts) and, if a change missed
-# its recount, reported and rebuilt on the loop. The log rows' walk notes each hosted
-# partition's high watermark (HostedWatermarks) for the lag rows, from the Logs it reads
-# anyway. The controller's counts over every partition are a compiled walk
+# its recount, reported and rebuilt on the loop; so are the log figures against a walk
+# over the logs (_check_figures, figure_mismatches). The log rows note each hosted
+# partition's high watermark (HostedWatermarks) for the lag rows, from the same slots. The controller's counts over every partition are a compiled walk
 # (offline_partitions: no Python call per partition).
 # The scrape runs on the HTTP thread but needs the interpreter lock, which the request
 # loop then waits for when it wakes (up to the 5 ms switch interval): GilBreaks hands
@@ -74,8 +76,10 @@ from fastlog.security.quota import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUE
 from fastlog.server._exposition import (
     GaugeRows,
     HostedWatermarks,
+    add_figure_rows,
     add_log_rows,
     add_offset_rows,
+    figure_mismatches,
     offline_partitions,
     replica_counts,
 )
@@ -398,12 +402,16 @@ class BrokerCollector:
         # rebuilt; the scrapes so far, for CHECK_COUNTS_EVERY
         self.loop: asyncio.AbstractEventLoop | None = None
         self.scrapes = 0
+        # the label head of each topic id of the log manager's LogFigures (ids are never
+        # reused, so these are made once per topic)
+        self._topic_heads: list[bytes] = []
 
     def describe(self):
         return []  # collected at scrape time only (the registry must not call collect)
 
     def collect(self):
         b = self.broker
+        self.scrapes += 1
         yield from self._topic_metrics(b.topic_stats)
         yield from self._request_metrics(b.request_metrics)
         yield from self._network_metrics(b)
@@ -547,7 +555,6 @@ class BrokerCollector:
             except Exception:  # noqa: BLE001 - a topic deleted meanwhile
                 return 1
 
-        self.scrapes += 1
         if self.scrapes % CHECK_COUNTS_EVERY == 0:
             self._check_counts(rm, min_isr_of)
         hosted = len(rm.partitions)
@@ -609,6 +616,25 @@ class BrokerCollector:
             self.loop.call_soon_threadsafe(rm.rebuild_counts)
         return False
 
+    def _check_figures(self, lm, figures) -> bool:
+        """The log manager's LogFigures against its logs' own figures (the walk the log
+        rows made before the figures were kept); a slot that missed a change (or a log
+        without one) is reported and every slot written anew on the loop. True when all
+        agree."""
+        generation = figures.generation
+        logs = lm.all_logs()
+        wrong = figure_mismatches(figures, logs, self.pause, ROWS_PER_PAUSE)
+        if figures.generation != generation:  # (logs listed or forgotten meanwhile)
+            return True
+        if not wrong and (figures.in_use == len(logs) or lm.dir_failure_channel.offline):
+            return True
+        report_limited(log, logging.WARNING, "log-figures",
+                       "%d of %d logs' kept figures differ from the logs' own (%d slots in "
+                       "use): written anew", wrong, len(logs), figures.in_use)
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(lm.note_all_figures)
+        return False
+
     def _fetch_session_metrics(self, cache):
         prefix = "kafka_server_fetchsessioncache_"
         yield self._gauge(prefix + "numincrementalfetchsessions",
@@ -662,18 +688,32 @@ class BrokerCollector:
 
     def _log_series(self, b):
         lm, rm = b.log_manager, b.replica_manager
-        rows, heads = GaugeRows(4), LabelHeads()
-        new_head = heads.maker(lambda t: f'topic="{label_value(t)}",')
-        if rm is None:
-            add_log_rows(rows, heads.index, new_head, lm.all_logs(), self.pause, ROWS_PER_PAUSE)
-        else:
-            # the lag rows' high watermarks, noted from the logs this walk reads anyway
-            # (each copy below is one step under the interpreter lock)
+        rows = GaugeRows(4)
+        figures = getattr(lm, "figures", None)
+        if figures is not None and figures.untracked:  # (a log without a slot: walk)
+            figures = None
+        if figures is not None and self.scrapes % CHECK_COUNTS_EVERY == 0:
+            self._check_figures(lm, figures)
+        marks = hosted = offline = None
+        if rm is not None:
+            # the lag rows' high watermarks, noted with the log rows (each copy below is
+            # one step under the interpreter lock)
             hosted = dict(rm.partitions)
             offline = set(rm.counts.offline_keys)
             marks = self._watermarks = HostedWatermarks()
-            noted = add_log_rows(rows, heads.index, new_head, lm.all_logs(), self.pause,
-                                 ROWS_PER_PAUSE, marks, hosted, offline)
+        if figures is not None:
+            noted = add_figure_rows(rows, figures, marks, hosted, offline)
+            heads = self._topic_heads
+            for topic in figures.topics[len(heads):]:  # (topics listed since the last)
+                heads.append(f'topic="{label_value(topic)}",'.encode())
+            texts = heads
+        else:
+            by_topic = LabelHeads()
+            noted = add_log_rows(rows, by_topic.index, by_topic.maker(
+                lambda t: f'topic="{label_value(t)}",'), lm.all_logs(), self.pause,
+                ROWS_PER_PAUSE, marks, hosted, offline)
+            texts = by_topic.texts
+        if marks is not None:
             for topic, partition in offline:
                 if (topic, partition) in hosted:
                     marks.add(topic, partition, 0, offline=True)
@@ -681,7 +721,6 @@ class BrokerCollector:
             if noted != len(hosted):  # (a hosted partition without an online log here)
                 replica_counts(list(hosted.values()), {}, _one, 0, 0, self.pause,
                                ROWS_PER_PAUSE, marks)
-        texts = heads.texts
         return (GaugeLines("kafka_log_log_size", "Bytes of the partition's segments.", rows, 0,
                            texts),
                 GaugeLines("kafka_log_log_logendoffset", "The log end offset.", rows, 1, texts),

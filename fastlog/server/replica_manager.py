@@ -512,6 +512,7 @@ class ReplicaManager:
         log_.hw_follows_leo = False
         hw = self._checkpointed_hw().get(key, 0)
         log_.high_watermark = max(log_.log_start_offset, min(hw, log_.log_end_offset))
+        log_.note_figures()
         self._start_cluster_tasks()
         return p
 
