@@ -105,6 +105,13 @@ cdef class LogFigures:
         fig[FIG_SEGMENTS] = segments
         fig[FIG_HIGH_WATERMARK] = high_watermark
 
+    def put_high_watermark(self, Py_ssize_t slot, int64_t high_watermark) -> None:
+        """Notes a log's high watermark alone (Log.update_high_watermark: the replicated
+        leader's and follower's every move)."""
+        cdef int64_t* fig = self.slot_ptr(slot)
+        if fig != NULL and fig[FIG_IN_USE]:
+            fig[FIG_HIGH_WATERMARK] = high_watermark
+
     def get(self, Py_ssize_t slot):
         """(topic, partition, size, log end, log start, segments, high watermark) of a slot
         in use, else None."""

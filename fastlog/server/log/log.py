@@ -865,10 +865,11 @@ class Log:
 
     def update_high_watermark(self, offset: int) -> int:
         """Set the high watermark, kept within [log_start_offset, log_end_offset]."""
-        self.high_watermark = max(self.log_start_offset, min(offset, self.log_end_offset))
-        if self._figures is not None:
-            self.note_figures()
-        return self.high_watermark
+        hw = self.high_watermark = max(self.log_start_offset, min(offset, self.log_end_offset))
+        figures = self._figures
+        if figures is not None:
+            figures.put_high_watermark(self._figure_slot, hw)
+        return hw
 
     # ------------------------------------------------------------------ truncation
 
