@@ -702,7 +702,8 @@ class BrokerCollector:
             offline = set(rm.counts.offline_keys)
             marks = self._watermarks = HostedWatermarks()
         if figures is not None:
-            noted = add_figure_rows(rows, figures, marks, hosted, offline)
+            noted = add_figure_rows(rows, figures, self.pause, ROWS_PER_PAUSE, marks, hosted,
+                                    offline)
             heads = self._topic_heads
             for topic in figures.topics[len(heads):]:  # (topics listed since the last)
                 heads.append(f'topic="{label_value(topic)}",'.encode())

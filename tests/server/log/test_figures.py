@@ -50,7 +50,9 @@ def rows_of(lm) -> tuple[set, set]:
 
     figures = lm.figures
     slots = GaugeRows(4)
-    add_figure_rows(slots, figures)
+    pauses = []
+    add_figure_rows(slots, figures, lambda: pauses.append(1), 4)
+    assert len(pauses) == -(-len(slots) // 4)
     texts = [f'topic="{t}",'.encode() for t in figures.topics]
     walk, heads = GaugeRows(4), LabelHeads()
     add_log_rows(walk, heads.index, heads.maker(lambda t: f'topic="{t}",'), lm.all_logs(),
@@ -168,8 +170,8 @@ def test_slots_are_reused_and_topic_ids_kept():
     assert figures.take("b", 4) == b and figures.topics == ["a", "b", "c"]
     rows = GaugeRows(4)
     marks = HostedWatermarks()
-    noted = add_figure_rows(rows, figures, marks, {("b", 4): None, ("c", 1): None},
-                            {("c", 1)})
+    noted = add_figure_rows(rows, figures, _noop, 16, marks,
+                            {("b", 4): None, ("c", 1): None}, {("c", 1)})
     assert len(rows) == 2 and noted == 1 and marks.get("b", 4) == 0
     assert marks.get("c", 1) is None
 
