@@ -19,9 +19,10 @@
 # written where the figures change (fastlog/server/log/_figures.pyx), with each topic's
 # label head made once for good; add_offset_rows fills a GaugeRows in one pass over a
 # group's offsets, each label head encoded once per group and topic) and written to
-# exposition text there with the interpreter lock released (GaugeLines: the samples the library would write, integers
-# spelled exactly). perf/bench_metrics.py, 10,000 partitions: 482 ms of CPU with the
-# library's per-sample formatting, 69 with Python f-strings, about 30 now. The replica
+# exposition text there with the interpreter lock released (GaugeLines: the samples the
+# library would write, integers spelled exactly). perf/bench_metrics.py, 10,000
+# partitions: 482 ms of CPU with the library's per-sample formatting, 69 with Python
+# f-strings, about 30 now (before the log figures were kept). The replica
 # manager's gauges are not walked per scrape: it keeps them as partitions change role,
 # ISR or log dir (partition.PartitionCounts; under-min-ISR from its led partitions by
 # ISR size per topic, against min.insync.replicas as configured at the scrape), and the
@@ -30,8 +31,9 @@
 # checked against the compiled walk (_exposition.replica_counts) and, if a change missed
 # its recount, reported and rebuilt on the loop; so are the log figures against a walk
 # over the logs (_check_figures, figure_mismatches). The log rows note each hosted
-# partition's high watermark (HostedWatermarks) for the lag rows, from the same slots. The controller's counts over every partition are a compiled walk
-# (offline_partitions: no Python call per partition).
+# partition's high watermark (HostedWatermarks) for the lag rows, from the same slots.
+# The controller's counts over every partition are a compiled walk (offline_partitions:
+# no Python call per partition).
 # The scrape runs on the HTTP thread but needs the interpreter lock, which the request
 # loop then waits for when it wakes (up to the 5 ms switch interval): GilBreaks hands
 # the lock over as soon as the loop's thread has run (its CPU clock moved: it woke and
@@ -129,9 +131,10 @@ SAMPLES_PER_PIECE = 64
 # TYPE of their own: a family holding any is encoded whole.
 _MOVED_SUFFIXES = ("_created", "_gsum", "_gcount")
 _OPENMETRICS_EOF = b"# EOF\n"
-# Every this many scrapes, the replica manager's kept counts are checked against a walk
-# over its partitions (BrokerCollector._check_counts): a count that missed a change is
-# reported and rebuilt on the loop, never left wrong for longer.
+# Every this many scrapes, the replica manager's kept counts and the log manager's kept
+# figures are checked against walks over its partitions and logs (BrokerCollector.
+# _check_counts, _check_figures): what missed a change is reported and rebuilt on the
+# loop, never left wrong for longer. (That scrape holds the lock as long as before.)
 CHECK_COUNTS_EVERY = 32
 
 log = logging.getLogger(__name__)
@@ -602,10 +605,10 @@ class BrokerCollector:
         (or a change meanwhile leaves it open)."""
         counts = rm.counts
         changes = counts.changes
-        kept = (counts.leaders, counts.under_replicated, None, len(counts.offline_keys))
+        kept = (counts.leaders, counts.under_replicated, counts.under_min_isr(min_isr_of),
+                len(counts.offline_keys))
         walked = replica_counts(list(rm.partitions.values()), {}, min_isr_of, 0, 0,
                                 self.pause, ROWS_PER_PAUSE)
-        kept = (kept[0], kept[1], counts.under_min_isr(min_isr_of), kept[3])
         if counts.changes != changes or rm.counts is not counts or kept == walked[:4]:
             return True
         report_limited(log, logging.WARNING, "replica-counts",
