@@ -559,6 +559,7 @@ class Log:
     def attach_figures(self, figures) -> None:
         """Listed by a LogManager: take a slot of its LogFigures and note the figures."""
         self.detach_figures()
+        self._fast.disarm()  # (armed before without a slot: it takes the slot when armed)
         self._figure_slot = figures.take(self.topic, self.partition)
         self._figures = figures if self._figure_slot >= 0 else None
         self.note_figures()
