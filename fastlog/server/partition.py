@@ -255,10 +255,9 @@ class PartitionCounts:
     """The replica manager's gauges over its hosted partitions (see the module comment):
     `leaders` (led and not offline), `under_replicated` (led, ISR smaller than the replica
     set), `offline_keys` (the (topic, partition) of each in a failed log dir; counted as
-    nothing else), and `led_by_isr`
-    (topic -> ISR size -> led partitions), from which under_min_isr counts the led
-    partitions whose ISR is smaller than their topic's min.insync.replicas at the time
-    asked (a config change needs no recount). `changes` counts the updates that changed
+    nothing else), and `led_by_isr` (topic -> ISR size -> led partitions), from which
+    under_min_isr counts the led partitions whose ISR is smaller than their topic's
+    min.insync.replicas at the time asked (a config change needs no recount). `changes` counts the updates that changed
     anything (a reader comparing the counts with a walk of its own knows whether they
     moved meanwhile)."""
 
