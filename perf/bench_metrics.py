@@ -32,10 +32,13 @@ from types import SimpleNamespace as NS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from fastlog.server.log._figures import LogFigures  # noqa: E402
+
 from fastlog.metadata import PartitionState, TopicState  # noqa: E402
 from fastlog.server.fetch_session import FetchSessionCache  # noqa: E402
 from fastlog.server.group.group import GroupState  # noqa: E402
 from fastlog.server.metrics import BrokerMetrics  # noqa: E402
+from fastlog.server.partition import PartitionCounts  # noqa: E402
 from fastlog.server.request_metrics import RequestMetrics  # noqa: E402
 from fastlog.server.topic_stats import BrokerTopicStats  # noqa: E402
 
@@ -49,11 +52,20 @@ def synthetic_broker(n: int):
         log = NS(topic=topic, partition=i, segments=(NS(size=1 << 20),),
                  log_end_offset=1000 + i, log_start_offset=0, high_watermark=1000 + i)
         logs.append(log)
-        parts[(topic, i)] = NS(topic=topic, partition=i, log=log, offline=False,
+        parts[(topic, i)] = NS(topic=topic, partition=i, key=(topic, i), log=log,
+                               offline=False, counts=None, counted=None,
                                local_id=None, leader_id=0, is_leader=True, isr=[0],
                                replicas=[0], producer_state=NS(
                                    ongoing={}, has_late_transaction=lambda now, limit: False))
         offsets[(topic, i)] = NS(offset=500)
+    counts = PartitionCounts()  # (the replica manager's, kept as its partitions change)
+    for p in parts.values():
+        counts.host(p)
+    figures = LogFigures()  # (the log manager's: each log's figures in its slot)
+    for log in logs:
+        slot = figures.take(log.topic, log.partition)
+        figures.put(slot, sum(s.size for s in log.segments), log.log_end_offset,
+                    log.log_start_offset, len(log.segments), log.high_watermark)
     state = TopicState(topic, "A" * 22, {i: PartitionState(replicas=[0], leader=0, isr=[0])
                                          for i in range(n)}, {})
     stats = BrokerTopicStats()
@@ -65,10 +77,11 @@ def synthetic_broker(n: int):
         topic_stats=stats, request_metrics=requests, socket_servers=[], bound=[],
         stopping=False, _started=True, node_id=0,
         config={"transaction.max.timeout.ms": "900000"}, cluster=None, is_controller=lambda: True,
-        replica_manager=NS(partitions=parts, metrics={"isr_shrinks": 0, "isr_expands": 0}),
+        replica_manager=NS(partitions=parts, counts=counts,
+                           metrics={"isr_shrinks": 0, "isr_expands": 0}),
         log_config=lambda t: NS(min_insync_replicas=1),
         metadata=NS(topic_names=lambda: [topic], topic=lambda name: state, brokers=dict),
-        log_manager=NS(all_logs=lambda: list(logs), log_dirs=["/data"],
+        log_manager=NS(all_logs=lambda: list(logs), log_dirs=["/data"], figures=figures,
                        dir_failure_channel=NS(offline=set()),
                        verification_stats={"passes": 0}),
         group_coordinator=NS(groups={"g": NS(group_id="g", state=GroupState.STABLE,

@@ -16,15 +16,22 @@
 # waited for the lock and shared its core with that work. Here a row costs one call, and
 # the text is written with the interpreter lock released.
 # Also here, the scrape's other walks over every partition, each one compiled pass that
-# reads the objects' attributes without a Python call per partition: replica_counts (the
-# replica manager's gauges over its Partitions) and offline_partitions (the controller's
-# counts over the metadata's PartitionStates). The walks stay apart because their sets
-# differ: the log rows are every log in an online dir (a log stays when its partition is
-# no longer a replica here; an offline partition's log is not listed), the replica counts
-# every hosted Partition, the controller counts every partition of the cluster. The
-# replica walk also notes each hosted partition's high watermark in a HostedWatermarks
-# (C arrays by topic and partition number), which the lag rows of every group then read
-# instead of looking each committed offset's Partition up and reading it and its Log.
+# reads the objects' attributes without a Python call per partition: offline_partitions
+# (the controller's counts over the metadata's PartitionStates) and replica_counts (the
+# replica manager's gauges over its Partitions: the check of the counts it keeps,
+# partition.PartitionCounts, every few scrapes, and the test's reference). The walks stay
+# apart because their sets differ: the log rows are every log in an online dir (a log
+# stays when its partition is no longer a replica here; an offline partition's log is not
+# listed), the replica counts every hosted Partition, the controller counts every
+# partition of the cluster. The log rows come from the log manager's LogFigures
+# (add_figure_rows: a copy of contiguous C arrays the logs write as their figures change;
+# add_log_rows, the walk over the Logs, where a log has no slot, and figure_mismatches,
+# the scrape's periodic check of the slots against it). Either also notes the high
+# watermark of each log whose partition is hosted and online in a HostedWatermarks (C
+# arrays by topic and partition number; the caller adds the offline ones), which the lag
+# rows of every group then read instead of looking each committed offset's Partition up
+# and reading it and its Log; replica_counts can note them too (a hosted partition without
+# an online log).
 # Called from: the HTTP endpoint's thread (fastlog/server/metrics.py, BrokerCollector),
 # one GaugeRows per scrape; not shared between threads. Every walk holds the interpreter
 # lock and calls the caller's pause (metrics.GilBreaks) every `every` rows.
@@ -33,6 +40,18 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from libc.stdint cimport int32_t, int64_t, uint64_t
 from libc.stdlib cimport free, malloc, qsort, realloc
 from libc.string cimport memcpy
+
+from fastlog.server.log._figures cimport (
+    FIG_HIGH_WATERMARK,
+    FIG_IN_USE,
+    FIG_LOG_END,
+    FIG_LOG_START,
+    FIG_PARTITION,
+    FIG_SEGMENTS,
+    FIG_SIZE,
+    FIG_TOPIC,
+    LogFigures,
+)
 
 # Rows allocated at first, and the most values a row holds.
 cdef Py_ssize_t _FIRST_CAPACITY = 256
@@ -349,16 +368,21 @@ cdef class HostedWatermarks:
 
 
 def add_log_rows(GaugeRows rows not None, dict heads not None, new_head, logs, pause,
-                 Py_ssize_t every):
+                 Py_ssize_t every, HostedWatermarks marks=None, hosted=None, offline=None):
     """Adds to `rows` (4 wide) a row per log of `logs` (fastlog.server.log.Log): its
     partition, and its size (the sum of its segments' sizes), log end offset, log start
     offset and number of segments; headed by heads[its topic], or new_head(topic), which
-    adds the topic's head and returns its index. Calls pause() before every `every`-th
-    log (metrics.GilBreaks: this loop holds the interpreter lock)."""
-    cdef Py_ssize_t n = 0
+    adds the topic's head and returns its index. With `marks`, also notes there the high
+    watermark of each log whose (topic, partition) is in `hosted` (the replica manager's
+    partitions) and not in `offline` (a set of keys, or None), for add_offset_rows, and
+    returns how many it noted; else returns the logs' count. Calls pause() before every
+    `every`-th log (metrics.GilBreaks: this loop holds the interpreter lock)."""
+    cdef Py_ssize_t n = 0, noted = 0, slot = 0
     cdef int64_t size
     if rows.width != 4 or every < 1:
         raise ValueError("add_log_rows fills rows 4 wide, pausing every 1 or more")
+    if marks is not None and hosted is None:
+        raise ValueError("add_log_rows notes the high watermarks of the hosted logs only")
     last_topic = head = None
     for lg in logs:
         if n % every == 0:
@@ -373,10 +397,98 @@ def add_log_rows(GaugeRows rows not None, dict heads not None, new_head, logs, p
             head = heads.get(topic)
             if head is None:
                 head = new_head(topic)
+            if marks is not None:
+                slot = marks.slot_for(topic)
             last_topic = topic
-        rows._append(head, lg.partition, size, lg.log_end_offset, lg.log_start_offset,
+        partition = lg.partition
+        rows._append(head, partition, size, lg.log_end_offset, lg.log_start_offset,
                      len(segments))
-    return n
+        if marks is not None:
+            key = (topic, partition)
+            if key in hosted and (not offline or key not in offline):
+                marks.note(slot, partition, lg.high_watermark)
+                noted += 1
+    return n if marks is None else noted
+
+
+def add_figure_rows(GaugeRows rows not None, LogFigures figures not None, pause,
+                    Py_ssize_t every, HostedWatermarks marks=None, hosted=None, offline=None):
+    """Adds to `rows` (4 wide) what add_log_rows would of the logs the LogManager lists,
+    from their slots in its `figures` (fastlog/server/log/_figures.pyx) instead of the Logs:
+    a row per slot in use, in slot order, headed by its topic's id (the heads are one per
+    topic id, figures.topics[i] the topic of id i). With `marks`, also notes there the
+    high watermark of each whose (topic, partition) is in `hosted` and not in `offline`,
+    as add_log_rows does, and returns how many it noted; else returns the rows added.
+    One pass over contiguous C arrays; calls pause() before every `every`-th row (the
+    noting takes about 0.1 us a row, all of it holding the interpreter lock). A slot is
+    copied in one step, so each row is its log as of one moment; topic ids are never
+    reused, so a row's head stays its topic's across a pause."""
+    cdef Py_ssize_t slot, high = figures.high, n = 0, noted = 0
+    cdef int64_t* fig
+    cdef list topics = figures.topics
+    if rows.width != 4 or every < 1:
+        raise ValueError("add_figure_rows fills rows 4 wide, pausing every 1 or more")
+    if marks is not None and hosted is None:
+        raise ValueError("add_figure_rows notes the high watermarks of the hosted logs only")
+    last_tid = -1
+    cdef Py_ssize_t mark_slot = 0
+    for slot in range(high):
+        fig = figures.slot_ptr(slot)
+        if not fig[FIG_IN_USE]:
+            continue
+        if n % every == 0:
+            pause()
+            if not fig[FIG_IN_USE]:  # (released meanwhile)
+                continue
+        n += 1
+        rows._append(<int32_t>fig[FIG_TOPIC], fig[FIG_PARTITION], fig[FIG_SIZE],
+                     fig[FIG_LOG_END], fig[FIG_LOG_START], fig[FIG_SEGMENTS])
+        if marks is not None:
+            topic = topics[fig[FIG_TOPIC]]
+            if fig[FIG_TOPIC] != last_tid:
+                mark_slot = marks.slot_for(topic)
+                last_tid = fig[FIG_TOPIC]
+            key = (topic, fig[FIG_PARTITION])
+            if key in hosted and (not offline or key not in offline):
+                marks.note(mark_slot, fig[FIG_PARTITION], fig[FIG_HIGH_WATERMARK])
+                noted += 1
+    return n if marks is None else noted
+
+
+def figure_mismatches(LogFigures figures not None, logs, pause, Py_ssize_t every):
+    """How many of `logs` (the LogManager's, each holding a slot of `figures`) have a
+    slot whose figures differ from the log's own (size as the sum of its segments', log
+    end and start offsets, segments, high watermark, topic and partition), or no slot;
+    each log compared with its slot in one step (no pause between). Calls pause() before
+    every `every`-th log."""
+    cdef Py_ssize_t n = 0, wrong = 0
+    cdef int64_t size
+    cdef int64_t* fig
+    if every < 1:
+        raise ValueError("figure_mismatches pauses every 1 or more logs")
+    topics = figures.topics
+    for lg in logs:
+        if n % every == 0:
+            pause()
+        n += 1
+        fig = NULL
+        if lg._figures is figures:
+            fig = figures.slot_ptr(lg._figure_slot)
+        if fig == NULL or not fig[FIG_IN_USE]:
+            wrong += 1
+            continue
+        segments = lg.segments
+        size = 0
+        for segment in segments:
+            size += segment.size
+        if (fig[FIG_SIZE] != size or fig[FIG_LOG_END] != lg.log_end_offset
+                or fig[FIG_LOG_START] != lg.log_start_offset
+                or fig[FIG_SEGMENTS] != len(segments)
+                or fig[FIG_HIGH_WATERMARK] != lg.high_watermark
+                or fig[FIG_PARTITION] != lg.partition
+                or topics[fig[FIG_TOPIC]] != lg.topic):
+            wrong += 1
+    return wrong
 
 
 def add_offset_rows(GaugeRows current not None, GaugeRows lag not None, dict heads not None,

@@ -14,15 +14,26 @@
 # Rendering: the library's encoder writes the families of a few samples each, one family
 # at a time; the families of one sample per partition or per committed offset
 # (kafka_log_log_*, kafka_consumergroup_*) are gathered as rows of integers in compiled
-# code (fastlog/server/_exposition.pyx: add_log_rows and add_offset_rows fill a GaugeRows
-# in one pass over the logs or a group's offsets; each label head is encoded once per
-# topic or per group and topic) and written to exposition text there with the
-# interpreter lock released (GaugeLines: the samples the library would write, integers
-# spelled exactly). perf/bench_metrics.py, 10,000 partitions: 482 ms of CPU with the
-# library's per-sample formatting, 69 with Python f-strings, about 30 now. The replica
-# manager's and the controller's counts over every partition are compiled walks there
-# too (replica_counts, offline_partitions: no Python call per partition); the replica
-# walk notes each hosted partition's high watermark (HostedWatermarks) for the lag rows.
+# code (fastlog/server/_exposition.pyx: add_figure_rows copies the log rows from the
+# figures each log keeps in its slot of the log manager's LogFigures, contiguous C arrays
+# written where the figures change (fastlog/server/log/_figures.pyx), with each topic's
+# label head made once for good; add_offset_rows fills a GaugeRows in one pass over a
+# group's offsets, each label head encoded once per group and topic) and written to
+# exposition text there with the interpreter lock released (GaugeLines: the samples the
+# library would write, integers spelled exactly). perf/bench_metrics.py, 10,000
+# partitions: 482 ms of CPU with the library's per-sample formatting, 69 with Python
+# f-strings, about 30 now (before the log figures were kept). The replica
+# manager's gauges are not walked per scrape: it keeps them as partitions change role,
+# ISR or log dir (partition.PartitionCounts; under-min-ISR from its led partitions by
+# ISR size per topic, against min.insync.replicas as configured at the scrape), and the
+# late transactions are looked for among the producer states with one open
+# (producer_state.WITH_OPEN_TXNS); every CHECK_COUNTS_EVERY scrapes the kept counts are
+# checked against the compiled walk (_exposition.replica_counts) and, if a change missed
+# its recount, reported and rebuilt on the loop; so are the log figures against a walk
+# over the logs (_check_figures, figure_mismatches). The log rows note each hosted
+# partition's high watermark (HostedWatermarks) for the lag rows, from the same slots.
+# The controller's counts over every partition are a compiled walk (offline_partitions:
+# no Python call per partition).
 # The scrape runs on the HTTP thread but needs the interpreter lock, which the request
 # loop then waits for when it wakes (up to the 5 ms switch interval): GilBreaks hands
 # the lock over as soon as the loop's thread has run (its CPU clock moved: it woke and
@@ -41,7 +52,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import logging
 import os
 import threading
 import time
@@ -60,16 +73,20 @@ from prometheus_client.core import (
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.samples import Sample
 
+from fastlog.logs import report_limited
 from fastlog.security.quota import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE
 from fastlog.server._exposition import (
     GaugeRows,
     HostedWatermarks,
+    add_figure_rows,
     add_log_rows,
     add_offset_rows,
+    figure_mismatches,
     offline_partitions,
     replica_counts,
 )
 from fastlog.server.lag import RemoteHighWatermarks
+from fastlog.server.producer_state import WITH_OPEN_TXNS
 from fastlog.server.request_metrics import TIME_BUCKETS_MS, request_name
 from fastlog.server.topic_stats import BROKER_COUNTERS, TOPIC_COUNTERS
 from fastlog.server.txn.schemas import TxnState
@@ -114,6 +131,13 @@ SAMPLES_PER_PIECE = 64
 # TYPE of their own: a family holding any is encoded whole.
 _MOVED_SUFFIXES = ("_created", "_gsum", "_gcount")
 _OPENMETRICS_EOF = b"# EOF\n"
+# Every this many scrapes, the replica manager's kept counts and the log manager's kept
+# figures are checked against walks over its partitions and logs (BrokerCollector.
+# _check_counts, _check_figures): what missed a change is reported and rebuilt on the
+# loop, never left wrong for longer. (That scrape holds the lock as long as before.)
+CHECK_COUNTS_EVERY = 32
+
+log = logging.getLogger(__name__)
 
 
 class GilBreaks:
@@ -374,15 +398,23 @@ class BrokerCollector:
         self.remote_high_watermarks = remote_high_watermarks
         # called in every loop over partitions (BrokerMetrics.render sets a GilBreaks)
         self.pause = _no_pause
-        # the hosted partitions' high watermarks noted by this scrape's replica walk
-        # (collect), for its lag rows (series); None until then
+        # the hosted partitions' high watermarks noted by this scrape's log rows
+        # (series), for its lag rows; None until then
         self._watermarks: HostedWatermarks | None = None
+        # the broker's loop (BrokerMetrics sets it), where kept counts found wrong are
+        # rebuilt; the scrapes so far, for CHECK_COUNTS_EVERY
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.scrapes = 0
+        # the label head of each topic id of the log manager's LogFigures (ids are never
+        # reused, so these are made once per topic)
+        self._topic_heads: list[bytes] = []
 
     def describe(self):
         return []  # collected at scrape time only (the registry must not call collect)
 
     def collect(self):
         b = self.broker
+        self.scrapes += 1
         yield from self._topic_metrics(b.topic_stats)
         yield from self._request_metrics(b.request_metrics)
         yield from self._network_metrics(b)
@@ -408,7 +440,7 @@ class BrokerCollector:
         (see the module comment); the registry's `collect` yields the others."""
         b = self.broker
         if b.log_manager is not None:
-            yield from self._log_series(b.log_manager)
+            yield from self._log_series(b)
         if b.group_coordinator is not None:
             yield from self._group_series(b)
 
@@ -518,7 +550,7 @@ class BrokerCollector:
 
     def _replica_metrics(self, b):
         rm = b.replica_manager
-        parts = list(rm.partitions.values())
+        counts = rm.counts
 
         def min_isr_of(topic: str) -> int:
             try:
@@ -526,12 +558,16 @@ class BrokerCollector:
             except Exception:  # noqa: BLE001 - a topic deleted meanwhile
                 return 1
 
-        marks = self._watermarks = HostedWatermarks()
-        leaders, under, under_min, offline, late = replica_counts(
-            parts, {}, min_isr_of, int(time.time() * 1000),
-            int(b.config["transaction.max.timeout.ms"]), self.pause, ROWS_PER_PAUSE, marks)
+        if self.scrapes % CHECK_COUNTS_EVERY == 0:
+            self._check_counts(rm, min_isr_of)
+        hosted = len(rm.partitions)
+        leaders, under = counts.leaders, counts.under_replicated
+        offline = len(counts.offline_keys)
+        under_min = counts.under_min_isr(min_isr_of)
+        late = late_transactions(rm.partitions, int(time.time() * 1000),
+                                 int(b.config["transaction.max.timeout.ms"]))
         prefix = "kafka_server_replicamanager_"
-        yield self._gauge(prefix + "partitioncount", "Partitions hosted here.", len(parts))
+        yield self._gauge(prefix + "partitioncount", "Partitions hosted here.", hosted)
         yield self._gauge(prefix + "leadercount", "Partitions this broker leads.", leaders)
         yield self._gauge(prefix + "underreplicatedpartitions",
                           "Led partitions whose ISR is smaller than their replica set.", under)
@@ -561,6 +597,46 @@ class BrokerCollector:
                             "Records a follower removed below its high watermark (committed "
                             "data lost: only an unclean election or a lost disk does this).",
                             m.get("unclean_truncated_records", 0))
+
+    def _check_counts(self, rm, min_isr_of) -> bool:
+        """The replica manager's kept counts against a walk over its partitions (the
+        walk the scrape made before they were kept); when they differ and no partition
+        changed meanwhile, reports it and has the loop rebuild them. True when they agree
+        (or a change meanwhile leaves it open)."""
+        counts = rm.counts
+        changes = counts.changes
+        kept = (counts.leaders, counts.under_replicated, counts.under_min_isr(min_isr_of),
+                len(counts.offline_keys))
+        walked = replica_counts(list(rm.partitions.values()), {}, min_isr_of, 0, 0,
+                                self.pause, ROWS_PER_PAUSE)
+        if counts.changes != changes or rm.counts is not counts or kept == walked[:4]:
+            return True
+        report_limited(log, logging.WARNING, "replica-counts",
+                       "the replica manager's kept counts (leaders, under-replicated, under "
+                       "min ISR, offline) %s differ from its partitions' %s: rebuilt", kept,
+                       walked[:4])
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(rm.rebuild_counts)
+        return False
+
+    def _check_figures(self, lm, figures) -> bool:
+        """The log manager's LogFigures against its logs' own figures (the walk the log
+        rows made before the figures were kept); a slot that missed a change (or a log
+        without one) is reported and every slot written anew on the loop. True when all
+        agree."""
+        generation = figures.generation
+        logs = lm.all_logs()
+        wrong = figure_mismatches(figures, logs, self.pause, ROWS_PER_PAUSE)
+        if figures.generation != generation:  # (logs listed or forgotten meanwhile)
+            return True
+        if not wrong and (figures.in_use == len(logs) or lm.dir_failure_channel.offline):
+            return True
+        report_limited(log, logging.WARNING, "log-figures",
+                       "%d of %d logs' kept figures differ from the logs' own (%d slots in "
+                       "use): written anew", wrong, len(logs), figures.in_use)
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(lm.note_all_figures)
+        return False
 
     def _fetch_session_metrics(self, cache):
         prefix = "kafka_server_fetchsessioncache_"
@@ -613,11 +689,42 @@ class BrokerCollector:
                          ("cpu_seconds", "CPU seconds the background check used.")):
             yield self._counter(f"fastlog_log_verification_{key}", doc, v.get(key, 0))
 
-    def _log_series(self, lm):
-        rows, heads = GaugeRows(4), LabelHeads()
-        add_log_rows(rows, heads.index, heads.maker(lambda t: f'topic="{label_value(t)}",'),
-                     lm.all_logs(), self.pause, ROWS_PER_PAUSE)
-        texts = heads.texts
+    def _log_series(self, b):
+        lm, rm = b.log_manager, b.replica_manager
+        rows = GaugeRows(4)
+        figures = getattr(lm, "figures", None)
+        if figures is not None and figures.untracked:  # (a log without a slot: walk)
+            figures = None
+        if figures is not None and self.scrapes % CHECK_COUNTS_EVERY == 0:
+            self._check_figures(lm, figures)
+        marks = hosted = offline = None
+        if rm is not None:
+            # the lag rows' high watermarks, noted with the log rows (each copy below is
+            # one step under the interpreter lock)
+            hosted = dict(rm.partitions)
+            offline = set(rm.counts.offline_keys)
+            marks = self._watermarks = HostedWatermarks()
+        if figures is not None:
+            noted = add_figure_rows(rows, figures, self.pause, ROWS_PER_PAUSE, marks, hosted,
+                                    offline)
+            heads = self._topic_heads
+            for topic in figures.topics[len(heads):]:  # (topics listed since the last)
+                heads.append(f'topic="{label_value(topic)}",'.encode())
+            texts = heads
+        else:
+            by_topic = LabelHeads()
+            noted = add_log_rows(rows, by_topic.index, by_topic.maker(
+                lambda t: f'topic="{label_value(t)}",'), lm.all_logs(), self.pause,
+                ROWS_PER_PAUSE, marks, hosted, offline)
+            texts = by_topic.texts
+        if marks is not None:
+            for topic, partition in offline:
+                if (topic, partition) in hosted:
+                    marks.add(topic, partition, 0, offline=True)
+                    noted += 1
+            if noted != len(hosted):  # (a hosted partition without an online log here)
+                replica_counts(list(hosted.values()), {}, _one, 0, 0, self.pause,
+                               ROWS_PER_PAUSE, marks)
         return (GaugeLines("kafka_log_log_size", "Bytes of the partition's segments.", rows, 0,
                            texts),
                 GaugeLines("kafka_log_log_logendoffset", "The log end offset.", rows, 1, texts),
@@ -715,6 +822,24 @@ def _no_pause() -> None:
     pass
 
 
+def late_transactions(partitions: dict, now_ms: int, max_timeout_ms: int) -> int:
+    """Led partitions of `partitions` (the replica manager's) with a late transaction
+    (ProducerStateManager.has_late_transaction), over the producer states with an open
+    transaction only (producer_state.WITH_OPEN_TXNS), not every partition."""
+    late = 0
+    for ref in list(WITH_OPEN_TXNS.data):
+        state = ref()
+        if state is None or not state.ongoing:
+            continue
+        p = partitions.get((state.topic, state.partition))
+        if (p is None or p.producer_state is not state or p.offline
+                or (p.local_id is not None and p.leader_id != p.local_id)):
+            continue
+        if state.has_late_transaction(now_ms, max_timeout_ms):
+            late += 1
+    return late
+
+
 def _one(_topic: str) -> int:
     return 1
 
@@ -794,6 +919,10 @@ class BrokerMetrics:
         self.collector = BrokerCollector(broker, threading.get_native_id(),
                                          self.remote_high_watermarks)
         self.registry.register(self.collector)
+        try:
+            self.collector.loop = asyncio.get_running_loop()
+        except RuntimeError:  # (made off a loop: a test or a bench)
+            self.collector.loop = None
         self._lock = threading.Lock()
         # the request loop's CPU clock (this runs on the loop), for the scrape's breaks
         self._loop_ident = threading.get_ident()

@@ -11,6 +11,15 @@
 # A replica whose log dir failed is `offline`: it keeps its last state, and serves nothing.
 # Decisions only, no I/O: ZooKeeper writes, purgatory wake-ups and fetching are the
 # ReplicaManager's and the fetcher's. Called from the broker's asyncio loop only.
+# Also here, PartitionCounts: the replica manager's gauges (leaders, under-replicated,
+# offline, led partitions by ISR size per topic for under-min-ISR) kept up to date as
+# partitions change role, ISR or log dir, so a metrics scrape reads a few integers instead
+# of walking every Partition with the interpreter lock held. Each hosted Partition holds
+# what it adds to the counts (`counted`); `recount()` replaces that with what its state
+# adds now, so a count is always the sum over the hosted partitions as of their last
+# recount. Whatever changes `offline`, `isr`, `replicas`, `leader_id` or `local_id` calls
+# it (make_leader and make_follower do; the ReplicaManager where it sets them itself and
+# where it hosts or drops a partition). Updated on the loop, read by the scrape's thread.
 """A hosted partition: role, leader epoch, ISR, follower positions, high watermark."""
 
 from __future__ import annotations
@@ -76,6 +85,16 @@ class Partition:
         # Its log dir failed (ReplicaManager.handle_log_dir_failure): no reads, no writes,
         # KAFKA_STORAGE_ERROR to clients, until a restart with the dir readable.
         self.offline = False
+        # The PartitionCounts this partition is counted in while hosted (the replica
+        # manager sets it), and what it adds to them now (PartitionCounts.contribution).
+        self.counts: PartitionCounts | None = None
+        self.counted: tuple | None = None
+
+    def recount(self) -> None:
+        """After a change of role, ISR, replicas or log dir: the counts follow it."""
+        counts = self.counts
+        if counts is not None:
+            counts.update(self)
 
     # ------------------------------------------------------------------ role
     @property
@@ -136,6 +155,7 @@ class Partition:
             for b in list(self.remote):
                 if b not in self.replicas:
                     del self.remote[b]
+        self.recount()
         return changed
 
     def make_follower(self, leader_id: int, leader_epoch: int, replicas: list[int]) -> bool:
@@ -152,6 +172,7 @@ class Partition:
         self.remote = {}
         self.fenced = False
         self.log.hw_follows_leo = False
+        self.recount()
         return changed
 
     # ------------------------------------------------------------------ leader side
@@ -228,3 +249,95 @@ class Partition:
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.partition})"
+
+
+class PartitionCounts:
+    """The replica manager's gauges over its hosted partitions (see the module comment):
+    `leaders` (led and not offline), `under_replicated` (led, ISR smaller than the replica
+    set), `offline_keys` (the (topic, partition) of each in a failed log dir; counted as
+    nothing else), and `led_by_isr` (topic -> ISR size -> led partitions), from which
+    under_min_isr counts the led partitions whose ISR is smaller than their topic's
+    min.insync.replicas at the time asked (a config change needs no recount). `changes` counts the updates that changed
+    anything (a reader comparing the counts with a walk of its own knows whether they
+    moved meanwhile)."""
+
+    __slots__ = ("leaders", "under_replicated", "offline_keys", "led_by_isr", "changes")
+
+    def __init__(self):
+        self.changes = 0
+        self.leaders = 0
+        self.under_replicated = 0
+        self.offline_keys: set[tuple[str, int]] = set()
+        self.led_by_isr: dict[str, dict[int, int]] = {}
+
+    @staticmethod
+    def contribution(p: Partition) -> tuple:
+        """What `p` adds to the counts: (key, offline, leads, under-replicated, ISR size)."""
+        if p.offline:
+            return (p.key, True, False, False, 0)
+        if p.local_id is not None and p.leader_id != p.local_id:
+            return (p.key, False, False, False, 0)
+        isr = len(p.isr)
+        return (p.key, False, True, isr < len(p.replicas), isr)
+
+    def host(self, p: Partition) -> None:
+        """`p` is hosted now: counted from here on."""
+        if p.counts is not None and p.counts is not self:
+            p.counts.drop(p)
+        p.counts = self
+        self.update(p)
+
+    def drop(self, p: Partition) -> None:
+        """`p` is no longer hosted: what it added is taken out."""
+        if p.counts is self:
+            self.changes += 1
+            self._add(p.counted, -1)
+            p.counted = None
+            p.counts = None
+
+    def update(self, p: Partition) -> None:
+        now = self.contribution(p)
+        before = p.counted
+        if now != before:
+            self.changes += 1
+            self._add(before, -1)
+            self._add(now, 1)
+            p.counted = now
+
+    def _add(self, c: tuple | None, sign: int) -> None:
+        if c is None:
+            return
+        key, offline, leads, under, isr = c
+        if offline:
+            if sign > 0:
+                self.offline_keys.add(key)
+            else:
+                self.offline_keys.discard(key)
+            return
+        if not leads:
+            return
+        self.leaders += sign
+        if under:
+            self.under_replicated += sign
+        topic = key[0]
+        by_isr = self.led_by_isr.get(topic)
+        if by_isr is None:
+            by_isr = self.led_by_isr[topic] = {}
+        n = by_isr.get(isr, 0) + sign
+        if n:
+            by_isr[isr] = n
+        else:
+            del by_isr[isr]
+            if not by_isr:
+                del self.led_by_isr[topic]
+
+    def under_min_isr(self, min_isr_of) -> int:
+        """Led partitions whose ISR is smaller than min_isr_of(their topic). Any thread
+        (each dict is copied in one step first)."""
+        under = 0
+        for topic, by_isr in list(self.led_by_isr.items()):
+            least = min_isr_of(topic)
+            for isr, n in list(by_isr.items()):
+                if isr < least:
+                    under += n
+        return under

@@ -21,7 +21,8 @@
 # passed, else the high watermark.
 # The offset in the name is the log end offset the state covers; on open the broker loads
 # the newest snapshot at or below the log end and replays the batches after it.
-# Called from: the broker's asyncio API loop only (ReplicaManager).
+# Called from: the broker's asyncio API loop only (ReplicaManager); WITH_OPEN_TXNS is
+# also read by the metrics scrape's thread (metrics.BrokerCollector).
 """Idempotent and transactional producer state per partition, snapshots, producer ids."""
 
 from __future__ import annotations
@@ -29,10 +30,18 @@ from __future__ import annotations
 import collections
 import os
 import struct
+import weakref
 
 import crc32c
 
 from fastlog.server.log.txn_index import read_end_txn_marker
+
+# Every ProducerStateManager with an open transaction (and some that have just ended
+# theirs): the metrics scrape counts the partitions with a late one over these alone
+# instead of asking every partition. A manager is added wherever `ongoing` gains an
+# entry, discarded where it empties; weak, so a manager replaced or dropped leaves it.
+# Read from another thread as list(WITH_OPEN_TXNS.data) (one step under the lock).
+WITH_OPEN_TXNS: weakref.WeakSet = weakref.WeakSet()
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -224,6 +233,7 @@ class ProducerStateManager:
         if is_transactional and entry.current_txn_first_offset < 0:
             entry.current_txn_first_offset = first_offset
             self.ongoing[first_offset] = producer_id
+            WITH_OPEN_TXNS.add(self)
 
     def _entry_at_epoch(self, producer_id: int, epoch: int) -> ProducerStateEntry | None:
         """The producer's entry moved to `epoch` (a new epoch forgets the old sequences,
@@ -272,6 +282,8 @@ class ProducerStateManager:
         if first >= 0:
             completed = CompletedTxn(producer_id, first, offset, not commit)
             self.ongoing.pop(first, None)
+            if not self.ongoing:
+                WITH_OPEN_TXNS.discard(self)
             completed.last_stable_offset = next(iter(self.ongoing), offset + 1)
             self.unreplicated[first] = completed
         entry.current_txn_first_offset = -1
@@ -346,6 +358,7 @@ class ProducerStateManager:
     def truncate_and_reload(self) -> None:
         self.producers.clear()
         self.ongoing.clear()
+        WITH_OPEN_TXNS.discard(self)
         self.unreplicated.clear()
         self.map_end_offset = 0
 
@@ -414,6 +427,8 @@ class ProducerStateManager:
         self.ongoing = dict(sorted((e.current_txn_first_offset, e.producer_id)
                                    for e in producers.values()
                                    if e.current_txn_first_offset >= 0))
+        if self.ongoing:
+            WITH_OPEN_TXNS.add(self)
         self.unreplicated = {}
 
     def write_snapshot(self, directory: str, txn_index_bases=()) -> str:

@@ -1,6 +1,7 @@
 # fastlog/server/replica_manager.py — the partitions this broker hosts (Kafka's ReplicaManager).
 #
-# Owns: one `Partition` (fastlog/server/partition.py) per hosted (topic, partition), the
+# Owns: one `Partition` (fastlog/server/partition.py) per hosted (topic, partition) and
+# their gauges kept as they change (`counts`, partition.PartitionCounts), the
 # fetch and produce purgatories, the replica fetchers (fastlog/server/replica_fetcher.py),
 # the periodic ISR check and each log dir's `replication-offset-checkpoint` (Kafka's
 # format: high watermarks of replicated partitions). `append_to_partition` validates a
@@ -61,7 +62,7 @@ from fastlog.server.log.checkpoint import (
     OffsetCheckpointFile,
 )
 from fastlog.server.log.txn_index import AbortedTxn
-from fastlog.server.partition import NO_LEADER, Partition
+from fastlog.server.partition import NO_LEADER, Partition, PartitionCounts
 from fastlog.server.producer_state import (
     NO_PRODUCER_ID,
     BatchMetadata,
@@ -260,6 +261,9 @@ class ReplicaManager:
     def __init__(self, broker):
         self.broker = broker
         self.partitions: dict[tuple[str, int], Partition] = {}
+        # the gauges over `partitions`, kept as they change (partition.PartitionCounts):
+        # every insertion into `partitions` goes with counts.host, every removal with drop
+        self.counts = PartitionCounts()
         self.fetch_purgatory = Purgatory("Fetch")
         self.produce_purgatory = Purgatory("Produce")
         self.fetcher_manager = None  # ReplicaFetcherManager, made on the first follower role
@@ -313,12 +317,23 @@ class ReplicaManager:
         p = Partition(topic, partition, log_, leader_epoch, replicas)
         self._load_producer_state(p)
         self.partitions[p.key] = p
+        self.counts.host(p)
         self._resume_move(p)
         return p
+
+    def rebuild_counts(self) -> None:
+        """(loop thread) Counts made anew from every hosted partition (the metrics scrape
+        found the kept ones differ from a walk: a change that missed its recount)."""
+        counts = PartitionCounts()
+        for p in list(self.partitions.values()):
+            counts.host(p)
+        self.counts = counts
 
     def delete_partition(self, topic: str, partition: int) -> None:
         self._stop_fetching((topic, partition))
         p = self.partitions.pop((topic, partition), None)
+        if p is not None:
+            self.counts.drop(p)
         self.fetch_purgatory.check_and_complete((topic, partition))
         self.produce_purgatory.check_and_complete((topic, partition))
         # (also a log whose partition was already stopped without deletion)
@@ -439,6 +454,7 @@ class ReplicaManager:
         for p in self.partitions.values():
             if lm.log_dir_of(p.topic, p.partition) == log_dir:
                 p.offline = True
+                p.recount()
 
     def handle_log_dir_failure(self, log_dir: str) -> list[tuple[str, int]]:
         """(loop thread) Take the partitions of a failed log dir offline here, then in the
@@ -449,6 +465,7 @@ class ReplicaManager:
             p = self.partitions.get(key)
             if p is not None:
                 p.offline = True
+                p.recount()
                 self._wake(key)
         return keys
 
@@ -491,16 +508,19 @@ class ReplicaManager:
             p = Partition(topic, partition, log_, leader_epoch, replicas, local_id=self.node_id)
             self._load_producer_state(p)
             self.partitions[key] = p
+            self.counts.host(p)
             self._resume_move(p)
         else:  # opened in single-node style before the cluster roles arrived
             p.local_id = self.node_id
             p.leader_id = NO_LEADER
+            p.recount()
         log_ = p.log
         # Loading left the high watermark at the log end (single-node rule); a replica only
         # trusts what it checkpointed, since the tail may never have been committed.
         log_.hw_follows_leo = False
         hw = self._checkpointed_hw().get(key, 0)
         log_.high_watermark = max(log_.log_start_offset, min(hw, log_.log_end_offset))
+        log_.note_figures()
         self._start_cluster_tasks()
         return p
 
@@ -570,6 +590,7 @@ class ReplicaManager:
         p = self.partitions.get(key)
         if p is not None:
             p.offline = True
+            p.recount()
         self._wake(key)
         log.info("%s-%d: told to %s, but its log dir has failed: it stays offline",
                  topic, partition, role)
@@ -592,6 +613,7 @@ class ReplicaManager:
         p = self.partitions.pop(key, None)
         self._wake(key)
         if p is not None:
+            self.counts.drop(p)
             log.info("%s: no longer a replica here (log kept)", p)
 
     def session_changed(self, expired: bool) -> None:
@@ -757,6 +779,7 @@ class ReplicaManager:
             return False
         old = p.isr
         p.isr = list(new_isr)
+        p.recount()
         p.partition_epoch = version
         self.metrics["isr_expands" if len(new_isr) > len(old) else "isr_shrinks"] += 1
         log.info("%s: ISR %s -> %s (%s), partition epoch %d", p, old, p.isr, why, version)
@@ -799,6 +822,7 @@ class ReplicaManager:
                 and p.leader_epoch == epoch and p.is_leader and p.fenced):
             p.fenced = False
             p.isr = [b for b in st.isr if b in p.replicas] or [self.node_id]
+            p.recount()
             p.partition_epoch = st.zk_version
             log.info("%s: leadership at epoch %d confirmed by ZooKeeper again", p, epoch)
             self._wake(p.key)

@@ -3,6 +3,7 @@
 from libc.stdint cimport int32_t, int64_t
 
 from fastlog._index cimport SegmentIndexer
+from fastlog.server.log._figures cimport LogFigures
 
 
 cdef struct AppendResult:       # what LogAppendInfo says of an append
@@ -34,6 +35,8 @@ cdef class LeaderAppend:
     cdef int64_t max_batch_size  # max.message.bytes
     cdef int64_t flush_messages
     cdef bint log_append_time
+    cdef int64_t* fig            # the log's slot in its LogManager's LogFigures (or NULL)
+    cdef int64_t sealed          # bytes of the log's other segments (Log._sealed_bytes)
 
     cdef object append_c(self, log, records, list batches, int32_t leader_epoch,
                          int64_t now, AppendResult *out)

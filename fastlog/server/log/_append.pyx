@@ -24,6 +24,10 @@
 # configuration or the log's life changes (Log._publish, update_config, close, ...); the
 # log end offset is checked against the log's on every call.
 #
+# Figures: the log's size, log end offset (and high watermark) also go into its slot of the
+# LogManager's LogFigures (_figures.pyx) through a pointer taken at arm(), as
+# Log.note_figures would write them.
+#
 # Threads: the log's owner thread (the broker's event loop) only. The pwrite runs without
 # the interpreter lock; nothing else writes this segment meanwhile (flush() on the I/O
 # worker only fsyncs).
@@ -36,6 +40,7 @@ from posix.unistd cimport ftruncate, pwrite
 
 from fastlog._codec cimport BatchHeader, stamp_batch_headers
 from fastlog._index cimport SegmentIndexer
+from fastlog.server.log._figures cimport FIG_HIGH_WATERMARK, FIG_LOG_END, FIG_SIZE, LogFigures
 
 import os
 
@@ -55,6 +60,7 @@ cdef class LeaderAppend:
         self.armed = False
         self.segment = None
         self.indexer = None
+        self.fig = NULL
 
     def arm(self, log, segment, config):
         """Take the log's state after an append of Log's own path: `segment` is its active
@@ -79,6 +85,10 @@ cdef class LeaderAppend:
         self.max_batch_size = config.max_message_bytes
         self.flush_messages = config.flush_messages
         self.log_append_time = config.log_append_time
+        figures = log._figures
+        if figures is not None:  # (slot_ptr: NULL for no slot)
+            self.fig = (<LogFigures?>figures).slot_ptr(log._figure_slot)
+            self.sealed = log._sealed_bytes
         self.armed = True
         return True
 
@@ -199,8 +209,13 @@ cdef class LeaderAppend:
         seg.size = self.size
         seg._next_offset = self.next_offset
         log.log_end_offset = self.next_offset
+        if self.fig != NULL:
+            self.fig[FIG_SIZE] = self.sealed + self.size
+            self.fig[FIG_LOG_END] = self.next_offset
         if log.hw_follows_leo:
             log.high_watermark = self.next_offset
+            if self.fig != NULL:
+                self.fig[FIG_HIGH_WATERMARK] = self.next_offset
         if self.log_append_time and now < 0:
             now = log._now_ms()
         self.appends += 1

@@ -30,6 +30,10 @@
 # segment's descriptor, size and roll settings and the log end offset in C fields and
 # writes the same bytes and index entries as the path below; that path takes every other
 # append and arms it again, and _publish, update_config and close disarm it.
+# Figures: while its LogManager lists it, the log holds a slot of the manager's LogFigures
+# (_figures.pyx) and writes its size, log end and start offsets, segment count and high
+# watermark there (note_figures) after every change of them on its own paths; the compiled
+# append writes its share through a pointer. The metrics scrape reads those slots.
 # An I/O error from a write (append, roll, flush, truncation, retention, a compaction swap)
 # is reported to the log dir's failure channel (dir_failure.py) before it propagates: the
 # LogManager then takes the whole dir offline, as Kafka does.
@@ -209,6 +213,12 @@ class Log:
         # by every change of the segment list, the settings or the log's life.
         self._fast = LeaderAppend(LogAppendInfo)
         self._bases: tuple[int, ...] = ()
+        # Bytes of every segment but the active one (_publish), for the figures.
+        self._sealed_bytes = 0
+        # The LogManager's LogFigures and this log's slot there while it lists the log
+        # (attach_figures); None / -1 otherwise.
+        self._figures = None
+        self._figure_slot = -1
         self.log_start_offset = 0
         self.log_end_offset = 0
         self.recovery_point = 0
@@ -349,6 +359,7 @@ class Log:
         self.recovery_point = min(recovery_point, self.log_end_offset)
         self.high_watermark = self.log_end_offset if self.hw_follows_leo else min(
             self.high_watermark, self.log_end_offset)
+        self.note_figures()
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset, loading=True)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
 
@@ -540,6 +551,36 @@ class Log:
         segs = tuple(segments)
         self._view = (segs, tuple(s.base_offset for s in segs))
         self._segments, self._bases = self._view
+        self._sealed_bytes = sum(s.size for s in segs[:-1])
+        self.note_figures()
+
+    # ------------------------------------------------------------------ figures
+
+    def attach_figures(self, figures) -> None:
+        """Listed by a LogManager: take a slot of its LogFigures and note the figures."""
+        self.detach_figures()
+        self._fast.disarm()  # (armed before without a slot: it takes the slot when armed)
+        self._figure_slot = figures.take(self.topic, self.partition)
+        self._figures = figures if self._figure_slot >= 0 else None
+        self.note_figures()
+
+    def detach_figures(self) -> None:
+        """No longer listed: the slot goes back (and the compiled append forgets it)."""
+        figures, self._figures = self._figures, None
+        if figures is not None:
+            self._fast.disarm()
+            figures.release(self._figure_slot)
+        self._figure_slot = -1
+
+    def note_figures(self) -> None:
+        """Writes the figures into the log's slot (after any change of its size, offsets,
+        segments or high watermark on a path other than the compiled append's)."""
+        figures = self._figures
+        if figures is not None:
+            segs = self._segments
+            figures.put(self._figure_slot, self._sealed_bytes + segs[-1].size if segs else 0,
+                        self.log_end_offset, self.log_start_offset, len(segs),
+                        self.high_watermark)
 
     @property
     def segments(self) -> tuple[LogSegment, ...]:
@@ -654,6 +695,7 @@ class Log:
         self.log_end_offset = info.last_offset + 1
         if self.hw_follows_leo:
             self.high_watermark = self.log_end_offset
+        self.note_figures()
         if self.log_end_offset - self.recovery_point >= self.config.flush_messages:
             info.flush_future = self._request_flush(self.log_end_offset)
 
@@ -824,8 +866,11 @@ class Log:
 
     def update_high_watermark(self, offset: int) -> int:
         """Set the high watermark, kept within [log_start_offset, log_end_offset]."""
-        self.high_watermark = max(self.log_start_offset, min(offset, self.log_end_offset))
-        return self.high_watermark
+        hw = self.high_watermark = max(self.log_start_offset, min(offset, self.log_end_offset))
+        figures = self._figures
+        if figures is not None:
+            figures.put_high_watermark(self._figure_slot, hw)
+        return hw
 
     # ------------------------------------------------------------------ truncation
 
@@ -855,6 +900,7 @@ class Log:
             self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
             self.recovery_point = min(self.recovery_point, self.log_end_offset)
             self.high_watermark = min(self.high_watermark, self.log_end_offset)
+        self.note_figures()
         self._delete_segments_async(removed)
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         return True
@@ -874,6 +920,7 @@ class Log:
             self.log_start_offset = offset
             self.recovery_point = offset
             self.high_watermark = offset
+        self.note_figures()
         self._schedule_file_deletion(removed)
         self.leader_epoch_cache.clear()
 
@@ -887,6 +934,7 @@ class Log:
                 f"{self.high_watermark} for {self.topic}-{self.partition}")
         if offset > self.log_start_offset:
             self.log_start_offset = offset
+            self.note_figures()
             self.leader_epoch_cache.truncate_from_start(offset)
         return self.log_start_offset
 
@@ -926,6 +974,7 @@ class Log:
         remaining = segs[len(deletable):] + [self.active_segment]
         self._publish(remaining)
         self.log_start_offset = max(self.log_start_offset, remaining[0].base_offset)
+        self.note_figures()
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         self._delete_segments_async(deletable)
         return len(deletable)

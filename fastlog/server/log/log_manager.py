@@ -58,6 +58,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from fastlog.fileio import atomic_write_many, fsync_dir, sync_new
 from fastlog.logs import report_limited
 
+from ._figures import LogFigures
 from .checkpoint import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
@@ -143,6 +144,9 @@ class LogManager:
         self._owns_scheduler = scheduler is None
         self.scheduler = scheduler or IoWorker()
         self._logs: dict[tuple[str, int], Log] = {}
+        # the figures of every log in _logs, a slot each (_figures.pyx: the metrics scrape
+        # reads them there): taken in _add_log, released where a log leaves _logs
+        self.figures = LogFigures()
         self._dir_of: dict[tuple[str, int], str] = {}
         # the logs whose topic sets flush.ms: the only ones the flusher looks at (loop)
         self._timed_flush: dict[tuple[str, int], Log] = {}
@@ -399,8 +403,18 @@ class LogManager:
     def _add_log(self, key: tuple[str, int], log: Log, log_dir: str) -> None:
         self._logs[key] = log
         self._dir_of[key] = log_dir
+        log.attach_figures(self.figures)
         log.config_listener = self._flush_policy_changed
         self._flush_policy_changed(log)
+
+    def note_all_figures(self) -> None:
+        """(loop thread) Every listed log's figures written anew into its slot (a slot
+        taken where one is missing): the metrics scrape found a slot that missed a change."""
+        for log in list(self._logs.values()):
+            if log._figures is not self.figures:
+                log.attach_figures(self.figures)
+            else:
+                log.note_figures()
 
     def _flush_policy_changed(self, log: Log) -> None:
         """(Log.update_config) The flusher keeps to the logs with a flush.ms."""
@@ -548,6 +562,7 @@ class LogManager:
         keys = [k for k, d in self._dir_of.items() if d == log_dir]
         for key in keys:
             log = self._logs.pop(key)
+            log.detach_figures()
             del self._dir_of[key]
             self._timed_flush.pop(key, None)
             self._offline_logs[key] = log_dir
@@ -725,6 +740,8 @@ class LogManager:
         """Forget the partition and rename its dir `<name>.<uuid><suffix>`."""
         key = (topic, partition)
         log = self._logs.pop(key, None)
+        if log is not None:
+            log.detach_figures()
         self._dir_of.pop(key, None)
         self._timed_flush.pop(key, None)
         # (a partition of an offline dir is only forgotten: its files stay where they are,
