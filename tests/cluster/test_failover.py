@@ -91,7 +91,7 @@ def test_broker_sigkill_moves_rf3_leadership_and_takes_rf1_offline_until_back(cl
     prod = Producer({"bootstrap.servers": bootstrap_of(cluster)})
     for p in others:
         prod.produce("kill-rf1", value=b"while-down", partition=p)
-    assert prod.flush(15) == 0
+    assert prod.flush(60) == 0
 
     cluster.start_broker(victim)
     wait_until(lambda: all(cluster.state("kill-rf1", p)["leader"] == victim for p in mine1),
@@ -99,7 +99,7 @@ def test_broker_sigkill_moves_rf3_leadership_and_takes_rf1_offline_until_back(cl
     prod = Producer({"bootstrap.servers": cluster.bootstrap})
     for p in mine1:
         prod.produce("kill-rf1", value=b"after", partition=p)
-    assert prod.flush(15) == 0
+    assert prod.flush(60) == 0
 
 
 def test_sigterm_moves_leadership_off_the_broker_before_it_exits(cluster):
@@ -159,7 +159,7 @@ def test_zookeeper_stopped_and_restarted_under_a_running_cluster(own_zk_server, 
     prod = Producer({"bootstrap.servers": cluster.bootstrap})
     for i in range(30):
         prod.produce("zkdown", value=b"before-%d" % i, partition=i % 3)
-    assert prod.flush(15) == 0
+    assert prod.flush(60) == 0
     sessions = {i: cluster.zk.exists(f"/brokers/ids/{i}").ephemeralOwner for i in BROKER_IDS}
 
     cluster.reset_zk()
@@ -167,7 +167,7 @@ def test_zookeeper_stopped_and_restarted_under_a_running_cluster(own_zk_server, 
     # Leaders keep serving what they lead while ZooKeeper is away (sessions live on).
     for i in range(30):
         prod.produce("zkdown", value=b"during-%d" % i, partition=i % 3)
-    assert prod.flush(15) == 0
+    assert prod.flush(60) == 0
     time.sleep(SESSION_TIMEOUT_MS / 1000 + 0.5)  # longer than the session timeout
     zk.start()
 
@@ -182,7 +182,7 @@ def test_zookeeper_stopped_and_restarted_under_a_running_cluster(own_zk_server, 
     assert set(leaders.values()) <= set(BROKER_IDS)
     for i in range(30):
         prod.produce("zkback", value=b"after-%d" % i, partition=i % 3)
-    assert prod.flush(15) == 0
+    assert prod.flush(60) == 0
 
     c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "zk-restart",
                   "auto.offset.reset": "earliest"})
@@ -267,7 +267,7 @@ def test_expired_session_stops_writes_then_the_broker_registers_and_leads_again(
     prod = Producer({"bootstrap.servers": cluster.bootstrap})
     for p in mine:
         prod.produce("expiry", value=b"after-expiry", partition=p)
-    assert prod.flush(15) == 0
+    assert prod.flush(60) == 0
 
 
 def _load_session(path):
@@ -287,7 +287,7 @@ def test_group_coordinator_hands_the_group_on_when_its_broker_stops(own_zk_serve
     prod = Producer({"bootstrap.servers": cluster.bootstrap})
     for i in range(30):
         prod.produce("handover", value=b"first-%d" % i, partition=i % 3)
-    assert prod.flush(15) == 0
+    assert prod.flush(60) == 0
 
     group = "handover-group"
     c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
@@ -313,7 +313,7 @@ def test_group_coordinator_hands_the_group_on_when_its_broker_stops(own_zk_serve
 
     for i in range(30):
         prod.produce("handover", value=b"second-%d" % i, partition=i % 3)
-    assert prod.flush(15) == 0
+    assert prod.flush(60) == 0
     c = Consumer({"bootstrap.servers": bootstrap_of(cluster), "group.id": group,
                   "auto.offset.reset": "earliest", "enable.auto.commit": False})
     try:

@@ -349,8 +349,13 @@ def test_gil_breaks_come_early_while_the_loops_thread_wakes():
     try:
         calm = GilBreaks(hold=0.0, loop_clock=time.pthread_getcpuclockid(idle.ident))
         for _ in range(20):
+            busy, before = calm.busy, calm.breaks
             calm()
-        assert calm.breaks == 20
+            # One sleep per call while the loop's thread sleeps; after a sleep that came
+            # back late (a loaded machine) the busy rule spaces the breaks out instead.
+            if not busy:
+                assert calm.breaks == before + 1
+        assert calm.breaks >= 1
         calm = GilBreaks(hold=3600.0, loop_clock=time.pthread_getcpuclockid(idle.ident))
         served = GilBreaks(hold=3600.0, loop_clock=time.pthread_getcpuclockid(waking.ident))
         for _ in range(20):
@@ -363,7 +368,6 @@ def test_gil_breaks_come_early_while_the_loops_thread_wakes():
         stop.set()
         idle.join(10)
         waking.join(10)
-
 
 
 def test_gil_breaks_thin_out_while_the_loops_thread_is_busy_throughout():
