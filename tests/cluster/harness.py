@@ -40,7 +40,7 @@ def overrides(zk_hosts: str, node_id: int, **extra) -> dict[str, str]:
 
 class ClusterHarness:
     # How long start() waits for registration, a controller and full metadata.
-    START_TIMEOUT = 15.0
+    START_TIMEOUT = 30.0
 
     def __init__(self, tmp_path, zk_hosts: str, ids=BROKER_IDS, rack_of=None, **extra):
         """rack_of: node id -> broker.rack (or None for none)."""
@@ -165,7 +165,7 @@ class ClusterHarness:
             out[p] = st["leader"] if st else -1
         return out
 
-    def wait_leaders(self, topic: str, partitions: int, timeout: float = 15.0) -> dict[int, int]:
+    def wait_leaders(self, topic: str, partitions: int, timeout: float = 30.0) -> dict[int, int]:
         return wait_until(
             lambda: (ls := self.leaders(topic, partitions)) and all(v >= 0 for v in ls.values())
             and ls, timeout, what=f"leaders of every partition of {topic}")
