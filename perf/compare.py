@@ -338,6 +338,18 @@ def loopback_pump(total: int) -> float:
     return got / elapsed / 1e6
 
 
+def accept_one(port, ready) -> socket.socket:
+    """A helper process's one loopback connection (echo and null servers): listen on a
+    free port, publish it in `port` (a multiprocessing RawValue), set `ready`, accept one
+    client and close the listener; TCP_NODELAY as a broker's."""
+    with socket.create_server(("127.0.0.1", 0)) as srv:
+        port.value = srv.getsockname()[1]
+        ready.set()
+        conn, _ = srv.accept()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return conn
+
+
 def recv_exact(sock, view, n: int) -> None:
     """n bytes from sock into the start of view (a memoryview); ConnectionError when the
     broker closes first."""

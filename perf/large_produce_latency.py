@@ -76,7 +76,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from compare import raw_connection, recv_exact, start_fastlog  # noqa: E402
+from compare import accept_one, raw_connection, recv_exact, start_fastlog  # noqa: E402
 
 from fastlog import _codec, protocol  # noqa: E402
 from fastlog.compression import CODEC_NAMES  # noqa: E402
@@ -186,12 +186,7 @@ def _echo_main(port, ready) -> None:
     on this machine (the CPUs' run queues, loopback's softirq work), the floor under the
     broker's figures."""
     gc.disable()
-    with socket.create_server(("127.0.0.1", 0)) as srv:
-        port.value = srv.getsockname()[1]
-        ready.set()
-        conn, _ = srv.accept()
-    with conn:
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    with accept_one(port, ready) as conn:
         view = memoryview(bytearray(1 << 16))
         while True:
             try:

@@ -43,7 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from compare import recv_exact, start_fastlog  # noqa: E402
+from compare import accept_one, recv_exact, start_fastlog  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from fastlog import protocol  # noqa: E402
@@ -132,12 +132,7 @@ def _null_broker_main(port, ready) -> None:
     """--floor's server: one connection; each request frame read whole and answered with
     8 bytes (its correlation id, four zero bytes) at once. No broker work at all."""
     gc.disable()
-    with socket.create_server(("127.0.0.1", 0)) as srv:
-        port.value = srv.getsockname()[1]
-        ready.set()
-        conn, _ = srv.accept()
-    with conn:
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    with accept_one(port, ready) as conn:
         view = memoryview(bytearray(16 << 20))
         answer = bytearray(struct.pack(">iii", 8, 0, 0))
         while True:
