@@ -1025,8 +1025,12 @@ class Log:
     @_reports_failure
     def flush(self, up_to: int | None = None) -> None:
         """fsync every segment holding offsets below `up_to` (default: the log end) and
-        move the recovery point there. Safe on the I/O worker thread."""
+        move the recovery point there. Safe on the I/O worker thread. A flush that runs
+        after the log was closed or deleted (a job queued before) has nothing to do: its
+        files are released or gone, and an fsync of them must not fail the log dir."""
         with self._flush_lock:
+            if self.closed:
+                return
             with self._state_lock:
                 target = self.log_end_offset if up_to is None else min(up_to, self.log_end_offset)
                 if target <= self.recovery_point:
@@ -1084,16 +1088,20 @@ class Log:
         """Move the partition directory (deletion marks it `<dir>.<uuid>-delete`)."""
         self.settle()
         self._fast.disarm()
-        os.rename(self.dir, new_dir)
-        self.dir = os.path.abspath(new_dir)
-        for seg in self.segments:
-            seg.dir = self.dir
-            seg.file.path = os.path.join(self.dir, os.path.basename(seg.file.path))
-            seg.offset_index.update_parent_dir(self.dir)
-            seg.time_index.update_parent_dir(self.dir)
-            seg.txn_index.path = os.path.join(self.dir, os.path.basename(seg.txn_index.path))
-        if self.leader_epoch_cache.path:
-            self.leader_epoch_cache.path = os.path.join(self.dir, LEADER_EPOCH_CHECKPOINT)
+        # Under the flush lock: a flush on the I/O worker must never fsync the old path
+        # after the rename (ENOENT there would take the whole log dir offline).
+        with self._flush_lock:
+            os.rename(self.dir, new_dir)
+            self.dir = os.path.abspath(new_dir)
+            for seg in self.segments:
+                seg.dir = self.dir
+                seg.file.path = os.path.join(self.dir, os.path.basename(seg.file.path))
+                seg.offset_index.update_parent_dir(self.dir)
+                seg.time_index.update_parent_dir(self.dir)
+                seg.txn_index.path = os.path.join(self.dir,
+                                                  os.path.basename(seg.txn_index.path))
+            if self.leader_epoch_cache.path:
+                self.leader_epoch_cache.path = os.path.join(self.dir, LEADER_EPOCH_CHECKPOINT)
 
     def close(self) -> bool:
         """Record the active segment's final time entry, trim indexes, release files.

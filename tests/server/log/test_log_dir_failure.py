@@ -90,3 +90,25 @@ def test_checkpoint_write_failure_takes_the_dir_offline(dirs):
             assert [lg.partition for lg in lm.all_logs()] == [0]
     finally:
         lm.shutdown()
+
+
+def test_a_flush_queued_before_a_deletion_fails_no_dir(tmp_path):
+    """A flush job that runs after its log was deleted (queued by a roll or an append,
+    run by the I/O worker after file.delete.delay.ms) finds the files gone: it has
+    nothing to flush, and the dir stays online (an ENOENT reported there would take
+    every partition of the dir offline)."""
+    d = str(tmp_path / "d")
+    lm = LogManager([d], LogConfig(segment_bytes=100, file_delete_delay_ms=0),
+                    cleaner_enable=False)
+    try:
+        log = lm.get_or_create_log("t", 0)
+        for _ in range(3):
+            append(log)   # rolls at 100 bytes
+        assert log.unflushed_messages > 0
+        assert lm.delete_log("t", 0)
+        lm.scheduler.drain(timeout=30)   # the deletion ran: the files are gone
+        assert not os.path.exists(log.dir)
+        log.flush()   # the job queued before, running late
+        assert lm.online_dirs == [d] and not lm.dir_failure_channel.is_offline(d)
+    finally:
+        lm.shutdown()
