@@ -32,6 +32,8 @@
 # rows of every group then read instead of looking each committed offset's Partition up
 # and reading it and its Log; replica_counts can note them too (a hosted partition without
 # an online log).
+# And hand_over, the sleep of the scrape's breaks (metrics.GilBreaks): the interpreter lock
+# released for as long as the request loop's thread keeps running.
 # Called from: the HTTP endpoint's thread (fastlog/server/metrics.py, BrokerCollector),
 # one GaugeRows per scrape; not shared between threads. Every walk holds the interpreter
 # lock and calls the caller's pause (metrics.GilBreaks) every `every` rows.
@@ -40,6 +42,8 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from libc.stdint cimport int32_t, int64_t, uint64_t
 from libc.stdlib cimport free, malloc, qsort, realloc
 from libc.string cimport memcpy
+from posix.time cimport CLOCK_MONOTONIC, clock_gettime, nanosleep, timespec
+from posix.types cimport clockid_t
 
 from fastlog.server.log._figures cimport (
     FIG_HIGH_WATERMARK,
@@ -647,3 +651,41 @@ def offline_partitions(states, live not None, pause, Py_ssize_t every):
             if leader < 0 or leader not in live:
                 offline += 1
     return n, offline
+
+
+cdef inline int64_t _clock_ns(clockid_t clock) noexcept nogil:
+    """`clock`'s reading in ns, or -1 when it cannot be read (its thread has ended)."""
+    cdef timespec ts
+    if clock_gettime(clock, &ts) != 0:
+        return -1
+    return <int64_t>ts.tv_sec * 1000000000 + ts.tv_nsec
+
+
+def hand_over(long loop_clock, int64_t pause_ns, int most):
+    """The scrape's break (metrics.GilBreaks): sleeps `pause_ns` at a time, at most `most`
+    times, with the interpreter lock released throughout, for as long as the thread whose
+    CPU clock is `loop_clock` (the request loop's) keeps running: after each sleep its
+    clock is read, and once it has not moved over a whole sleep (the loop is back in its
+    poll, done with what woke it) the lock is taken back. Sleeping in Python instead
+    (time.sleep) took the lock back at the end of each sleep and could win it from the
+    loop at any of the loop's own releases (a pwrite, a CRC), which then waited for the
+    scrape's next break. Returns (sleeps, the nanoseconds slept, with the lock released);
+    sleeps is -1 when the loop's clock cannot be read (its thread has ended)."""
+    cdef clockid_t clock = <clockid_t>loop_clock
+    cdef timespec nap
+    cdef int sleeps = 0
+    cdef int64_t before, after, start, end
+    nap.tv_sec = pause_ns // 1000000000
+    nap.tv_nsec = pause_ns % 1000000000
+    with nogil:
+        start = _clock_ns(CLOCK_MONOTONIC)
+        before = _clock_ns(clock)
+        while before >= 0 and sleeps < most:
+            nanosleep(&nap, NULL)
+            sleeps += 1
+            after = _clock_ns(clock)
+            if after == before:
+                break
+            before = after
+        end = _clock_ns(CLOCK_MONOTONIC)
+    return (-1 if before < 0 else sleeps), end - start

@@ -82,6 +82,7 @@ from fastlog.server._exposition import (
     add_log_rows,
     add_offset_rows,
     figure_mismatches,
+    hand_over,
     offline_partitions,
     replica_counts,
 )
@@ -150,11 +151,14 @@ class GilBreaks:
     or a timer, and wants the lock: it waits for the next call rather than for the hold to
     pass), once GIL_LEAST_HOLD_S has passed; and while the loop runs during the sleep, it
     is serving a request whose next steps need the lock again (each of its callbacks
-    takes it anew), so the break goes on, `pause` at a time, at most GIL_BREAKS_IN_A_ROW
-    sleeps. A sleep that gets the lock back only GIL_BUSY_LOOP_S or more later means a
-    loop busy throughout, which hands the lock over only at the switch interval: then the
-    next break comes after GIL_BUSY_HOLD_S (`long_waits` counts those sleeps), as a break
-    costs the scrape a switch interval while the loop is that busy."""
+    takes it anew, and it releases it around its syscalls and CRCs), so the break goes
+    on, `pause` at a time, at most GIL_BREAKS_IN_A_ROW sleeps, without taking the lock
+    back between them (_exposition.hand_over: a thread that took it back at the end of
+    each sleep won it at the loop's next release, and the loop waited for the following
+    break). A break that gets the lock back only GIL_BUSY_LOOP_S or more after its
+    sleeps means a loop busy throughout, which hands the lock over only at the switch
+    interval: then the next break comes after GIL_BUSY_HOLD_S (`long_waits` counts those
+    breaks), as a break costs the scrape a switch interval while the loop is that busy."""
 
     __slots__ = ("hold", "least", "pause", "last", "breaks", "long_waits", "loop_clock",
                  "loop_ran", "busy")
@@ -188,25 +192,26 @@ class GilBreaks:
         if self.busy:
             if held < max(self.hold, GIL_BUSY_HOLD_S):
                 return
-            ran = self.loop_ran
-        else:
-            ran = self._loop_time()
-            if ran == self.loop_ran and held < self.hold:
-                return
+        elif self._loop_time() == self.loop_ran and held < self.hold:
+            return
         self.busy = False
-        for _ in range(GIL_BREAKS_IN_A_ROW):
-            slept = time.perf_counter()
+        slept = time.perf_counter()
+        if self.loop_clock is None:
             time.sleep(self.pause)
-            self.breaks += 1
-            if time.perf_counter() - slept >= GIL_BUSY_LOOP_S:
-                self.long_waits += 1
-                self.busy = True
-                ran = self._loop_time()
-                break
-            before, ran = ran, self._loop_time()
-            if ran is None or ran == before:
-                break
-        self.loop_ran = ran
+            sleeps, asleep = 1, self.pause
+        else:
+            # sleeps while the loop runs, the lock released throughout (hand_over)
+            sleeps, asleep_ns = hand_over(self.loop_clock, int(self.pause * 1e9),
+                                          GIL_BREAKS_IN_A_ROW)
+            if sleeps < 0:  # the loop's thread has ended
+                self.loop_clock, sleeps = None, 1
+            asleep = asleep_ns / 1e9
+        self.breaks += sleeps
+        # the wait for the lock once the sleeps were over: a loop busy throughout
+        if time.perf_counter() - slept - asleep >= GIL_BUSY_LOOP_S:
+            self.long_waits += 1
+            self.busy = True
+        self.loop_ran = self._loop_time()
         self.last = time.perf_counter()
 
 

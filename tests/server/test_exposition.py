@@ -5,12 +5,15 @@ value as a float, 42.0 and 9.223372036854776e+18; we write integers exactly, as 
 formats allow), and what the library's parsers read back; and
 metrics.ProcessCPUCollector's families against the library's ProcessCollector; the
 compiled gathers (add_log_rows over real logs, add_offset_rows and the order of its rows);
-metrics.encode_family's pieces against the library's text of the whole family."""
+metrics.encode_family's pieces against the library's text of the whole family; hand_over,
+the sleep of the scrape's breaks."""
 
 from __future__ import annotations
 
 import os
 import random
+import threading
+import time
 
 import pytest
 from fastlog.server._exposition import (
@@ -19,6 +22,7 @@ from fastlog.server._exposition import (
     HostedWatermarks,
     add_log_rows,
     add_offset_rows,
+    hand_over,
     offline_partitions,
     replica_counts,
 )
@@ -387,3 +391,43 @@ def test_offset_rows_take_hosted_watermarks_from_the_replica_walk(tmp_path):
     finally:
         for p in parts:
             p.log.close()
+
+
+def test_hand_over_sleeps_while_the_loops_thread_runs_and_stops_once_it_rests():
+    """hand_over sleeps with the interpreter lock released: once when the loop's thread
+    rests (its clock does not move over the sleep), `most` times while it keeps running
+    (here a thread that needs the lock: it runs only because the lock is released
+    throughout the sleeps), and answers -1 for a thread that has ended."""
+    stop, spins = threading.Event(), []
+
+    def spin():
+        n = 0
+        while not stop.is_set():
+            n += 1
+        spins.append(n)
+
+    idle = threading.Thread(target=stop.wait)
+    running = threading.Thread(target=spin)
+    idle.start()
+    running.start()
+    try:
+        sleeps, slept_ns = hand_over(time.pthread_getcpuclockid(idle.ident), 100_000, 4)
+        assert sleeps == 1 and slept_ns >= 100_000
+        sleeps, slept_ns = hand_over(time.pthread_getcpuclockid(running.ident), 100_000, 4)
+        assert sleeps == 4 and slept_ns >= 4 * 100_000
+    finally:
+        stop.set()
+        idle.join(10)
+        running.join(10)
+    release = threading.Event()
+    ended = threading.Thread(target=release.wait)
+    ended.start()
+    clock = time.pthread_getcpuclockid(ended.ident)
+    release.set()
+    ended.join(10)
+    for _ in range(100):  # (the kernel lets the thread go a moment after it returns)
+        if hand_over(clock, 1000, 4)[0] == -1:
+            break
+        time.sleep(0.01)
+    assert hand_over(clock, 1000, 4)[0] == -1
+    assert spins and spins[0] > 0
