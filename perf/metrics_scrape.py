@@ -13,20 +13,31 @@ partitions), then:
     /proc/PID/task/*/schedstat, nanoseconds, around it), of it the HTTP thread's (the
     busiest thread but the loop's: an upper bound on the scrape's hold of the
     interpreter lock) and the body's size;
-  - meanwhile a probe sends ApiVersions round trips on one connection, back to back; their
+  - meanwhile a probe sends round trips on one connection, 2 ms apart (--probe: a Produce
+    of one record with acks=1, the default, a Fetch of one partition, or ApiVersions); their
     latencies while scraping (the whole window, 0.5 s between scrapes included, and the
     round trips that overlapped a scrape's GET) are compared with the same probe's
     without scrapes, and (in the same window, so other work on the machine weighs on
-    both alike) the round trips that overlapped a GET with those between the GETs.
+    both alike) the round trips that overlapped a GET with those between the GETs;
+  - the anchor (unless --no-anchor): 0.25 s after each scrape the child makes the same
+    GET of a null server, another process that spends the CPU the broker's HTTP thread
+    just spent on the scrape (a copy of the body, then a busy loop on its own CPU clock)
+    and then sends the same body. The machine does the same work at the same moment, only outside the broker's
+    process: the probes that overlapped a null scrape show what any scrape's CPU and
+    bytes cost the probe on this machine (two cores, shared), and the probes that
+    overlapped the broker's scrapes, compared with them, what the broker's own scrape
+    adds (its hold of the interpreter lock the request loop needs).
 Prints one row per scrape and a JSON line of medians. --tree runs another built
 checkout's broker instead of this one (an A/B of two trees; alternate the runs).
 
     .venv/bin/python perf/metrics_scrape.py [--partitions 10000] [--scrapes 5] [--tree DIR]
+                                            [--probe produce|fetch|apiversions] [--no-anchor]
 """
 
 from __future__ import annotations
 
 import argparse
+import http.server
 import json
 import os
 import statistics
@@ -71,12 +82,39 @@ def scrape_cpu(before: dict[int, int], after: dict[int, int], pid: int) -> tuple
             max((ns for tid, ns in spent.items() if tid != pid), default=0) / 1e9)
 
 
-def probe(w: Wire, stop: threading.Event, out: list[float], spans=None) -> None:
-    """ApiVersions round trips until `stop`: their latencies (ms) in `out`, and their
-    (start, end) CLOCK_MONOTONIC times in `spans` when given."""
+def probe_call(kind: str):
+    """The probe's round trip on a Wire: `kind` "produce" (one 100-byte record, acks=1, to
+    partition 0), "fetch" (partition 1 from offset 0, at most 1 KiB, no wait) or
+    "apiversions"; each asserts its answer carries no error."""
+    if kind == "apiversions":
+        return lambda w: w.call(ApiKey.API_VERSIONS, 2, {}).error_code == 0
+    if kind == "fetch":
+        body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1024,
+                "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+                "topics": [{"topic": "many", "partitions": [{
+                    "partition": 1, "current_leader_epoch": -1, "fetch_offset": 0,
+                    "log_start_offset": -1, "partition_max_bytes": 1024}]}],
+                "forgotten_topics_data": [], "rack_id": ""}
+        return lambda w: w.call(ApiKey.FETCH, 11, body).responses[0].partitions[0] \
+            .error_code == 0
+
+    def produce(w):
+        records = bytes(_codec.build_batch([(int(time.time() * 1000), None, b"p" * 100)]))
+        r = w.call(ApiKey.PRODUCE, 7, {
+            "transactional_id": None, "acks": 1, "timeout_ms": 30000, "topic_data": [{
+                "name": "many", "partition_data": [{"index": 0, "records": records}]}]})
+        return r.responses[0].partition_responses[0].error_code == 0
+    return produce
+
+
+def probe(w: Wire, stop: threading.Event, out: list[float], spans=None,
+          kind: str = "produce") -> None:
+    """Round trips of probe_call(kind) until `stop`: their latencies (ms) in `out`, and
+    their (start, end) CLOCK_MONOTONIC times in `spans` when given."""
+    call = probe_call(kind)
     while not stop.is_set():
         t0 = time.clock_gettime(_CLOCK)
-        assert w.call(ApiKey.API_VERSIONS, 2, {}).error_code == 0
+        assert call(w)
         t1 = time.clock_gettime(_CLOCK)
         out.append((t1 - t0) * 1000)
         if spans is not None:
@@ -84,9 +122,9 @@ def probe(w: Wire, stop: threading.Event, out: list[float], spans=None) -> None:
         time.sleep(0.002)
 
 
-def probe_window(w: Wire, seconds: float) -> list[float]:
+def probe_window(w: Wire, seconds: float, kind: str) -> list[float]:
     stop, lat = threading.Event(), []
-    t = threading.Thread(target=probe, args=(w, stop, lat))
+    t = threading.Thread(target=probe, args=(w, stop, lat, None, kind))
     t.start()
     time.sleep(seconds)
     stop.set()
@@ -94,29 +132,105 @@ def probe_window(w: Wire, seconds: float) -> list[float]:
     return lat
 
 
-def scraper(url: str, pid: int, scrapes: int) -> None:
+def get(url: str, pid: int, kind: str) -> list:
+    """One GET of `url`, timed: [its start (CLOCK_MONOTONIC), wall time, the CPU process
+    `pid` used meanwhile and of it the busiest thread's but the main one's (scrape_cpu),
+    the body's size and lines, `kind`]."""
+    c0, t0 = thread_cpu_ns(pid), time.clock_gettime(_CLOCK)
+    with urllib.request.urlopen(url, timeout=120) as r:
+        body = r.read()
+    wall = time.clock_gettime(_CLOCK) - t0
+    cpu, http_cpu = scrape_cpu(c0, thread_cpu_ns(pid), pid)
+    return [t0, wall, cpu, http_cpu, len(body), body.count(NL), kind]
+
+
+def scraper(url: str, pid: int, scrapes: int, null_url: str, null_pid: int) -> None:
     """The child process: `scrapes` GETs of `url`, 0.5 s apart, each printed as a JSON
-    list: its start (CLOCK_MONOTONIC), wall time, the CPU broker `pid` used meanwhile and
-    of it its HTTP thread's (scrape_cpu), the body's size and lines."""
+    list (get); with a null server (null_pid > 0), 0.25 s after each, a GET of it asking
+    for the CPU the broker's HTTP thread spent on that scrape, printed alike."""
     for _ in range(scrapes):
-        c0, t0 = thread_cpu_ns(pid), time.clock_gettime(_CLOCK)
-        with urllib.request.urlopen(url, timeout=120) as r:
-            body = r.read()
-        wall = time.clock_gettime(_CLOCK) - t0
-        cpu, http_cpu = scrape_cpu(c0, thread_cpu_ns(pid), pid)
-        print(json.dumps([t0, wall, cpu, http_cpu, len(body), body.count(NL)]), flush=True)
-        time.sleep(0.5)
+        row = get(url, pid, "broker")
+        print(json.dumps(row), flush=True)
+        if null_pid > 0:
+            time.sleep(0.25)
+            print(json.dumps(get(f"{null_url}?cpu_ns={int(row[3] * 1e9)}", null_pid,
+                                 "null")), flush=True)
+            time.sleep(0.25)
+        else:
+            time.sleep(0.5)
+
+
+class NullScrape(http.server.BaseHTTPRequestHandler):
+    """The null server's answer to GET /?cpu_ns=N: a fresh copy of the body (the broker's,
+    read once at the start: as many bytes written as the scrape writes), then a busy loop
+    until its thread has spent N ns of CPU in all, then the body sent as /metrics sends
+    it."""
+
+    body = b""
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        _, _, query = self.path.partition("?cpu_ns=")
+        end = time.thread_time_ns() + int(query or 0)
+        body = bytes(bytearray(self.body))  # (the text written once, as a scrape writes it)
+        while time.thread_time_ns() < end:
+            pass
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def null_server(port: int, body_path: str) -> None:
+    """The null server's process: serves NullScrape on 127.0.0.1:`port` until killed."""
+    NullScrape.body = Path(body_path).read_bytes()
+    http.server.HTTPServer(("127.0.0.1", port), NullScrape).serve_forever()
+
+
+def start_null_server(body: bytes, tmp: str) -> tuple[subprocess.Popen, str]:
+    """The null server in a child process, serving `body`; its URL once it answers."""
+    path = Path(tmp) / "body"
+    path.write_bytes(body)
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, __file__, "--null-server", str(port), str(path)])
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                r.read()
+            return proc, url
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError("the null server did not start") from None
+            time.sleep(0.05)
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return round(a / b, 2) if b > 0 and a == a and b == b else None
 
 
 def main() -> int:
     if sys.argv[1:2] == ["--scraper"]:
-        scraper(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        scraper(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5],
+                int(sys.argv[6]))
+        return 0
+    if sys.argv[1:2] == ["--null-server"]:
+        null_server(int(sys.argv[2]), sys.argv[3])
         return 0
     ap = argparse.ArgumentParser()
     ap.add_argument("--partitions", type=int, default=10_000)
     ap.add_argument("--scrapes", type=int, default=5)
     ap.add_argument("--tree", type=Path, default=None,
                     help="run this built fastlog checkout's broker")
+    ap.add_argument("--probe", choices=("produce", "fetch", "apiversions"),
+                    default="produce", help="the probe's request (default produce)")
+    ap.add_argument("--no-anchor", action="store_true",
+                    help="no null server's scrapes beside the broker's")
     args = ap.parse_args()
     if args.tree is not None:
         if not (args.tree / "fastlog").is_dir():
@@ -164,42 +278,62 @@ def main() -> int:
                             for i in range(start, min(n, start + 1000))]}]})
                 assert all(p.error_code == 0 for p in r.topics[0].partitions)
             w.close()
-            quiet = probe_window(probe_wire, 3.0)
-            stop, busy, spans, gets = threading.Event(), [], [], []
-            t = threading.Thread(target=probe, args=(probe_wire, stop, busy, spans))
-            t.start()
-            rows = []
-            child = subprocess.Popen(
-                [sys.executable, __file__, "--scraper",
-                 f"http://127.0.0.1:{http_port}/metrics", str(b.proc.pid), str(args.scrapes)],
-                stdout=subprocess.PIPE, text=True)
+            url = f"http://127.0.0.1:{http_port}/metrics"
+            null, null_url = None, "-"
+            if not args.no_anchor:
+                with urllib.request.urlopen(url, timeout=120) as r:
+                    null, null_url = start_null_server(r.read(), tmp)
             try:
-                for i, line in enumerate(child.stdout):
-                    t0, wall, cpu, http_cpu, size, lines = json.loads(line)
-                    gets.append((t0, t0 + wall))
-                    rows.append((wall, cpu, size, http_cpu))
-                    print(f"scrape {i}: {wall * 1000:.1f} ms wall, {cpu * 1000:.1f} ms broker "
-                          f"CPU ({http_cpu * 1000:.1f} the HTTP thread's), {size / 1e6:.1f} MB, "
-                          f"{lines} lines", flush=True)
+                quiet = probe_window(probe_wire, 3.0, args.probe)
+                stop, busy, spans = threading.Event(), [], []
+                gets = {"broker": [], "null": []}
+                rows = {"broker": [], "null": []}
+                t = threading.Thread(target=probe,
+                                     args=(probe_wire, stop, busy, spans, args.probe))
+                t.start()
+                child = subprocess.Popen(
+                    [sys.executable, __file__, "--scraper", url, str(b.proc.pid),
+                     str(args.scrapes), null_url, str(null.pid if null else 0)],
+                    stdout=subprocess.PIPE, text=True)
+                try:
+                    for line in child.stdout:
+                        t0, wall, cpu, http_cpu, size, lines, kind = json.loads(line)
+                        gets[kind].append((t0, t0 + wall))
+                        rows[kind].append((wall, cpu, size, http_cpu))
+                        who = "broker" if kind == "broker" else "null server"
+                        print(f"{kind} scrape {len(rows[kind]) - 1}: {wall * 1000:.1f} ms "
+                              f"wall, {cpu * 1000:.1f} ms {who} CPU ({http_cpu * 1000:.1f} "
+                              f"its busiest thread's but the main one's), {size / 1e6:.1f} "
+                              f"MB, {lines} lines", flush=True)
+                finally:
+                    if child.wait(timeout=600) != 0:
+                        raise RuntimeError(f"the scraper exited with {child.returncode}")
+                stop.set()
+                t.join(10)
+                probe_wire.close()
             finally:
-                if child.wait(timeout=600) != 0:
-                    raise RuntimeError(f"the scraper exited with {child.returncode}")
-            stop.set()
-            t.join(10)
-            probe_wire.close()
+                if null is not None:
+                    null.kill()
+                    null.wait(10)
         finally:
             b.stop(timeout=120)
 
-    during, between = [], []
+    during, in_null, between = [], [], []
     for (a, z), lat in zip(spans, busy, strict=False):
-        (during if any(a < g1 and z > g0 for g0, g1 in gets) else between).append(lat)
+        if any(a < g1 and z > g0 for g0, g1 in gets["broker"]):
+            during.append(lat)
+        elif any(a < g1 and z > g0 for g0, g1 in gets["null"]):
+            in_null.append(lat)
+        else:
+            between.append(lat)
+    rows = rows["broker"]
 
     def q(xs, f):
         xs = sorted(xs)
         return xs[min(len(xs) - 1, int(f * len(xs)))] if xs else float("nan")
 
     print(json.dumps({
-        "partitions": n, "tree": str(args.tree or "."),
+        "partitions": n, "tree": str(args.tree or "."), "probe": args.probe,
         "scrape_wall_ms_median": round(statistics.median(r[0] for r in rows) * 1000, 1),
         "scrape_broker_cpu_ms_median": round(statistics.median(r[1] for r in rows) * 1000, 1),
         "scrape_http_thread_cpu_ms_median": round(
@@ -215,6 +349,15 @@ def main() -> int:
         "probe_ms_between_scrapes_p50_p90_max": [
             round(q(between, .5), 2), round(q(between, .9), 2),
             round(max(between, default=float("nan")), 2)],
+        **({} if args.no_anchor else {
+            "probes_in_null_scrapes": len(in_null),
+            "probe_ms_in_null_scrapes_p50_p90_max": [
+                round(q(in_null, .5), 2), round(q(in_null, .9), 2),
+                round(max(in_null, default=float("nan")), 2)],
+            # > 1: the broker's scrape delays the probe more than the same work done by
+            # another process at the same moment
+            "in_scrape_vs_null_p50": _ratio(q(during, .5), q(in_null, .5)),
+            "in_scrape_vs_null_p90": _ratio(q(during, .9), q(in_null, .9))}),
     }))
     return 0
 

@@ -45,6 +45,24 @@ def test_short_scrape_run_of_this_trees_broker():
     figures = json.loads(r.stdout.strip().splitlines()[-1])
     assert figures["partitions"] == 40 and figures["scrape_broker_cpu_ms_median"] >= 0
     assert figures["body_mb"] > 0 and len(figures["probe_ms_in_scrapes_p50_p90_max"]) == 3
+    # the null server's scrapes beside the broker's, the same body served
+    assert figures["probe"] == "produce"
+    assert len(figures["probe_ms_in_null_scrapes_p50_p90_max"]) == 3
+    null_rows = [line for line in r.stdout.splitlines() if line.startswith("null scrape")]
+    broker_rows = [line for line in r.stdout.splitlines() if line.startswith("broker scrape")]
+    assert len(null_rows) == len(broker_rows) == 2
+    # (the body the broker gave before the probe began: fewer request series than later)
+    assert all(int(row.split(" MB, ")[1].split()[0]) > 0 for row in null_rows)
+
+
+def test_short_scrape_run_with_a_fetch_probe_and_no_anchor():
+    r = subprocess.run([sys.executable, str(SCRAPE), "--partitions", "20", "--scrapes", "2",
+                        "--probe", "fetch", "--no-anchor"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    figures = json.loads(r.stdout.strip().splitlines()[-1])
+    assert figures["probe"] == "fetch" and "probes_in_null_scrapes" not in figures
+    assert not any(line.startswith("null scrape") for line in r.stdout.splitlines())
 
 
 def test_a_tree_that_is_not_a_checkout_is_refused(tmp_path):
