@@ -12,7 +12,10 @@
 # (topic_stats.BrokerTopicStats, request_metrics.RequestMetrics, ReplicaManager.metrics,
 # the log verifier's stats), and this module turns them into samples when scraped.
 # Rendering: the library's encoder writes the families of a few samples each, one family
-# at a time; the families of one sample per partition or per committed offset
+# at a time; the per-topic counters and the requests per API are rows of integers written
+# as the log rows are (CounterLines), the request-time histogram's lines are written here
+# (the library's encoder spent about 5 us per sample holding the interpreter lock); the
+# families of one sample per partition or per committed offset
 # (kafka_log_log_*, kafka_consumergroup_*) are gathered as rows of integers in compiled
 # code (fastlog/server/_exposition.pyx: add_figure_rows copies the log rows from the
 # figures each log keeps in its slot of the log manager's LogFigures, contiguous C arrays
@@ -68,10 +71,9 @@ from prometheus_client import (
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
-    HistogramMetricFamily,
 )
 from prometheus_client.exposition import choose_encoder
-from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
 from fastlog.logs import report_limited
 from fastlog.security.quota import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE
@@ -242,11 +244,57 @@ class GaugeLines:
 
     def chunks(self, openmetrics: bool) -> tuple[bytes, bytes]:
         """The family's HELP and TYPE lines, and its samples' lines."""
-        doc = self.doc.replace("\\", r"\\").replace("\n", r"\n")
-        if openmetrics:
-            doc = doc.replace('"', r'\"')
-        head = f"# HELP {self.name} {doc}\n# TYPE {self.name} gauge\n".encode()
+        head = (f"# HELP {self.name} {_help_text(self.doc, openmetrics)}\n"
+                f"# TYPE {self.name} gauge\n").encode()
         return head, self.rows.text(self.column, self.name.encode(), self.heads)
+
+
+class CounterLines(GaugeLines):
+    """A counter family written as GaugeLines writes a gauge's: `total` (if not None) its
+    sample without labels, first, as the broker's figure beside the topics'; the names and
+    TYPE those prometheus_client writes for a CounterMetricFamily (`NAME_total` samples;
+    HELP and TYPE under `NAME_total` in the Prometheus text format, under `NAME` in
+    OpenMetrics)."""
+
+    __slots__ = ("total",)
+
+    def __init__(self, name: str, doc: str, rows: GaugeRows, column: int, heads: list[bytes],
+                 total: int | None = None):
+        super().__init__(name, doc, rows, column, heads)
+        self.total = total
+
+    def chunks(self, openmetrics: bool) -> tuple[bytes, bytes]:
+        sample = self.name + "_total"
+        typed = self.name if openmetrics else sample
+        head = f"# HELP {typed} {_help_text(self.doc, openmetrics)}\n# TYPE {typed} counter\n"
+        if self.total is not None:
+            head += f"{sample} {int(self.total)}\n"
+        return head.encode(), self.rows.text(self.column, sample.encode(), self.heads)
+
+
+class HistogramLines:
+    """A histogram family whose samples were written by the collector (`body`: per label
+    set its NAME_bucket lines, `le` last, then NAME_count and NAME_sum, as
+    prometheus_client orders a HistogramMetricFamily's samples); chunks() adds the HELP
+    and TYPE lines."""
+
+    __slots__ = ("name", "doc", "body")
+
+    def __init__(self, name: str, doc: str, body: bytes):
+        self.name = name
+        self.doc = doc
+        self.body = body
+
+    def chunks(self, openmetrics: bool) -> tuple[bytes, bytes]:
+        head = (f"# HELP {self.name} {_help_text(self.doc, openmetrics)}\n"
+                f"# TYPE {self.name} histogram\n")
+        return head.encode(), self.body
+
+
+def _help_text(doc: str, openmetrics: bool) -> str:
+    """A HELP line's text escaped as the library escapes it in either format."""
+    doc = doc.replace("\\", r"\\").replace("\n", r"\n")
+    return doc.replace('"', r'\"') if openmetrics else doc
 
 
 class LabelHeads:
@@ -421,7 +469,6 @@ class BrokerCollector:
         b = self.broker
         self.scrapes += 1
         yield from self._topic_metrics(b.topic_stats)
-        yield from self._request_metrics(b.request_metrics)
         yield from self._network_metrics(b)
         yield self._gauge("kafka_server_kafkaserver_brokerstate",
                           "Kafka's BrokerState: 1 starting, 3 running, 7 shutting down.", _broker_state(b))
@@ -441,9 +488,12 @@ class BrokerCollector:
         yield from self._fetch_session_metrics(b.fetch_manager.cache)
 
     def series(self):
-        """The families of one sample per partition or committed offset, as GaugeLines
-        (see the module comment); the registry's `collect` yields the others."""
+        """The families of one sample per topic, request, partition or committed offset,
+        as GaugeLines and the like (see the module comment); the registry's `collect`
+        yields the others."""
         b = self.broker
+        yield from self._topic_series(b.topic_stats)
+        yield from self._request_series(b.request_metrics)
         if b.log_manager is not None:
             yield from self._log_series(b)
         if b.group_coordinator is not None:
@@ -466,16 +516,7 @@ class BrokerCollector:
         return c
 
     def _topic_metrics(self, stats):
-        topics = dict(stats.topics)
         every = stats.all_topics
-        for attr, part, doc in TOPIC_COUNTERS:
-            name = f"kafka_server_brokertopicmetrics_{part}"
-            c = CounterMetricFamily(name, f"{doc} Per topic (topic label) and for the "
-                                          "broker (no label).", labels=["topic"])
-            c.samples.append(Sample(name + "_total", {}, getattr(every, attr), None, None))
-            for topic, s in topics.items():
-                c.add_metric([topic], getattr(s, attr))
-            yield c
         for attr, part, doc in BROKER_COUNTERS:
             yield self._counter(f"kafka_server_brokertopicmetrics_{part}", doc,
                                 getattr(every, attr))
@@ -484,38 +525,63 @@ class BrokerCollector:
                             "sessionless fetch of one partition with data at once).",
                             stats.compiled_fetch_requests)
 
-    def _request_metrics(self, rm):
-        table = dict(rm.by_request)
-        requests = CounterMetricFamily(
-            "kafka_network_requestmetrics_requests", "Requests received, per API and version.",
-            labels=["request", "version"])
+    def _topic_series(self, stats):
+        """The per-topic counters (TOPIC_COUNTERS), each with the broker's figure first
+        (no label) and a row per topic, in GaugeRows of up to four counters each."""
+        topics = list(dict(stats.topics).items())
+        every = stats.all_topics
+        attrs = [attr for attr, _, _ in TOPIC_COUNTERS]
+        groups = [attrs[i:i + 4] for i in range(0, len(attrs), 4)]
+        tables = [GaugeRows(len(group), partitioned=False) for group in groups]
+        heads = []
+        pause = self.pause
+        for i, (topic, topic_stats) in enumerate(topics):
+            if i % ROWS_PER_PAUSE == 0:
+                pause()
+            heads.append(f'topic="{label_value(topic)}"'.encode())
+            for rows, group in zip(tables, groups, strict=True):
+                rows.add(i, -1, *[getattr(topic_stats, attr) for attr in group])
+        for n, (attr, part, doc) in enumerate(TOPIC_COUNTERS):
+            yield CounterLines(f"kafka_server_brokertopicmetrics_{part}",
+                               f"{doc} Per topic (topic label) and for the broker (no label).",
+                               tables[n // 4], n % 4, heads, getattr(every, attr))
+
+    def _request_series(self, rm):
+        """Requests per API and version (a counter), and the request-time histogram per
+        API, its lines written here (a few per API, with a break between APIs)."""
+        table = sorted(dict(rm.by_request).items())
+        pause = self.pause
+        counts, heads = GaugeRows(1, partitioned=False), []
         per_api: dict[str, list] = {}
-        for (key, version), s in sorted(table.items()):
+        for i, ((key, version), s) in enumerate(table):
+            if i % ROWS_PER_PAUSE == 0:
+                pause()
             name = request_name(key)
             count = s.count
-            requests.add_metric([name, str(version)], count)
+            heads.append(f'request="{name}",version="{version}"'.encode())
+            counts.add(i, -1, count)
             acc = per_api.get(name)
             if acc is None:
-                acc = per_api[name] = [0, 0.0, [0] * len(s.buckets)]
-            acc[0] += count
-            acc[1] += s.time_ms
-            acc_buckets = acc[2]
-            for i, n in enumerate(list(s.buckets)):
-                acc_buckets[i] += n
-        yield requests
-        hist = HistogramMetricFamily(
-            "kafka_network_requestmetrics_totaltimems",
-            "Request time in ms, from the frame's hand-off to the handler until the response "
-            "is queued for writing.", labels=["request"])
-        for name, (_, total_ms, counts) in sorted(per_api.items()):
-            cumulative, buckets = 0, []
-            for bound, n in zip(TIME_BUCKETS_MS, counts[:-1], strict=True):
+                acc = per_api[name] = [0.0, [0] * len(s.buckets)]
+            acc[0] += s.time_ms
+            acc_buckets = acc[1]
+            for j, n in enumerate(list(s.buckets)):
+                acc_buckets[j] += n
+        yield CounterLines("kafka_network_requestmetrics_requests",
+                           "Requests received, per API and version.", counts, 0, heads)
+        family = "kafka_network_requestmetrics_totaltimems"
+        lines = []
+        for name, (total_ms, buckets) in sorted(per_api.items()):
+            pause()
+            labels, cumulative = f'request="{name}"', 0
+            for le, n in zip(_TIME_BUCKET_LABELS, buckets, strict=True):
                 cumulative += n
-                buckets.append((_float_label(bound), cumulative))
-            cumulative += counts[-1]
-            buckets.append(("+Inf", cumulative))
-            hist.add_metric([name], buckets, total_ms)
-        yield hist
+                lines.append(f'{family}_bucket{{{labels},le="{le}"}} {cumulative}\n')
+            lines.append(f"{family}_count{{{labels}}} {cumulative}\n")
+            lines.append(f"{family}_sum{{{labels}}} {floatToGoString(total_ms)}\n")
+        yield HistogramLines(family, "Request time in ms, from the frame's hand-off to the "
+                             "handler until the response is queued for writing.",
+                             "".join(lines).encode())
 
     def _quota_metrics(self, quotas):
         totals = dict(quotas.throttle_ms_total)
@@ -859,6 +925,10 @@ def _broker_state(b) -> int:
 
 def _float_label(bound: float) -> str:
     return repr(float(bound))
+
+
+# The request-time histogram's `le` labels, as the library writes bucket bounds.
+_TIME_BUCKET_LABELS = tuple(_float_label(b) for b in TIME_BUCKETS_MS) + ("+Inf",)
 
 
 class ProcessCPUCollector(ProcessCollector):

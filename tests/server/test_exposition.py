@@ -5,8 +5,9 @@ value as a float, 42.0 and 9.223372036854776e+18; we write integers exactly, as 
 formats allow), and what the library's parsers read back; and
 metrics.ProcessCPUCollector's families against the library's ProcessCollector; the
 compiled gathers (add_log_rows over real logs, add_offset_rows and the order of its rows);
-metrics.encode_family's pieces against the library's text of the whole family; hand_over,
-the sleep of the scrape's breaks."""
+metrics.encode_family's pieces against the library's text of the whole family; the
+counters and the request-time histogram the collector writes itself (CounterLines,
+_request_series) against the library's; hand_over, the sleep of the scrape's breaks."""
 
 from __future__ import annotations
 
@@ -33,12 +34,15 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as om_latest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
 from prometheus_client.parser import text_string_to_metric_families as text_parse
+from prometheus_client.samples import Sample
 
 from fastlog.metadata import PartitionState
 from fastlog.server.group.schemas import OffsetAndMetadata
 from fastlog.server.lag import RemoteHighWatermarks
 from fastlog.server.metrics import (
     SAMPLES_PER_PIECE,
+    BrokerCollector,
+    CounterLines,
     GaugeLines,
     LabelHeads,
     ProcessCPUCollector,
@@ -47,6 +51,7 @@ from fastlog.server.metrics import (
 )
 from fastlog.server.partition import Partition
 from fastlog.server.producer_state import LATE_TRANSACTION_BUFFER_MS, ProducerStateEntry
+from fastlog.server.request_metrics import TIME_BUCKETS_MS, RequestMetrics, request_name
 from tests.server.log.conftest import append_n, open_log
 
 EXTREMES = (0, 1, -1, 9, 10, 2**31, -(2**31), 2**63 - 1, -(2**63))
@@ -435,3 +440,84 @@ def test_hand_over_sleeps_while_the_loops_thread_runs_and_stops_once_it_rests():
             break
         time.sleep(0.01)
     assert hand_over(clock, 1000, 4)[0] == -1
+
+
+def _samples(text: bytes, openmetrics: bool):
+    parse = om_parse if openmetrics else text_parse
+    return [(f.name, f.documentation, f.type, s.name, sorted(s.labels.items()), float(s.value))
+            for f in parse(text.decode() + ("# EOF\n" if openmetrics else "")) for s in f.samples]
+
+
+@pytest.mark.parametrize("openmetrics", [False, True])
+def test_counter_lines_are_the_librarys_counter(openmetrics):
+    """CounterLines: the broker's figure (no label) first, then a row per topic; the same
+    HELP and TYPE lines as the library's CounterMetricFamily and the same samples."""
+    topics = ["orders", 'we"ird\\topic', "new\nline", "ü"]
+    doc = 'Records "in" \\ per\ntopic.'
+    rows, heads = GaugeRows(1, partitioned=False), []
+    family = CounterMetricFamily("kafka_server_brokertopicmetrics_messagesin", doc,
+                                 labels=["topic"])
+    family.samples.append(Sample("kafka_server_brokertopicmetrics_messagesin_total", {}, 12345,
+                                 None, None))
+    for i in range(40):
+        topic, v = f"{topics[i % 4]}{i}", EXTREMES[i % len(EXTREMES)] & (2**63 - 1)
+        heads.append(f'topic="{label_value(topic)}"'.encode())
+        rows.add(i, -1, v)
+        family.add_metric([topic], v)
+    head, body = CounterLines("kafka_server_brokertopicmetrics_messagesin", doc, rows, 0, heads,
+                              12345).chunks(openmetrics)
+    theirs = (om_latest if openmetrics else generate_latest)(_Registry(family))
+    if openmetrics:
+        theirs = theirs[:-len(b"# EOF\n")]
+    ours = head + body
+    assert [a for a in ours.splitlines() if a.startswith(b"#")] == \
+        [b for b in theirs.splitlines() if b.startswith(b"#")]
+    assert _samples(ours, openmetrics) == _samples(theirs, openmetrics)
+    # no topics yet: the broker's figure alone
+    head, body = CounterLines("c", "C.", GaugeRows(1, partitioned=False), 0, [], 0) \
+        .chunks(openmetrics)
+    lone = CounterMetricFamily("c", "C.", value=0)
+    theirs = (om_latest if openmetrics else generate_latest)(_Registry(lone))
+    assert _samples(head + body, openmetrics) == _samples(
+        theirs[:-len(b"# EOF\n")] if openmetrics else theirs, openmetrics)
+
+
+@pytest.mark.parametrize("openmetrics", [False, True])
+def test_request_series_are_the_librarys_counter_and_histogram(openmetrics):
+    """The requests counter and the request-time histogram the collector writes itself:
+    the samples the library writes for the same CounterMetricFamily and
+    HistogramMetricFamily (cumulative buckets, le labels, _count, _sum)."""
+    requests = RequestMetrics()
+    rng = random.Random(7)
+    for key in ((0, 7), (0, 9), (1, 11), (3, 12), (18, 3), (999, 1)):
+        s = requests.stats(key)
+        s.count = rng.randrange(1, 10**9)
+        s.time_ms = rng.random() * 10**7
+        s.buckets = [rng.randrange(0, 10**6) for _ in s.buckets]
+    collector = BrokerCollector(None, 0)
+    ours = b"".join(b"".join(lines.chunks(openmetrics))
+                    for lines in collector._request_series(requests))
+    counter = CounterMetricFamily("kafka_network_requestmetrics_requests",
+                                  "Requests received, per API and version.",
+                                  labels=["request", "version"])
+    per_api = {}
+    for (key, version), s in sorted(requests.by_request.items()):
+        counter.add_metric([request_name(key), str(version)], s.count)
+        total, buckets = per_api.setdefault(request_name(key), [0.0, [0] * len(s.buckets)])
+        per_api[request_name(key)][0] = total + s.time_ms
+        for i, n in enumerate(s.buckets):
+            buckets[i] += n
+    hist = HistogramMetricFamily(
+        "kafka_network_requestmetrics_totaltimems", "Request time in ms, from the frame's "
+        "hand-off to the handler until the response is queued for writing.", labels=["request"])
+    for name, (total, buckets) in sorted(per_api.items()):
+        cumulative = [sum(buckets[:i + 1]) for i in range(len(buckets))]
+        hist.add_metric([name], [(repr(float(b)), c) for b, c in
+                                 zip(TIME_BUCKETS_MS, cumulative[:-1], strict=True)]
+                        + [("+Inf", cumulative[-1])], total)
+    theirs = b"".join((om_latest if openmetrics else generate_latest)(_Registry(f))
+                      .removesuffix(b"# EOF\n") for f in (counter, hist))
+    assert [a for a in ours.splitlines() if a.startswith(b"#")] == \
+        [b for b in theirs.splitlines() if b.startswith(b"#")]
+    assert _samples(ours, openmetrics) == _samples(theirs, openmetrics)
+    assert len(_samples(ours, openmetrics)) == 6 + 5 * (len(TIME_BUCKETS_MS) + 3)
