@@ -2,12 +2,13 @@
 # one compiled step (Kafka's ReplicaManager.appendRecords -> Partition.appendRecordsToLeader
 # for the common case).
 #
-# Owns no format and no state of record (only copies, below): it reads the replica manager's partitions, the
-# broker's topic settings and each partition's producer state (ProducerStateEntry, whose
-# last batches it extends as ProducerStateManager.update does), appends through the log's
-# LeaderAppend (fastlog.server.log._append: the bytes the producer sent, offsets and leader
-# epoch stamped), bumps the topic counters the metrics read (BrokerTopicStats'
-# TopicStats) and writes the success answer with fastlog.protocol._produce. What it reads
+# Owns no format and no state of record (only copies, below): it reads the replica
+# manager's partitions, the broker's topic settings and each partition's producer state
+# (ProducerStateEntry, whose last batches it extends as ProducerStateManager.update does),
+# appends through the log's LeaderAppend (fastlog.server.log._append: the bytes the
+# producer sent, offsets and leader epoch stamped), bumps the topic counters the metrics
+# read (BrokerTopicStats' TopicStats) and writes the success answer with
+# fastlog.protocol._produce. What it reads
 # of a topic's settings and counters every request it keeps in C fields (TopicFacts, one
 # per topic), checked each request against the broker's own dicts: kept while they hold
 # the very LogConfig, timestamp limits and TopicStats they were read from (a change of the
