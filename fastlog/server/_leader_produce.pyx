@@ -12,7 +12,11 @@
 # of a topic's settings and counters every request it keeps in C fields (TopicFacts, one
 # per topic), checked each request against the broker's own dicts: kept while they hold
 # the very LogConfig, timestamp limits and TopicStats they were read from (a change of the
-# topic's or the broker's settings, or a deletion, replaces or drops them there).
+# topic's or the broker's settings, or a deletion, replaces or drops them there), and
+# with them the topic's Partition objects by partition number, looked up again in the
+# replica manager's dict after any partition came or went there (hosted_changed, which
+# ReplicaManager calls wherever it adds or removes one); everything else of a partition
+# and its log is read from them each request.
 #
 # The common case, taken here: a Produce request of one partition of one topic without a
 # transactional id (what librdkafka sends to a partition leader over many partitions;
@@ -34,6 +38,7 @@
 #
 # Threads: the broker's asyncio API loop only (KafkaApis.handle), as the replica manager.
 
+from cpython.exc cimport PyErr_Clear, PyErr_Occurred
 from libc.stdint cimport INT32_MAX, int32_t, int64_t
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
@@ -43,7 +48,11 @@ from fastlog.server.log._append cimport AppendResult, LeaderAppend
 from fastlog._codec import CodecError, validate_record_set, verify_batch_records
 from fastlog.protocol._produce import encode_produce_response
 
+cdef extern from "Python.h":
+    Py_ssize_t PyLong_AsSsize_t(object o)   # (-1 and an error set past a Py_ssize_t)
+
 cdef enum:
+    MAX_KEPT_PARTITIONS = 1 << 17   # partition numbers past this are looked up every time
     NO_PRODUCER_ID = -1
     CODEC_MASK = 0x07
     CODEC_GZIP = 1
@@ -134,8 +143,35 @@ cdef class LeaderProduce:
         cdef Py_ssize_t size = len(records)
         if size == 0 or size > self.check_bytes or size >= self.write_behind_bytes:
             return None
-        p = self.partitions.get((topic, partition))
-        if p is None or p.offline or p.fenced:
+        # The partition: from the topic's kept ones while no partition came or went here
+        cdef TopicFacts t = self._kept(topic)
+        cdef list parts
+        cdef Py_ssize_t i = -1
+        p = None
+        if type(partition) is int:
+            i = PyLong_AsSsize_t(partition)
+            if i == -1 and PyErr_Occurred():
+                PyErr_Clear()   # (past a Py_ssize_t: not kept)
+            if i >= MAX_KEPT_PARTITIONS:
+                i = -1
+        if t is not None:
+            if t.hosted != self.hosted:
+                t.parts = []
+                t.hosted = self.hosted
+            elif i >= 0 and i < len(t.parts):
+                p = t.parts[i]
+        if p is None:
+            p = self.partitions.get((topic, partition))
+            if p is None:
+                return None
+            if t is None:
+                t = self._facts(topic)   # (a topic hosted here: its counters may be made)
+            if i >= 0:
+                parts = t.parts
+                if i >= len(parts):
+                    parts.extend([None] * (i + 1 - len(parts)))
+                parts[i] = p
+        if p.offline or p.fenced:
             return None
         # cluster mode: the leader, while its ZooKeeper session lives (KafkaApis._led_partition)
         cdef bint replicated = p.local_id is not None
@@ -144,7 +180,6 @@ cdef class LeaderProduce:
         log_ = p.log
         if log_ is None or log_.pending_append is not None:
             return None
-        cdef TopicFacts t = self._facts(topic)
         if t.log_append_time:
             return None
         if acks == -1 and len(p.isr) < t.min_insync_replicas:
@@ -225,18 +260,28 @@ cdef class LeaderProduce:
         out[2] = last_offset + 1
         return True
 
-    cdef TopicFacts _facts(self, topic):
-        """The topic's TopicFacts: the kept ones while the broker's dicts still hold the
-        objects they were read from (its settings unchanged, the topic not deleted), else
-        read again through the broker (BrokerServer.log_config, timestamp_limits,
-        BrokerTopicStats.topic_stats) and kept when the broker keeps what it returned.
-        Called for a partition this broker has, so the topic exists."""
+    def hosted_changed(self):
+        """The replica manager added or removed a partition (ReplicaManager.partitions):
+        each topic's kept partitions are looked up again."""
+        self.hosted += 1
+
+    cdef TopicFacts _kept(self, topic):
+        """The topic's kept TopicFacts while the broker's dicts still hold the objects they
+        were read from (its settings unchanged, the topic not deleted), else None."""
         cdef TopicFacts t = self.facts.get(topic)
         if (t is not None and self.log_configs.get(topic) is t.cfg
                 and self.timestamp_limits.get(topic) is t.limits
                 and self.stats_topics.get(topic) is t.stats):
             return t
-        t = TopicFacts.__new__(TopicFacts)
+        return None
+
+    cdef TopicFacts _facts(self, topic):
+        """The topic's TopicFacts read again through the broker (BrokerServer.log_config,
+        timestamp_limits, BrokerTopicStats.topic_stats), kept when the broker keeps what it
+        returned. Called for a partition this broker has, so the topic exists."""
+        cdef TopicFacts t = TopicFacts.__new__(TopicFacts)
+        t.parts = []
+        t.hosted = self.hosted
         self.facts_read += 1
         t.cfg = cfg = self.broker.log_config(topic)
         t.limits = limits = self.broker.timestamp_limits(topic)

@@ -298,6 +298,13 @@ def _changes() -> list:
         await broker.delete_topic(TOPIC)
         await broker.create_topic(TOPIC, 1, 1, {})
 
+    async def not_hosted(broker):   # (its log stays open, as in a reassignment)
+        broker.replica_manager.stop_replica(TOPIC, 0, delete=False)
+
+    async def hosted_again(broker):
+        broker.replica_manager.make_leader(TOPIC, 0, broker.log_config(TOPIC), 0,
+                                           [broker.node_id])
+
     return [
         ("plain", _batch(3), 1), ("plain again", _batch(3), 1),
         ("-> LogAppendTime", topic_configs({"message.timestamp.type": "LogAppendTime"}), 0),
@@ -321,6 +328,10 @@ def _changes() -> list:
         ("future, allowed again", _future_batch(), 1),
         ("-> deleted and created again", recreate, 0),
         ("plain in the new topic", _batch(3), 1), ("plain in the new topic 2", _batch(3), 1),
+        # the partitions kept per topic: one that goes (its log open) and comes back
+        ("-> partition not hosted", not_hosted, None), ("not hosted", _batch(3), 1),
+        ("-> partition hosted again", hosted_again, None), ("hosted again", _batch(3), 1),
+        ("hosted again 2", _batch(3), 1),
     ]
 
 
@@ -377,17 +388,20 @@ def test_a_change_between_two_requests_is_seen_by_the_next(tmp_path):
     assert answers["from the future, broker limit"][0] == 32
     assert answers["acks=all short of the ISR"][0] == 19    # NOT_ENOUGH_REPLICAS
     assert answers["plain in the new topic"][:2] == (0, 0)  # a new log
+    assert answers["not hosted"][0] == 3                    # UNKNOWN_TOPIC_OR_PARTITION
+    assert answers["hosted again"][:2] == (0, 6)            # the same log goes on
     # the first request after each change read the topic's settings again, no other did
-    assert fast["reread"] == ["plain"] + [
+    assert fast["reread"] == ["plain"] + [   # (acks None: no change of settings)
         next(w for w, r, _ in changes[i + 1:] if not callable(r))
-        for i, (_, r, _) in enumerate(changes) if callable(r)]
+        for i, (_, r, acks) in enumerate(changes) if callable(r) and acks is not None]
     # the everyday ones took the step (the first after a change of settings re-arms the
     # log's compiled append on the Python path)
     assert {"plain again", "acks=all", "future, allowed again",
-            "plain in the new topic 2"} <= set(fast["stepped"])
+            "plain in the new topic 2", "hosted again 2"} <= set(fast["stepped"])
     assert not {"log append time", "too large", "recompressed", "from the future",
-                "acks=all short of the ISR", "from the future, broker limit"} & set(
+                "acks=all short of the ISR", "from the future, broker limit",
+                "not hosted"} & set(
         fast["stepped"])
     assert fast["counters"] == slow["counters"] and fast["total"] == slow["total"]
-    assert fast["counters"]["total_produce_requests"] == 2   # the new topic's own
+    assert fast["counters"]["total_produce_requests"] == 4   # the new topic's own
     assert fast["logs"] == slow["logs"]
