@@ -185,13 +185,18 @@ def test_producer_state_of_compiled_appends_survives_a_restart(tmp_path):
     assert out[11][0] == 45                          # a gap: OUT_OF_ORDER_SEQUENCE_NUMBER
 
 
+async def _started(log_dir: Path) -> BrokerServer:
+    """A single-node broker on `log_dir`, started."""
+    broker = BrokerServer(KafkaConfig.from_sources(None, [
+        "listeners=PLAINTEXT://127.0.0.1:0", f"log.dirs={log_dir}", "num.partitions=1"]))
+    await broker.startup()
+    return broker
+
+
 async def _until_full(disk: Path, enabled: bool) -> dict:
     """Produce to a broker whose log dir is `disk` until an append fails for want of
     space (or 2,000 requests): the answers and the topic's counters."""
-    config = KafkaConfig.from_sources(None, [
-        "listeners=PLAINTEXT://127.0.0.1:0", f"log.dirs={disk}", "num.partitions=1"])
-    broker = BrokerServer(config)
-    await broker.startup()
+    broker = await _started(disk)
     conn, answers = HandlerConnection(), []
     try:
         await broker.create_topic(TOPIC, 1, 1, {})
@@ -223,10 +228,7 @@ def test_a_full_disk_is_a_storage_error_on_either_path(tmp_path):
 
 
 async def _flushed(tmp: Path) -> tuple[list, int, int]:
-    config = KafkaConfig.from_sources(None, [
-        "listeners=PLAINTEXT://127.0.0.1:0", f"log.dirs={tmp}", "num.partitions=1"])
-    broker = BrokerServer(config)
-    await broker.startup()
+    broker = await _started(tmp)
     conn = HandlerConnection()
     try:
         await broker.create_topic(TOPIC, 1, 1, {"flush.messages": "6"})
@@ -336,10 +338,7 @@ def _changes() -> list:
 
 
 async def _run_changes(tmp: Path, changes: list, enabled: bool) -> dict:
-    config = KafkaConfig.from_sources(None, [
-        "listeners=PLAINTEXT://127.0.0.1:0", f"log.dirs={tmp}", "num.partitions=1"])
-    broker = BrokerServer(config)
-    await broker.startup()
+    broker = await _started(tmp)
     conn = HandlerConnection()
     try:
         await broker.create_topic(TOPIC, 1, 1, {})
