@@ -17,7 +17,6 @@ cdef class TopicFacts:
     cdef object max_batch_size   # max.message.bytes (an int, as validate_record_set takes it)
     cdef int64_t before_max, after_max
     cdef list parts              # its Partitions hosted here by partition number (or None)
-    cdef int64_t hosted          # LeaderProduce.hosted when `parts` was begun
 
 
 cdef class LeaderProduce:
@@ -38,7 +37,6 @@ cdef class LeaderProduce:
     cdef public bint enabled     # False: every request takes the Python path
     cdef readonly int64_t taken  # requests answered here (tests read it)
     cdef readonly int64_t facts_read  # topic settings read from the broker (tests read it)
-    cdef readonly int64_t hosted  # changes of the replica manager's partitions (hosted_changed)
 
     cdef TopicFacts _kept(self, topic)
     cdef TopicFacts _facts(self, topic)

@@ -13,9 +13,9 @@
 # per topic), checked each request against the broker's own dicts: kept while they hold
 # the very LogConfig, timestamp limits and TopicStats they were read from (a change of the
 # topic's or the broker's settings, or a deletion, replaces or drops them there), and
-# with them the topic's Partition objects by partition number, looked up again in the
-# replica manager's dict after any partition came or went there (hosted_changed, which
-# ReplicaManager calls wherever it adds or removes one); everything else of a partition
+# with them the topic's Partition objects by partition number; all of it goes whenever a
+# partition comes or goes in the replica manager's dict (hosted_changed, which
+# ReplicaManager calls wherever it adds or removes one). Everything else of a partition
 # and its log is read from them each request.
 #
 # The common case, taken here: a Produce request of one partition of one topic without a
@@ -154,12 +154,8 @@ cdef class LeaderProduce:
                 PyErr_Clear()   # (past a Py_ssize_t: not kept)
             if i >= MAX_KEPT_PARTITIONS:
                 i = -1
-        if t is not None:
-            if t.hosted != self.hosted:
-                t.parts = []
-                t.hosted = self.hosted
-            elif i >= 0 and i < len(t.parts):
-                p = t.parts[i]
+        if t is not None and i >= 0 and i < len(t.parts):
+            p = t.parts[i]
         if p is None:
             p = self.partitions.get((topic, partition))
             if p is None:
@@ -262,8 +258,9 @@ cdef class LeaderProduce:
 
     def hosted_changed(self):
         """The replica manager added or removed a partition (ReplicaManager.partitions):
-        each topic's kept partitions are looked up again."""
-        self.hosted += 1
+        every kept TopicFacts goes (with the Partition objects it holds), and each topic's
+        are read again at its next request."""
+        self.facts = {}
 
     cdef TopicFacts _kept(self, topic):
         """The topic's kept TopicFacts while the broker's dicts still hold the objects they
@@ -281,7 +278,6 @@ cdef class LeaderProduce:
         returned. Called for a partition this broker has, so the topic exists."""
         cdef TopicFacts t = TopicFacts.__new__(TopicFacts)
         t.parts = []
-        t.hosted = self.hosted
         self.facts_read += 1
         t.cfg = cfg = self.broker.log_config(topic)
         t.limits = limits = self.broker.timestamp_limits(topic)
