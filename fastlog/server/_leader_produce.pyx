@@ -8,15 +8,16 @@
 # appends through the log's LeaderAppend (fastlog.server.log._append: the bytes the
 # producer sent, offsets and leader epoch stamped), bumps the topic counters the metrics
 # read (BrokerTopicStats' TopicStats) and writes the success answer with
-# fastlog.protocol._produce. What it reads
-# of a topic's settings and counters every request it keeps in C fields (TopicFacts, one
-# per topic), checked each request against the broker's own dicts: kept while they hold
-# the very LogConfig, timestamp limits and TopicStats they were read from (a change of the
-# topic's or the broker's settings, or a deletion, replaces or drops them there), and
-# with them the topic's Partition objects by partition number; all of it goes whenever a
-# partition comes or goes in the replica manager's dict (hosted_changed, which
-# ReplicaManager calls wherever it adds or removes one). Everything else of a partition
-# and its log is read from them each request.
+# fastlog.protocol._produce.
+#
+# What it reads of a topic's settings and counters every request it keeps in C fields
+# (TopicFacts, one per topic), checked each request against the broker's own dicts: kept
+# while they hold the very LogConfig, timestamp limits and TopicStats they were read from
+# (a change of the topic's or the broker's settings, or a deletion, replaces or drops
+# them there), and with them the topic's Partition objects by partition number; all of it
+# goes whenever a partition comes or goes in the replica manager's dict (hosted_changed,
+# which ReplicaManager calls wherever it adds or removes one). Everything else of a
+# partition and its log is read from them each request.
 #
 # The common case, taken here: a Produce request of one partition of one topic without a
 # transactional id (what librdkafka sends to a partition leader over many partitions;
