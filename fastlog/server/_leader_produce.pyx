@@ -2,12 +2,22 @@
 # one compiled step (Kafka's ReplicaManager.appendRecords -> Partition.appendRecordsToLeader
 # for the common case).
 #
-# Owns no state and no format of its own: it reads the replica manager's partitions, the
-# broker's topic settings and each partition's producer state (ProducerStateEntry, whose
-# last batches it extends as ProducerStateManager.update does), appends through the log's
-# LeaderAppend (fastlog.server.log._append: the bytes the producer sent, offsets and leader
-# epoch stamped), bumps the topic counters the metrics read (BrokerTopicStats'
-# TopicStats) and writes the success answer with fastlog.protocol._produce.
+# Owns no format and no state of record (only copies, below): it reads the replica
+# manager's partitions, the broker's topic settings and each partition's producer state
+# (ProducerStateEntry, whose last batches it extends as ProducerStateManager.update does),
+# appends through the log's LeaderAppend (fastlog.server.log._append: the bytes the
+# producer sent, offsets and leader epoch stamped), bumps the topic counters the metrics
+# read (BrokerTopicStats' TopicStats) and writes the success answer with
+# fastlog.protocol._produce.
+#
+# What it reads of a topic's settings and counters every request it keeps in C fields
+# (TopicFacts, one per topic), checked each request against the broker's own dicts: kept
+# while they hold the very LogConfig, timestamp limits and TopicStats they were read from
+# (a change of the topic's or the broker's settings, or a deletion, replaces or drops
+# them there), and with them the topic's Partition objects by partition number; all of it
+# goes whenever a partition comes or goes in the replica manager's dict (hosted_changed,
+# which ReplicaManager calls wherever it adds or removes one). Everything else of a
+# partition and its log is read from them each request.
 #
 # The common case, taken here: a Produce request of one partition of one topic without a
 # transactional id (what librdkafka sends to a partition leader over many partitions;
@@ -29,6 +39,7 @@
 #
 # Threads: the broker's asyncio API loop only (KafkaApis.handle), as the replica manager.
 
+from cpython.exc cimport PyErr_Clear, PyErr_Occurred
 from libc.stdint cimport INT32_MAX, int32_t, int64_t
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
@@ -38,7 +49,11 @@ from fastlog.server.log._append cimport AppendResult, LeaderAppend
 from fastlog._codec import CodecError, validate_record_set, verify_batch_records
 from fastlog.protocol._produce import encode_produce_response
 
+cdef extern from "Python.h":
+    Py_ssize_t PyLong_AsSsize_t(object o)   # (-1 and an error set past a Py_ssize_t)
+
 cdef enum:
+    MAX_KEPT_PARTITIONS = 1 << 17   # partition numbers past this are looked up every time
     NO_PRODUCER_ID = -1
     CODEC_MASK = 0x07
     CODEC_GZIP = 1
@@ -69,12 +84,20 @@ cdef class LeaderProduce:
         self.result_type = result_type
         self.batch_type = batch_type
         self.none_error = none_error
+        broker = rm.broker
+        self.log_configs = broker._log_configs
+        self.timestamp_limits = broker._timestamp_limits
+        self.topic_stats = broker.topic_stats
+        self.stats_topics = self.topic_stats.topics
+        self.all_stats = self.topic_stats.all_topics
+        self.facts = {}
         self.check_bytes = check_bytes
         self.decompress_bytes = decompress_bytes
         self.gzip_bytes = gzip_bytes
         self.write_behind_bytes = write_behind_bytes
         self.enabled = True
         self.taken = 0
+        self.facts_read = 0
 
     def one(self, tuple fast):
         """`fast`: parse_produce_request's tuple (api_version, correlation_id, client_id,
@@ -121,8 +144,31 @@ cdef class LeaderProduce:
         cdef Py_ssize_t size = len(records)
         if size == 0 or size > self.check_bytes or size >= self.write_behind_bytes:
             return None
-        p = self.partitions.get((topic, partition))
-        if p is None or p.offline or p.fenced:
+        # The partition: from the topic's kept ones while no partition came or went here
+        cdef TopicFacts t = self._kept(topic)
+        cdef list parts
+        cdef Py_ssize_t i = -1
+        p = None
+        if type(partition) is int:
+            i = PyLong_AsSsize_t(partition)
+            if i == -1 and PyErr_Occurred():
+                PyErr_Clear()   # (past a Py_ssize_t: not kept)
+            if i >= MAX_KEPT_PARTITIONS:
+                i = -1
+        if t is not None and i >= 0 and i < len(t.parts):
+            p = t.parts[i]
+        if p is None:
+            p = self.partitions.get((topic, partition))
+            if p is None:
+                return None
+            if t is None:
+                t = self._facts(topic)   # (a topic hosted here: its counters may be made)
+            if i >= 0:
+                parts = t.parts
+                if i >= len(parts):
+                    parts.extend([None] * (i + 1 - len(parts)))
+                parts[i] = p
+        if p.offline or p.fenced:
             return None
         # cluster mode: the leader, while its ZooKeeper session lives (KafkaApis._led_partition)
         cdef bint replicated = p.local_id is not None
@@ -131,15 +177,14 @@ cdef class LeaderProduce:
         log_ = p.log
         if log_ is None or log_.pending_append is not None:
             return None
-        cfg = self.broker.log_config(topic)
-        if cfg.log_append_time:
+        if t.log_append_time:
             return None
-        if acks == -1 and len(p.isr) < cfg.min_insync_replicas:
+        if acks == -1 and len(p.isr) < t.min_insync_replicas:
             return None
         # Kafka's checks of a client record set (ReplicaManager.check_records, on the loop)
         cdef BatchHeader b
         try:
-            batches = validate_record_set(records, max_batch_size=cfg.max_message_bytes,
+            batches = validate_record_set(records, max_batch_size=t.max_batch_size,
                                           allow_zstd=api_version >= 7)
             if type(batches) is not list or len(<list>batches) != 1:
                 return None
@@ -151,16 +196,14 @@ cdef class LeaderProduce:
             verify_batch_records(records, b,
                                  self.gzip_bytes if (b.attributes & CODEC_MASK) == CODEC_GZIP
                                  else self.decompress_bytes,
-                                 False, cfg.compact)
+                                 False, t.compact)
         except CodecError:
             return None
-        codec = cfg.target_codec
-        if codec is not None and codec != (b.attributes & CODEC_MASK):
+        if t.target_codec >= 0 and t.target_codec != (b.attributes & CODEC_MASK):
             return None
         cdef int64_t now = _now_ms()
-        before_max, after_max = self.broker.timestamp_limits(topic)
-        if (b.max_timestamp >= 0 and b.max_timestamp - now > after_max) or (
-                0 <= b.first_timestamp and b.first_timestamp < now - before_max):
+        if (b.max_timestamp >= 0 and b.max_timestamp - now > t.after_max) or (
+                0 <= b.first_timestamp and b.first_timestamp < now - t.before_max):
             return None
         # The idempotent producer's sequence: its next batch at its current epoch only.
         cdef int64_t pid = b.producer_id
@@ -208,23 +251,61 @@ cdef class LeaderProduce:
                 self.none_error, first_offset, -1, log_start,
                 flush_future=None if flush is False else flush,
                 required_offset=last_offset + 1))
-        self._count(topic, size, last_offset + 1 - first_offset)
+        self._count(t, size, last_offset + 1 - first_offset)
         out[0] = first_offset
         out[1] = log_start
         out[2] = last_offset + 1
         return True
 
+    def hosted_changed(self):
+        """The replica manager added or removed a partition (ReplicaManager.partitions):
+        every kept TopicFacts goes (with the Partition objects it holds), and each topic's
+        are read again at its next request."""
+        self.facts = {}
+
+    cdef TopicFacts _kept(self, topic):
+        """The topic's kept TopicFacts while the broker's dicts still hold the objects they
+        were read from (its settings unchanged, the topic not deleted), else None."""
+        cdef TopicFacts t = self.facts.get(topic)
+        if (t is not None and self.log_configs.get(topic) is t.cfg
+                and self.timestamp_limits.get(topic) is t.limits
+                and self.stats_topics.get(topic) is t.stats):
+            return t
+        return None
+
+    cdef TopicFacts _facts(self, topic):
+        """The topic's TopicFacts read again through the broker (BrokerServer.log_config,
+        timestamp_limits, BrokerTopicStats.topic_stats), kept when the broker keeps what it
+        returned. Called for a partition this broker has, so the topic exists."""
+        cdef TopicFacts t = TopicFacts.__new__(TopicFacts)
+        t.parts = []
+        self.facts_read += 1
+        t.cfg = cfg = self.broker.log_config(topic)
+        t.limits = limits = self.broker.timestamp_limits(topic)
+        t.stats = self.topic_stats.topic_stats(topic)
+        t.log_append_time = cfg.log_append_time
+        t.compact = cfg.compact
+        t.min_insync_replicas = cfg.min_insync_replicas
+        t.target_codec = -1 if cfg.target_codec is None else cfg.target_codec
+        t.max_batch_size = cfg.max_message_bytes
+        t.before_max, t.after_max = limits
+        if self.log_configs.get(topic) is cfg and self.timestamp_limits.get(topic) is limits:
+            if len(self.facts) > 2 * len(self.log_configs) + 64:
+                # deleted topics' facts go (the broker dropped their settings)
+                self.facts = {k: v for k, v in self.facts.items() if k in self.log_configs}
+            self.facts[topic] = t
+        else:
+            self.facts.pop(topic, None)   # (the broker keeps no settings of it: read each time)
+        return t
+
     cdef object _counted(self, topic, records, result):
         """BrokerTopicStats.produce_done of a result that goes back to the Python path."""
         return self.broker.topic_stats.produce_done(topic, records, result)
 
-    cdef int _count(self, topic, Py_ssize_t size, int64_t messages) except -1:
+    cdef int _count(self, TopicFacts t, Py_ssize_t size, int64_t messages) except -1:
         """BrokerTopicStats.produce_done of a successful append, spelled out."""
-        stats = self.broker.topic_stats
-        s = stats.topics.get(topic)
-        if s is None:
-            s = stats.topic_stats(topic)
-        a = stats.all_topics
+        s = t.stats
+        a = self.all_stats
         s.total_produce_requests += 1
         a.total_produce_requests += 1
         s.messages_in += messages

@@ -287,7 +287,7 @@ class BrokerServer:
         for name, host, port in self.config.listeners:
             tls = {"ssl_context": tls_contexts[name]} if name in tls_contexts else {}
             server = SocketServer(
-                _tagged_handler(self.request_metrics.instrument(self.apis.handle), name),
+                self.request_metrics.instrument(self.apis.handle, name),
                 host=host, port=port, **tls,
                 num_network_threads=self.config["num.network.threads"],
                 max_request_size=self.config["socket.request.max.bytes"],
@@ -1204,17 +1204,6 @@ class _ReplicaRoles:
         log.warning("ZooKeeper session %s", "expired: refusing writes until a new one"
                     if expired else "renewed")
         self.broker.replica_manager.session_changed(expired)
-
-
-def _tagged_handler(handle, listener: str):
-    """The socket server handler of one listener: records on each connection the listener
-    it arrived on (conn.state["listener"]), for answers that name broker endpoints."""
-    def handler(conn, frame):
-        state = conn.state
-        if "listener" not in state:
-            state["listener"] = listener
-        return handle(conn, frame)
-    return handler
 
 
 def _check_new_assignment(replicas: list[list[int]], added: int, replication_factor: int,

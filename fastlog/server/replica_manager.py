@@ -317,6 +317,7 @@ class ReplicaManager:
         p = Partition(topic, partition, log_, leader_epoch, replicas)
         self._load_producer_state(p)
         self.partitions[p.key] = p
+        self.leader_produce.hosted_changed()
         self.counts.host(p)
         self._resume_move(p)
         return p
@@ -332,6 +333,7 @@ class ReplicaManager:
     def delete_partition(self, topic: str, partition: int) -> None:
         self._stop_fetching((topic, partition))
         p = self.partitions.pop((topic, partition), None)
+        self.leader_produce.hosted_changed()
         if p is not None:
             self.counts.drop(p)
         self.fetch_purgatory.check_and_complete((topic, partition))
@@ -508,6 +510,7 @@ class ReplicaManager:
             p = Partition(topic, partition, log_, leader_epoch, replicas, local_id=self.node_id)
             self._load_producer_state(p)
             self.partitions[key] = p
+            self.leader_produce.hosted_changed()
             self.counts.host(p)
             self._resume_move(p)
         else:  # opened in single-node style before the cluster roles arrived
@@ -611,6 +614,7 @@ class ReplicaManager:
             self.delete_partition(topic, partition)
             return
         p = self.partitions.pop(key, None)
+        self.leader_produce.hosted_changed()
         self._wake(key)
         if p is not None:
             self.counts.drop(p)

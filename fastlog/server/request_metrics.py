@@ -10,11 +10,12 @@
 # queue; threaded mode's hand-off is not timed by the socket server), Local/RemoteTimeMs
 # (a handler's own work is not told apart from its waits for followers or new data) and
 # ResponseSendTimeMs.
-# Hot path: `instrument(handle)` wraps the socket server's handler: two clock reads, a dict
-# lookup and a few integer increments per request; the request log costs one level check
-# unless enabled. API keys and versions come from the frame's first four bytes, unchecked
-# by then: only known keys and versions up to MAX_VERSION get their own entry, anything
-# else counts under (-1, -1), so a hostile client cannot grow the table.
+# Hot path: `instrument(handle)` wraps the socket server's handler in compiled code
+# (fastlog/server/_request_timer.pyx): two clock reads, a table lookup and a few integer
+# increments per request; the request log costs one level check unless enabled. API keys
+# and versions come from the frame's first four bytes, unchecked by then: only known keys
+# and versions up to MAX_VERSION get their own entry, anything else counts under (-1, -1),
+# so a hostile client cannot grow the table.
 # Request log: at DEBUG on `kafka.request.logger` (off unless that logger is enabled,
 # `fastlog-server --request-log`), one line per request: API, version, correlation id,
 # client id, principal, listener, request and response bytes, time in ms.
@@ -24,11 +25,10 @@
 
 from __future__ import annotations
 
-import bisect
 import logging
-import time
 
 from fastlog.protocol import ApiKey, decode_request_header
+from fastlog.server._request_timer import TimedHandler
 
 request_log = logging.getLogger("kafka.request.logger")
 
@@ -75,37 +75,12 @@ class RequestMetrics:
                 s = self.by_request[key] = RequestStats()
         return s
 
-    def instrument(self, handle):
-        """The socket server handler `handle` (conn, frame) -> response parts, timed."""
-        clock = time.perf_counter
-        stats = self.stats
-        known = self.by_request   # (stats' own lookup first, spelled out: per request)
-        bounds = TIME_BUCKETS_MS
-        find = bisect.bisect_left
-        logging_on = request_log.isEnabledFor
-
-        async def timed(conn, frame):
-            start = clock()
-            result = None
-            try:
-                result = await handle(conn, frame)
-                return result
-            finally:
-                ms = (clock() - start) * 1000.0
-                if len(frame) >= 4:
-                    key = (frame[0] << 8 | frame[1], frame[2] << 8 | frame[3])
-                else:
-                    key = OTHER
-                s = known.get(key)
-                if s is None:
-                    s = stats(key)
-                s.count += 1
-                s.time_ms += ms
-                s.buckets[find(bounds, ms)] += 1
-                if logging_on(logging.DEBUG):
-                    _log_request(conn, frame, result, ms)
-
-        return timed
+    def instrument(self, handle, listener: str | None = None):
+        """The socket server handler `handle` (conn, frame) -> response parts, timed
+        (compiled: fastlog/server/_request_timer.pyx); with `listener`, each connection's
+        state first gets it as "listener" (the listener it arrived on)."""
+        return TimedHandler(handle, self, TIME_BUCKETS_MS, request_log.isEnabledFor,
+                            _log_request, listener)
 
 
 def response_size(parts) -> int:

@@ -71,6 +71,9 @@ def test_markers_reach_partitions_led_by_other_brokers(fresh_cluster):
     for q, leader in leaders.items():
         wait_until(lambda q=q, leader=leader: controls(cluster.brokers[leader], "txc", q)
                    == ["COMMIT", "ABORT"], 20, what=f"both markers on txc-{q}")
+    # (the coordinator writes CompleteAbort once every marker was acknowledged: after them)
+    wait_until(lambda: describe(cluster.brokers[coordinator], "txc-id").transaction_state
+               == "CompleteAbort", 20, what="the transaction's CompleteAbort")
     d = describe(cluster.brokers[coordinator], "txc-id")
     assert (d.error_code, d.transaction_state) == (Errors.NONE, "CompleteAbort")
 

@@ -185,13 +185,18 @@ def test_producer_state_of_compiled_appends_survives_a_restart(tmp_path):
     assert out[11][0] == 45                          # a gap: OUT_OF_ORDER_SEQUENCE_NUMBER
 
 
+async def _started(log_dir: Path) -> BrokerServer:
+    """A single-node broker on `log_dir`, started."""
+    broker = BrokerServer(KafkaConfig.from_sources(None, [
+        "listeners=PLAINTEXT://127.0.0.1:0", f"log.dirs={log_dir}", "num.partitions=1"]))
+    await broker.startup()
+    return broker
+
+
 async def _until_full(disk: Path, enabled: bool) -> dict:
     """Produce to a broker whose log dir is `disk` until an append fails for want of
     space (or 2,000 requests): the answers and the topic's counters."""
-    config = KafkaConfig.from_sources(None, [
-        "listeners=PLAINTEXT://127.0.0.1:0", f"log.dirs={disk}", "num.partitions=1"])
-    broker = BrokerServer(config)
-    await broker.startup()
+    broker = await _started(disk)
     conn, answers = HandlerConnection(), []
     try:
         await broker.create_topic(TOPIC, 1, 1, {})
@@ -223,10 +228,7 @@ def test_a_full_disk_is_a_storage_error_on_either_path(tmp_path):
 
 
 async def _flushed(tmp: Path) -> tuple[list, int, int]:
-    config = KafkaConfig.from_sources(None, [
-        "listeners=PLAINTEXT://127.0.0.1:0", f"log.dirs={tmp}", "num.partitions=1"])
-    broker = BrokerServer(config)
-    await broker.startup()
+    broker = await _started(tmp)
     conn = HandlerConnection()
     try:
         await broker.create_topic(TOPIC, 1, 1, {"flush.messages": "6"})
@@ -278,3 +280,128 @@ def test_a_replicated_leader_takes_the_step_and_acks_all_waits_for_the_isr(tmp_p
         assert pair.b2.replica_manager.leader_produce.taken == 0
 
     run(tmp_path, body)
+
+
+def _future_batch() -> bytes:
+    return _batch(2, ts=int(time.time() * 1000) + 3600 * 1000)
+
+
+def _changes() -> list:
+    """(what, records or a change of the broker's state, acks): every setting the step
+    keeps per topic changes between two requests, and the next request must see it."""
+
+    def topic_configs(configs):
+        return lambda broker: broker.set_topic_configs(TOPIC, configs)
+
+    def broker_configs(configs):
+        return lambda broker: broker.alter_broker_configs("<default>", configs)
+
+    async def recreate(broker):
+        await broker.delete_topic(TOPIC)
+        await broker.create_topic(TOPIC, 1, 1, {})
+
+    async def not_hosted(broker):   # (its log stays open, as in a reassignment)
+        broker.replica_manager.stop_replica(TOPIC, 0, delete=False)
+
+    async def hosted_again(broker):
+        broker.replica_manager.make_leader(TOPIC, 0, broker.log_config(TOPIC), 0,
+                                           [broker.node_id])
+
+    return [
+        ("plain", _batch(3), 1), ("plain again", _batch(3), 1),
+        ("-> LogAppendTime", topic_configs({"message.timestamp.type": "LogAppendTime"}), 0),
+        ("log append time", _batch(3), 1),
+        ("-> defaults", topic_configs({}), 0), ("plain after", _batch(3), 1),
+        ("-> max.message.bytes 100", topic_configs({"max.message.bytes": "100"}), 0),
+        ("too large", _batch(3), 1),
+        ("-> gzip", topic_configs({"compression.type": "gzip"}), 0),
+        ("recompressed", _batch(3), 1),
+        ("-> after.max.ms", topic_configs({"message.timestamp.after.max.ms": "60000"}), 0),
+        ("from the future", _future_batch(), 1),
+        ("-> min.insync.replicas 2", topic_configs({"min.insync.replicas": "2"}), 0),
+        ("acks=all short of the ISR", _batch(3), -1),
+        ("acks=1 short of the ISR", _batch(3), 1),
+        ("-> defaults again", topic_configs({}), 0),
+        ("future, allowed", _future_batch(), 1), ("acks=all", _batch(3), -1),
+        ("-> broker after.max.ms", broker_configs(
+            {"log.message.timestamp.after.max.ms": "60000"}), 0),
+        ("from the future, broker limit", _future_batch(), 1),
+        ("-> broker defaults", broker_configs({}), 0),
+        ("future, allowed again", _future_batch(), 1),
+        ("-> deleted and created again", recreate, 0),
+        ("plain in the new topic", _batch(3), 1), ("plain in the new topic 2", _batch(3), 1),
+        # the partitions kept per topic: one that goes (its log open) and comes back
+        ("-> partition not hosted", not_hosted, 0), ("not hosted", _batch(3), 1),
+        ("-> partition hosted again", hosted_again, 0), ("hosted again", _batch(3), 1),
+        ("hosted again 2", _batch(3), 1),
+    ]
+
+
+async def _run_changes(tmp: Path, changes: list, enabled: bool) -> dict:
+    broker = await _started(tmp)
+    conn = HandlerConnection()
+    try:
+        await broker.create_topic(TOPIC, 1, 1, {})
+        step = broker.replica_manager.leader_produce
+        step.enabled = enabled
+        answers, stepped, reread = [], [], []
+        for i, (what, records, acks) in enumerate(changes):
+            if callable(records):
+                await records(broker)
+                continue
+            before, read = step.taken, step.facts_read
+            parts = await broker.apis.handle(conn, memoryview(bytearray(
+                _frame(records, acks, corr=i))))
+            if step.taken > before:
+                stepped.append(what)
+            if step.facts_read > read:
+                reread.append(what)
+            r = decode_response(ApiKey.PRODUCE, 9, b"".join(bytes(p) for p in parts))[1]
+            p = r.responses[0].partition_responses[0]
+            answers.append((what, p.error_code, p.base_offset, p.log_start_offset,
+                            p.log_append_time_ms != -1))
+        stats = broker.topic_stats.topics[TOPIC]
+        counters = {k: getattr(stats, k) for k in stats.__slots__}
+        total = {k: getattr(broker.topic_stats.all_topics, k) for k in stats.__slots__}
+    finally:
+        await broker.shutdown()
+    logs = {f.name: f.read_bytes() for f in sorted((tmp / f"{TOPIC}-0").glob("*.log"))}
+    return {"answers": answers, "stepped": stepped, "reread": reread, "counters": counters,
+            "total": total, "logs": logs}
+
+
+def test_a_change_between_two_requests_is_seen_by_the_next(tmp_path):
+    """The settings the step keeps (per topic: LogAppendTime, max.message.bytes, the
+    codec, the timestamp limits, min.insync.replicas, the counters) change between
+    requests (the topic's configs, the broker's dynamic defaults, a deletion and a new
+    topic of the same name): the answers, bytes and counters are the Python path's."""
+    changes = _changes()   # (the same batches, bytes and all, for both brokers)
+    fast = asyncio.run(_run_changes(tmp_path / "fast", changes, True))
+    slow = asyncio.run(_run_changes(tmp_path / "slow", changes, False))
+    for a, b in zip(fast["answers"], slow["answers"], strict=True):
+        assert a == b
+    answers = {a[0]: a[1:] for a in fast["answers"]}
+    assert answers["log append time"][0] == 0 and answers["log append time"][3]
+    assert answers["too large"][0] == 10                    # MESSAGE_TOO_LARGE
+    assert answers["from the future"][0] == 32              # INVALID_TIMESTAMP
+    assert answers["from the future, broker limit"][0] == 32
+    assert answers["acks=all short of the ISR"][0] == 19    # NOT_ENOUGH_REPLICAS
+    assert answers["plain in the new topic"][:2] == (0, 0)  # a new log
+    assert answers["not hosted"][0] == 3                    # UNKNOWN_TOPIC_OR_PARTITION
+    assert answers["hosted again"][:2] == (0, 6)            # the same log goes on
+    # the first request after each change read the topic's settings again, no other did
+    firsts = ["plain"] + [next(w for w, r, _ in changes[i + 1:] if not callable(r))
+                          for i, (_, r, _) in enumerate(changes) if callable(r)]
+    firsts.remove("not hosted")   # (no partition there: nothing else is read)
+    assert fast["reread"] == firsts
+    # the everyday ones took the step (the first after a change of settings re-arms the
+    # log's compiled append on the Python path)
+    assert {"plain again", "acks=all", "future, allowed again",
+            "plain in the new topic 2", "hosted again 2"} <= set(fast["stepped"])
+    assert not {"log append time", "too large", "recompressed", "from the future",
+                "acks=all short of the ISR", "from the future, broker limit",
+                "not hosted"} & set(
+        fast["stepped"])
+    assert fast["counters"] == slow["counters"] and fast["total"] == slow["total"]
+    assert fast["counters"]["total_produce_requests"] == 4   # the new topic's own
+    assert fast["logs"] == slow["logs"]

@@ -145,6 +145,7 @@ class LoadReport:
     lost_records: int = 0
     deleted_segments: int = 0
     truncated_at: int = -1
+    recovered_bases: set = dataclasses.field(default_factory=set)   # (their base offsets)
 
     @property
     def recovered(self) -> bool:
@@ -208,11 +209,11 @@ class Log:
         self.config = config
         self.scheduler = scheduler or InlineScheduler()
         self.time_fn = time_fn
-        self._segments: tuple[LogSegment, ...] = ()
+        # (segments, their base offsets), replaced whole by _publish
+        self._view: tuple[tuple[LogSegment, ...], tuple[int, ...]] = ((), ())
         # The compiled everyday leader append (_append.pyx); armed by append(), disarmed
         # by every change of the segment list, the settings or the log's life.
         self._fast = LeaderAppend(LogAppendInfo)
-        self._bases: tuple[int, ...] = ()
         # Bytes of every segment but the active one (_publish), for the figures.
         self._sealed_bytes = 0
         # The LogManager's LogFigures and this log's slot there while it lists the log
@@ -233,7 +234,6 @@ class Log:
         self._truncations = 0
         self._flush_target = 0
         self._flush_job: Future | None = None
-        self._flush_job_started = False
         # The write-behind append not settled yet, if any (Log sets it; others read it,
         # a plain attribute because every produce request does)
         self.pending_append: PendingAppend | None = None
@@ -278,7 +278,6 @@ class Log:
         log = cls(dir_path, config, scheduler, time_fn, failure_channel)
         log.leader_epoch_cache = LeaderEpochFileCache(
             os.path.join(log.dir, LEADER_EPOCH_CHECKPOINT), read=False)
-        log._recovered_bases = set()
         try:
             seg = LogSegment.open(log.dir, 0, config, log._now_ms())
         except BaseException:
@@ -296,7 +295,7 @@ class Log:
         self._remove_temp_files()
         self.leader_epoch_cache = LeaderEpochFileCache(
             os.path.join(self.dir, LEADER_EPOCH_CHECKPOINT))
-        self._recovered_bases: set[int] = set()
+        self.load_report.recovered_bases.clear()
         segments = []
         for name in sorted(os.listdir(self.dir)):
             if not name.endswith(LOG_SUFFIX):
@@ -317,7 +316,7 @@ class Log:
                 logger.debug("%s: rebuilding indexes of segment %d: %s", self.dir, base, exc)
                 self.load_report.rebuilt_segments += 1
                 seg.recover(None, self.config.max_message_bytes)
-                self._recovered_bases.add(base)
+                self.load_report.recovered_bases.add(base)
                 self._note_loss(seg)
             segments.append(seg)
         segments.sort(key=lambda s: s.base_offset)
@@ -343,7 +342,7 @@ class Log:
             # entry, as a roll would have (a no-op for indexes loaded intact).
             seg.on_become_inactive_segment()
         for seg in segments:
-            if seg.base_offset not in self._recovered_bases:
+            if seg.base_offset not in self.load_report.recovered_bases:
                 # Intact on disk: opened again when read or written (a rebuilt one keeps
                 # its descriptors for the flush that makes it durable).
                 seg.unload_indexes()
@@ -435,7 +434,7 @@ class Log:
         for i in range(first, len(segments)):
             seg = segments[i]
             truncated = seg.recover(self.leader_epoch_cache, self.config.max_message_bytes)
-            self._recovered_bases.add(seg.base_offset)
+            self.load_report.recovered_bases.add(seg.base_offset)
             self.load_report.recovered_segments += 1
             if truncated:
                 self._note_loss(seg)
@@ -469,7 +468,7 @@ class Log:
             if problem is None and ti.entries and ti.entries[-1].last_offset >= seg.next_offset:
                 problem = (f"an entry for offset {ti.entries[-1].last_offset}, past the "
                            f"segment's end {seg.next_offset}")
-            if problem is None and seg.base_offset in self._recovered_bases \
+            if problem is None and seg.base_offset in self.load_report.recovered_bases \
                     and self._unindexed_abort(seg):
                 problem = "an aborted transaction of the recovered segment is missing"
             if problem is not None:
@@ -546,11 +545,10 @@ class Log:
     # ------------------------------------------------------------------ segment list
 
     def _publish(self, segments) -> None:
-        # Readers pick up (_segments, _bases) as one tuple: never half of an update.
+        # Readers pick up (segments, bases) as one tuple: never half of an update.
         self._fast.disarm()
         segs = tuple(segments)
         self._view = (segs, tuple(s.base_offset for s in segs))
-        self._segments, self._bases = self._view
         self._sealed_bytes = sum(s.size for s in segs[:-1])
         self.note_figures()
 
@@ -577,7 +575,7 @@ class Log:
         segments or high watermark on a path other than the compiled append's)."""
         figures = self._figures
         if figures is not None:
-            segs = self._segments
+            segs = self._view[0]
             figures.put(self._figure_slot, self._sealed_bytes + segs[-1].size if segs else 0,
                         self.log_end_offset, self.log_start_offset, len(segs),
                         self.high_watermark)
@@ -1055,9 +1053,8 @@ class Log:
         """Ask the I/O worker to flush up to `up_to`; joins a queued flush if any."""
         with self._state_lock:
             self._flush_target = max(self._flush_target, up_to)
-            if self._flush_job is not None and not self._flush_job_started:
+            if self._flush_job is not None:   # (queued, not started: it takes the new target)
                 return self._flush_job
-            self._flush_job_started = False
             fut: Future = Future()
             self._flush_job = fut
         inner = self.scheduler.submit(self._run_flush_job)
@@ -1066,8 +1063,7 @@ class Log:
 
     def _run_flush_job(self) -> None:
         with self._state_lock:
-            self._flush_job_started = True
-            self._flush_job = None
+            self._flush_job = None   # (started: a later request queues another)
             target = self._flush_target
         self.flush(target)
 

@@ -301,3 +301,26 @@ def test_an_armed_log_is_freed_without_the_cycle_collector(tmp_path):
         assert ref() is None
     finally:
         gc.enable()
+
+
+def test_a_log_keeps_at_most_30_instance_attributes(tmp_path):
+    """CPython keeps up to 30 instance attributes of a class in one key table its instances
+    share; a 31st gives every Log a dict of its own, and each attribute the produce path
+    reads of a log (a dozen per request) becomes a probe into a cold table of its own.
+    Counted after a log's life: appends on both paths, rolls, flush.messages' flushes,
+    truncation, a new epoch, and a reopen that recovers its tail."""
+    fast, slow = twin_logs(tmp_path, segment_bytes=4096, flush_messages=7)
+    run_twins(fast, slow, 60, seed=3)
+    fast.truncate_to(fast.log_end_offset - 3)
+    buf, hs = record_set(make_batch(2))
+    fast.append(buf, hs, leader_epoch=1, now_ms=NOW)
+    for log in (fast, slow):
+        assert len(vars(log)) <= 30, sorted(vars(log))
+    path = fast.dir
+    fast.close()
+    again = Log.open(path, LogConfig(segment_bytes=4096), recovery_point=0,
+                     clean_shutdown=False)
+    assert again.load_report.recovered_segments > 0
+    assert len(vars(again)) <= 30, sorted(vars(again))
+    again.close()
+    slow.close()
