@@ -2,7 +2,7 @@
 when it does not: the same requests, with and without a pause after each transaction.
 
 Starts one fastlog-server (perf/compare.py's start_fastlog; its CPU is the sum of its
-threads' run time from /proc/PID/task/*/schedstat, in ns). One raw connection
+threads' run time in ns, compare.cpu_ns). One raw connection
 (fastlog.testing.Wire) runs transactions of --records records of 100 B as librdkafka
 sends them (AddPartitionsToTxn v0, one Produce v10, EndTxn v1, each answered before the
 next is sent); every rep runs --txns of them back to back and --txns with --pause-ms
@@ -32,7 +32,6 @@ import argparse
 import gc
 import json
 import multiprocessing
-import os
 import socket
 import statistics
 import struct
@@ -43,7 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from compare import accept_one, recv_exact, start_fastlog  # noqa: E402
+from compare import accept_one, cpu_ns, recv_exact, start_fastlog  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from fastlog import protocol  # noqa: E402
@@ -52,17 +51,6 @@ from fastlog.protocol import ApiKey  # noqa: E402
 from fastlog.testing import Wire  # noqa: E402
 
 TOPIC, TXN_ID, VALUE = "t", "wakeups", b"x" * 100
-
-
-def cpu_ns(pid: int) -> int:
-    total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[0])
-        except OSError:
-            pass   # a thread that ended meanwhile
-    return total
 
 
 class Endpoint:

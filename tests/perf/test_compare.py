@@ -6,6 +6,7 @@ with exit 2, a broker that cannot be reached or a load that fails one sentence w
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -106,3 +107,57 @@ def test_produce_row_carries_records_and_cpu_per_request():
     del summary["produce_requests"]
     r = compare.row(b, "consume", 0, summary, cpu=0.004, rss=None)
     assert "records_per_request" not in r and "cpu_us_per_request" not in r
+
+
+_THREADED = """
+import sys, threading, time
+def burn():
+    end = time.thread_time() + 0.2
+    while time.thread_time() < end:
+        pass
+    burned.append(time.thread_time_ns())
+burned = []
+print("ready", flush=True)
+sys.stdin.readline()
+t = threading.Thread(target=burn)
+t.start()
+t.join()
+print(burned[0], flush=True)
+sys.stdin.readline()
+"""
+
+
+def _schedstat_sum(pid):
+    total = 0
+    for tid in Path(f"/proc/{pid}/task").iterdir():
+        total += int((tid / "schedstat").read_text().split()[0])
+    return total
+
+
+def test_cpu_ns_keeps_the_time_of_threads_that_exited():
+    """A process's CPU in ns is the sum over its threads of what task/*/schedstat shows,
+    and stays so after a thread exits (a sum over the live threads loses that thread's
+    time)."""
+    p = subprocess.Popen([sys.executable, "-c", _THREADED], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "ready\n"
+        # idle, one thread: both figures agree (the process does not run between the reads)
+        before, live_before = compare.cpu_ns(p.pid), _schedstat_sum(p.pid)
+        assert abs(before - live_before) < 1_000_000
+        p.stdin.write("\n")
+        p.stdin.flush()
+        burned = int(p.stdout.readline())   # the ended thread's own CPU, ns
+        deadline = time.monotonic() + 10    # joined; gone from the task list soon after
+        while len(list(Path(f"/proc/{p.pid}/task").iterdir())) > 1:
+            assert time.monotonic() < deadline, "the thread did not exit within 10 s"
+            time.sleep(0.01)
+        after, live_after = compare.cpu_ns(p.pid), _schedstat_sum(p.pid)
+        assert after - before >= burned
+        assert live_after - live_before < burned     # what a schedstat sum would lose
+        assert compare.Broker("x", "127.0.0.1:1", p.pid).cpu_seconds() * 1e9 >= after
+    finally:
+        p.kill()
+        p.wait(10)
+    assert compare.cpu_ns(p.pid) is None             # gone: no figure rather than a wrong one
+    assert compare.Broker("x", "127.0.0.1:1", p.pid).cpu_seconds() is None
