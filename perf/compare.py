@@ -36,7 +36,8 @@ librdkafka sent fastlog in that rep, pwrites each request's record batch to a fi
 page cache ("file") or only receives it ("memory"), and answers each. Consume: a process
 sends fastlog's acks=1 records of that rep from that file with sendfile ("file") or from
 memory ("memory") in responses of the average size of fastlog's Fetch responses in that
-rep (its /metrics count of Fetch requests), one in flight. Their CPU per record over the
+rep (its /metrics count of Fetch requests), one in flight. Both at fastlog's cadence in
+that rep (a request every interval_ms, as librdkafka sent them). Their CPU per record over the
 peer's is the lowest ratio a broker storing to a file (or to memory) could score.
 
 The last line of --json output is one JSON object with the goal ratios:
@@ -488,9 +489,11 @@ def lean_fetch(bootstrap: str, topic: str, total_bytes: int, fetch_bytes: int = 
 # The sender keeps one request in flight, as librdkafka did in these runs: linger.ms=5
 # paces its requests a few ms apart and each is answered well within that, so every
 # request finds the broker idle (its max.in.flight default, 1,000,000, would allow more;
-# pipelined, requests would cost less than any of the brokers paid). It sends the next
-# one as soon as the answer is in, without librdkafka's pause, so the floor's caches are
-# warmer than a broker's: a floor, not an estimate.
+# pipelined, requests would cost less than any of the brokers paid). In the matrix it
+# sends them at fastlog's cadence in that rep (its run's time over its requests; the
+# rows' interval_ms): the same stream in time as well, for a server woken from idle per
+# request pays more for the same work than one fed back to back (cold caches: a Fetch
+# fastlog serves in 150 us back to back costs it 350-500 us after a 5 ms pause).
 
 FLOOR_FILE, FLOOR_MEMORY = "floor file", "floor memory"
 FLOOR_MAX_FRAME = 16 << 20   # librdkafka sends at most 1,000,000 bytes (message.max.bytes)
@@ -652,18 +655,31 @@ def floor_batch(records: int, codec: int = 0) -> bytes:
     return b.build()
 
 
-def floor_produce(sock: socket.socket, records: int, requests: int, codec: int = 0) -> dict:
+def _wait_turn(start: float, k: int, interval: float) -> None:
+    """Sleep until request k of a stream that sends one every `interval` s from start."""
+    delay = start + k * interval - time.perf_counter()
+    if delay > 0:
+        time.sleep(delay)
+
+
+def floor_produce(sock: socket.socket, records: int, requests: int, codec: int = 0,
+                  interval: float = 0.0) -> dict:
     """Send `records` records to a produce floor server in `requests` requests (their
-    sizes differing by one record at most), one in flight. A harness-like summary."""
+    sizes differing by one record at most), one in flight, request k not before k times
+    `interval` s from the first (0: each as soon as the last is answered). A
+    harness-like summary."""
     requests = max(1, min(requests, records))
     per_request, bigger = divmod(records, requests)
     frames = [(produce_frame("floor", floor_batch(per_request + 1, codec)), bigger),
               (produce_frame("floor", floor_batch(per_request, codec)), requests - bigger)]
     view = memoryview(bytearray(64))
     start = time.perf_counter()
+    k = 0
     for frame, count in frames:
         for _ in range(count):
+            _wait_turn(start, k, interval)
             exchange(sock, frame, view)
+            k += 1
     elapsed = time.perf_counter() - start
     nbytes = records * 100
     return {"records": records, "bytes": nbytes, "records_per_s": round(records / elapsed, 1),
@@ -671,15 +687,17 @@ def floor_produce(sock: socket.socket, records: int, requests: int, codec: int =
 
 
 def floor_fetch(sock: socket.socket, total: int, chunk: int, records: int,
-                keep: bytearray | None = None) -> dict:
+                keep: bytearray | None = None, interval: float = 0.0) -> dict:
     """Read `total` bytes from a fetch floor server in responses of `chunk` bytes, one in
     flight, through one reused 1 MiB buffer as lean_fetch reads (`keep`: a copy of them
-    appended there). A harness-like summary with the number of fetches."""
+    appended there), fetch k not before k times `interval` s from the first. A
+    harness-like summary with the number of fetches."""
     view = memoryview(bytearray(PAGE))
     position = fetches = 0
     start = time.perf_counter()
     while position < total:
         length = min(chunk, total - position)
+        _wait_turn(start, fetches, interval)
         fetches += 1
         sock.sendall(struct.pack(">ihhiqi", 20, 1, 4, fetches, position, length))
         recv_exact(sock, view, 8)
@@ -776,9 +794,9 @@ def _fastlog_row(rows: list[dict], workload: str, rep: int) -> dict | None:
                  and r["rep"] == rep), None)
 
 
-def run_floors(add, workload: str, rep: int, modes, path: Path, fn) -> None:
+def run_floors(add, workload: str, rep: int, modes, path: Path, fn, **extra) -> None:
     """Each floor server of `modes` ((row name, server mode) pairs) in turn over `path`,
-    fn(sock) its load, measured as a broker's and added as a row."""
+    fn(sock) its load, measured as a broker's and added as a row (with `extra`)."""
     for name, mode in modes:
         b, sock = start_floor(name, mode, path)
         try:
@@ -786,7 +804,13 @@ def run_floors(add, workload: str, rep: int, modes, path: Path, fn) -> None:
                 s, cpu, rss = measure(b, lambda sock=sock: fn(sock))
         finally:
             b.stop()
-        add(row(b, workload, rep, s, cpu, rss))
+        add(row(b, workload, rep, s, cpu, rss, **extra))
+
+
+def _interval(theirs: dict, requests: int) -> float:
+    """Seconds between a broker's requests in its row: its run's time over its requests."""
+    return theirs["records"] / theirs["records_per_s"] / requests if theirs["records_per_s"] \
+        else 0.0
 
 
 def run_matrix(brokers: list[Broker], opts, emit, workdir: Path | None = None) -> list[dict]:
@@ -822,9 +846,12 @@ def run_matrix(brokers: list[Broker], opts, emit, workdir: Path | None = None) -
             theirs = _fastlog_row(rows, name, rep)
             if theirs and theirs.get("produce_requests"):
                 path = workdir / f"floor-{name.split()[1].replace('=', '')}-{rep}.log"
-                run_floors(add, name, rep, produce_floors, path, lambda sock, r=theirs, name=name:
-                           floor_produce(sock, r["records"], r["produce_requests"],
-                                         3 if name == "produce lz4" else 0))
+                every = _interval(theirs, theirs["produce_requests"])
+                run_floors(add, name, rep, produce_floors, path,
+                           lambda sock, r=theirs, name=name, every=every: floor_produce(
+                               sock, r["records"], r["produce_requests"],
+                               3 if name == "produce lz4" else 0, every),
+                           interval_ms=round(every * 1e3, 3))
                 if name != "produce acks=1":   # the consume floor reads acks=1's
                     path.unlink(missing_ok=True)
         for b in brokers:
@@ -839,10 +866,12 @@ def run_matrix(brokers: list[Broker], opts, emit, workdir: Path | None = None) -
         if theirs and theirs.get("fetches") and path.exists():
             total = path.stat().st_size
             chunk = -(-total // theirs["fetches"])
+            every = _interval(theirs, theirs["fetches"])
             run_floors(add, "consume", rep, ((FLOOR_FILE, "fetch file"),
                                              (FLOOR_MEMORY, "fetch memory")), path,
-                       lambda sock, total=total, chunk=chunk, records=written["records"]:
-                       floor_fetch(sock, total, chunk, records))
+                       lambda sock, total=total, chunk=chunk, records=written["records"],
+                       every=every: floor_fetch(sock, total, chunk, records, interval=every),
+                       interval_ms=round(every * 1e3, 3))
         path.unlink(missing_ok=True)
         for b in brokers:
             topic = f"cmp-{run_id}-lat-{rep}"

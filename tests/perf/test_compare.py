@@ -198,6 +198,24 @@ def test_produce_records_span_reads_long_names_and_batches():
         compare.produce_records_span(view[:-len(batch)], len(view) - len(batch))
 
 
+def test_floors_keep_the_cadence_they_are_given(tmp_path):
+    """Paced, request k goes out no sooner than k intervals after the first (librdkafka's
+    cadence in the matrix); every request is still answered and every byte sent."""
+    path, rows = tmp_path / "floor.log", []
+    compare.run_floors(rows.append, "produce acks=1", 0, (
+        (compare.FLOOR_FILE, "produce file"),), path,
+        lambda sock: compare.floor_produce(sock, 600, 6, interval=0.02), interval_ms=20.0)
+    compare.run_floors(rows.append, "consume", 0, ((compare.FLOOR_FILE, "fetch file"),), path,
+                       lambda sock: compare.floor_fetch(sock, path.stat().st_size, 10_000,
+                                                        600, interval=0.02), interval_ms=20.0)
+    produced, fetched = rows
+    assert produced["produce_requests"] == 6 and fetched["fetches"] >= 6
+    # five intervals at least between the first request and the last answer
+    assert produced["records"] / produced["records_per_s"] >= 0.1 * 0.99
+    assert fetched["records"] / fetched["records_per_s"] >= (fetched["fetches"] - 1) * 0.02 * 0.99
+    assert produced["interval_ms"] == fetched["interval_ms"] == 20.0
+
+
 @pytest.mark.parametrize("chunk", [1_000, 65_536, 1 << 20, 10 << 20])
 def test_fetch_floor_sends_the_file_in_chunks(tmp_path, chunk):
     """Both fetch floors send the file's bytes, in order, in responses of `chunk` bytes
@@ -242,6 +260,7 @@ def test_matrix_reports_both_floors(tmp_path):
         assert len(floors) == 2
         for f in floors:
             assert f["cpu_us_per_record"] > 0 and f["records"] == 20_000
+            assert f["interval_ms"] > 0      # at fastlog's cadence in that rep
             if w == "consume":
                 assert f["fetches"] == ours["fetches"] and f["cpu_us_per_fetch"] > 0
             else:
