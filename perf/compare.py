@@ -489,11 +489,12 @@ def lean_fetch(bootstrap: str, topic: str, total_bytes: int, fetch_bytes: int = 
 # The sender keeps one request in flight, as librdkafka did in these runs: linger.ms=5
 # paces its requests a few ms apart and each is answered well within that, so every
 # request finds the broker idle (its max.in.flight default, 1,000,000, would allow more;
-# pipelined, requests would cost less than any of the brokers paid). In the matrix it
-# sends them at fastlog's cadence in that rep (its run's time over its requests; the
-# rows' interval_ms): the same stream in time as well, for a server woken from idle per
-# request pays more for the same work than one fed back to back (cold caches: a Fetch
-# fastlog serves in 150 us back to back costs it 350-500 us after a 5 ms pause).
+# pipelined, a server would find several requests per wake-up, which is not the stream
+# the brokers were sent). In the matrix it sends them at fastlog's cadence in that rep
+# (its run's time over its requests; the rows' interval_ms): the same stream in time as
+# well, for a server woken from idle per request pays more for the same work than one
+# fed back to back (a Fetch fastlog served in 150-160 us back to back cost it 350-500 us
+# after a 5 ms pause).
 
 FLOOR_FILE, FLOOR_MEMORY = "floor file", "floor memory"
 FLOOR_MAX_FRAME = 16 << 20   # librdkafka sends at most 1,000,000 bytes (message.max.bytes)
