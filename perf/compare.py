@@ -92,10 +92,6 @@ class Broker:
 
     metrics_url: str | None = None  # the broker's /metrics (fastlog's http.listener)
 
-    def metrics_args(self) -> list[str]:
-        """`fastlog perf` options that add the broker's own figures to a run's summary."""
-        return ["--broker-metrics", self.metrics_url] if self.metrics_url else []
-
     def __init__(self, name: str, bootstrap: str, pid: int | None = None, proc=None,
                  cleanup=None):
         self.name, self.bootstrap, self.pid, self.proc = name, bootstrap, pid, proc
@@ -735,10 +731,22 @@ def _own_cpu_seconds() -> float:
 
 
 def measure(broker: Broker, fn):
-    """(result, broker CPU s, broker RSS MB, other tenants' CPU % of one core)."""
+    """(result, broker CPU s, broker RSS MB, other tenants' CPU % of one core).
+
+    A broker with a /metrics endpoint is scraped just before and just after, outside the
+    CPU readings, and a harness summary gets the difference as its `broker` figures (what
+    `fastlog perf --broker-metrics` adds, but its scrapes fall inside the run: 2.5-3.5 ms
+    of broker CPU each, which tansu's rows did not pay)."""
+    from fastlog.perf import broker_metrics
+
+    url = broker.metrics_url
+    own0 = broker_metrics.scrape(url) if url else None
     c0, b0, o0, t0 = broker.cpu_seconds(), _busy_seconds(), _own_cpu_seconds(), time.monotonic()
     result = fn()
     c1, b1, o1, t1 = broker.cpu_seconds(), _busy_seconds(), _own_cpu_seconds(), time.monotonic()
+    if own0 is not None and isinstance(result, dict) and "records" in result:
+        result["broker"] = broker_metrics.difference(own0, broker_metrics.scrape(url),
+                                                     result["records"])
     cpu = None if c0 is None or c1 is None else c1 - c0
     other = (b1 - b0) - (o1 - o0) - (cpu or 0.0)
     MEASURED_OTHER.append(round(100.0 * max(0.0, other) / max(1e-9, t1 - t0), 1))
@@ -841,8 +849,7 @@ def run_matrix(brokers: list[Broker], opts, emit, workdir: Path | None = None) -
                 topic = f"cmp-{run_id}-{name.split()[1].replace('=', '')}-{rep}"
                 s, cpu, rss = measure(b, lambda b=b, topic=topic, extra=extra: fastlog_perf(
                     ["produce", "--bootstrap-server", b.bootstrap, "--topic", topic,
-                     "--num-records", n, "--linger-ms", 5, *common, *extra,
-                     *b.metrics_args()], tmo))
+                     "--num-records", n, "--linger-ms", 5, *common, *extra], tmo))
                 add(row(b, name, rep, s, cpu, rss))
             theirs = _fastlog_row(rows, name, rep)
             if theirs and theirs.get("produce_requests"):
@@ -859,7 +866,7 @@ def run_matrix(brokers: list[Broker], opts, emit, workdir: Path | None = None) -
             topic = f"cmp-{run_id}-acks1-{rep}"
             s, cpu, rss = measure(b, lambda b=b, topic=topic: fastlog_perf(
                 ["consume", "--bootstrap-server", b.bootstrap, "--topic", topic,
-                 "--num-records", n, "--client", "confluent", *b.metrics_args()], tmo))
+                 "--num-records", n, "--client", "confluent"], tmo))
             add(row(b, "consume", rep, s, cpu, rss))
         path = workdir / f"floor-acks1-{rep}.log"
         theirs, written = _fastlog_row(rows, "consume", rep), \

@@ -240,8 +240,9 @@ def test_fetch_floor_sends_the_file_in_chunks(tmp_path, chunk):
 def test_matrix_reports_both_floors(tmp_path):
     """A short matrix against fastlog and a second fastlog as the peer: each produce
     workload and the consume have both floors' rows, in the rep's request and fetch
-    sizes, and the summary their ratios and fastlog's distance to them (figures present
-    and positive; no speed is asserted). The floors' files are removed."""
+    sizes (fastlog's own counts, from its /metrics scraped around each run), and the
+    summary their ratios and fastlog's distance to them (figures present and positive;
+    no speed is asserted). The floors' files are removed."""
     brokers = [compare.start_fastlog(tmp_path), compare.start_fastlog(tmp_path, "peer")]
     opts = compare.parse_args(["--quick", "--no-tansu", "--fetch-mib", "1"])
     opts.records, opts.latency_records, opts.large_mib = 20_000, 1_000, 1
@@ -264,6 +265,8 @@ def test_matrix_reports_both_floors(tmp_path):
             if w == "consume":
                 assert f["fetches"] == ours["fetches"] and f["cpu_us_per_fetch"] > 0
             else:
+                # the broker's own count, scraped around the run, saw every record
+                assert ours["metrics_records_in"] == ours["records"] == 20_000
                 assert f["produce_requests"] == ours["produce_requests"]
                 assert f["records_per_request"] == ours["records_per_request"]
                 assert f["cpu_us_per_request"] > 0
