@@ -18,18 +18,35 @@ beside; --fetch-mib) streamed with recv_into through one reused 1 MiB buffer as 
 pump's receiver reads, no record decoding (batch headers walked in compiled code for the
 next offset) — so it measures the broker, not a client. Each fetch costs a round trip
 with nothing in flight (~0.4 ms: the request, the broker's Python, the first bytes), so
-bigger fetches get closer to the pump. Broker CPU is utime+stime from /proc/PID/stat
-before and after each workload (the figure that stays meaningful when other tenants share
-the cores); resident memory is VmRSS after each workload. Produce rows also carry the
+bigger fetches get closer to the pump. Broker CPU is the process's CPU clock in ns
+(cpu_ns: every thread, exited ones included) before and after each workload (the figure
+that stays meaningful when other tenants share the cores); resident memory is VmRSS
+after each workload. Produce rows also carry the
 records per request librdkafka sent in that rep (its own request counter) and the broker
 CPU per request: a producer slowed down by the machine sends smaller batches, and every
 request has a fixed cost.
 
 The large-record ratio pairs each rep's reads with a loopback pump run just before them
 (the pump swings 0.6-3 GB/s with the other tenants' load) and takes the median.
+
+The floors (rows "floor file" and "floor memory"), measured in each rep right after the
+brokers: what any broker must spend on the same stream (section "the floor" below).
+Produce: a process receives the same records over loopback in as many requests as
+librdkafka sent fastlog in that rep, pwrites each request's record batch to a file in the
+page cache ("file") or only receives it ("memory"), and answers each. Consume: a process
+sends fastlog's acks=1 records of that rep from that file with sendfile ("file") or from
+memory ("memory") in responses of the average size of fastlog's Fetch responses in that
+rep (its /metrics count of Fetch requests), one in flight. Both at fastlog's cadence in
+that rep (a request every interval_ms, as librdkafka sent them). Their CPU per record over the
+peer's is the lowest ratio a broker storing to a file (or to memory) could score.
+
 The last line of --json output is one JSON object with the goal ratios:
 produce_cpu_vs_peer (worst of acks=1/all/lz4), consume_cpu_vs_peer, large_consume_vs_loopback,
-p99_vs_peer (fastlog / peer; the peer is tansu, or the first other broker).
+p99_vs_peer (fastlog / peer; the peer is tansu, or the first other broker); the floors'
+produce_floor_vs_peer (worst of the three), consume_floor_vs_peer, the memory floors'
+ratios, and fastlog's CPU above the file floor (produce_above_floor_us_per_record_each,
+_per_request_each, consume_above_floor_us_per_record, _per_fetch: medians of the reps'
+differences).
 
 Replicated case (--replicated, or --replicated-only): ZooKeeper and three fastlog brokers;
 produce throughput and broker CPU per record (all three brokers, and the leader alone)
@@ -42,6 +59,7 @@ Usage: .venv/bin/python perf/compare.py [--quick] [--reps N] [--json]
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import json
 import math
@@ -74,18 +92,20 @@ class Broker:
 
     metrics_url: str | None = None  # the broker's /metrics (fastlog's http.listener)
 
-    def metrics_args(self) -> list[str]:
-        """`fastlog perf` options that add the broker's own figures to a run's summary."""
-        return ["--broker-metrics", self.metrics_url] if self.metrics_url else []
-
     def __init__(self, name: str, bootstrap: str, pid: int | None = None, proc=None,
                  cleanup=None):
         self.name, self.bootstrap, self.pid, self.proc = name, bootstrap, pid, proc
         self.cleanup = cleanup
 
     def cpu_seconds(self) -> float | None:
+        """CPU seconds of every thread the broker ran (cpu_ns: nanoseconds, threads that
+        exited included); /proc/PID/stat's 10 ms ticks only where that clock is not
+        readable."""
         if self.pid is None:
             return None
+        ns = cpu_ns(self.pid)
+        if ns is not None:
+            return ns / 1e9
         try:
             with open(f"/proc/{self.pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
@@ -116,6 +136,23 @@ class Broker:
                 self.proc.wait(5)
         if self.cleanup:
             self.cleanup()
+
+
+def cpu_ns(pid: int) -> int | None:
+    """CPU time in ns that process pid has run, all its threads together, including
+    threads that exited; None when the process is gone or not visible.
+
+    This is the kernel's CPU clock of the process (clock_getcpuclockid(3): the clock id is
+    built from the pid as glibc builds it; readable for any visible process): the sum of
+    sum_exec_runtime, the figure /proc/PID/task/*/schedstat shows first, over the live
+    threads, plus what the threads that already exited had run. A sum over
+    task/*/schedstat loses an exited thread's time (a reading after the thread ended is
+    lower than one before by that much); tokio's blocking pool (tansu) ends threads after
+    10 s idle, and Python's executors can end theirs at shutdown."""
+    try:
+        return time.clock_gettime_ns(((~pid) << 3) | 2)   # CPUCLOCK_SCHED of a process
+    except OSError:
+        return None
 
 
 def _wait_connectable(host: str, port: int, proc, timeout: float = 30.0) -> None:
@@ -434,6 +471,250 @@ def lean_fetch(bootstrap: str, topic: str, total_bytes: int, fetch_bytes: int = 
             "mb_per_s": round(got / elapsed / 1e6, 1)}
 
 
+# ---- the floor: what any broker storing to a file must spend on the same stream ----------
+#
+# Two servers of a few lines each, forked from this process, one loopback connection
+# each (accept_one), whose CPU (cpu_ns) is measured as a broker's:
+#   produce  each request frame read whole into one reused buffer, its record batch found
+#            (the Produce v10 header walked) and pwritten at the end of a file (no fsync,
+#            as fastlog's default), answered with 8 bytes; "memory" skips the pwrite
+#   fetch    each 20-byte request (position, length) answered with an 8-byte head
+#            (MSG_MORE) and the bytes sendfile'd from that file, in the page cache;
+#            "memory" sends them from a buffer read beforehand, as a broker storing in
+#            memory does
+# The sender keeps one request in flight, as librdkafka did in these runs: linger.ms=5
+# paces its requests a few ms apart and each is answered well within that, so every
+# request finds the broker idle (its max.in.flight default, 1,000,000, would allow more;
+# pipelined, a server would find several requests per wake-up, which is not the stream
+# the brokers were sent). In the matrix it sends them at fastlog's cadence in that rep
+# (its run's time over its requests; the rows' interval_ms): the same stream in time as
+# well, for a server woken from idle per request pays more for the same work than one
+# fed back to back (a Fetch fastlog served in 150-160 us back to back cost it 350-500 us
+# after a 5 ms pause).
+
+FLOOR_FILE, FLOOR_MEMORY = "floor file", "floor memory"
+FLOOR_MAX_FRAME = 16 << 20   # librdkafka sends at most 1,000,000 bytes (message.max.bytes)
+
+
+def exchange(sock: socket.socket, frame: bytes, view: memoryview) -> None:
+    """Send one framed request, read its whole answer."""
+    sock.sendall(frame)
+    recv_exact(sock, view, 4)
+    size = struct.unpack_from(">i", view, 0)[0]
+    if not 0 < size <= len(view):
+        raise ConnectionError(f"an answer of {size} bytes")
+    recv_exact(sock, view, size)
+
+
+def produce_frame(topic: str, batch, acks: int = -1, corr: int = 1,
+                  client: str = "fastlog-perf") -> bytes:
+    """One framed Produce v10 of `batch` to partition 0 of topic."""
+    from fastlog import protocol
+    from fastlog.protocol import ApiKey
+
+    return protocol.encode_request(ApiKey.PRODUCE, 10, corr, client, {
+        "transactional_id": None, "acks": acks, "timeout_ms": 30000, "topic_data": [
+            {"name": topic, "partition_data": [{"index": 0, "records": batch}]}]},
+        framed=True)
+
+
+def _uvarint(view, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while shift < 35:
+        b = view[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+        shift += 7
+    raise ValueError("varint too long")
+
+
+def produce_records_span(view, size: int) -> tuple[int, int]:
+    """Where the record batch of a one-partition Produce v10 frame (from its api key on,
+    `size` bytes) lies: (start, end)."""
+    pos = 10 + struct.unpack_from(">h", view, 8)[0]   # api key, version, corr, client id
+    pos = _uvarint(view, pos)[1]                      # header tags (none)
+    n, pos = _uvarint(view, pos)                      # transactional id
+    pos += max(0, n - 1) + 6                          # and acks, timeout
+    pos = _uvarint(view, pos)[1]                      # topics (one)
+    n, pos = _uvarint(view, pos)
+    pos = _uvarint(view, pos + n - 1)[1] + 4          # name; partitions (one), index
+    n, pos = _uvarint(view, pos)
+    if not 1 <= n <= size - pos + 1:
+        raise ValueError("not a one-partition Produce v10")
+    return pos, pos + n - 1
+
+
+def _floor_produce(path: str | None):
+    """The produce floor's loop over a connection; its buffer touched and its file opened
+    now, before any request."""
+    view = memoryview(bytearray(FLOOR_MAX_FRAME))   # zero-filled: every page touched
+    answer = bytearray(struct.pack(">ii", 4, 0))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644) if path else -1
+
+    def serve(conn) -> None:
+        end = 0
+        while True:
+            recv_exact(conn, view, 4)
+            size = struct.unpack_from(">i", view, 0)[0]
+            if not 8 <= size <= len(view):
+                return
+            recv_exact(conn, view, size)
+            start, stop = produce_records_span(view, size)
+            if fd >= 0:
+                end += os.pwrite(fd, view[start:stop], end)
+            answer[4:8] = view[4:8]
+            conn.sendall(answer)
+
+    return serve
+
+
+def _floor_fetch(path: str, from_memory: bool):
+    """The fetch floor's loop over a connection; its file opened (and for "memory" read
+    whole) now, before any request."""
+    view = memoryview(bytearray(64))
+    head = bytearray(8)
+    fd = os.open(path, os.O_RDONLY)
+    size = os.fstat(fd).st_size
+    memory = memoryview(os.pread(fd, size, 0)) if from_memory else None
+
+    def serve(conn) -> None:
+        out = conn.fileno()
+        while True:
+            recv_exact(conn, view, 24)
+            corr, position, length = struct.unpack_from(">iqi", view, 8)
+            if not (0 <= position <= size and 0 <= length <= size - position):
+                return
+            struct.pack_into(">ii", head, 0, 4 + length, corr)
+            conn.send(head, socket.MSG_MORE)
+            if memory is not None:
+                conn.sendall(memory[position:position + length])
+                continue
+            while length:
+                n = os.sendfile(out, fd, position, length)
+                position += n
+                length -= n
+
+    return serve
+
+
+def _floor_main(port, ready, mode: str, path: str) -> None:
+    """A floor server's process (spawned: nothing inherited to fault in): everything it
+    needs set up before it listens, then one connection served until the sender closes."""
+    gc.disable()
+    serve = _floor_produce(path if mode == "produce file" else None) \
+        if mode.startswith("produce") else _floor_fetch(path, mode == "fetch memory")
+    try:
+        with accept_one(port, ready) as conn:
+            serve(conn)
+    except (ConnectionError, OSError):
+        pass   # the sender went away
+
+
+def start_floor(name: str, mode: str, path: Path) -> tuple[Broker, socket.socket]:
+    """A floor server (mode: "produce file", "produce memory", "fetch file", "fetch memory")
+    as a Broker (its pid for the CPU figures; stop() ends it) and the connection to it."""
+    ctx = mp.get_context("spawn")
+    port, ready = ctx.RawValue("i", 0), ctx.Event()
+    proc = ctx.Process(target=_floor_main, args=(port, ready, mode, str(path)), daemon=True)
+    proc.start()
+
+    def cleanup():
+        proc.join(30)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(5)
+
+    deadline = time.monotonic() + 60
+    while not ready.wait(0.1):
+        if not proc.is_alive() or time.monotonic() > deadline:
+            proc.kill()
+            proc.join(5)
+            raise RunError(f"a floor server did not start (exit code {proc.exitcode})")
+    broker = Broker(name, f"127.0.0.1:{port.value}", proc.pid, cleanup=cleanup)
+    sock = socket.create_connection(("127.0.0.1", port.value), timeout=60)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return broker, sock
+
+
+def floor_batch(records: int, codec: int = 0) -> bytes:
+    """A batch of `records` 100-byte records with the harness's values (no keys), as
+    `fastlog perf produce --record-size 100` sends them; codec as Kafka numbers it."""
+    from fastlog._codec import BatchBuilder
+    from fastlog.perf.workload import Workload
+
+    values = Workload(100).values
+    now = int(time.time() * 1000)
+    b = BatchBuilder(compression=codec)
+    for i in range(records):
+        b.append(now, None, values[i % len(values)])
+    return b.build()
+
+
+def _wait_turn(start: float, k: int, interval: float) -> None:
+    """Sleep until request k of a stream that sends one every `interval` s from start."""
+    delay = start + k * interval - time.perf_counter()
+    if delay > 0:
+        time.sleep(delay)
+
+
+def floor_produce(sock: socket.socket, records: int, requests: int, codec: int = 0,
+                  interval: float = 0.0) -> dict:
+    """Send `records` records to a produce floor server in `requests` requests (their
+    sizes differing by one record at most), one in flight, request k not before k times
+    `interval` s from the first (0: each as soon as the last is answered). A
+    harness-like summary."""
+    requests = max(1, min(requests, records))
+    per_request, bigger = divmod(records, requests)
+    frames = [(produce_frame("floor", floor_batch(per_request + 1, codec)), bigger),
+              (produce_frame("floor", floor_batch(per_request, codec)), requests - bigger)]
+    view = memoryview(bytearray(64))
+    start = time.perf_counter()
+    k = 0
+    for frame, count in frames:
+        for _ in range(count):
+            _wait_turn(start, k, interval)
+            exchange(sock, frame, view)
+            k += 1
+    elapsed = time.perf_counter() - start
+    nbytes = records * 100
+    return {"records": records, "bytes": nbytes, "records_per_s": round(records / elapsed, 1),
+            "mb_per_s": round(nbytes / elapsed / 1e6, 1), "produce_requests": requests}
+
+
+def floor_fetch(sock: socket.socket, total: int, chunk: int, records: int,
+                keep: bytearray | None = None, interval: float = 0.0) -> dict:
+    """Read `total` bytes from a fetch floor server in responses of `chunk` bytes, one in
+    flight, through one reused 1 MiB buffer as lean_fetch reads (`keep`: a copy of them
+    appended there), fetch k not before k times `interval` s from the first. A
+    harness-like summary with the number of fetches."""
+    view = memoryview(bytearray(PAGE))
+    position = fetches = 0
+    start = time.perf_counter()
+    while position < total:
+        length = min(chunk, total - position)
+        _wait_turn(start, fetches, interval)
+        fetches += 1
+        sock.sendall(struct.pack(">ihhiqi", 20, 1, 4, fetches, position, length))
+        recv_exact(sock, view, 8)
+        left = struct.unpack_from(">i", view, 0)[0] - 4
+        if left != length:
+            raise RunError(f"the fetch floor answered {left} bytes, not {length}")
+        while left:
+            n = sock.recv_into(view[:min(left, PAGE)])
+            if not n:
+                raise ConnectionError("the fetch floor closed the connection")
+            if keep is not None:
+                keep += view[:n]
+            left -= n
+        position += length
+    elapsed = time.perf_counter() - start
+    return {"records": records, "bytes": records * 100, "fetches": fetches,
+            "records_per_s": round(records / elapsed, 1),
+            "mb_per_s": round(records * 100 / elapsed / 1e6, 1)}
+
+
 # ---- the matrix ----------------------------------------------------------------------------
 
 def _busy_seconds() -> float:
@@ -450,10 +731,22 @@ def _own_cpu_seconds() -> float:
 
 
 def measure(broker: Broker, fn):
-    """(result, broker CPU s, broker RSS MB, other tenants' CPU % of one core)."""
+    """(result, broker CPU s, broker RSS MB, other tenants' CPU % of one core).
+
+    A broker with a /metrics endpoint is scraped just before and just after, outside the
+    CPU readings, and a harness summary gets the difference as its `broker` figures (what
+    `fastlog perf --broker-metrics` adds, but its scrapes fall inside the run: 2.5-3.5 ms
+    of broker CPU each, which tansu's rows did not pay)."""
+    from fastlog.perf import broker_metrics
+
+    url = broker.metrics_url
+    own0 = broker_metrics.scrape(url) if url else None
     c0, b0, o0, t0 = broker.cpu_seconds(), _busy_seconds(), _own_cpu_seconds(), time.monotonic()
     result = fn()
     c1, b1, o1, t1 = broker.cpu_seconds(), _busy_seconds(), _own_cpu_seconds(), time.monotonic()
+    if own0 is not None and isinstance(result, dict) and "records" in result:
+        result["broker"] = broker_metrics.difference(own0, broker_metrics.scrape(url),
+                                                     result["records"])
     cpu = None if c0 is None or c1 is None else c1 - c0
     other = (b1 - b0) - (o1 - o0) - (cpu or 0.0)
     MEASURED_OTHER.append(round(100.0 * max(0.0, other) / max(1e-9, t1 - t0), 1))
@@ -484,6 +777,7 @@ def row(broker, workload, rep, summary, cpu, rss, **extra) -> dict:
     # how many records each request carried in that rep, so both are shown.
     requests = summary.get("produce_requests")
     if requests:
+        r["produce_requests"] = requests
         r["records_per_request"] = round(rec / requests, 1)
         if cpu is not None:
             r["cpu_us_per_request"] = round(cpu / requests * 1e6, 1)
@@ -493,12 +787,48 @@ def row(broker, workload, rep, summary, cpu, rss, **extra) -> dict:
     if own:
         r["metrics_cpu_s"] = own.get("cpu_s")
         r["metrics_records_in"] = own.get("messages_in")
+    # Fetch requests the broker answered (its /metrics; a floor server counts its own):
+    # the consume floor sends in responses of the same average size
+    fetches = summary.get("fetches") or (own or {}).get("requests", {}).get("Fetch")
+    if fetches:
+        r["fetches"] = fetches
+        if cpu is not None:
+            r["cpu_us_per_fetch"] = round(cpu / fetches * 1e6, 1)
     r.update(extra)
     return r
 
 
-def run_matrix(brokers: list[Broker], opts, emit) -> list[dict]:
+def _fastlog_row(rows: list[dict], workload: str, rep: int) -> dict | None:
+    return next((r for r in rows if r["broker"] == "fastlog" and r["workload"] == workload
+                 and r["rep"] == rep), None)
+
+
+def run_floors(add, workload: str, rep: int, modes, path: Path, fn, **extra) -> None:
+    """Each floor server of `modes` ((row name, server mode) pairs) in turn over `path`,
+    fn(sock) its load, measured as a broker's and added as a row (with `extra`)."""
+    for name, mode in modes:
+        b, sock = start_floor(name, mode, path)
+        try:
+            with sock:
+                s, cpu, rss = measure(b, lambda sock=sock: fn(sock))
+        finally:
+            b.stop()
+        add(row(b, workload, rep, s, cpu, rss, **extra))
+
+
+def _interval(theirs: dict, requests: int) -> float:
+    """Seconds between a broker's requests in its row: its run's time over its requests."""
+    return theirs["records"] / theirs["records_per_s"] / requests if theirs["records_per_s"] \
+        else 0.0
+
+
+def run_matrix(brokers: list[Broker], opts, emit, workdir: Path | None = None) -> list[dict]:
+    """Every workload against every broker, rep by rep; after each produce and consume
+    workload the floors of the same stream (fastlog's records per request and Fetch
+    responses in that rep), their files under workdir."""
     n = opts.records
+    workdir = Path(workdir or tempfile.mkdtemp(prefix="fastlog-compare-"))
+    produce_floors = ((FLOOR_FILE, "produce file"), (FLOOR_MEMORY, "produce memory"))
     tmo = opts.timeout
     rows: list[dict] = []
     run_id = time.strftime("%H%M%S")
@@ -519,15 +849,38 @@ def run_matrix(brokers: list[Broker], opts, emit) -> list[dict]:
                 topic = f"cmp-{run_id}-{name.split()[1].replace('=', '')}-{rep}"
                 s, cpu, rss = measure(b, lambda b=b, topic=topic, extra=extra: fastlog_perf(
                     ["produce", "--bootstrap-server", b.bootstrap, "--topic", topic,
-                     "--num-records", n, "--linger-ms", 5, *common, *extra,
-                     *b.metrics_args()], tmo))
+                     "--num-records", n, "--linger-ms", 5, *common, *extra], tmo))
                 add(row(b, name, rep, s, cpu, rss))
+            theirs = _fastlog_row(rows, name, rep)
+            if theirs and theirs.get("produce_requests"):
+                path = workdir / f"floor-{name.split()[1].replace('=', '')}-{rep}.log"
+                every = _interval(theirs, theirs["produce_requests"])
+                run_floors(add, name, rep, produce_floors, path,
+                           lambda sock, r=theirs, name=name, every=every: floor_produce(
+                               sock, r["records"], r["produce_requests"],
+                               3 if name == "produce lz4" else 0, every),
+                           interval_ms=round(every * 1e3, 3))
+                if name != "produce acks=1":   # the consume floor reads acks=1's
+                    path.unlink(missing_ok=True)
         for b in brokers:
             topic = f"cmp-{run_id}-acks1-{rep}"
             s, cpu, rss = measure(b, lambda b=b, topic=topic: fastlog_perf(
                 ["consume", "--bootstrap-server", b.bootstrap, "--topic", topic,
-                 "--num-records", n, "--client", "confluent", *b.metrics_args()], tmo))
+                 "--num-records", n, "--client", "confluent"], tmo))
             add(row(b, "consume", rep, s, cpu, rss))
+        path = workdir / f"floor-acks1-{rep}.log"
+        theirs, written = _fastlog_row(rows, "consume", rep), \
+            _fastlog_row(rows, "produce acks=1", rep)
+        if theirs and theirs.get("fetches") and path.exists():
+            total = path.stat().st_size
+            chunk = -(-total // theirs["fetches"])
+            every = _interval(theirs, theirs["fetches"])
+            run_floors(add, "consume", rep, ((FLOOR_FILE, "fetch file"),
+                                             (FLOOR_MEMORY, "fetch memory")), path,
+                       lambda sock, total=total, chunk=chunk, records=written["records"],
+                       every=every: floor_fetch(sock, total, chunk, records, interval=every),
+                       interval_ms=round(every * 1e3, 3))
+        path.unlink(missing_ok=True)
         for b in brokers:
             topic = f"cmp-{run_id}-lat-{rep}"
             s, cpu, rss = measure(b, lambda b=b, topic=topic: fastlog_perf(
@@ -661,18 +1014,29 @@ def _ratio(a, b):
     return None if a is None or not b else round(a / b, 3)
 
 
+def _above_floor(rows, workload, key):
+    """Median over reps of fastlog's figure less the file floor's in the same rep."""
+    floors = {r["rep"]: r.get(key) for r in rows
+              if r["broker"] == FLOOR_FILE and r["workload"] == workload}
+    diffs = [r[key] - floors[r["rep"]] for r in rows
+             if r["broker"] == "fastlog" and r["workload"] == workload
+             and r.get(key) is not None and floors.get(r["rep"]) is not None]
+    return round(statistics.median(diffs), 4) if diffs else None
+
+
 def summarize(rows: list[dict], names: list[str], peer: str | None) -> tuple[list[dict], dict]:
     table = []
     workloads = [w for w in dict.fromkeys(r["workload"] for r in rows)
                  if w not in ("idle", "end", "loopback pump")]
+    floors = [f for f in (FLOOR_FILE, FLOOR_MEMORY) if any(r["broker"] == f for r in rows)]
     for w in workloads:
-        for name in names:
+        for name in names + floors:
             if not any(r["broker"] == name and r["workload"] == w for r in rows):
                 continue
             t = {"workload": w, "broker": name}
             for key in ("records_per_s", "mb_per_s", "cpu_us_per_record", "cpu_ms_per_mb",
-                        "records_per_request", "cpu_us_per_request",
-                        "rss_mb", "rss_anon_mb", "other_cpu_pct", "p50_ms", "p99_ms", "p99_9_ms", "max_ms", "vs_loopback"):
+                        "records_per_request", "cpu_us_per_request", "fetches",
+                        "cpu_us_per_fetch", "rss_mb", "rss_anon_mb", "other_cpu_pct", "p50_ms", "p99_ms", "p99_9_ms", "max_ms", "vs_loopback"):
                 v = _median(rows, name, w, key)
                 if v is not None:
                     t[key] = v
@@ -681,15 +1045,33 @@ def summarize(rows: list[dict], names: list[str], peer: str | None) -> tuple[lis
     def cpu(name, w):
         return _median(rows, name, w, "cpu_us_per_record")
 
-    produce = [_ratio(cpu("fastlog", w), cpu(peer, w)) if peer else None
-               for w in ("produce acks=1", "produce acks=all", "produce lz4")]
+    produces = ("produce acks=1", "produce acks=all", "produce lz4")
+    produce = [_ratio(cpu("fastlog", w), cpu(peer, w)) if peer else None for w in produces]
+    floor = [_ratio(cpu(FLOOR_FILE, w), cpu(peer, w)) if peer else None for w in produces]
     pumps = [r["mb_per_s"] for r in rows if r["workload"] == "loopback pump"]
     pump = statistics.median(pumps) if pumps else None
     ratios = {
         "produce_cpu_vs_peer": max(produce) if peer and None not in produce else None,
         "produce_cpu_vs_peer_each": produce,
+        # what a broker writing each request's records to a file spends at least (the
+        # worst of the three, as produce_cpu_vs_peer), and one keeping them in memory
+        "produce_floor_vs_peer": max(floor) if peer and None not in floor else None,
+        "produce_floor_vs_peer_each": floor,
+        "produce_memory_floor_vs_peer_each": [
+            _ratio(cpu(FLOOR_MEMORY, w), cpu(peer, w)) if peer else None for w in produces],
+        "produce_above_floor_us_per_record_each": [
+            _above_floor(rows, w, "cpu_us_per_record") for w in produces],
+        "produce_above_floor_us_per_request_each": [
+            _above_floor(rows, w, "cpu_us_per_request") for w in produces],
         "consume_cpu_vs_peer": _ratio(cpu("fastlog", "consume"), cpu(peer, "consume"))
         if peer else None,
+        "consume_floor_vs_peer": _ratio(cpu(FLOOR_FILE, "consume"), cpu(peer, "consume"))
+        if peer else None,
+        "consume_memory_floor_vs_peer": _ratio(cpu(FLOOR_MEMORY, "consume"),
+                                               cpu(peer, "consume")) if peer else None,
+        "consume_above_floor_us_per_record": _above_floor(rows, "consume",
+                                                          "cpu_us_per_record"),
+        "consume_above_floor_us_per_fetch": _above_floor(rows, "consume", "cpu_us_per_fetch"),
         # median over reps of (lean read MB/s / the pump measured just before it)
         "large_consume_vs_loopback": _median(rows, "fastlog", "large consume lean",
                                              "vs_loopback"),
@@ -721,6 +1103,7 @@ def print_table(table: list[dict], ratios: dict, opts) -> None:
             ("records_per_s", "rec/s", "{:,.0f}"), ("mb_per_s", "MB/s", "{:,.1f}"),
             ("cpu_us_per_record", "CPU µs/rec", "{:.3f}"), ("cpu_ms_per_mb", "CPU ms/MB", "{:.2f}"),
             ("records_per_request", "rec/req", "{:,.0f}"), ("cpu_us_per_request", "CPU µs/req", "{:,.0f}"),
+            ("fetches", "fetches", "{:,.0f}"), ("cpu_us_per_fetch", "CPU µs/fetch", "{:,.0f}"),
             ("rss_mb", "RSS MB", "{:,.0f}"), ("rss_anon_mb", "anon MB", "{:,.0f}"),
             ("other_cpu_pct", "other CPU %", "{:.0f}"),
             ("p50_ms", "p50 ms", "{:.2f}"),
@@ -816,7 +1199,7 @@ def run(opts) -> int:
             if t is not None:
                 brokers.append(t)
         brokers += opts.brokers
-        rows = run_matrix(brokers, opts, emit)
+        rows = run_matrix(brokers, opts, emit, workdir)
     finally:
         for b in brokers:
             b.stop()

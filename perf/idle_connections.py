@@ -117,24 +117,11 @@ def _consume(bootstrap: str, topic: str, stop: threading.Event, counts: dict) ->
         c.close()
 
 
-def _cpu_ns(pid: int) -> int:
-    """CPU time of every thread of pid in ns (/proc/PID/task/*/schedstat): exact, where
-    /proc/PID/stat counts 10 ms ticks, and read without the broker's help (a /metrics
-    scrape would list its open files, which grow with the connections)."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            total += int((task / "schedstat").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass   # a thread that ended meanwhile
-    return total
-
-
 def _quiet_cpu(broker, seconds: float) -> float:
     """The broker's CPU seconds per second over `seconds`."""
-    c0, t0 = _cpu_ns(broker.pid), time.monotonic()
+    c0, t0 = compare.cpu_ns(broker.pid), time.monotonic()
     time.sleep(seconds)
-    c1, t1 = _cpu_ns(broker.pid), time.monotonic()
+    c1, t1 = compare.cpu_ns(broker.pid), time.monotonic()
     return (c1 - c0) / 1e9 / (t1 - t0)
 
 

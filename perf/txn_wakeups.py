@@ -2,7 +2,7 @@
 when it does not: the same requests, with and without a pause after each transaction.
 
 Starts one fastlog-server (perf/compare.py's start_fastlog; its CPU is the sum of its
-threads' run time from /proc/PID/task/*/schedstat, in ns). One raw connection
+threads' run time in ns, compare.cpu_ns). One raw connection
 (fastlog.testing.Wire) runs transactions of --records records of 100 B as librdkafka
 sends them (AddPartitionsToTxn v0, one Produce v10, EndTxn v1, each answered before the
 next is sent); every rep runs --txns of them back to back and --txns with --pause-ms
@@ -32,7 +32,6 @@ import argparse
 import gc
 import json
 import multiprocessing
-import os
 import socket
 import statistics
 import struct
@@ -43,7 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from compare import accept_one, recv_exact, start_fastlog  # noqa: E402
+from compare import accept_one, cpu_ns, exchange, produce_frame, recv_exact, start_fastlog  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from fastlog import protocol  # noqa: E402
@@ -52,17 +51,6 @@ from fastlog.protocol import ApiKey  # noqa: E402
 from fastlog.testing import Wire  # noqa: E402
 
 TOPIC, TXN_ID, VALUE = "t", "wakeups", b"x" * 100
-
-
-def cpu_ns(pid: int) -> int:
-    total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[0])
-        except OSError:
-            pass   # a thread that ended meanwhile
-    return total
 
 
 class Endpoint:
@@ -122,10 +110,7 @@ def transaction_bodies(pid: int, epoch: int, seq: int, records: int) -> tuple:
 def anchor_frame(records: int) -> bytes:
     """One framed Produce v10 (acks -1) of `records` plain 100 B records to TOPIC."""
     batch = build_batch([(int(time.time() * 1000), None, VALUE)] * records)
-    return protocol.encode_request(ApiKey.PRODUCE, 10, 1, "txn-wakeups", {
-        "transactional_id": None, "acks": -1, "timeout_ms": 30000, "topic_data": [
-            {"name": TOPIC, "partition_data": [{"index": 0, "records": batch}]}]},
-        framed=True)
+    return produce_frame(TOPIC, batch, client="txn-wakeups")
 
 
 def _null_broker_main(port, ready) -> None:
@@ -146,16 +131,6 @@ def _null_broker_main(port, ready) -> None:
                 return
             answer[4:8] = view[4:8]   # the correlation id, after api key and version
             conn.sendall(answer)
-
-
-def exchange(sock: socket.socket, frame: bytes, view: memoryview) -> None:
-    """Send one framed request, read its whole answer."""
-    sock.sendall(frame)
-    recv_exact(sock, view, 4)
-    size = struct.unpack_from(">i", view, 0)[0]
-    if not 0 < size <= len(view):
-        raise ConnectionError(f"an answer of {size} bytes")
-    recv_exact(sock, view, size)
 
 
 def per_record_anchor(pid: int, sock: socket.socket, frame: bytes, requests: int,
