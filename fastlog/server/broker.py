@@ -564,6 +564,10 @@ class BrokerServer:
                         "moves leadership once this broker's session expires)")
             return
 
+        # no follower fetches from here on: the controller takes this broker out of the ISRs
+        if self.replica_manager is not None:
+            self.replica_manager.stop_following()
+
         def run():
             remaining = member.controlled_shutdown_local()
             if remaining is None:

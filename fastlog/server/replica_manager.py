@@ -267,6 +267,8 @@ class ReplicaManager:
         self.fetch_purgatory = Purgatory("Fetch")
         self.produce_purgatory = Purgatory("Produce")
         self.fetcher_manager = None  # ReplicaFetcherManager, made on the first follower role
+        # set by stop_following (controlled shutdown): follower roles no longer fetch
+        self._following_stopped = False
         self._tasks: list[asyncio.Task] = []
         self._hw_checkpoint: dict[tuple[str, int], int] | None = None
         self._stopped = False
@@ -579,7 +581,7 @@ class ReplicaManager:
                      leader_id, leader_epoch, " (was leader)" if was_leader else "",
                      p.log.log_end_offset, p.high_watermark)
         self._wake(p.key)
-        if leader_id < 0 or leader_id == self.node_id:
+        if leader_id < 0 or leader_id == self.node_id or self._following_stopped:
             self._stop_fetching(p.key)
         elif changed or self.fetcher_manager is None or not self.fetcher_manager.has(p.key):
             self._fetchers().add_partition(p, leader_id, leader_epoch)
@@ -647,6 +649,17 @@ class ReplicaManager:
     def _stop_fetching(self, key) -> None:
         if self.fetcher_manager is not None:
             self.fetcher_manager.remove_partition(key)
+
+    def stop_following(self) -> None:
+        """A broker about to ask for its controlled shutdown stops replicating, as Kafka's
+        controller has it do (StopReplica): every follower stops fetching, and so does each
+        partition that becomes a follower here later (those it led). A replica that kept
+        fetching caught up again and its leader added it back to the ISR the controller had
+        just shrunk for the shutdown, so the broker left the ISR only when the leader next
+        saw it lag (replica.lag.time.max.ms later), holding acks=all produces meanwhile."""
+        self._following_stopped = True
+        if self.fetcher_manager is not None:
+            self.fetcher_manager.shutdown()
 
     def broker_endpoint(self, broker_id: int) -> tuple[str, int] | None:
         """(host, port) of a live broker from the metadata cache, for follower fetches."""

@@ -426,3 +426,27 @@ def test_large_batches_written_off_the_loop_replicate_in_order(tmp_path):
         assert await _until(lambda: p2.high_watermark == offset)
         assert _crcs(pair.b1, offset) == _crcs(pair.b2, offset)
     run(tmp_path, body)
+
+
+def test_a_broker_in_controlled_shutdown_stops_following_and_stays_out_of_the_isr(tmp_path):
+    """stop_following (a broker about to ask for its controlled shutdown): its followers
+    stop fetching, a follower role given later does not fetch either, so the leader takes
+    it out of the ISR and never adds it back (a fetching replica caught up and rejoined
+    the ISR the controller had shrunk for the shutdown)."""
+    async def body(pair):
+        pair.lead(pair.b1, pair.b2, 1)
+        rm1, rm2 = pair.b1.replica_manager, pair.b2.replica_manager
+        p1 = rm1.get_partition(*KEY)
+        assert (await pair.produce(pair.b1, [b"a"])).error == Errors.NONE
+        rm2.stop_following()
+        assert not rm2.fetcher_manager.has(KEY)
+        # leadership moved by the controller: the new role does not start a fetch
+        rm2.become_follower(TOPIC, 0, 1, 2, [1, 2])
+        assert not rm2.fetcher_manager.has(KEY)
+        assert await _until(lambda: p1.isr == [1])   # replica.lag.time.max.ms=600
+        end = rm2.get_partition(*KEY).log.log_end_offset
+        assert (await pair.produce(pair.b1, [b"b"], acks=1)).error == Errors.NONE
+        await asyncio.sleep(1.0)
+        assert p1.isr == [1] and rm1.metrics["isr_expands"] == 0
+        assert rm2.get_partition(*KEY).log.log_end_offset == end
+    run(tmp_path, body)
