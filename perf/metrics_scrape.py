@@ -287,7 +287,7 @@ def main() -> int:
                 quiet = probe_window(probe_wire, 3.0, args.probe)
                 stop, busy, spans = threading.Event(), [], []
                 gets = {"broker": [], "null": []}
-                rows = {"broker": [], "null": []}
+                scrapes = {"broker": [], "null": []}
                 t = threading.Thread(target=probe,
                                      args=(probe_wire, stop, busy, spans, args.probe))
                 t.start()
@@ -299,9 +299,9 @@ def main() -> int:
                     for line in child.stdout:
                         t0, wall, cpu, http_cpu, size, lines, kind = json.loads(line)
                         gets[kind].append((t0, t0 + wall))
-                        rows[kind].append((wall, cpu, size, http_cpu))
+                        scrapes[kind].append((wall, cpu, size, http_cpu))
                         who = "broker" if kind == "broker" else "null server"
-                        print(f"{kind} scrape {len(rows[kind]) - 1}: {wall * 1000:.1f} ms "
+                        print(f"{kind} scrape {len(scrapes[kind]) - 1}: {wall * 1000:.1f} ms "
                               f"wall, {cpu * 1000:.1f} ms {who} CPU ({http_cpu * 1000:.1f} "
                               f"its busiest thread's but the main one's), {size / 1e6:.1f} "
                               f"MB, {lines} lines", flush=True)
@@ -326,7 +326,7 @@ def main() -> int:
             in_null.append(lat)
         else:
             between.append(lat)
-    rows = rows["broker"]
+    rows = scrapes["broker"]
 
     def q(xs, f):
         xs = sorted(xs)

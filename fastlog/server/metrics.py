@@ -528,14 +528,14 @@ class BrokerCollector:
     def _topic_series(self, stats):
         """The per-topic counters (TOPIC_COUNTERS), each with the broker's figure first
         (no label) and a row per topic, in GaugeRows of up to four counters each."""
-        topics = list(dict(stats.topics).items())
+        topics = dict(stats.topics)  # (one step under the lock)
         every = stats.all_topics
         attrs = [attr for attr, _, _ in TOPIC_COUNTERS]
         groups = [attrs[i:i + 4] for i in range(0, len(attrs), 4)]
         tables = [GaugeRows(len(group), partitioned=False) for group in groups]
         heads = []
         pause = self.pause
-        for i, (topic, topic_stats) in enumerate(topics):
+        for i, (topic, topic_stats) in enumerate(topics.items()):
             if i % ROWS_PER_PAUSE == 0:
                 pause()
             heads.append(f'topic="{label_value(topic)}"'.encode())
@@ -923,12 +923,8 @@ def _broker_state(b) -> int:
     return BROKER_STATE_RUNNING if b._started else BROKER_STATE_STARTING
 
 
-def _float_label(bound: float) -> str:
-    return repr(float(bound))
-
-
 # The request-time histogram's `le` labels, as the library writes bucket bounds.
-_TIME_BUCKET_LABELS = tuple(_float_label(b) for b in TIME_BUCKETS_MS) + ("+Inf",)
+_TIME_BUCKET_LABELS = tuple(repr(float(b)) for b in TIME_BUCKETS_MS) + ("+Inf",)
 
 
 class ProcessCPUCollector(ProcessCollector):
