@@ -59,6 +59,7 @@ import asyncio
 import copy
 import logging
 import os
+import re
 import threading
 import time
 
@@ -324,7 +325,11 @@ def encode_family(encoder, family, openmetrics: bool, pause) -> list[bytes]:
     """The library's encoding of one collected family (without OpenMetrics' closing
     EOF line), as pieces whose concatenation it is: a family of more than
     SAMPLES_PER_PIECE samples is encoded that many samples at a time, its HELP and TYPE
-    lines written once, with pause() between the pieces."""
+    lines written once, with pause() between the pieces. Gauges and counters are
+    written here (family_pieces), the others by `encoder`."""
+    pieces = family_pieces(family, openmetrics, pause)
+    if pieces is not None:
+        return pieces
     samples = family.samples
     if (len(samples) <= SAMPLES_PER_PIECE
             or any(s.name.endswith(_MOVED_SUFFIXES) for s in samples)):
@@ -341,6 +346,60 @@ def encode_family(encoder, family, openmetrics: bool, pause) -> list[bytes]:
             return [_encoded(encoder, family, openmetrics)]
         pieces.append(text if start == 0 else text[len(head):])
     return pieces
+
+
+def family_pieces(family, openmetrics: bool, pause) -> list[bytes] | None:
+    """The text the library's encoder writes of a gauge or counter family (without
+    OpenMetrics' EOF line), written here in the pieces encode_family makes, with the same
+    pauses: the library's encoder spent about 5 us per sample holding the interpreter
+    lock (HELP and TYPE as the format wants them, a counter's under NAME_total in the
+    Prometheus text format; labels sorted by name, their values escaped; values as
+    floatToGoString writes them). None for a family the library writes otherwise: another
+    type, a unit, a sample with a timestamp, an exemplar or a native histogram, a sample
+    the text format moves to the family's end (_created), a name that needs escaping."""
+    kind = family.type
+    if kind not in ("gauge", "counter") or family.unit or not _plain_name(family.name):
+        return None
+    samples = family.samples
+    for s in samples:
+        if (s.timestamp is not None or s.exemplar is not None or s.native_histogram is not None
+                or s.name.endswith(_MOVED_SUFFIXES) or not _plain_name(s.name)
+                or not all(map(_plain_name, s.labels))):
+            return None
+    typed = family.name + "_total" if kind == "counter" and not openmetrics else family.name
+    head = f"# HELP {typed} {_help_text(family.documentation, openmetrics)}\n# TYPE {typed} {kind}\n"
+    if len(samples) <= SAMPLES_PER_PIECE:
+        return [(head + "".join(map(_sample_line, samples))).encode()]
+    pieces = []
+    for start in range(0, len(samples), SAMPLES_PER_PIECE):
+        pause()
+        text = "".join(map(_sample_line, samples[start:start + SAMPLES_PER_PIECE]))
+        pieces.append((head + text if start == 0 else text).encode())
+    return pieces
+
+
+def _sample_line(s) -> str:
+    """One sample's line as the library writes it (see family_pieces)."""
+    if s.labels:
+        labels = ",".join([f'{k}="{label_value(v)}"' for k, v in sorted(s.labels.items())])
+        return f"{s.name}{{{labels}}} {floatToGoString(s.value)}\n"
+    return f"{s.name} {floatToGoString(s.value)}\n"
+
+
+# Metric and label names the library writes as they are (its legacy character set; a
+# label name may not hold ':', which the collectors here never use in one), remembered.
+_PLAIN_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*").fullmatch
+_PLAIN_NAMES: set[str] = set()
+
+
+def _plain_name(name: str) -> bool:
+    if name in _PLAIN_NAMES:
+        return True
+    if _PLAIN_NAME(name) is None:
+        return False
+    if len(_PLAIN_NAMES) < 100_000:  # (label values are never names: the set stays small)
+        _PLAIN_NAMES.add(name)
+    return True
 
 
 def _encoded(encoder, family, openmetrics: bool) -> bytes:

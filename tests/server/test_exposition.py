@@ -521,3 +521,44 @@ def test_request_series_are_the_librarys_counter_and_histogram(openmetrics):
         [b for b in theirs.splitlines() if b.startswith(b"#")]
     assert _samples(ours, openmetrics) == _samples(theirs, openmetrics)
     assert len(_samples(ours, openmetrics)) == 6 + 5 * (len(TIME_BUCKETS_MS) + 3)
+
+
+@pytest.mark.parametrize("openmetrics", [False, True])
+def test_every_gauge_and_counter_a_broker_collects_is_written_as_the_library_writes_it(
+        tmp_path, openmetrics):
+    """A real broker's registry (the process, platform and GC collectors and the broker's
+    own, with a topic): every gauge and counter family is written by
+    family_pieces, and its text is the library encoder's text of that family; awkward
+    help and label values too (quotes, backslashes, newlines)."""
+    import asyncio
+
+    from fastlog.server.broker import BrokerServer
+    from fastlog.server.metrics import BrokerMetrics, family_pieces
+    from tests.replication.test_replica_manager import _config
+
+    encoder = om_latest if openmetrics else generate_latest
+    odd = GaugeMetricFamily("fastlog_odd", 'Help "with"\\ a\nnewline.', labels=["b", "a"])
+    odd.add_metric(['q"\\\n', "x"], 1.5)
+    odd.add_metric(["", "y"], float("inf"))
+
+    async def families():
+        b = BrokerServer(_config(1, tmp_path / "d1"))
+        await b.startup()
+        try:
+            await b.create_topic('t"1', 3, 1, {})
+            return list(BrokerMetrics(b).registry.collect())
+        finally:
+            await b.shutdown()
+
+    written = 0
+    for family in asyncio.run(families()) + [odd]:
+        pieces = family_pieces(family, openmetrics, lambda: None)
+        if family.type not in ("gauge", "counter"):
+            assert pieces is None
+            continue
+        whole = encoder(_Registry(family))
+        if openmetrics:
+            whole = whole[:-len(b"# EOF\n")]
+        assert pieces is not None and b"".join(pieces) == whole, family.name
+        written += 1
+    assert written > 40
