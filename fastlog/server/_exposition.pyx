@@ -28,10 +28,11 @@
 # add_log_rows, the walk over the Logs, where a log has no slot, and figure_mismatches,
 # the scrape's periodic check of the slots against it). Either also notes the high
 # watermark of each log whose partition is hosted and online in a HostedWatermarks (C
-# arrays by topic and partition number; the caller adds the offline ones), which the lag
-# rows of every group then read instead of looking each committed offset's Partition up
-# and reading it and its Log; replica_counts can note them too (a hosted partition without
-# an online log).
+# arrays by topic and partition number; the caller adds the offline ones;
+# add_figure_rows takes which slots are hosted from hosted_slots, which the caller keeps
+# between scrapes), which the lag rows of every group then read instead of looking each
+# committed offset's Partition up and reading it and its Log; replica_counts can note
+# them too (a hosted partition without an online log).
 # And hand_over, the sleep of the scrape's breaks (metrics.GilBreaks): the interpreter lock
 # released for as long as the request loop's thread keeps running.
 # Called from: the HTTP endpoint's thread (fastlog/server/metrics.py, BrokerCollector),
@@ -333,19 +334,21 @@ cdef class HostedWatermarks:
 
     cdef int note(self, Py_ssize_t slot, int64_t partition, int64_t value) except -1:
         """Notes `value` for partition `partition` of the topic in `slot` (slot_for)."""
-        cdef Py_ssize_t old, i
+        cdef Py_ssize_t old, i, length
         cdef void* grown
         if partition < 0 or partition > _MAX_PARTITION:
             return 0  # (not a partition any topic here can have: looked up as not hosted)
         if partition >= self._lengths[slot]:
             old = self._lengths[slot]
-            grown = realloc(self._arrays[slot], (partition + 64) * sizeof(int64_t))
+            # (doubled: partitions noted in order grow it a few times, not every 64)
+            length = max(partition + 64, 2 * old)
+            grown = realloc(self._arrays[slot], length * sizeof(int64_t))
             if grown == NULL:
                 raise MemoryError()
             self._arrays[slot] = <int64_t*>grown
-            for i in range(old, partition + 64):
+            for i in range(old, length):
                 self._arrays[slot][i] = _NOT_HOSTED
-            self._lengths[slot] = partition + 64
+            self._lengths[slot] = length
         self._arrays[slot][partition] = value
         return 0
 
@@ -415,27 +418,21 @@ def add_log_rows(GaugeRows rows not None, dict heads not None, new_head, logs, p
     return n if marks is None else noted
 
 
-def add_figure_rows(GaugeRows rows not None, LogFigures figures not None, pause,
-                    Py_ssize_t every, HostedWatermarks marks=None, hosted=None, offline=None):
-    """Adds to `rows` (4 wide) what add_log_rows would of the logs the LogManager lists,
-    from their slots in its `figures` (fastlog/server/log/_figures.pyx) instead of the Logs:
-    a row per slot in use, in slot order, headed by its topic's id (the heads are one per
-    topic id, figures.topics[i] the topic of id i). With `marks`, also notes there the
-    high watermark of each whose (topic, partition) is in `hosted` and not in `offline`,
-    as add_log_rows does, and returns how many it noted; else returns the rows added.
-    One pass over contiguous C arrays; calls pause() before every `every`-th row (the
-    noting takes about 0.1 us a row, all of it holding the interpreter lock). A slot is
-    copied in one step, so each row is its log as of one moment; topic ids are never
-    reused, so a row's head stays its topic's across a pause."""
-    cdef Py_ssize_t slot, high = figures.high, n = 0, noted = 0
+def hosted_slots(LogFigures figures not None, hosted not None, offline, pause,
+                 Py_ssize_t every) -> bytearray:
+    """A byte per slot of `figures` (its `high` slots): 1 where the slot is in use and its
+    (topic, partition) is in `hosted` (the replica manager's partitions) and not in
+    `offline` (a set of keys, or None), else 0: the logs whose high watermark the lag rows
+    take (add_figure_rows). A dict lookup per slot, holding the interpreter lock; the
+    caller keeps the result for as long as neither the slots (figures.generation) nor the
+    hosted partitions change. Calls pause() before every `every`-th slot in use."""
+    cdef Py_ssize_t slot, high = figures.high, n = 0
     cdef int64_t* fig
     cdef list topics = figures.topics
-    if rows.width != 4 or every < 1:
-        raise ValueError("add_figure_rows fills rows 4 wide, pausing every 1 or more")
-    if marks is not None and hosted is None:
-        raise ValueError("add_figure_rows notes the high watermarks of the hosted logs only")
-    last_tid = -1
-    cdef Py_ssize_t mark_slot = 0
+    if every < 1:
+        raise ValueError("hosted_slots pauses every 1 or more slots")
+    mask = bytearray(high)
+    cdef unsigned char[:] out = mask
     for slot in range(high):
         fig = figures.slot_ptr(slot)
         if not fig[FIG_IN_USE]:
@@ -445,17 +442,65 @@ def add_figure_rows(GaugeRows rows not None, LogFigures figures not None, pause,
             if not fig[FIG_IN_USE]:  # (released meanwhile)
                 continue
         n += 1
-        rows._append(<int32_t>fig[FIG_TOPIC], fig[FIG_PARTITION], fig[FIG_SIZE],
-                     fig[FIG_LOG_END], fig[FIG_LOG_START], fig[FIG_SEGMENTS])
-        if marks is not None:
-            topic = topics[fig[FIG_TOPIC]]
-            if fig[FIG_TOPIC] != last_tid:
-                mark_slot = marks.slot_for(topic)
-                last_tid = fig[FIG_TOPIC]
-            key = (topic, fig[FIG_PARTITION])
-            if key in hosted and (not offline or key not in offline):
-                marks.note(mark_slot, fig[FIG_PARTITION], fig[FIG_HIGH_WATERMARK])
-                noted += 1
+        key = (topics[fig[FIG_TOPIC]], fig[FIG_PARTITION])
+        if key in hosted and (not offline or key not in offline):
+            out[slot] = 1
+    return mask
+
+
+def add_figure_rows(GaugeRows rows not None, LogFigures figures not None, pause,
+                    Py_ssize_t every, HostedWatermarks marks=None, mask=None):
+    """Adds to `rows` (4 wide) what add_log_rows would of the logs the LogManager lists,
+    from their slots in its `figures` (fastlog/server/log/_figures.pyx) instead of the Logs:
+    a row per slot in use, in slot order, headed by its topic's id (the heads are one per
+    topic id, figures.topics[i] the topic of id i). With `marks`, also notes there the
+    high watermark of each slot `mask` (hosted_slots) marks as hosted, as add_log_rows
+    does with its `hosted`, and returns how many it noted; else returns the rows added.
+    One pass over contiguous C arrays without a Python object per row (a Python step per
+    topic id met: its slot in `marks`), holding the interpreter lock (the writers hold it:
+    each row is its log as of one moment) and calling pause() before every `every`-th
+    row; topic ids are never reused, so a row's head stays its topic's across a pause."""
+    cdef Py_ssize_t slot, high = figures.high, n = 0, noted = 0, tid
+    cdef Py_ssize_t ntopics = len(figures.topics)
+    cdef int64_t* fig
+    cdef const unsigned char[:] hosted
+    cdef Py_ssize_t* mark_slots = NULL  # per topic id: its slot in marks, -1 until met
+    if rows.width != 4 or every < 1:
+        raise ValueError("add_figure_rows fills rows 4 wide, pausing every 1 or more")
+    if marks is not None:
+        if mask is None:
+            raise ValueError("add_figure_rows notes the high watermarks of the hosted logs only")
+        hosted = mask
+        mark_slots = <Py_ssize_t*>malloc((ntopics + 1) * sizeof(Py_ssize_t))
+        if mark_slots == NULL:
+            raise MemoryError()
+        for tid in range(ntopics):
+            mark_slots[tid] = -1
+    try:
+        for slot in range(high):
+            fig = figures.slot_ptr(slot)
+            if not fig[FIG_IN_USE]:
+                continue
+            if n % every == 0:
+                pause()
+                if not fig[FIG_IN_USE]:  # (released meanwhile)
+                    continue
+            n += 1
+            tid = fig[FIG_TOPIC]
+            rows._append(<int32_t>tid, fig[FIG_PARTITION], fig[FIG_SIZE], fig[FIG_LOG_END],
+                         fig[FIG_LOG_START], fig[FIG_SEGMENTS])
+            if marks is None or slot >= hosted.shape[0] or not hosted[slot]:
+                continue
+            if tid >= ntopics:  # (a topic listed since the pass began)
+                marks.note(marks.slot_for(figures.topics[tid]), fig[FIG_PARTITION],
+                           fig[FIG_HIGH_WATERMARK])
+            else:
+                if mark_slots[tid] < 0:
+                    mark_slots[tid] = marks.slot_for(figures.topics[tid])
+                marks.note(mark_slots[tid], fig[FIG_PARTITION], fig[FIG_HIGH_WATERMARK])
+            noted += 1
+    finally:
+        free(mark_slots)
     return n if marks is None else noted
 
 

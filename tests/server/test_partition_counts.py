@@ -215,6 +215,58 @@ def test_failed_log_dir_counts_and_the_log_walks_watermarks(tmp_path):
     asyncio.run(main())
 
 
+def test_the_kept_hosted_slots_follow_every_change_between_scrapes(tmp_path):
+    """The log rows keep which log figures' slots are hosted (hosted_slots) from one
+    scrape to the next; after each change (appends, a topic created, a partition stopped
+    without deletion, a failed log dir, a topic deleted) the next scrape's high
+    watermarks for the lag rows are the replica walk's, and a partition no longer hosted
+    has none, though its log stays listed."""
+
+    async def main():
+        b = BrokerServer(_config(1, tmp_path / "d1", **{
+            "log.dirs": f"{tmp_path / 'd1'},{tmp_path / 'd2'}", "min.insync.replicas": "1"}))
+        await b.startup()
+        try:
+            rm = b.replica_manager
+            metrics = BrokerMetrics(b)
+
+            def same():
+                list(metrics.collector._log_series(b))
+                from_logs = metrics.collector._watermarks
+                from_walk = HostedWatermarks()
+                replica_counts(list(rm.partitions.values()), {}, lambda t: 1, 0, 0,
+                               lambda: None, 16, from_walk)
+                for topic, i in rm.partitions:
+                    assert from_logs.get(topic, i) == from_walk.get(topic, i), (topic, i)
+                for lg in b.log_manager.all_logs():
+                    if (lg.topic, lg.partition) not in rm.partitions:
+                        assert from_logs.get(lg.topic, lg.partition) is None
+                return from_logs
+
+            await b.create_topic("t", 6, 1, {})
+            same()
+            for i in range(6):
+                r = await rm.append_records([("t", i, bytearray(_batch(i + 2)))], acks=1,
+                                            api_version=9, timeout_ms=5000)
+                assert r[("t", i)].error.name == "NONE"
+            assert same().get("t", 5) == 7
+            await b.create_topic("u", 3, 1, {})
+            assert same().get("u", 2) == 0
+            rm.stop_replica("u", 1, delete=False)  # (its log stays listed)
+            assert b.log_manager.get_log("u", 1) is not None
+            assert same().get("u", 1) is None
+            keys = rm.handle_log_dir_failure(b.log_manager.log_dir_of("t", 0))
+            marks = same()
+            assert all(marks.get(topic, i) == -2 for topic, i in keys if (topic, i) in
+                       rm.partitions)
+            await b.delete_topic("u")
+            assert same().get("u", 0) is None
+        finally:
+            await b.shutdown()
+
+    asyncio.run(main())
+
+
 def test_a_missed_recount_is_found_by_the_scrapes_check_and_rebuilt(tmp_path, caplog):
     """A change made without its recount (as a future code path might): the scrape's
     periodic check finds the kept counts differ from the walk, says so once, and the loop

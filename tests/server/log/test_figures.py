@@ -20,6 +20,7 @@ from fastlog.server._exposition import (
     add_figure_rows,
     add_log_rows,
     figure_mismatches,
+    hosted_slots,
 )
 from fastlog.server.log._figures import LogFigures
 
@@ -176,8 +177,9 @@ def test_slots_are_reused_and_topic_ids_kept():
     assert figures.take("b", 4) == b and figures.topics == ["a", "b", "c"]
     rows = GaugeRows(4)
     marks = HostedWatermarks()
-    noted = add_figure_rows(rows, figures, _noop, 16, marks,
-                            {("b", 4): None, ("c", 1): None}, {("c", 1)})
+    mask = hosted_slots(figures, {("b", 4): None, ("c", 1): None}, {("c", 1)}, _noop, 16)
+    assert list(mask) == [0, 1]  # (slot a: "c" 1, offline; slot b: "b" 4)
+    noted = add_figure_rows(rows, figures, _noop, 16, marks, mask)
     assert len(rows) == 2 and noted == 1 and marks.get("b", 4) == 0
     assert marks.get("c", 1) is None
 
