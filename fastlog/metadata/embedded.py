@@ -65,15 +65,17 @@ class EmbeddedMetadataStore(MetadataStore):
                 raise MetadataError(f"metadata file {self.path} has unknown version {doc.get('version')!r}")
             self.cluster_id = doc["cluster_id"]
             self._next_producer_id = int(doc["next_producer_id_block"])
+            topics = {}
             for name, t in doc["topics"].items():
                 parts = {
                     int(p): PartitionState(list(s["replicas"]), int(s["leader"]),
                                            int(s.get("leader_epoch", 0)), list(s.get("isr", s["replicas"])))
                     for p, s in t["partitions"].items()
                 }
-                self._topics[name] = TopicState(name, t["topic_id"], parts,
-                                                {str(k): str(v) for k, v in t.get("configs", {}).items()},
-                                                bool(t.get("internal", False)))
+                topics[name] = TopicState(name, t["topic_id"], parts,
+                                          {str(k): str(v) for k, v in t.get("configs", {}).items()},
+                                          bool(t.get("internal", False)))
+            self._topics = topics
             self._users = {str(name): {str(k): str(v) for k, v in config.items()}
                            for name, config in doc.get("users", {}).items()}
             self._brokers = {str(entity): {str(k): str(v) for k, v in config.items()}
@@ -122,6 +124,19 @@ class EmbeddedMetadataStore(MetadataStore):
     def topic_names(self) -> list[str]:
         return sorted(self._topics)
 
+    def topics(self) -> dict[str, TopicState]:
+        return self._topics  # (replaced on every change, never changed: _put_topic)
+
+    def _put_topic(self, name: str, state: TopicState | None) -> None:
+        """Topic `name` is `state` now (None: no such topic), in a new map of topics: the
+        one `topics` returned stays as it was."""
+        topics = dict(self._topics)
+        if state is None:
+            topics.pop(name, None)
+        else:
+            topics[name] = state
+        self._topics = topics
+
     # ------------------------------------------------------------ mutations
     async def create_topic(self, name, partitions, replicas, configs, internal=False):
         if name in self._topics:
@@ -131,20 +146,21 @@ class EmbeddedMetadataStore(MetadataStore):
             {p: PartitionState(list(replicas[p]), replicas[p][0], 0, list(replicas[p]))
              for p in range(partitions)},
             dict(configs), internal)
-        self._topics[name] = state
+        self._put_topic(name, state)
         try:
             self._write()
         except BaseException:
-            del self._topics[name]
+            self._put_topic(name, None)
             raise
         return state
 
     async def delete_topic(self, name):
-        old = self._topics.pop(name)
+        old = self._topics[name]
+        self._put_topic(name, None)
         try:
             self._write()
         except BaseException:
-            self._topics[name] = old
+            self._put_topic(name, old)
             raise
 
     async def add_partitions(self, name, new_replicas):
@@ -154,11 +170,11 @@ class EmbeddedMetadataStore(MetadataStore):
         for i, replicas in enumerate(new_replicas):
             parts[first + i] = PartitionState(list(replicas), replicas[0], 0, list(replicas))
         # Replace, never mutate, the state readers may hold; restore it if the write fails.
-        self._topics[name] = dataclasses.replace(old, partitions=parts)
+        self._put_topic(name, dataclasses.replace(old, partitions=parts))
         try:
             self._write()
         except BaseException:
-            self._topics[name] = old
+            self._put_topic(name, old)
             raise
         return self._topics[name]
 

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping
 
 from fastlog.metadata.model import TopicState
 
@@ -57,6 +58,12 @@ class MetadataStore(abc.ABC):
 
     @abc.abstractmethod
     def topic_names(self) -> list[str]: ...
+
+    @abc.abstractmethod
+    def topics(self) -> Mapping[str, TopicState]:
+        """Every topic by name, as of now. The map returned is never changed afterwards
+        (each change makes a new one), so a reader may keep it and compare the next one
+        with it by identity to know whether any topic changed meanwhile."""
 
     @abc.abstractmethod
     async def create_topic(self, name: str, partitions: int, replicas: list[list[int]],

@@ -39,7 +39,8 @@
 # made anew when the slots or the hosted partitions change, so a scrape's log rows are
 # a pass over C arrays without a Python object per row.
 # The controller's counts over every partition are a compiled walk (offline_partitions:
-# no Python call per partition).
+# no Python call per partition), made again only when the metadata's map of topics (a new
+# map on every change, MetadataStore.topics) or the live brokers differ from the last.
 # The scrape runs on the HTTP thread but needs the interpreter lock, which the request
 # loop then waits for when it wakes (up to the 5 ms switch interval): GilBreaks hands
 # the lock over as soon as the loop's thread has run (its CPU clock moved: it woke and
@@ -63,6 +64,7 @@ import copy
 import logging
 import os
 import re
+import resource
 import threading
 import time
 
@@ -532,6 +534,10 @@ class BrokerCollector:
         # generation, the replica manager's counts and their changes (every partition
         # hosted, dropped or taken offline changes them); made anew when any differs
         self._hosted_slots: tuple | None = None
+        # the controller's counts (topics, partitions, offline), with the metadata's map of
+        # topics and the live brokers they were counted over: counted anew when either
+        # differs
+        self._controller_counts: tuple | None = None
 
     def describe(self):
         return []  # collected at scrape time only (the registry must not call collect)
@@ -796,11 +802,17 @@ class BrokerCollector:
         if active:
             md = b.metadata
             live = ({b.node_id} if b.cluster is None else set(dict(md.brokers())))
-            states = [state for state in map(md.topic, md.topic_names()) if state is not None]
-            topics = len(states)
-            partitions, offline = offline_partitions(
-                (list(state.partitions.values()) for state in states), live, self.pause,
-                ROWS_PER_PAUSE)
+            every_topic = md.topics()  # (a map never changed once made: kept by identity)
+            kept = self._controller_counts
+            if kept is not None and kept[0] is every_topic and kept[1] == live:
+                topics, partitions, offline = kept[2]
+            else:
+                states = list(every_topic.values())
+                topics = len(states)
+                partitions, offline = offline_partitions(
+                    (list(state.partitions.values()) for state in states), live, self.pause,
+                    ROWS_PER_PAUSE)
+                self._controller_counts = (every_topic, live, (topics, partitions, offline))
         prefix = "kafka_controller_kafkacontroller_"
         yield self._gauge(prefix + "activecontrollercount",
                           "1 on the active controller, else 0 (one node: always 1).",
@@ -1011,8 +1023,10 @@ _TIME_BUCKET_LABELS = tuple(repr(float(b)) for b in TIME_BUCKETS_MS) + ("+Inf",)
 
 
 class ProcessCPUCollector(ProcessCollector):
-    """The library's process collector (the same families, names and help), with two
-    figures read differently: process_cpu_seconds_total from the process CPU clock
+    """The library's process collector (the same families, names and help), of this
+    process only, with three figures read differently: process_max_fds from getrlimit
+    (the soft limit /proc/self/limits shows, without reading and parsing that file;
+    +Inf for no limit); process_cpu_seconds_total from the process CPU clock
     (nanoseconds) instead of /proc's clock ticks (10 ms), so a short perf run's broker CPU
     (`fastlog perf --broker-metrics`) is measured, not rounded to zero; and
     process_open_fds from the size the kernel reports for /proc/self/fd (its descriptor
@@ -1023,12 +1037,12 @@ class ProcessCPUCollector(ProcessCollector):
     def collect(self):
         if not self._btime:
             return []
-        pid = os.path.join(self._proc, str(self._pid()).strip())
         prefix = self._prefix
         result = []
         try:
-            with open(os.path.join(pid, "stat"), "rb") as stat:
-                parts = stat.read().split(b")")[-1].split()
+            # (os.open and os.read: the buffered file object cost twice the syscalls' time)
+            parts = _read_proc(os.path.join(self._proc, str(self._pid()).strip(), "stat"))
+            parts = parts.split(b")")[-1].split()
             result += [
                 GaugeMetricFamily(prefix + "virtual_memory_bytes", "Virtual memory size in bytes.",
                                   value=float(parts[20])),
@@ -1044,23 +1058,27 @@ class ProcessCPUCollector(ProcessCollector):
         except OSError:
             pass
         try:
-            max_fds = None
-            with open(os.path.join(pid, "limits"), "rb") as limits:
-                for line in limits:
-                    if line.startswith(b"Max open file"):
-                        max_fds = GaugeMetricFamily(prefix + "max_fds",
-                                                    "Maximum number of open file descriptors.",
-                                                    value=float(line.split()[3]))
-                        break
-            fd_dir = os.path.join(pid, "fd")
+            fd_dir = os.path.join(self._proc, str(self._pid()).strip(), "fd")
             count = os.stat(fd_dir).st_size or len(os.listdir(fd_dir))
             result.append(GaugeMetricFamily(prefix + "open_fds", "Number of open file descriptors.",
                                             count))
-            if max_fds is not None:
-                result.append(max_fds)
+            # the soft limit, which /proc/PID/limits shows as "Max open files"
+            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            result.append(GaugeMetricFamily(
+                prefix + "max_fds", "Maximum number of open file descriptors.",
+                value=float("inf") if soft == resource.RLIM_INFINITY else float(soft)))
         except OSError:
             pass
         return result
+
+
+def _read_proc(path: str) -> bytes:
+    """A small /proc file's contents, in one read."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, 4096)
+    finally:
+        os.close(fd)
 
 
 class BrokerMetrics:

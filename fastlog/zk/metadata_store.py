@@ -150,6 +150,9 @@ class ZkMetadataStore(MetadataStore):
     def topic_names(self) -> list[str]:
         return sorted(self._topics)
 
+    def topics(self) -> dict[str, TopicState]:
+        return self._topics  # (replaced, never changed: _put_topic and the topic watch)
+
     def brokers(self) -> dict[int, BrokerInfo]:
         """Live brokers by id (their endpoints and racks, for Metadata responses)."""
         return self._brokers

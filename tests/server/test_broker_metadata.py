@@ -60,3 +60,23 @@ def test_garbage_file_is_a_clear_error(tmp_path):
     (tmp_path / METADATA_FILE).write_text("{not json")
     with pytest.raises(MetadataError, match="cannot read metadata file"):
         EmbeddedMetadataStore(str(tmp_path), 0)
+
+
+def test_the_map_of_topics_is_new_after_every_change_and_never_changed(tmp_path):
+    """topics(): a map a reader may keep and compare by identity (the metrics scrape's
+    controller counts do): every change makes a new one and leaves the old as it was."""
+    s = EmbeddedMetadataStore(str(tmp_path), 0)
+    seen = [s.topics()]
+    run(s.create_topic("a", 2, [[0]] * 2, {}))
+    seen.append(s.topics())
+    run(s.add_partitions("a", [[0]]))
+    seen.append(s.topics())
+    run(s.create_topic("b", 1, [[0]], {}))
+    seen.append(s.topics())
+    run(s.delete_topic("a"))
+    seen.append(s.topics())
+    assert len({id(m) for m in seen}) == len(seen)
+    assert [sorted(m) for m in seen] == [[], ["a"], ["a"], ["a", "b"], ["b"]]
+    assert [len(m["a"].partitions) for m in seen[1:4]] == [2, 3, 3]
+    assert s.topics() is s.topics()
+    assert EmbeddedMetadataStore(str(tmp_path), 0).topics().keys() == {"b"}

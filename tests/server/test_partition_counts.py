@@ -305,3 +305,42 @@ def test_a_missed_recount_is_found_by_the_scrapes_check_and_rebuilt(tmp_path, ca
 def _batch(n: int) -> bytes:
     from fastlog import _codec
     return _codec.build_batch([(0, None, b"v%d" % i) for i in range(n)])
+
+
+def test_the_controllers_counts_follow_topics_and_live_brokers(tmp_path):
+    """The controller's counts (topics, partitions, offline) are kept while the
+    metadata's map of topics and the live brokers stay the same, and counted anew after
+    a topic is created, grown or deleted, or the live brokers change."""
+
+    async def main():
+        b = BrokerServer(_config(1, tmp_path / "d1"))
+        await b.startup()
+        try:
+            collector = BrokerMetrics(b).collector
+
+            def counts():
+                got = {f.name: f.samples[0].value for f in collector._controller_metrics(b)}
+                prefix = "kafka_controller_kafkacontroller_"
+                return tuple(int(got[prefix + k]) for k in
+                             ("globaltopiccount", "globalpartitioncount",
+                              "offlinepartitionscount"))
+
+            base = counts()
+            await b.create_topic("a", 4, 1, {})
+            assert counts() == (base[0] + 1, base[1] + 4, 0)
+            kept = collector._controller_counts
+            assert counts() == (base[0] + 1, base[1] + 4, 0)
+            assert collector._controller_counts is kept  # (nothing changed: not counted)
+            await b.metadata.add_partitions("a", [[b.node_id]] * 2)
+            assert counts() == (base[0] + 1, base[1] + 6, 0)
+            node, b.node_id = b.node_id, b.node_id + 1  # (as if its broker were gone)
+            try:
+                assert counts() == (base[0] + 1, base[1] + 6, base[1] + 6)
+            finally:
+                b.node_id = node
+            await b.delete_topic("a")
+            assert counts() == base
+        finally:
+            await b.shutdown()
+
+    asyncio.run(main())
