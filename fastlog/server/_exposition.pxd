@@ -12,7 +12,7 @@ cdef class GaugeRows:
     cdef int32_t* _heads               # per row: index into the heads list of text()
     cdef int64_t* _partitions          # per row: the partition label's value
     cdef int64_t* _values              # per row: `width` values
-    cdef int _grow(self) except -1
+    cdef int _grow(self, Py_ssize_t least) except -1
     cdef int _append(self, int32_t head, int64_t partition, int64_t v0, int64_t v1,
                      int64_t v2, int64_t v3) except -1
     cdef int _reserve(self, Py_ssize_t more) except -1

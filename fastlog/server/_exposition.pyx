@@ -143,8 +143,11 @@ cdef class GaugeRows:
     def __len__(self):
         return self._rows
 
-    cdef int _grow(self) except -1:
+    cdef int _grow(self, Py_ssize_t least) except -1:
+        """Room for at least `least` rows (and at least twice the room there was)."""
         cdef Py_ssize_t capacity = self._capacity * 2 if self._capacity else _FIRST_CAPACITY
+        if capacity < least:
+            capacity = least
         cdef void* heads = realloc(self._heads, capacity * sizeof(int32_t))
         if heads == NULL:
             raise MemoryError()
@@ -165,7 +168,7 @@ cdef class GaugeRows:
         if head < 0:
             raise ValueError(f"head index {head} is negative")
         if self._rows == self._capacity:
-            self._grow()
+            self._grow(0)
         cdef Py_ssize_t row = self._rows
         cdef int64_t* values = self._values + row * self.width
         self._heads[row] = head
@@ -181,9 +184,10 @@ cdef class GaugeRows:
         return 0
 
     cdef int _reserve(self, Py_ssize_t more) except -1:
-        """Room for `more` rows beyond those held (for _put without the lock)."""
-        while self._capacity - self._rows < more:
-            self._grow()
+        """Room for `more` rows beyond those held (for _put without the lock), made in
+        one step: the new memory is first touched by _put, not copied into here."""
+        if self._capacity - self._rows < more:
+            self._grow(self._rows + more)
         return 0
 
     cdef void _put(self, int32_t head, int64_t partition, int64_t v0) noexcept nogil:
@@ -201,45 +205,61 @@ cdef class GaugeRows:
     cdef int _sort_from(self, Py_ssize_t start, const int32_t* ranks,
                         Py_ssize_t nranks) except -1:
         """Orders rows start.. by (ranks[head], partition), with the interpreter lock
-        released (each row's head must be below nranks)."""
-        cdef Py_ssize_t n = self._rows - start, i, w = self.width, row
-        cdef bint ordered
+        released (each row's head must be below nranks); rows already in that order (a
+        group's offsets as committed often are) are left as they are, nothing allocated."""
+        cdef Py_ssize_t n = self._rows - start, i, w = self.width, row, bad = -1
+        cdef bint ordered = True
+        cdef int32_t* row_heads = self._heads
+        cdef int64_t* row_partitions = self._partitions
+        cdef _RowKey* keys = NULL
+        cdef int32_t* heads = NULL
+        cdef int64_t* partitions = NULL
+        cdef int64_t* values = NULL
         if n < 2:
             return 0
-        for i in range(start, self._rows):
-            if self._heads[i] >= nranks:
-                raise IndexError(f"row {i} names head {self._heads[i]} of {nranks} ranked")
-        cdef _RowKey* keys = <_RowKey*>malloc(n * sizeof(_RowKey))
-        cdef int32_t* heads = <int32_t*>malloc(n * sizeof(int32_t))
-        cdef int64_t* partitions = <int64_t*>malloc(n * sizeof(int64_t))
-        cdef int64_t* values = <int64_t*>malloc(n * w * sizeof(int64_t))
+        with nogil:
+            for i in range(start, self._rows):
+                if row_heads[i] >= nranks:
+                    bad = i
+                    break
+                if ordered and i > start and (
+                        ranks[row_heads[i - 1]] > ranks[row_heads[i]]
+                        or (ranks[row_heads[i - 1]] == ranks[row_heads[i]]
+                            and row_partitions[i - 1] > row_partitions[i])):
+                    ordered = False
+        if bad >= 0:
+            raise IndexError(f"row {bad} names head {row_heads[bad]} of {nranks} ranked")
+        if ordered:
+            return 0
         try:
+            with nogil:
+                keys = <_RowKey*>malloc(n * sizeof(_RowKey))
+                heads = <int32_t*>malloc(n * sizeof(int32_t))
+                partitions = <int64_t*>malloc(n * sizeof(int64_t))
+                values = <int64_t*>malloc(n * w * sizeof(int64_t))
             if keys == NULL or heads == NULL or partitions == NULL or values == NULL:
                 raise MemoryError()
             with nogil:
-                ordered = True
                 for i in range(n):
                     row = start + i
-                    keys[i].rank = ranks[self._heads[row]]
-                    keys[i].partition = self._partitions[row]
+                    keys[i].rank = ranks[row_heads[row]]
+                    keys[i].partition = row_partitions[row]
                     keys[i].row = row
-                    if ordered and i and _compare_keys(&keys[i - 1], &keys[i]) > 0:
-                        ordered = False
-                if not ordered:  # (rows often come in order: a group's offsets as committed)
-                    qsort(keys, n, sizeof(_RowKey), _compare_keys)
-                    for i in range(n):
-                        row = keys[i].row
-                        heads[i] = self._heads[row]
-                        partitions[i] = self._partitions[row]
-                        memcpy(values + i * w, self._values + row * w, w * sizeof(int64_t))
-                    memcpy(self._heads + start, heads, n * sizeof(int32_t))
-                    memcpy(self._partitions + start, partitions, n * sizeof(int64_t))
-                    memcpy(self._values + start * w, values, n * w * sizeof(int64_t))
+                qsort(keys, n, sizeof(_RowKey), _compare_keys)
+                for i in range(n):
+                    row = keys[i].row
+                    heads[i] = row_heads[row]
+                    partitions[i] = row_partitions[row]
+                    memcpy(values + i * w, self._values + row * w, w * sizeof(int64_t))
+                memcpy(row_heads + start, heads, n * sizeof(int32_t))
+                memcpy(row_partitions + start, partitions, n * sizeof(int64_t))
+                memcpy(self._values + start * w, values, n * w * sizeof(int64_t))
         finally:
-            free(keys)
-            free(heads)
-            free(partitions)
-            free(values)
+            with nogil:  # (large blocks go back to the system: munmap)
+                free(keys)
+                free(heads)
+                free(partitions)
+                free(values)
         return 0
 
     def add(self, int32_t head, int64_t partition, int64_t v0, int64_t v1=0, int64_t v2=0,
@@ -742,11 +762,12 @@ def add_offset_figure_rows(GaugeRows current not None, GaugeRows lag not None,
                 sums[topic] = sums.get(topic, 0) + lag_sums[tid]
     finally:
         figures.end_read()
-        free(entries)
-        free(head_of)
-        free(mark_of)
-        free(lag_sums)
-        free(remote_rows)
+        with nogil:  # (the copy may be large: its munmap without the lock)
+            free(entries)
+            free(head_of)
+            free(mark_of)
+            free(lag_sums)
+            free(remote_rows)
     _order_group_rows(current, lag, heads, first_current, first_lag)
     return n
 
