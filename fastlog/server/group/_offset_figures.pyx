@@ -15,6 +15,7 @@
 # found a change missed. A new offset of a committed partition is one 8-byte store; an
 # entry added, moved or dropped is written between two steps of `version` (odd meanwhile:
 # a sequence lock), and an array grown while a scrape reads is freed once it is done.
+# A scrape's copy sees each offset whole: an entry's offset is one aligned 8-byte word.
 # Reader: the metrics scrape's thread (fastlog/server/_exposition.pyx
 # add_offset_figure_rows): begin_read() with the lock, snapshot() without it (a copy of
 # the entries, refused when `version` moved or is odd), end_read() with it again; and
@@ -103,12 +104,13 @@ cdef class OffsetFigures:
     def put(self, tuple key not None, int64_t offset) -> None:
         """Notes the committed offset of key (topic, partition)."""
         cdef Py_ssize_t i, tid
+        cdef int64_t partition
         found = self._index.get(key)
         if found is not None:
             i = found
             fl_store_relaxed(&self._entries[i].offset, offset)
             return
-        topic, partition = key
+        topic, partition = key  # (a key of another shape: refused before any change)
         found = self._topic_ids.get(topic)
         if found is None:
             tid = len(self.topics)

@@ -74,6 +74,11 @@ def test_entries_follow_puts_removes_and_clears_and_topic_ids_stay():
     assert f.topics == ["b", "a", "c"]  # (ids are never reused)
     f.rebuild({("b", 5): OffsetAndMetadata(9)})
     assert f.entries() == [("b", 5, 9)] and f.topic_counts == [1, 0, 0]
+    version = f.version
+    for bad in (("d", "x"), ("d",), ("d", 1, 2)):  # refused before any change
+        with pytest.raises((TypeError, ValueError)):
+            f.put(bad, 1)
+    assert f.entries() == [("b", 5, 9)] and f.version == version and f.topics == ["b", "a", "c"]
 
 
 def test_mismatches_counts_what_the_dict_and_the_entries_disagree_on():
