@@ -717,9 +717,9 @@ class BrokerCollector:
     def _check_offset_figures(self, groups) -> int:
         """Each group's OffsetFigures against its dict of offsets; the groups whose
         figures missed a change (seen apart twice, a break between, with no entry added,
-        moved or dropped meanwhile: a change is written to the dict and then to the
-        figures, and a check may fall between the two) are reported and their figures
-        written anew on the loop. Returns how many groups were found apart."""
+        moved or dropped meanwhile: a change is written to one and then the other, and a
+        check may fall between the two) are reported and their figures written anew on
+        the loop. Returns how many groups were found apart."""
         apart = []
         for g in groups:
             figures = getattr(g, "offset_figures", None)
