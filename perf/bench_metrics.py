@@ -32,6 +32,7 @@ from types import SimpleNamespace as NS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from fastlog.server.group._offset_figures import OffsetFigures  # noqa: E402
 from fastlog.server.log._figures import LogFigures  # noqa: E402
 
 from fastlog.metadata import PartitionState, TopicState  # noqa: E402
@@ -45,7 +46,10 @@ from fastlog.server.topic_stats import BrokerTopicStats  # noqa: E402
 NL = b"\n"
 
 
-def synthetic_broker(n: int):
+def synthetic_broker(n: int, offset_figures: bool = True):
+    """The synthetic state (see the module comment); without `offset_figures` the group
+    has its dict of offsets only (its rows then come from the dict, as before the group
+    kept them in C memory)."""
     topic = "many"
     parts, logs, offsets = {}, [], {}
     for i in range(n):
@@ -66,6 +70,10 @@ def synthetic_broker(n: int):
         slot = figures.take(log.topic, log.partition)
         figures.put(slot, sum(s.size for s in log.segments), log.log_end_offset,
                     log.log_start_offset, len(log.segments), log.high_watermark)
+    group = NS(group_id="g", state=GroupState.STABLE, members={}, offsets=offsets)
+    if offset_figures:  # (the group's: its offsets in C memory, as GroupMetadata keeps them)
+        group.offset_figures = OffsetFigures()
+        group.offset_figures.rebuild(offsets)
     state = TopicState(topic, "A" * 22, {i: PartitionState(replicas=[0], leader=0, isr=[0])
                                          for i in range(n)}, {})
     stats = BrokerTopicStats()
@@ -85,8 +93,7 @@ def synthetic_broker(n: int):
         log_manager=NS(all_logs=lambda: list(logs), log_dirs=["/data"], figures=figures,
                        dir_failure_channel=NS(offline=set()),
                        verification_stats={"passes": 0}),
-        group_coordinator=NS(groups={"g": NS(group_id="g", state=GroupState.STABLE,
-                                             members={}, offsets=offsets)},
+        group_coordinator=NS(groups={"g": group},
                              partition_load_time=lambda: (float("nan"), float("nan"))),
         quotas=NS(throttle_ms_total={}), fetch_manager=NS(cache=FetchSessionCache(1000)),
     )
@@ -144,10 +151,14 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--busy-loop", action="store_true",
                     help="collect beside a loop thread that runs Python throughout")
+    ap.add_argument("--no-offset-figures", action="store_true",
+                    help="the group's rows from its dict of offsets (the walk before the "
+                         "group kept them in C memory)")
     args = ap.parse_args()
     if args.busy_loop:
         return busy_loop(args.partitions, args.reps)
-    metrics = BrokerMetrics(synthetic_broker(args.partitions))
+    metrics = BrokerMetrics(synthetic_broker(args.partitions,
+                                             offset_figures=not args.no_offset_figures))
     rows, busy, quiet = [], [], []
     for rep in range(args.reps):
         stop, late = threading.Event(), []

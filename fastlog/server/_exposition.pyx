@@ -33,6 +33,11 @@
 # between scrapes), which the lag rows of every group then read instead of looking each
 # committed offset's Partition up and reading it and its Log; replica_counts can note
 # them too (a hosted partition without an online log).
+# The lag rows of a group come from its OffsetFigures (add_offset_figure_rows: its
+# committed offsets in a C array the group writes as they change,
+# fastlog/server/group/_offset_figures.pyx, copied, read against the HostedWatermarks and
+# ordered with the interpreter lock released; only a partition led elsewhere reads the
+# remote high watermarks, Python objects, with it), or from its dict (add_offset_rows).
 # And hand_over, the sleep of the scrape's breaks (metrics.GilBreaks): the interpreter lock
 # released for as long as the request loop's thread keeps running.
 # Called from: the HTTP endpoint's thread (fastlog/server/metrics.py, BrokerCollector),
@@ -57,6 +62,7 @@ from fastlog.server.log._figures cimport (
     FIG_TOPIC,
     LogFigures,
 )
+from fastlog.server.group._offset_figures cimport OffsetEntry, OffsetFigures
 
 # Rows allocated at first, and the most values a row holds.
 cdef Py_ssize_t _FIRST_CAPACITY = 256
@@ -69,6 +75,9 @@ cdef Py_ssize_t _LINE_EXTRA = 1 + 12 + 2 + 20 + 20 + 1
 cdef int64_t _NOT_HOSTED = -1
 cdef int64_t _OFFLINE = -2
 cdef int64_t _MAX_PARTITION = 0x7FFFFFFF
+# add_offset_figure_rows: copies of a group's entries tried before it gives up (a copy is
+# refused when an entry was added, moved or dropped while it was made).
+cdef int _SNAPSHOT_ATTEMPTS = 3
 OFFLINE = _OFFLINE
 
 
@@ -135,8 +144,11 @@ cdef class GaugeRows:
     def __len__(self):
         return self._rows
 
-    cdef int _grow(self) except -1:
+    cdef int _grow(self, Py_ssize_t least) except -1:
+        """Room for at least `least` rows (and at least twice the room there was)."""
         cdef Py_ssize_t capacity = self._capacity * 2 if self._capacity else _FIRST_CAPACITY
+        if capacity < least:
+            capacity = least
         cdef void* heads = realloc(self._heads, capacity * sizeof(int32_t))
         if heads == NULL:
             raise MemoryError()
@@ -157,7 +169,7 @@ cdef class GaugeRows:
         if head < 0:
             raise ValueError(f"head index {head} is negative")
         if self._rows == self._capacity:
-            self._grow()
+            self._grow(0)
         cdef Py_ssize_t row = self._rows
         cdef int64_t* values = self._values + row * self.width
         self._heads[row] = head
@@ -172,43 +184,83 @@ cdef class GaugeRows:
         self._rows = row + 1
         return 0
 
+    cdef int _reserve(self, Py_ssize_t more) except -1:
+        """Room for `more` rows beyond those held (for _put without the lock), made in
+        one step: the new memory is first touched by _put, not copied into here."""
+        if self._capacity - self._rows < more:
+            self._grow(self._rows + more)
+        return 0
+
+    cdef void _put(self, int32_t head, int64_t partition, int64_t v0) noexcept nogil:
+        """A row of one value (the row's other values 0) in room _reserve made; the head
+        must be one of the heads (>= 0)."""
+        cdef Py_ssize_t row = self._rows, i
+        cdef int64_t* values = self._values + row * self.width
+        self._heads[row] = head
+        self._partitions[row] = partition
+        values[0] = v0
+        for i in range(1, self.width):
+            values[i] = 0
+        self._rows = row + 1
+
     cdef int _sort_from(self, Py_ssize_t start, const int32_t* ranks,
                         Py_ssize_t nranks) except -1:
         """Orders rows start.. by (ranks[head], partition), with the interpreter lock
-        released (each row's head must be below nranks)."""
-        cdef Py_ssize_t n = self._rows - start, i, w = self.width, row
+        released (each row's head must be below nranks); rows already in that order (a
+        group's offsets as committed often are) are left as they are, nothing allocated."""
+        cdef Py_ssize_t n = self._rows - start, i, w = self.width, row, bad = -1
+        cdef bint ordered = True
+        cdef int32_t* row_heads = self._heads
+        cdef int64_t* row_partitions = self._partitions
+        cdef _RowKey* keys = NULL
+        cdef int32_t* heads = NULL
+        cdef int64_t* partitions = NULL
+        cdef int64_t* values = NULL
         if n < 2:
             return 0
-        for i in range(start, self._rows):
-            if self._heads[i] >= nranks:
-                raise IndexError(f"row {i} names head {self._heads[i]} of {nranks} ranked")
-        cdef _RowKey* keys = <_RowKey*>malloc(n * sizeof(_RowKey))
-        cdef int32_t* heads = <int32_t*>malloc(n * sizeof(int32_t))
-        cdef int64_t* partitions = <int64_t*>malloc(n * sizeof(int64_t))
-        cdef int64_t* values = <int64_t*>malloc(n * w * sizeof(int64_t))
+        with nogil:
+            for i in range(start, self._rows):
+                if row_heads[i] >= nranks:
+                    bad = i
+                    break
+                if ordered and i > start and (
+                        ranks[row_heads[i - 1]] > ranks[row_heads[i]]
+                        or (ranks[row_heads[i - 1]] == ranks[row_heads[i]]
+                            and row_partitions[i - 1] > row_partitions[i])):
+                    ordered = False
+        if bad >= 0:
+            raise IndexError(f"row {bad} names head {row_heads[bad]} of {nranks} ranked")
+        if ordered:
+            return 0
         try:
+            with nogil:
+                keys = <_RowKey*>malloc(n * sizeof(_RowKey))
+                heads = <int32_t*>malloc(n * sizeof(int32_t))
+                partitions = <int64_t*>malloc(n * sizeof(int64_t))
+                values = <int64_t*>malloc(n * w * sizeof(int64_t))
             if keys == NULL or heads == NULL or partitions == NULL or values == NULL:
                 raise MemoryError()
             with nogil:
                 for i in range(n):
                     row = start + i
-                    keys[i].rank = ranks[self._heads[row]]
-                    keys[i].partition = self._partitions[row]
+                    keys[i].rank = ranks[row_heads[row]]
+                    keys[i].partition = row_partitions[row]
                     keys[i].row = row
                 qsort(keys, n, sizeof(_RowKey), _compare_keys)
                 for i in range(n):
                     row = keys[i].row
-                    heads[i] = self._heads[row]
-                    partitions[i] = self._partitions[row]
+                    heads[i] = row_heads[row]
+                    partitions[i] = row_partitions[row]
                     memcpy(values + i * w, self._values + row * w, w * sizeof(int64_t))
-                memcpy(self._heads + start, heads, n * sizeof(int32_t))
-                memcpy(self._partitions + start, partitions, n * sizeof(int64_t))
+                memcpy(row_heads + start, heads, n * sizeof(int32_t))
+                memcpy(row_partitions + start, partitions, n * sizeof(int64_t))
                 memcpy(self._values + start * w, values, n * w * sizeof(int64_t))
         finally:
-            free(keys)
-            free(heads)
-            free(partitions)
-            free(values)
+            with nogil:  # (large blocks go back to the system: munmap)
+                free(keys)
+                free(heads)
+                free(partitions)
+                free(values)
         return 0
 
     def add(self, int32_t head, int64_t partition, int64_t v0, int64_t v1=0, int64_t v2=0,
@@ -357,7 +409,7 @@ cdef class HostedWatermarks:
         found = self._topics.get(topic)
         return -1 if found is None else <int64_t>found
 
-    cdef inline int64_t value(self, int64_t slot, int64_t partition) noexcept:
+    cdef inline int64_t value(self, int64_t slot, int64_t partition) noexcept nogil:
         if slot < 0 or partition < 0 or partition >= self._lengths[slot]:
             return _NOT_HOSTED
         return self._arrays[slot][partition]
@@ -559,10 +611,8 @@ def add_offset_rows(GaugeRows current not None, GaugeRows lag not None, dict hea
     cdef Py_ssize_t n = 0, first_current = current._rows, first_lag = lag._rows, i
     cdef Py_ssize_t h, capacity = 0
     cdef int64_t offset, behind, slot = -1, partition, noted, hw_value
-    cdef int32_t* ranks = NULL
     cdef int64_t* lag_sums = NULL  # per head index: the lag summed, -1 while none
     cdef void* grown
-    cdef Py_ssize_t nranks
     if current.width != 1 or lag.width != 1 or every < 1:
         raise ValueError("add_offset_rows fills rows 1 wide, pausing every 1 or more")
     last_topic = head = None
@@ -612,8 +662,19 @@ def add_offset_rows(GaugeRows current not None, GaugeRows lag not None, dict hea
                     sums[topic] = sums.get(topic, 0) + lag_sums[h]
     finally:
         free(lag_sums)
+    _order_group_rows(current, lag, heads, first_current, first_lag)
+    return n
+
+
+cdef int _order_group_rows(GaugeRows current, GaugeRows lag, dict heads,
+                           Py_ssize_t first_current, Py_ssize_t first_lag) except -1:
+    """Orders one group's rows (current from first_current, lag from first_lag) by
+    (topic, partition), `heads` being the group's {topic: head index}; the sort runs
+    without the interpreter lock (GaugeRows._sort_from)."""
+    cdef Py_ssize_t nranks, i
+    cdef int32_t* ranks
     if not heads:
-        return n
+        return 0
     nranks = max(heads.values()) + 1
     ranks = <int32_t*>malloc(nranks * sizeof(int32_t))
     if ranks == NULL:
@@ -627,6 +688,132 @@ def add_offset_rows(GaugeRows current not None, GaugeRows lag not None, dict hea
         lag._sort_from(first_lag, ranks, nranks)
     finally:
         free(ranks)
+    return 0
+
+
+def add_offset_figure_rows(GaugeRows current not None, GaugeRows lag not None,
+                           dict heads not None, new_head, OffsetFigures figures not None,
+                           HostedWatermarks marks not None, remote, dict sums not None, pause,
+                           Py_ssize_t every):
+    """What add_offset_rows adds for a group's offsets, from the group's OffsetFigures
+    (fastlog/server/group/_offset_figures.pyx) instead of its dict of Python objects: with
+    the interpreter lock, per topic of the group (few) its head (heads[topic], or
+    new_head(topic)) and its slot in `marks`; without it, the copy of the entries, a row
+    per entry in `current`, the lag against the high watermark `marks` noted for a hosted
+    partition (none for an offline one) in `lag` and its sum per topic, and then the order
+    of the rows by (topic, partition). Only the entries of partitions not hosted here take
+    their high watermark from remote.get(topic, partition) (a Python object: with the
+    lock, pause() before every `every`-th). A copy is refused when an entry was added,
+    moved or dropped meanwhile (OffsetFigures.snapshot); after _SNAPSHOT_ATTEMPTS refusals
+    nothing is added and -1 returned (the caller then reads the group's dict). Else returns
+    the entries' count."""
+    cdef Py_ssize_t first_current = current._rows, first_lag = lag._rows
+    cdef Py_ssize_t n = -1, nt = 0, tid, i, j, size, nremote = 0
+    cdef int attempt
+    cdef int64_t version, noted, behind
+    cdef int32_t* head_of = NULL     # per topic id: the head index, -1 for no entry
+    cdef int64_t* mark_of = NULL     # per topic id: its slot in `marks`
+    cdef int64_t* lag_sums = NULL    # per topic id: the lag summed, -1 while none
+    cdef Py_ssize_t* remote_rows = NULL  # the entries whose partition is not hosted
+    cdef OffsetEntry* entries = NULL
+    cdef OffsetEntry* e
+    cdef bint has_remote = remote is not None
+    if current.width != 1 or lag.width != 1 or every < 1:
+        raise ValueError("add_offset_figure_rows fills rows 1 wide, pausing every 1 or more")
+    figures.begin_read()
+    try:
+        for attempt in range(_SNAPSHOT_ATTEMPTS):
+            if attempt:
+                pause()
+            version = figures.version
+            topics = figures.topics
+            counts = figures.topic_counts
+            nt = len(topics)
+            free(head_of)
+            free(mark_of)
+            free(lag_sums)
+            free(remote_rows)
+            size = figures.count
+            head_of = <int32_t*>malloc((nt + 1) * sizeof(int32_t))
+            mark_of = <int64_t*>malloc((nt + 1) * sizeof(int64_t))
+            lag_sums = <int64_t*>malloc((nt + 1) * sizeof(int64_t))
+            remote_rows = <Py_ssize_t*>malloc((size + 1) * sizeof(Py_ssize_t))
+            if head_of == NULL or mark_of == NULL or lag_sums == NULL or remote_rows == NULL:
+                raise MemoryError()
+            for tid in range(nt):
+                head_of[tid] = -1
+                mark_of[tid] = -1
+                lag_sums[tid] = -1
+                if counts[tid] > 0:
+                    topic = topics[tid]
+                    head = heads.get(topic)
+                    if head is None:
+                        head = new_head(topic)
+                    head_of[tid] = head
+                    mark_of[tid] = marks.slot_of(topic)
+            current._reserve(size)
+            lag._reserve(size)
+            nremote = 0
+            with nogil:
+                n = figures.snapshot(&entries, version)
+                if n > size:  # (never: the same version, the same count)
+                    n = -1
+                for i in range(n):
+                    e = &entries[i]
+                    tid = e.topic
+                    if tid < 0 or tid >= nt or head_of[tid] < 0:  # (never, as above)
+                        n = -1
+                        break
+                    current._put(head_of[tid], e.partition, e.offset)
+                    noted = marks.value(mark_of[tid], e.partition)
+                    if noted == _OFFLINE:
+                        continue
+                    if noted == _NOT_HOSTED:
+                        if has_remote:
+                            remote_rows[nremote] = i
+                            nremote += 1
+                        continue
+                    behind = noted - e.offset
+                    if behind < 0:
+                        behind = 0
+                    lag._put(head_of[tid], e.partition, behind)
+                    lag_sums[tid] = behind if lag_sums[tid] < 0 else lag_sums[tid] + behind
+            if n == -2:
+                raise MemoryError()
+            if n >= 0:
+                break
+            free(entries)
+            entries = NULL
+            current._rows = first_current
+            lag._rows = first_lag
+        if n < 0:
+            return -1
+        for j in range(nremote):
+            if j % every == 0:
+                pause()
+            e = &entries[remote_rows[j]]
+            tid = e.topic
+            hw = remote.get(topics[tid], e.partition)
+            if hw is None:
+                continue
+            behind = <int64_t>hw - e.offset
+            if behind < 0:
+                behind = 0
+            lag._append(head_of[tid], e.partition, behind, 0, 0, 0)
+            lag_sums[tid] = behind if lag_sums[tid] < 0 else lag_sums[tid] + behind
+        for tid in range(nt):
+            if lag_sums[tid] >= 0:
+                topic = topics[tid]
+                sums[topic] = sums.get(topic, 0) + lag_sums[tid]
+    finally:
+        figures.end_read()
+        with nogil:  # (the copy may be large: its munmap without the lock)
+            free(entries)
+            free(head_of)
+            free(mark_of)
+            free(lag_sums)
+            free(remote_rows)
+    _order_group_rows(current, lag, heads, first_current, first_lag)
     return n
 
 

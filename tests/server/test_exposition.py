@@ -4,7 +4,8 @@ text format and in OpenMetrics, but for the value's spelling (the library writes
 value as a float, 42.0 and 9.223372036854776e+18; we write integers exactly, as the
 formats allow), and what the library's parsers read back; and
 metrics.ProcessCPUCollector's families against the library's ProcessCollector; the
-compiled gathers (add_log_rows over real logs, add_offset_rows and the order of its rows);
+compiled gathers (add_log_rows over real logs, add_offset_rows and the order of its rows,
+add_offset_figure_rows against it);
 metrics.encode_family's pieces against the library's text of the whole family; the
 counters and the request-time histogram the collector writes itself (CounterLines,
 _request_series) against the library's; hand_over, the sleep of the scrape's breaks."""
@@ -23,6 +24,7 @@ from fastlog.server._exposition import (
     GaugeRows,
     HostedWatermarks,
     add_log_rows,
+    add_offset_figure_rows,
     add_offset_rows,
     hand_over,
     offline_partitions,
@@ -37,6 +39,7 @@ from prometheus_client.parser import text_string_to_metric_families as text_pars
 from prometheus_client.samples import Sample
 
 from fastlog.metadata import PartitionState
+from fastlog.server.group.group import GroupMetadata
 from fastlog.server.group.schemas import OffsetAndMetadata
 from fastlog.server.lag import RemoteHighWatermarks
 from fastlog.server.metrics import (
@@ -259,6 +262,49 @@ def test_offset_rows_are_ordered_by_topic_and_partition_whatever_the_order_given
                                if tt == t and (tt, _) in remote._values) for t in topics}
     assert current.text(0, b"c", shared).decode() == "".join(expected_current)
     assert lag.text(0, b"l", shared).decode() == "".join(expected_lag)
+
+
+def test_offset_figure_rows_are_the_offset_rows_of_the_same_offsets():
+    """add_offset_figure_rows over a group's OffsetFigures writes what add_offset_rows
+    writes over its dict: two groups in the same GaugeRows, offsets committed in any order
+    and some dropped, of hosted partitions (one offline), partitions led elsewhere (with
+    and without a remote high watermark) and partitions no broker has; rows, lag, sums."""
+    marks = HostedWatermarks()
+    for p in range(0, 40, 2):
+        marks.add("a", p, 30 + p, offline=p == 6)
+    marks.add("\u00fc", 1, 5)
+    remote = RemoteHighWatermarks(broker=None)
+    remote._values = {("a", p): 45 for p in range(1, 40, 4)}
+    remote._values.update({("b", p): 20 for p in range(0, 9, 2)})
+    texts = {}
+    for use_figures in (False, True):
+        current, lag, shared, by_group = GaugeRows(1), GaugeRows(1), [], {}
+        for group, seed in (("g1", 3), ("g0", 4)):
+            keys = ([("a", p) for p in range(40)] + [("b", p) for p in range(9)]
+                    + [("\u00fc", 1), ('we"ird', 2**31 - 1)])
+            random.Random(seed).shuffle(keys)
+            g = GroupMetadata(group)
+            for i, (t, p) in enumerate(keys):
+                g.commit_offset(t, p, OffsetAndMetadata((i * 7) % 50))
+            for t, p in keys[::5]:
+                g.remove_offset(t, p)
+            heads, sums = LabelHeads(shared), {}
+            new_head = heads.maker(
+                lambda t, g=group: f'consumergroup="{g}",topic="{label_value(t)}",')
+            if use_figures:
+                n = add_offset_figure_rows(current, lag, heads.index, new_head,
+                                           g.offset_figures, marks, remote, sums,
+                                           lambda: None, 4)
+                assert n == len(g.offsets)
+            else:
+                add_offset_rows(current, lag, heads.index, new_head,
+                                g.offsets.copy().items(), marks, remote, sums, lambda: None,
+                                4)
+            by_group[group] = sums
+        texts[use_figures] = (current.text(0, b"c", shared), lag.text(0, b"l", shared),
+                              by_group)
+    assert texts[True] == texts[False]
+    assert texts[True][0].count(b"\n") == 2 * 40 and texts[True][1].count(b"\n") > 10
 
 
 def _families():

@@ -213,7 +213,7 @@ class GroupCoordinator(PartitionedCoordinator):
                 group = GroupMetadata.from_record(group_id, rec)
             else:
                 group = GroupMetadata(group_id)
-            group.offsets.update(tps)
+            group.load_offsets(tps)
             for producer_id, by_group in pending.items():
                 if group_id in by_group:
                     group.pending_txn_offsets[producer_id] = by_group[group_id]
@@ -931,7 +931,7 @@ class GroupCoordinator(PartitionedCoordinator):
                 out[group_id] = e.error
                 continue
             group.transition_to(GroupState.DEAD)
-            group.offsets.clear()
+            group.clear_offsets()
             self._cancel_join_timer(group)
             if self.groups.get(group_id) is group:
                 del self.groups[group_id]

@@ -3,7 +3,9 @@
 The classic rebalance protocol as Kafka's GroupMetadata keeps it: a state machine
 (Empty, PreparingRebalance, CompletingRebalance, Stable, Dead), members keyed by member id
 (static members also by group.instance.id), the generation, the chosen protocol and leader,
-and the committed offsets of the group. Decisions that need time or I/O (timers, parked
+and the committed offsets of the group (also kept in C memory for the metrics scrape,
+_offset_figures.OffsetFigures, written by the offset methods here: every change of
+``offsets`` goes through them). Decisions that need time or I/O (timers, parked
 JoinGroup/SyncGroup responses, writes to __consumer_offsets) belong to the coordinator;
 this module only answers questions and applies transitions, so it can be tested alone.
 
@@ -16,6 +18,7 @@ import enum
 import time
 from typing import Any
 
+from ._offset_figures import OffsetFigures
 from .schemas import GroupRecord, MemberRecord, OffsetAndMetadata
 
 
@@ -155,7 +158,10 @@ class GroupMetadata:
         self.pending_members: set[str] = set()  # issued ids awaiting their first join (v4+)
         self.new_member_added = False
         self.current_state_timestamp: int = now_ms()
+        # Changed only through the offset methods below, which keep offset_figures (the
+        # offsets in C memory, for the metrics scrape) in step.
         self.offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
+        self.offset_figures = OffsetFigures()
         # TxnOffsetCommit offsets per producer id, written but invisible to OffsetFetch
         # until the producer's transaction commits (Kafka's pendingTransactionalOffsetCommits).
         self.pending_txn_offsets: dict[int, dict[tuple[str, int], OffsetAndMetadata]] = {}
@@ -314,7 +320,26 @@ class GroupMetadata:
 
     # ---------------------------------------------------------------- offsets
     def commit_offset(self, topic: str, partition: int, om: OffsetAndMetadata) -> None:
-        self.offsets[(topic, partition)] = om
+        key = (topic, partition)
+        self.offsets[key] = om
+        self.offset_figures.put(key, om.offset)
+
+    def load_offsets(self, offsets: dict[tuple[str, int], OffsetAndMetadata]) -> None:
+        """Offsets read back from __consumer_offsets (the coordinator's load)."""
+        self.offsets.update(offsets)
+        put = self.offset_figures.put
+        for key, om in offsets.items():
+            put(key, om.offset)
+
+    def clear_offsets(self) -> None:
+        """The group is deleted: every committed offset goes."""
+        self.offsets.clear()
+        self.offset_figures.clear()
+
+    def rebuild_offset_figures(self) -> None:
+        """offset_figures written anew from the offsets (the metrics scrape's check found
+        them apart)."""
+        self.offset_figures.rebuild(self.offsets)
 
     def has_pending_txn_offset(self, topic: str, partition: int) -> bool:
         return any((topic, partition) in tps for tps in self.pending_txn_offsets.values())
@@ -324,10 +349,12 @@ class GroupMetadata:
         ones (commit) or are dropped (abort)."""
         pending = self.pending_txn_offsets.pop(producer_id, None)
         if pending and committed:
-            self.offsets.update(pending)
+            self.load_offsets(pending)
 
     def remove_offset(self, topic: str, partition: int) -> OffsetAndMetadata | None:
-        return self.offsets.pop((topic, partition), None)
+        key = (topic, partition)
+        self.offset_figures.remove(key)
+        return self.offsets.pop(key, None)
 
     def expired_offsets(self, now: int, retention_ms: int) -> list[tuple[str, int]]:
         """Offsets past retention. Like Kafka (KIP-211) they expire only while the group is
