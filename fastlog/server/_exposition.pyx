@@ -44,7 +44,9 @@
 # one GaugeRows per scrape; not shared between threads. Every walk holds the interpreter
 # lock and calls the caller's pause (metrics.GilBreaks) every `every` rows.
 
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_XDECREF
 from libc.stdint cimport int32_t, int64_t, uint64_t
 from libc.stdlib cimport free, malloc, qsort, realloc
 from libc.string cimport memcpy
@@ -63,6 +65,13 @@ from fastlog.server.log._figures cimport (
     LogFigures,
 )
 from fastlog.server.group._offset_figures cimport OffsetEntry, OffsetFigures
+
+cdef extern from "Python.h":
+    # Raw references: GaugeRows.text writes its lines into a bytes object it owns alone,
+    # then shrinks it to their length (no copy of the text holding the interpreter lock).
+    PyObject *_new_bytes "PyBytes_FromStringAndSize"(const char *s, Py_ssize_t n) except NULL
+    char *_bytes_data "PyBytes_AS_STRING"(PyObject *o) noexcept
+    int _PyBytes_Resize(PyObject **bytes, Py_ssize_t newsize) except -1
 
 # Rows allocated at first, and the most values a row holds.
 cdef Py_ssize_t _FIRST_CAPACITY = 256
@@ -279,7 +288,8 @@ cdef class GaugeRows:
         cdef Py_ssize_t count = len(held), rows = self._rows, i, h
         cdef const char** texts = NULL
         cdef Py_ssize_t* lengths = NULL
-        cdef char* buf = NULL
+        cdef PyObject* written = NULL
+        cdef char* buf
         cdef char* out
         cdef const char* name_text = PyBytes_AS_STRING(name)
         cdef Py_ssize_t name_len = PyBytes_GET_SIZE(name), bound = 0, width = self.width
@@ -303,9 +313,8 @@ cdef class GaugeRows:
                 if h >= count:
                     raise IndexError(f"row {i} names head {h} of {count}")
                 bound += name_len + lengths[h] + _LINE_EXTRA
-            buf = <char*>malloc(bound + 1)
-            if buf == NULL:
-                raise MemoryError()
+            written = _new_bytes(NULL, bound)
+            buf = _bytes_data(written)
             with nogil:
                 out = buf
                 for i in range(rows):
@@ -328,9 +337,10 @@ cdef class GaugeRows:
                     out += _write_int(out, values[i * width + column])
                     out[0] = 10  # newline
                     out += 1
-            return PyBytes_FromStringAndSize(buf, out - buf)
+            _PyBytes_Resize(&written, out - buf)
+            return <object>written  # a new reference; ours is dropped below
         finally:
-            free(buf)
+            Py_XDECREF(written)
             free(texts)
             free(lengths)
 
