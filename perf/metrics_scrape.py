@@ -8,8 +8,10 @@ to each,
 commits an offset for each in one group (so the lag series are as many as the
 partitions), then:
   - scrapes /metrics --scrapes times from a child process of its own (so reading the
-    bodies never competes with the probe for this process's interpreter lock); per
-    scrape, the wall time of the GET, the broker's CPU (the run time of its threads in
+    bodies never competes with the probe for this process's interpreter lock), on one
+    HTTP connection kept open from scrape to scrape as Prometheus keeps it
+    (--new-connections: a new one per scrape, as curl makes them; accepting it is Python
+    work on the HTTP thread that the scrape's breaks do not reach); per scrape, the wall time of the GET, the broker's CPU (the run time of its threads in
     /proc/PID/task/*/schedstat, nanoseconds, around it), of it the HTTP thread's (the
     busiest thread but the loop's: an upper bound on the scrape's hold of the
     interpreter lock) and the body's size;
@@ -37,6 +39,7 @@ checkout's broker instead of this one (an A/B of two trees; alternate the runs).
 from __future__ import annotations
 
 import argparse
+import http.client
 import http.server
 import json
 import os
@@ -46,6 +49,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -132,29 +136,56 @@ def probe_window(w: Wire, seconds: float, kind: str) -> list[float]:
     return lat
 
 
-def get(url: str, pid: int, kind: str) -> list:
-    """One GET of `url`, timed: [its start (CLOCK_MONOTONIC), wall time, the CPU process
-    `pid` used meanwhile and of it the busiest thread's but the main one's (scrape_cpu),
-    the body's size and lines, `kind`]."""
-    c0, t0 = thread_cpu_ns(pid), time.clock_gettime(_CLOCK)
-    with urllib.request.urlopen(url, timeout=120) as r:
+class Scraper:
+    """GETs of one server's URL, as Prometheus makes them: on one connection kept open
+    from one scrape to the next (HTTP/1.1 keep-alive), or with `fresh` a new connection
+    for each (as curl or urllib make them)."""
+
+    def __init__(self, url: str, fresh: bool = False):
+        parts = urllib.parse.urlsplit(url)
+        self.host, self.port, self.path = parts.hostname, parts.port, parts.path or "/"
+        self.fresh = fresh
+        self.conn: http.client.HTTPConnection | None = None
+
+    def body(self, query: str = "") -> bytes:
+        if self.conn is None or self.fresh:
+            if self.conn is not None:
+                self.conn.close()
+            self.conn = http.client.HTTPConnection(self.host, self.port, timeout=120)
+        self.conn.request("GET", self.path + query)
+        r = self.conn.getresponse()
         body = r.read()
+        if r.status != 200:
+            raise RuntimeError(f"GET {self.path}{query}: {r.status}")
+        return body
+
+
+def get(scraper: Scraper, pid: int, kind: str, query: str = "") -> list:
+    """One GET of the scraper's URL (with `query`), timed: [its start (CLOCK_MONOTONIC),
+    wall time, the CPU process `pid` used meanwhile and of it the busiest thread's but the
+    main one's (scrape_cpu), the body's size and lines, `kind`]."""
+    c0, t0 = thread_cpu_ns(pid), time.clock_gettime(_CLOCK)
+    body = scraper.body(query)
     wall = time.clock_gettime(_CLOCK) - t0
     cpu, http_cpu = scrape_cpu(c0, thread_cpu_ns(pid), pid)
     return [t0, wall, cpu, http_cpu, len(body), body.count(NL), kind]
 
 
-def scraper(url: str, pid: int, scrapes: int, null_url: str, null_pid: int) -> None:
+def scraper(url: str, pid: int, scrapes: int, null_url: str, null_pid: int,
+            fresh: bool) -> None:
     """The child process: `scrapes` GETs of `url`, 0.5 s apart, each printed as a JSON
     list (get); with a null server (null_pid > 0), 0.25 s after each, a GET of it asking
-    for the CPU the broker's HTTP thread spent on that scrape, printed alike."""
+    for the CPU the broker's HTTP thread spent on that scrape, printed alike. `fresh`: a
+    new connection for every GET (Scraper)."""
+    broker = Scraper(url, fresh)
+    null = Scraper(null_url, fresh) if null_pid > 0 else None
     for _ in range(scrapes):
-        row = get(url, pid, "broker")
+        row = get(broker, pid, "broker")
         print(json.dumps(row), flush=True)
-        if null_pid > 0:
+        if null is not None:
             time.sleep(0.25)
-            print(json.dumps(get(f"{null_url}?cpu_ns={int(row[3] * 1e9)}", null_pid,
-                                 "null")), flush=True)
+            print(json.dumps(get(null, null_pid, "null", f"?cpu_ns={int(row[3] * 1e9)}")),
+                  flush=True)
             time.sleep(0.25)
         else:
             time.sleep(0.5)
@@ -167,6 +198,7 @@ class NullScrape(http.server.BaseHTTPRequestHandler):
     it."""
 
     body = b""
+    protocol_version = "HTTP/1.1"  # (keep-alive, as aiohttp serves /metrics)
 
     def do_GET(self):  # noqa: N802 (http.server's name)
         _, _, query = self.path.partition("?cpu_ns=")
@@ -217,7 +249,7 @@ def _ratio(a: float, b: float) -> float | None:
 def main() -> int:
     if sys.argv[1:2] == ["--scraper"]:
         scraper(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5],
-                int(sys.argv[6]))
+                int(sys.argv[6]), sys.argv[7] == "fresh")
         return 0
     if sys.argv[1:2] == ["--null-server"]:
         null_server(int(sys.argv[2]), sys.argv[3])
@@ -231,6 +263,9 @@ def main() -> int:
                     default="produce", help="the probe's request (default produce)")
     ap.add_argument("--no-anchor", action="store_true",
                     help="no null server's scrapes beside the broker's")
+    ap.add_argument("--new-connections", action="store_true",
+                    help="a new HTTP connection for every scrape (default: one kept open, "
+                         "as Prometheus keeps it)")
     args = ap.parse_args()
     if args.tree is not None:
         if not (args.tree / "fastlog").is_dir():
@@ -293,7 +328,8 @@ def main() -> int:
                 t.start()
                 child = subprocess.Popen(
                     [sys.executable, __file__, "--scraper", url, str(b.proc.pid),
-                     str(args.scrapes), null_url, str(null.pid if null else 0)],
+                     str(args.scrapes), null_url, str(null.pid if null else 0),
+                     "fresh" if args.new_connections else "kept"],
                     stdout=subprocess.PIPE, text=True)
                 try:
                     for line in child.stdout:
@@ -334,6 +370,7 @@ def main() -> int:
 
     print(json.dumps({
         "partitions": n, "tree": str(args.tree or "."), "probe": args.probe,
+        "connections": "new per scrape" if args.new_connections else "kept",
         "scrape_wall_ms_median": round(statistics.median(r[0] for r in rows) * 1000, 1),
         "scrape_broker_cpu_ms_median": round(statistics.median(r[1] for r in rows) * 1000, 1),
         "scrape_http_thread_cpu_ms_median": round(

@@ -188,7 +188,9 @@ class GilBreaks:
         self.breaks = 0
         self.long_waits = 0
         self.loop_clock = loop_clock
-        self.loop_ran = self._loop_time()
+        # (the first call breaks: a loop that woke before the scrape began and has waited
+        # for the lock since does not move its clock while it waits)
+        self.loop_ran = None if loop_clock is None else -1
         self.busy = False
 
     def _loop_time(self) -> int | None:

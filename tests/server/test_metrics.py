@@ -333,9 +333,10 @@ def test_gil_breaks_sleep_once_the_hold_has_passed():
 
 def test_gil_breaks_come_early_while_the_loops_thread_wakes():
     """With the loop thread's CPU clock: while that thread sleeps, one sleep per break
-    once the hold has passed, none before; while it keeps waking (here every 0.2 ms, as a
-    loop woken by requests), breaks come at calls long before the hold has passed, of at
-    most GIL_BREAKS_IN_A_ROW sleeps each."""
+    once the hold has passed, none before but the first call's (a loop waiting for the
+    lock since before the breaks were made does not move its clock); while it keeps
+    waking (here every 0.2 ms, as a loop woken by requests), breaks come at calls long
+    before the hold has passed, of at most GIL_BREAKS_IN_A_ROW sleeps each."""
     stop = threading.Event()
 
     def woken():
@@ -362,7 +363,7 @@ def test_gil_breaks_come_early_while_the_loops_thread_wakes():
             time.sleep(0.002)
             calm()
             served()
-        assert calm.breaks == 0
+        assert calm.breaks == 1  # (the first call's)
         assert 0 < served.breaks <= 20 * GIL_BREAKS_IN_A_ROW
     finally:
         stop.set()
