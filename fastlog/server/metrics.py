@@ -412,7 +412,7 @@ def _plain_name(name: str) -> bool:
         return True
     if _PLAIN_NAME(name) is None:
         return False
-    if len(_PLAIN_NAMES) < 100_000:  # (label values are never names: the set stays small)
+    if len(_PLAIN_NAMES) < 100_000:  # (names come from the collectors' code: a few hundred)
         _PLAIN_NAMES.add(name)
     return True
 
@@ -1080,12 +1080,12 @@ class ProcessCPUCollector(ProcessCollector):
     def collect(self):
         if not self._btime:
             return []
+        pid = os.path.join(self._proc, str(self._pid()).strip())
         prefix = self._prefix
         result = []
         try:
             # (os.open and os.read: the buffered file object cost twice the syscalls' time)
-            parts = _read_proc(os.path.join(self._proc, str(self._pid()).strip(), "stat"))
-            parts = parts.split(b")")[-1].split()
+            parts = _read_proc(os.path.join(pid, "stat")).split(b")")[-1].split()
             result += [
                 GaugeMetricFamily(prefix + "virtual_memory_bytes", "Virtual memory size in bytes.",
                                   value=float(parts[20])),
@@ -1101,7 +1101,7 @@ class ProcessCPUCollector(ProcessCollector):
         except OSError:
             pass
         try:
-            fd_dir = os.path.join(self._proc, str(self._pid()).strip(), "fd")
+            fd_dir = os.path.join(pid, "fd")
             count = os.stat(fd_dir).st_size or len(os.listdir(fd_dir))
             result.append(GaugeMetricFamily(prefix + "open_fds", "Number of open file descriptors.",
                                             count))
