@@ -39,7 +39,9 @@
 # ordered with the interpreter lock released; only a partition led elsewhere reads the
 # remote high watermarks, Python objects, with it), or from its dict (add_offset_rows).
 # And hand_over, the sleep of the scrape's breaks (metrics.GilBreaks): the interpreter lock
-# released for as long as the request loop's thread keeps running.
+# released for as long as the request loop's thread keeps running; every stretch here
+# without the lock ends the same way when the loop ran during it (set_scrape_loop,
+# _polite_return), so the scrape does not ask for the lock while the loop is mid-request.
 # Called from: the HTTP endpoint's thread (fastlog/server/metrics.py, BrokerCollector),
 # one GaugeRows per scrape; not shared between threads. Every walk holds the interpreter
 # lock and calls the caller's pause (metrics.GilBreaks) every `every` rows.
@@ -72,6 +74,33 @@ cdef extern from "Python.h":
     PyObject *_new_bytes "PyBytes_FromStringAndSize"(const char *s, Py_ssize_t n) except NULL
     char *_bytes_data "PyBytes_AS_STRING"(PyObject *o) noexcept
     int _PyBytes_Resize(PyObject **bytes, Py_ssize_t newsize) except -1
+
+cdef extern from *:
+    """
+    /* While this thread scrapes: whether a request loop is watched, its CPU clock (a
+       thread's clock id, negative), and the sleep and the most sleeps of a rest
+       (set_scrape_loop). Per thread: each broker's HTTP thread scrapes its own broker. */
+    static __thread int fl_scrape_watched = 0;
+    static __thread long fl_scrape_loop_clock = 0;
+    static __thread long long fl_scrape_rest_ns = 0;
+    static __thread int fl_scrape_rest_most = 0;
+    static __thread long fl_scrape_rests = 0;  /* rests taken since set */
+    static void fl_set_scrape_loop(int watched, long clock, long long rest_ns, int most) {
+        fl_scrape_watched = watched;
+        fl_scrape_loop_clock = clock;
+        fl_scrape_rest_ns = rest_ns;
+        fl_scrape_rest_most = most;
+        fl_scrape_rests = 0;
+    }
+    static void fl_count_rest(void) { fl_scrape_rests += 1; }
+    """
+    int fl_scrape_watched
+    long fl_scrape_loop_clock
+    long long fl_scrape_rest_ns
+    int fl_scrape_rest_most
+    long fl_scrape_rests
+    void fl_set_scrape_loop(int watched, long clock, long long rest_ns, int most) noexcept nogil
+    void fl_count_rest() noexcept nogil
 
 # Rows allocated at first, and the most values a row holds.
 cdef Py_ssize_t _FIRST_CAPACITY = 256
@@ -225,9 +254,11 @@ cdef class GaugeRows:
         cdef int32_t* heads = NULL
         cdef int64_t* partitions = NULL
         cdef int64_t* values = NULL
+        cdef int64_t mark
         if n < 2:
             return 0
         with nogil:
+            mark = _loop_mark()
             for i in range(start, self._rows):
                 if row_heads[i] >= nranks:
                     bad = i
@@ -237,19 +268,23 @@ cdef class GaugeRows:
                         or (ranks[row_heads[i - 1]] == ranks[row_heads[i]]
                             and row_partitions[i - 1] > row_partitions[i])):
                     ordered = False
+            _polite_return(mark)
         if bad >= 0:
             raise IndexError(f"row {bad} names head {row_heads[bad]} of {nranks} ranked")
         if ordered:
             return 0
         try:
             with nogil:
+                mark = _loop_mark()
                 keys = <_RowKey*>malloc(n * sizeof(_RowKey))
                 heads = <int32_t*>malloc(n * sizeof(int32_t))
                 partitions = <int64_t*>malloc(n * sizeof(int64_t))
                 values = <int64_t*>malloc(n * w * sizeof(int64_t))
+                _polite_return(mark)
             if keys == NULL or heads == NULL or partitions == NULL or values == NULL:
                 raise MemoryError()
             with nogil:
+                mark = _loop_mark()
                 for i in range(n):
                     row = start + i
                     keys[i].rank = ranks[row_heads[row]]
@@ -264,12 +299,15 @@ cdef class GaugeRows:
                 memcpy(row_heads + start, heads, n * sizeof(int32_t))
                 memcpy(row_partitions + start, partitions, n * sizeof(int64_t))
                 memcpy(self._values + start * w, values, n * w * sizeof(int64_t))
+                _polite_return(mark)
         finally:
             with nogil:  # (large blocks go back to the system: munmap)
+                mark = _loop_mark()
                 free(keys)
                 free(heads)
                 free(partitions)
                 free(values)
+                _polite_return(mark)
         return 0
 
     def add(self, int32_t head, int64_t partition, int64_t v0, int64_t v1=0, int64_t v2=0,
@@ -289,6 +327,7 @@ cdef class GaugeRows:
         cdef const char** texts = NULL
         cdef Py_ssize_t* lengths = NULL
         cdef PyObject* written = NULL
+        cdef int64_t mark
         cdef char* buf
         cdef char* out
         cdef const char* name_text = PyBytes_AS_STRING(name)
@@ -316,6 +355,7 @@ cdef class GaugeRows:
             written = _new_bytes(NULL, bound)
             buf = _bytes_data(written)
             with nogil:
+                mark = _loop_mark()
                 out = buf
                 for i in range(rows):
                     h = row_heads[i]
@@ -337,6 +377,7 @@ cdef class GaugeRows:
                     out += _write_int(out, values[i * width + column])
                     out[0] = 10  # newline
                     out += 1
+                _polite_return(mark)
             _PyBytes_Resize(&written, out - buf)
             return <object>written  # a new reference; ours is dropped below
         finally:
@@ -728,6 +769,7 @@ def add_offset_figure_rows(GaugeRows current not None, GaugeRows lag not None,
     cdef OffsetEntry* entries = NULL
     cdef OffsetEntry* e
     cdef bint has_remote = remote is not None
+    cdef int64_t mark
     if current.width != 1 or lag.width != 1 or every < 1:
         raise ValueError("add_offset_figure_rows fills rows 1 wide, pausing every 1 or more")
     figures.begin_read()
@@ -765,6 +807,7 @@ def add_offset_figure_rows(GaugeRows current not None, GaugeRows lag not None,
             lag._reserve(size)
             nremote = 0
             with nogil:
+                mark = _loop_mark()
                 n = figures.snapshot(&entries, version)
                 if n > size:  # (never: the same version, the same count)
                     n = -1
@@ -788,6 +831,7 @@ def add_offset_figure_rows(GaugeRows current not None, GaugeRows lag not None,
                         behind = 0
                     lag._put(head_of[tid], e.partition, behind)
                     lag_sums[tid] = behind if lag_sums[tid] < 0 else lag_sums[tid] + behind
+                _polite_return(mark)
             if n == -2:
                 raise MemoryError()
             if n >= 0:
@@ -818,11 +862,13 @@ def add_offset_figure_rows(GaugeRows current not None, GaugeRows lag not None,
     finally:
         figures.end_read()
         with nogil:  # (the copy may be large: its munmap without the lock)
+            mark = _loop_mark()
             free(entries)
             free(head_of)
             free(mark_of)
             free(lag_sums)
             free(remote_rows)
+            _polite_return(mark)
     _order_group_rows(current, lag, heads, first_current, first_lag)
     return n
 
@@ -903,6 +949,67 @@ cdef inline int64_t _clock_ns(clockid_t clock) noexcept nogil:
     return <int64_t>ts.tv_sec * 1000000000 + ts.tv_nsec
 
 
+cdef int _rest(clockid_t clock, int64_t pause_ns, int most, int64_t* slept) noexcept nogil:
+    """Sleeps `pause_ns` at a time, at most `most` times, for as long as the thread whose
+    CPU clock is `clock` keeps running (its clock read after each sleep: once it has not
+    moved over a whole sleep, the thread is back in its poll). Returns the sleeps, -1 when
+    the clock cannot be read (its thread has ended); the nanoseconds slept in *slept."""
+    cdef timespec nap
+    cdef int sleeps = 0
+    cdef int64_t before, after, start
+    nap.tv_sec = pause_ns // 1000000000
+    nap.tv_nsec = pause_ns % 1000000000
+    start = _clock_ns(CLOCK_MONOTONIC)
+    before = _clock_ns(clock)
+    while before >= 0 and sleeps < most:
+        nanosleep(&nap, NULL)
+        sleeps += 1
+        after = _clock_ns(clock)
+        if after == before:
+            break
+        before = after
+    slept[0] = _clock_ns(CLOCK_MONOTONIC) - start
+    return -1 if before < 0 else sleeps
+
+
+cdef inline int64_t _loop_mark() noexcept nogil:
+    """At the start of a stretch without the interpreter lock: the request loop's CPU
+    clock while this thread scrapes (set_scrape_loop), else -1 (see _polite_return)."""
+    if not fl_scrape_watched:
+        return -1
+    return _clock_ns(<clockid_t>fl_scrape_loop_clock)
+
+
+cdef inline void _polite_return(int64_t mark) noexcept nogil:
+    """At the end of a stretch without the interpreter lock that began at `mark`
+    (_loop_mark): when the request loop has run meanwhile, rests while it keeps running
+    (_rest) before the lock is asked for again. A thread that asks for the lock while the
+    loop holds it mid-request wins it at the loop's next release (its pwrite, CRC or
+    send), and the loop then waits for the scrape's next break; resting first leaves the
+    loop its request."""
+    cdef int64_t slept
+    if mark < 0 or _clock_ns(<clockid_t>fl_scrape_loop_clock) == mark:
+        return
+    fl_count_rest()
+    _rest(<clockid_t>fl_scrape_loop_clock, fl_scrape_rest_ns, fl_scrape_rest_most, &slept)
+
+
+def set_scrape_loop(loop_clock=None, int64_t pause_ns=0, int most=0) -> None:
+    """While this thread scrapes: the request loop thread's CPU clock (None when done or
+    none), and the rest of every stretch without the interpreter lock here that the loop
+    ran during (_polite_return: `pause_ns` at a time, at most `most` times)."""
+    if loop_clock is None:
+        fl_set_scrape_loop(0, 0, 0, 0)
+    else:
+        fl_set_scrape_loop(1, loop_clock, pause_ns, most)
+
+
+def scrape_rests() -> int:
+    """The rests this thread has taken at the end of a stretch without the interpreter
+    lock since its last set_scrape_loop."""
+    return fl_scrape_rests
+
+
 def hand_over(long loop_clock, int64_t pause_ns, int most):
     """The scrape's break (metrics.GilBreaks): sleeps `pause_ns` at a time, at most `most`
     times, with the interpreter lock released throughout, for as long as the thread whose
@@ -913,21 +1020,8 @@ def hand_over(long loop_clock, int64_t pause_ns, int most):
     loop at any of the loop's own releases (a pwrite, a CRC), which then waited for the
     scrape's next break. Returns (sleeps, the nanoseconds slept, with the lock released);
     sleeps is -1 when the loop's clock cannot be read (its thread has ended)."""
-    cdef clockid_t clock = <clockid_t>loop_clock
-    cdef timespec nap
-    cdef int sleeps = 0
-    cdef int64_t before, after, start, end
-    nap.tv_sec = pause_ns // 1000000000
-    nap.tv_nsec = pause_ns % 1000000000
+    cdef int sleeps
+    cdef int64_t slept = 0
     with nogil:
-        start = _clock_ns(CLOCK_MONOTONIC)
-        before = _clock_ns(clock)
-        while before >= 0 and sleeps < most:
-            nanosleep(&nap, NULL)
-            sleeps += 1
-            after = _clock_ns(clock)
-            if after == before:
-                break
-            before = after
-        end = _clock_ns(CLOCK_MONOTONIC)
-    return (-1 if before < 0 else sleeps), end - start
+        sleeps = _rest(<clockid_t>loop_clock, pause_ns, most, &slept)
+    return sleeps, slept

@@ -1,7 +1,8 @@
 # fastlog/server/http.py — HttpServer: the broker's HTTP endpoint (http.listener=HOST:PORT).
 #
-# Owns: one aiohttp application on its own thread ("fastlog-http") with its own asyncio
-# loop, so that neither a scrape's collection (milliseconds to a few hundred with tens of
+# Owns: one aiohttp low-level server on its own thread ("fastlog-http") with its own
+# asyncio loop (not uvloop: asyncio's sockets release the interpreter lock around each
+# send, uvloop's writes hold it), so that neither a scrape's collection (milliseconds to a few hundred with tens of
 # thousands of series) nor a slow or malformed HTTP client ever runs on the broker's
 # request loop. Paths, GET only:
 #   /metrics        the broker's registry (fastlog/server/metrics.py) in Prometheus' text
@@ -9,7 +10,7 @@
 #   /health/live    200 while the process serves HTTP at all;
 #   /health/ready   200 "ready" once every hosted partition is open (and, in cluster mode,
 #                   the broker is registered), else 503 with the reason on one line.
-# Anything else is aiohttp's 404 (405 for another method on a known path); a malformed
+# Anything else is 404 (405 for another method on a known path); a malformed
 # request gets aiohttp's 400 and a closed connection. Header lines and fields are bounded
 # by aiohttp (8190 bytes), so a client cannot make the server buffer more than that per
 # line; a client trickling bytes holds one coroutine of this thread and nothing else.

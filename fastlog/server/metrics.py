@@ -49,9 +49,14 @@
 # the lock over as soon as the loop's thread has run (its CPU clock moved: it woke and
 # waits for the lock), and every GIL_HOLD_S of the scrape's work in any case, and sleeps
 # on while the loop goes on running, so the loop waits about the time between two calls
-# of the breaks rather than the switch interval. No step between two breaks may be long: a family of
-# many samples is encoded in pieces (encode_family), a group's committed offsets are
-# ordered in compiled code without the lock (add_offset_rows), not by sorted().
+# of the breaks rather than the switch interval (a break comes at the first call too: a
+# loop waiting since before the scrape began does not move its clock). No step between
+# two breaks may be long: a family of many samples is written in pieces (encode_family),
+# a group's committed offsets are copied and ordered in compiled code without the lock
+# (add_offset_figure_rows), not by sorted(). The compiled steps' stretches without the
+# lock end as a break does when the loop ran during them (_exposition.set_scrape_loop):
+# a thread asking for the lock while the loop holds it mid-request would win it at the
+# loop's next release (a pwrite, a CRC, a send) and keep the loop waiting.
 # Called from: `BrokerMetrics(broker)` on the broker's asyncio loop at startup (it notes
 # that thread for the idle figures); `collect` / `render` / `readiness` on the HTTP
 # server's thread (fastlog/server/http.py). Broker state is read without locks: the
@@ -98,6 +103,7 @@ from fastlog.server._exposition import (
     hosted_slots,
     offline_partitions,
     replica_counts,
+    set_scrape_loop,
 )
 from fastlog.server.lag import RemoteHighWatermarks
 from fastlog.server.producer_state import WITH_OPEN_TXNS
@@ -1160,8 +1166,11 @@ class BrokerMetrics:
         openmetrics = content_type.startswith("application/openmetrics-text")
         with self._lock:
             on_loop = threading.get_ident() == self._loop_ident  # (a test or a bench)
-            pause = self.collector.pause = GilBreaks(
-                loop_clock=None if on_loop else self._loop_clock)
+            loop_clock = None if on_loop else self._loop_clock
+            pause = self.collector.pause = GilBreaks(loop_clock=loop_clock)
+            # the compiled steps' stretches without the lock end as the breaks do: after
+            # the loop has rested, when it ran meanwhile (_exposition._polite_return)
+            set_scrape_loop(loop_clock, int(GIL_BREAK_S * 1e9), GIL_BREAKS_IN_A_ROW)
             try:
                 small = []
                 for family in self.registry.collect():
@@ -1173,6 +1182,7 @@ class BrokerMetrics:
                     pause()
             finally:
                 self.collector.pause = _no_pause
+                set_scrape_loop()
             if openmetrics:
                 out.append(_OPENMETRICS_EOF)
             return out, content_type

@@ -29,6 +29,8 @@ from fastlog.server._exposition import (
     hand_over,
     offline_partitions,
     replica_counts,
+    scrape_rests,
+    set_scrape_loop,
 )
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -608,3 +610,41 @@ def test_every_gauge_and_counter_a_broker_collects_is_written_as_the_library_wri
         assert pieces is not None and b"".join(pieces) == whole, family.name
         written += 1
     assert written > 40
+
+
+def test_a_stretch_without_the_lock_rests_after_the_loop_ran_during_it():
+    """While a thread scrapes (set_scrape_loop), the compiled steps' stretches without the
+    interpreter lock (here GaugeRows.text) end with a rest when the loop's thread ran
+    during the stretch, none when it rested throughout, and none outside a scrape."""
+    stop, block = threading.Event(), bytes(1 << 20)
+
+    def run():  # (hashing a large block releases the lock: it runs whoever holds it)
+        while not stop.is_set():
+            hashlib.sha256(block).digest()
+
+    rows = GaugeRows(1)
+    for i in range(20_000):
+        rows.add(0, i, i)
+    idle = threading.Thread(target=stop.wait)
+    running = threading.Thread(target=run)
+    idle.start()
+    running.start()
+    try:
+        set_scrape_loop(time.pthread_getcpuclockid(idle.ident), 50_000, 4)
+        for _ in range(5):
+            rows.text(0, b"m", [b'topic="a",'])
+        assert scrape_rests() == 0
+        set_scrape_loop(time.pthread_getcpuclockid(running.ident), 50_000, 4)
+        for _ in range(5):
+            rows.text(0, b"m", [b'topic="a",'])
+        # (each text is a stretch of 20,000 lines: the running thread moves its clock in
+        # it, but on a loaded machine it may be off its core throughout one of them)
+        assert scrape_rests() >= 1
+        set_scrape_loop()
+        rows.text(0, b"m", [b'topic="a",'])
+        assert scrape_rests() == 0
+    finally:
+        set_scrape_loop()
+        stop.set()
+        idle.join(10)
+        running.join(10)
