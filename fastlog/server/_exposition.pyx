@@ -521,6 +521,22 @@ def add_log_rows(GaugeRows rows not None, dict heads not None, new_head, logs, p
     return n if marks is None else noted
 
 
+cdef int64_t* _slot_in_use(LogFigures figures, Py_ssize_t slot, Py_ssize_t* n, pause,
+                           Py_ssize_t every) except? NULL:
+    """The fields of `slot` of `figures` when it is in use, else NULL; pause() comes
+    before every `every`-th slot in use (counted in n[0]), and a slot released during it
+    is NULL too."""
+    cdef int64_t* fig = figures.slot_ptr(slot)
+    if not fig[FIG_IN_USE]:
+        return NULL
+    if n[0] % every == 0:
+        pause()
+        if not fig[FIG_IN_USE]:  # (released meanwhile)
+            return NULL
+    n[0] += 1
+    return fig
+
+
 def hosted_slots(LogFigures figures not None, hosted not None, offline, pause,
                  Py_ssize_t every) -> bytearray:
     """A byte per slot of `figures` (its `high` slots): 1 where the slot is in use and its
@@ -537,14 +553,9 @@ def hosted_slots(LogFigures figures not None, hosted not None, offline, pause,
     mask = bytearray(high)
     cdef unsigned char[:] out = mask
     for slot in range(high):
-        fig = figures.slot_ptr(slot)
-        if not fig[FIG_IN_USE]:
+        fig = _slot_in_use(figures, slot, &n, pause, every)
+        if fig == NULL:
             continue
-        if n % every == 0:
-            pause()
-            if not fig[FIG_IN_USE]:  # (released meanwhile)
-                continue
-        n += 1
         key = (topics[fig[FIG_TOPIC]], fig[FIG_PARTITION])
         if key in hosted and (not offline or key not in offline):
             out[slot] = 1
@@ -581,14 +592,9 @@ def add_figure_rows(GaugeRows rows not None, LogFigures figures not None, pause,
             mark_slots[tid] = -1
     try:
         for slot in range(high):
-            fig = figures.slot_ptr(slot)
-            if not fig[FIG_IN_USE]:
+            fig = _slot_in_use(figures, slot, &n, pause, every)
+            if fig == NULL:
                 continue
-            if n % every == 0:
-                pause()
-                if not fig[FIG_IN_USE]:  # (released meanwhile)
-                    continue
-            n += 1
             tid = fig[FIG_TOPIC]
             rows._append(<int32_t>tid, fig[FIG_PARTITION], fig[FIG_SIZE], fig[FIG_LOG_END],
                          fig[FIG_LOG_START], fig[FIG_SEGMENTS])
