@@ -2,9 +2,9 @@
 #
 # Owns: one aiohttp low-level server on its own thread ("fastlog-http") with its own
 # asyncio loop (not uvloop: asyncio's sockets release the interpreter lock around each
-# send, uvloop's writes hold it), so that neither a scrape's collection (milliseconds to a few hundred with tens of
-# thousands of series) nor a slow or malformed HTTP client ever runs on the broker's
-# request loop. Paths, GET only:
+# send, uvloop's writes hold it), so that neither a scrape's collection (milliseconds to
+# a few hundred with tens of thousands of series) nor a slow or malformed HTTP client
+# ever runs on the broker's request loop. Paths, GET only:
 #   /metrics        the broker's registry (fastlog/server/metrics.py) in Prometheus' text
 #                   format, or OpenMetrics when the Accept header asks for it;
 #   /health/live    200 while the process serves HTTP at all;
