@@ -1,5 +1,6 @@
 """Running perf/ scripts from their tests."""
 
+import math
 import subprocess
 import sys
 
@@ -24,3 +25,12 @@ def check_rate(reported, amount, elapsed, rounding):
     high = amount / (elapsed - 0.00005) if elapsed > 0.00005 else float("inf")
     slack = rounding * 1.01
     assert low * 0.9999 - slack <= reported <= high * 1.0001 + slack
+
+
+def assert_figures(report: dict, *keys: str) -> None:
+    """Each of `keys` is in `report` as a finite number of at least zero: a well-formed
+    figure. (What the figure is worth is perf/'s to measure, never a test's.)"""
+    for key in keys:
+        value = report[key]
+        assert isinstance(value, (int, float)) and math.isfinite(value) and value >= 0, \
+            (key, value)
