@@ -21,22 +21,18 @@
 
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.object cimport PyObject
 from cpython.mem cimport PyMem_RawFree, PyMem_RawRealloc
 from cpython.ref cimport Py_XDECREF
 from libc.stdint cimport uint32_t, uint64_t
 from libc.string cimport memcpy
 from posix.dlfcn cimport RTLD_LOCAL, RTLD_NOW, dlerror, dlopen, dlsym
 
+# (raw references: the output bytes object is grown in place while we own it alone)
+from fastlog._rawbytes cimport _bytes_data, _new_bytes, _PyBytes_Resize
+
 import threading
 
 import lz4.frame._frame as _lz4_frame_ext
-
-cdef extern from "Python.h":
-    # Raw references: the output bytes object is grown in place while we own it alone.
-    PyObject *_new_bytes "PyBytes_FromStringAndSize"(const char *s, Py_ssize_t n) except NULL
-    char *_bytes_data "PyBytes_AS_STRING"(PyObject *o) noexcept
-    int _PyBytes_Resize(PyObject **bytes, Py_ssize_t newsize) except -1
 
 ctypedef int (*decompress_safe_t)(const char *src, char *dst, int src_size,
                                   int dst_capacity) noexcept nogil

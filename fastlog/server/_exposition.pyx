@@ -66,14 +66,8 @@ from fastlog.server.log._figures cimport (
     FIG_TOPIC,
     LogFigures,
 )
+from fastlog._rawbytes cimport _bytes_data, _new_bytes, _PyBytes_Resize
 from fastlog.server.group._offset_figures cimport OffsetEntry, OffsetFigures
-
-cdef extern from "Python.h":
-    # Raw references: GaugeRows.text writes its lines into a bytes object it owns alone,
-    # then shrinks it to their length (no copy of the text holding the interpreter lock).
-    PyObject *_new_bytes "PyBytes_FromStringAndSize"(const char *s, Py_ssize_t n) except NULL
-    char *_bytes_data "PyBytes_AS_STRING"(PyObject *o) noexcept
-    int _PyBytes_Resize(PyObject **bytes, Py_ssize_t newsize) except -1
 
 cdef extern from *:
     """
@@ -274,13 +268,10 @@ cdef class GaugeRows:
         if ordered:
             return 0
         try:
-            with nogil:
-                mark = _loop_mark()
-                keys = <_RowKey*>malloc(n * sizeof(_RowKey))
-                heads = <int32_t*>malloc(n * sizeof(int32_t))
-                partitions = <int64_t*>malloc(n * sizeof(int64_t))
-                values = <int64_t*>malloc(n * w * sizeof(int64_t))
-                _polite_return(mark)
+            keys = <_RowKey*>malloc(n * sizeof(_RowKey))
+            heads = <int32_t*>malloc(n * sizeof(int32_t))
+            partitions = <int64_t*>malloc(n * sizeof(int64_t))
+            values = <int64_t*>malloc(n * w * sizeof(int64_t))
             if keys == NULL or heads == NULL or partitions == NULL or values == NULL:
                 raise MemoryError()
             with nogil:
