@@ -1,21 +1,30 @@
 # fastlog/server/http.py — HttpServer: the broker's HTTP endpoint (http.listener=HOST:PORT).
 #
-# Owns: one aiohttp low-level server on its own thread ("fastlog-http") with its own
-# asyncio loop (not uvloop: asyncio's sockets release the interpreter lock around each
-# send, uvloop's writes hold it), so that neither a scrape's collection (milliseconds to
-# a few hundred with tens of thousands of series) nor a slow or malformed HTTP client
-# ever runs on the broker's request loop. Paths, GET only:
+# Owns: an HTTP/1.1 server on its own thread ("fastlog-http") with its own asyncio loop
+# (not uvloop: asyncio's sockets release the interpreter lock around each send, uvloop's
+# writes hold it), so that neither a scrape's collection (milliseconds to a few hundred
+# with tens of thousands of series) nor a slow or malformed HTTP client ever runs on the
+# broker's request loop. Paths, GET (and HEAD) only:
 #   /metrics        the broker's registry (fastlog/server/metrics.py) in Prometheus' text
 #                   format, or OpenMetrics when the Accept header asks for it;
 #   /health/live    200 while the process serves HTTP at all;
 #   /health/ready   200 "ready" once every hosted partition is open (and, in cluster mode,
 #                   the broker is registered), else 503 with the reason on one line.
-# Anything else is 404 (405 for another method on a known path); a malformed
-# request gets aiohttp's 400 and a closed connection. Header lines and fields are bounded
-# by aiohttp (8190 bytes), so a client cannot make the server buffer more than that per
-# line; a client trickling bytes holds one coroutine of this thread and nothing else.
-# At most MAX_CONNECTIONS HTTP connections are open at once (the process's file handles
-# are the Kafka listeners' too): one more is closed as soon as it is accepted.
+# Anything else is 404 (405 for another method on a known path).
+# Requests are parsed by httptools (llhttp, in C); the Python per request is a few of its
+# callbacks and the dispatch here. That matters because this thread shares the
+# interpreter lock with the request loop: aiohttp's server ran about 65 us more Python per
+# request, all of it holding the lock, which a Kafka request arriving meanwhile waited for.
+# Bounds: a request's line and headers at most MAX_HEAD_BYTES (414 or 431 and the
+# connection closed; what the parser holds of an unfinished head is at most that plus one
+# read), a body (GET has none) at most MAX_BODY_BYTES (413), at most MAX_PIPELINED
+# requests queued per connection (the rest unanswered, the connection closed after those),
+# a head finished within HEAD_TIMEOUT_S, and a connection making no progress (nothing
+# read, nothing written) for KEEPALIVE_TIMEOUT_S closed; a malformed request gets 400 and a
+# closed connection. At most MAX_CONNECTIONS HTTP connections are open at once (the
+# process's file handles are the Kafka listeners' too): one more is closed as soon as it is
+# accepted. A response is written a piece at a time (each piece once the previous one is
+# in the socket), so a client that reads slowly holds only its own response's pieces.
 # Called from: BrokerServer.startup / shutdown on the broker's loop (start, stop), which
 # wait for this thread with a bound.
 """The broker's HTTP endpoint: /metrics, /health/live, /health/ready."""
@@ -25,8 +34,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
+from collections import deque
+from email.utils import formatdate
+from urllib.parse import unquote_to_bytes
 
-from aiohttp import web
+import httptools
 
 from fastlog.logs import RateLimitedLog
 from fastlog.server.metrics import readiness
@@ -35,13 +48,33 @@ log = logging.getLogger("fastlog.server.http")
 
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 5.0
-# Keep-alive connections idle longer than this are closed.
+# A connection with nothing read or written for this long is closed (an idle keep-alive
+# connection, or a client that stopped reading its response).
 KEEPALIVE_TIMEOUT_S = 30.0
+# A request's line and headers must arrive within this long of its first byte.
+HEAD_TIMEOUT_S = 30.0
+# How often the connections are checked against the two timeouts.
+SWEEP_INTERVAL_S = 1.0
 # Open HTTP connections at most (scrapers, probes and a browser need a handful).
 MAX_CONNECTIONS = 64
+# A request's line and headers at most (aiohttp's and nginx's 8 KiB a line, two lines).
+MAX_HEAD_BYTES = 16 << 10
+# A request body at most (the paths take none; a small one is read and dropped).
+MAX_BODY_BYTES = 64 << 10
+# Requests received ahead of their answers (pipelined) at most per connection.
+MAX_PIPELINED = 16
 # /metrics is written in pieces of at least this many bytes (a run of small chunks of the
 # exposition joined; a larger chunk alone).
 WRITE_PIECE_BYTES = 1 << 16
+# ... and of at most this many (a longer chunk is written as views of this size).
+MAX_PIECE_BYTES = 1 << 18
+
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+            413: "Content Too Large", 414: "URI Too Long",
+            431: "Request Header Fields Too Large", 500: "Internal Server Error",
+            503: "Service Unavailable"}
+_TEXT = "text/plain; charset=utf-8"
+_PATHS = (b"/metrics", b"/health/live", b"/health/ready")
 
 
 def write_pieces(chunks: list[bytes], least: int) -> list[bytes]:
@@ -68,34 +101,288 @@ def write_pieces(chunks: list[bytes], least: int) -> list[bytes]:
     return pieces
 
 
-class _Refused(asyncio.Protocol):
-    """A connection over MAX_CONNECTIONS: closed at once, nothing read."""
+def request_path(url: bytes) -> bytes:
+    """The path of a request target: without its query or fragment, percent-escapes
+    decoded (as a router compares it)."""
+    path = url.split(b"?", 1)[0].split(b"#", 1)[0]
+    return unquote_to_bytes(path) if b"%" in path else path
 
-    def connection_made(self, transport):
-        transport.abort()
+
+class _DateHeader:
+    """The Date header's line, made once a second (an origin server with a clock sends
+    one on every response)."""
+
+    def __init__(self):
+        self._second = -1
+        self._line = b""
+
+    def line(self) -> bytes:
+        now = int(time.time())
+        if now != self._second:
+            self._second = now
+            self._line = b"Date: " + formatdate(now, usegmt=True).encode() + b"\r\n"
+        return self._line
 
 
-class _LimitedSite(web.TCPSite):
-    """aiohttp's TCP site whose protocol factory refuses connections over a limit."""
+def response_head(date: bytes, status: int, content_type: str, length: int,
+                  keep_alive: bool, extra: str = "") -> bytes:
+    """A response's status line and headers, the blank line after them included."""
+    connection = "" if keep_alive else "Connection: close\r\n"
+    return (f"HTTP/1.1 {status} {_REASONS[status]}\r\nServer: fastlog\r\n"
+            f"Content-Type: {content_type}\r\nContent-Length: {length}\r\n"
+            f"{extra}{connection}").encode() + date + b"\r\n"
 
-    def __init__(self, runner, host, port, limit: int):
-        super().__init__(runner, host, port, reuse_address=True)
-        self._limit = limit
-        self._refusals = RateLimitedLog(log)
 
-    def _protocol(self):
-        server = self._runner.server
-        if len(server.connections) >= self._limit:
-            self._refusals.log(logging.WARNING, "an HTTP connection over %d open ones refused",
-                               self._limit)
-            return _Refused()
-        return server()
+def sliced(pieces: list[bytes], most: int) -> list:
+    """`pieces` with each longer than `most` bytes cut into views of at most `most`: what
+    the socket does not take of one is copied into the transport's buffer holding the
+    interpreter lock, so no piece is large."""
+    out = []
+    for piece in pieces:
+        if len(piece) <= most:
+            out.append(piece)
+        else:
+            view = memoryview(piece)
+            out.extend(view[i:i + most] for i in range(0, len(piece), most))
+    return out
 
-    async def start(self) -> None:
-        await web.BaseSite.start(self)
-        self._server = await asyncio.get_running_loop().create_server(
-            self._protocol, self._host, self._port, backlog=self._backlog,
-            reuse_address=self._reuse_address)
+
+class _Connection(asyncio.Protocol):
+    """One HTTP connection: httptools' callbacks gather each request, answered in order
+    (see the module comment for the bounds)."""
+
+    def __init__(self, server: HttpServer):
+        self._server = server
+        self._transport: asyncio.Transport | None = None
+        self._parser = httptools.HttpRequestParser(self)
+        # (method, path, Accept, keep-alive) not yet answered; a refusal is (None, status, ..)
+        self._requests: deque = deque()
+        self._out: deque = deque()  # the pieces of the response being written
+        self._paused = False  # the transport holds bytes the socket did not take
+        self._busy = False  # a response is being made or written
+        self._reading = True  # False: further input is ignored (a refusal, a last request)
+        self._final = False  # the last response (Connection: close) is answered
+        self._last = time.monotonic()  # last progress: a read, a piece sent, an answer
+        # the request being received
+        self._in_head = False
+        self._head_began = 0.0
+        self._head_fed = 0  # bytes read since the read its head began in
+        self._head_seen = 0  # bytes of its target and headers parsed
+        self._url = b""
+        self._accept: str | None = None
+        self._body_bytes = 0
+        self._refusal = 0  # the status it is refused with (a bound passed)
+
+    # ------------------------------------------------------------ asyncio's callbacks
+    def connection_made(self, transport) -> None:
+        server = self._server
+        if len(server.connections) >= MAX_CONNECTIONS:
+            server.refusals.log(logging.WARNING, "an HTTP connection over %d open ones refused",
+                                MAX_CONNECTIONS)
+            transport.abort()
+            return
+        self._transport = transport
+        # paused as soon as the socket takes less than a whole piece: the rest of the
+        # response waits in _out, not copied into the transport's buffer
+        transport.set_write_buffer_limits(high=0)
+        server.connections.add(self)
+
+    def connection_lost(self, exc) -> None:
+        self._server.connections.discard(self)
+        self._transport = None
+        self._reading = False
+        self._requests.clear()
+        self._out.clear()
+
+    def data_received(self, data: bytes) -> None:
+        self._last = time.monotonic()
+        if not self._reading:
+            return
+        if self._in_head:
+            self._head_fed += len(data)
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            # (a request asking to switch protocols: answered as HTTP/1.1, the Upgrade
+            # header ignored as a server may, and the last on the connection, since the
+            # parser reads nothing after it)
+            self._reading = False
+        except httptools.HttpParserError:
+            self._refuse(400)
+        else:
+            if self._refusal:
+                self._refuse(self._refusal)
+            elif self._in_head and self._head_fed > MAX_HEAD_BYTES:
+                # (unfinished: the target so far is most of it, or the headers are)
+                self._refuse(414 if len(self._url) > MAX_HEAD_BYTES // 2 else 431)
+        self._serve()
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._last = time.monotonic()
+        if self._pump():
+            self._serve()
+
+    # ------------------------------------------------------------ httptools' callbacks
+    def on_message_begin(self) -> None:
+        self._in_head = True
+        self._head_began = time.monotonic()
+        self._head_fed = self._head_seen = self._body_bytes = 0
+        self._url = b""
+        self._accept = None
+
+    def on_url(self, url: bytes) -> None:
+        self._head_seen += len(url)
+        if self._head_seen > MAX_HEAD_BYTES:
+            self._refusal = self._refusal or 414
+        else:
+            self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_seen += len(name) + len(value)
+        if self._head_seen > MAX_HEAD_BYTES:
+            self._refusal = self._refusal or 431
+        elif len(name) == 6 and name.lower() == b"accept":
+            self._accept = value.decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+
+    def on_body(self, body: bytes) -> None:
+        self._body_bytes += len(body)
+        if self._body_bytes > MAX_BODY_BYTES:
+            self._refusal = self._refusal or 413
+
+    def on_message_complete(self) -> None:
+        if self._refusal or not self._reading:
+            return
+        if len(self._requests) >= MAX_PIPELINED:
+            self._reading = False  # this one dropped, those queued answered, then closed
+            return
+        keep_alive = self._parser.should_keep_alive()
+        self._requests.append((self._parser.get_method(), request_path(self._url),
+                               self._accept, keep_alive))
+        if not keep_alive:
+            self._reading = False  # the last one (its answer says so)
+
+    # ------------------------------------------------------------ answering
+    def _refuse(self, status: int) -> None:
+        """Answer what is queued, then `status`, then close: the parser cannot go on."""
+        if self._reading:
+            self._reading = False
+            self._requests.append((None, status, None, False))
+
+    def _serve(self) -> None:
+        """Answer queued requests in order while none is being made or written; close
+        once the last is written."""
+        while self._requests and not self._busy and not self._final:
+            method, path, accept, keep_alive = self._requests.popleft()
+            if not self._reading and not self._requests:
+                keep_alive = False  # nothing more will be read
+            if method is None:  # a refusal: path is its status
+                self._answer(path, _TEXT, f"{path}: {_REASONS[path]}\n".encode(), False)
+            else:
+                self._dispatch(method, path, accept, keep_alive)
+        if not self._busy and (self._final or (not self._reading and not self._requests)):
+            self._close()
+
+    def _dispatch(self, method: bytes, path: bytes, accept: str | None,
+                  keep_alive: bool) -> None:
+        if path not in _PATHS:
+            self._answer(404, _TEXT, b"404: Not Found\n", keep_alive)
+            return
+        head = method == b"HEAD"
+        if method != b"GET" and not head:
+            self._answer(405, _TEXT, b"405: Method Not Allowed\n", keep_alive,
+                         "Allow: GET, HEAD\r\n")
+            return
+        if path == b"/metrics":
+            remote = self._server.metrics.remote_high_watermarks
+            if remote is not None and remote.due():
+                # (cluster mode: the high watermarks led elsewhere asked for first)
+                self._busy = True
+                task = asyncio.get_running_loop().create_task(remote.refresh())
+                task.add_done_callback(
+                    lambda _t: self._metrics(accept, head, keep_alive, resumed=True))
+            else:
+                self._metrics(accept, head, keep_alive)
+        elif path == b"/health/live":
+            self._answer(200, _TEXT, b"live\n", keep_alive, head=head)
+        else:
+            try:
+                reason = readiness(self._server.broker)
+            except Exception as e:  # noqa: BLE001 - a state read mid-change: not ready now
+                reason = f"readiness unknown: {e!r}"
+            if reason is None:
+                self._answer(200, _TEXT, b"ready\n", keep_alive, head=head)
+            else:
+                self._answer(503, _TEXT, (reason + "\n").encode(), keep_alive, head=head)
+
+    def _metrics(self, accept: str | None, head: bool, keep_alive: bool,
+                 resumed: bool = False) -> None:
+        self._busy = False
+        if self._transport is None:
+            return
+        try:
+            chunks, content_type = self._server.metrics.render_chunks(accept)
+        except Exception:  # noqa: BLE001 - a scrape that failed is a 500, not a dead thread
+            self._server.failures.log(logging.ERROR, "a /metrics scrape failed", exc_info=True)
+            self._answer(500, _TEXT, b"500: Internal Server Error\n", False)
+        else:
+            self._answer(200, content_type, chunks, keep_alive, head=head)
+        if resumed:
+            self._serve()
+
+    def _answer(self, status: int, content_type: str, body: bytes | list[bytes],
+                keep_alive: bool, extra: str = "", head: bool = False) -> None:
+        """Write a response (body: bytes, or the chunks it is made of; HEAD: only its
+        head); not keep_alive: the last on this connection."""
+        chunks = [body] if isinstance(body, bytes) else body
+        self._out.append(response_head(self._server.date.line(), status, content_type,
+                                       sum(len(c) for c in chunks), keep_alive, extra))
+        if not head:
+            self._out.extend(sliced(write_pieces(chunks, WRITE_PIECE_BYTES),
+                                    MAX_PIECE_BYTES))
+        if not keep_alive:
+            self._final = True
+        self._busy = True
+        self._pump()
+
+    def _pump(self) -> bool:
+        """Write the response's pieces while the socket takes them whole; True when the
+        response is all written (the next request may be answered)."""
+        out, transport = self._out, self._transport
+        if transport is None:
+            return False
+        while out and not self._paused:
+            transport.write(out.popleft())
+        if out or self._paused:
+            return False
+        self._busy = False
+        self._last = time.monotonic()
+        return True
+
+    def _close(self) -> None:
+        # (on the next turn of the loop: closed from within resume_writing, asyncio's
+        # selector transport of Python 3.11 would end the connection twice)
+        asyncio.get_running_loop().call_soon(self._close_now)
+
+    def _close_now(self) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.close()  # (once the transport's buffer is sent)
+
+    def overdue(self, now: float) -> bool:
+        """Whether the sweep should close this connection (see the module comment)."""
+        if self._in_head and now - self._head_began > HEAD_TIMEOUT_S:
+            return True
+        return now - self._last > KEEPALIVE_TIMEOUT_S
+
+    def abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
 
 
 class HttpServer:
@@ -106,8 +393,11 @@ class HttpServer:
         self.metrics = metrics
         self.host = host
         self.port = port
+        self.connections: set[_Connection] = set()
+        self.refusals = RateLimitedLog(log)
+        self.failures = RateLimitedLog(log)
+        self.date = _DateHeader()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
         self._started = threading.Event()
         self._error: BaseException | None = None
@@ -149,62 +439,29 @@ class HttpServer:
 
     async def _serve(self) -> None:
         self._stopping = asyncio.Event()
-        # aiohttp's low-level server with the three paths dispatched here: an Application's
-        # router and middlewares were Python work on every request holding the
-        # interpreter lock before the scrape's first break (0.2 ms and more a request)
-        self._routes = {"/metrics": self._metrics, "/health/live": self._live,
-                        "/health/ready": self._ready}
-        server = web.Server(self._dispatch, access_log=None,
-                            keepalive_timeout=KEEPALIVE_TIMEOUT_S)
-        runner = web.ServerRunner(server, handle_signals=False)
-        await runner.setup()
-        self._runner = runner
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: _Connection(self), self.host, self.port,
+                                          reuse_address=True)
+        self._sweep_handle = loop.call_later(SWEEP_INTERVAL_S, self._sweep)
         try:
-            site = _LimitedSite(runner, self.host, self.port, MAX_CONNECTIONS)
-            await site.start()
-            sockets = getattr(site._server, "sockets", None) or []
-            if sockets:
-                self.port = sockets[0].getsockname()[1]
+            self.port = server.sockets[0].getsockname()[1]
             log.info("HTTP endpoint on http://%s:%d (/metrics, /health/live, /health/ready)",
                      self.host, self.port)
             self._started.set()
             await self._stopping.wait()
         finally:
-            await runner.cleanup()
-            await self.metrics.remote_high_watermarks.close()
+            self._sweep_handle.cancel()
+            server.close()
+            for conn in list(self.connections):
+                conn.abort()
+            await server.wait_closed()
+            if self.metrics.remote_high_watermarks is not None:
+                await self.metrics.remote_high_watermarks.close()
 
-    # ------------------------------------------------------------------ handlers
-    async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
-        """The path's handler; 404 for another path, 405 for another method than GET."""
-        handler = self._routes.get(request.path)
-        if handler is None:
-            return web.Response(status=404, text="404: Not Found")
-        if request.method != "GET":
-            return web.Response(status=405, text="405: Method Not Allowed",
-                                headers={"Allow": "GET"})
-        return await handler(request)
-
-    async def _metrics(self, request: web.BaseRequest) -> web.StreamResponse:
-        await self.metrics.remote_high_watermarks.refresh()
-        chunks, content_type = self.metrics.render_chunks(request.headers.get("Accept"))
-        response = web.StreamResponse(headers={"Content-Type": content_type})
-        response.content_length = sum(len(c) for c in chunks)
-        await response.prepare(request)
-        # (not joined: a megabyte or more with many partitions; each write's send releases
-        # the interpreter lock, its Python around the send holds it: few writes)
-        for piece in write_pieces(chunks, WRITE_PIECE_BYTES):
-            await response.write(piece)
-        await response.write_eof()
-        return response
-
-    async def _live(self, request: web.BaseRequest) -> web.Response:
-        return web.Response(text="live\n")
-
-    async def _ready(self, request: web.BaseRequest) -> web.Response:
-        try:
-            reason = readiness(self.broker)
-        except Exception as e:  # noqa: BLE001 - a state read mid-change: not ready now
-            reason = f"readiness unknown: {e!r}"
-        if reason is None:
-            return web.Response(text="ready\n")
-        return web.Response(status=503, text=reason + "\n")
+    def _sweep(self) -> None:
+        """Close the connections past a timeout; again in SWEEP_INTERVAL_S."""
+        now = time.monotonic()
+        for conn in [c for c in self.connections if c.overdue(now)]:
+            conn.abort()
+        self._sweep_handle = asyncio.get_running_loop().call_later(SWEEP_INTERVAL_S,
+                                                                   self._sweep)

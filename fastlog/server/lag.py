@@ -9,8 +9,8 @@
 # bounded by REFRESH_TIMEOUT_S. A partition whose leader does not answer keeps no entry
 # (its lag is left out rather than guessed).
 # Called from: the HTTP endpoint's thread and loop only (fastlog/server/http.py awaits
-# `refresh` before a scrape); the collector reads `get` on that thread. Never on the
-# broker's request loop.
+# `refresh` before a scrape when it is `due`); the collector reads `get` on that thread.
+# Never on the broker's request loop.
 """High watermarks of partitions led elsewhere, for cluster-wide consumer lag."""
 
 from __future__ import annotations
@@ -61,9 +61,15 @@ class RemoteHighWatermarks:
                 return f"{host if host not in ('', '0.0.0.0', '::') else '127.0.0.1'}:{port}"
         return None
 
+    def due(self) -> bool:
+        """Whether `refresh` would ask the leaders now (cluster mode, the cache older than
+        REFRESH_INTERVAL_S): when not, a scrape need not wait for it."""
+        return (self.broker.cluster is not None
+                and time.monotonic() - self._refreshed >= REFRESH_INTERVAL_S)
+
     async def refresh(self) -> None:
         """Refresh the cache when it is older than REFRESH_INTERVAL_S (cluster mode only)."""
-        if self.broker.cluster is None or time.monotonic() - self._refreshed < REFRESH_INTERVAL_S:
+        if not self.due():
             return
         self._refreshed = time.monotonic()
         wanted = lag_partitions(self.broker)
