@@ -29,7 +29,9 @@ partitions), then:
     bytes cost the probe on this machine (two cores, shared), and the probes that
     overlapped the broker's scrapes, compared with them, what the broker's own scrape
     adds (its hold of the interpreter lock the request loop needs).
-Prints one row per scrape and a JSON line of medians. --tree runs another built
+Prints one row per scrape and a JSON line of medians, with a 95% bootstrap interval of
+each in-scrape vs null ratio (an interval holding 1: the run does not tell the broker's
+scrape from the null one). --tree runs another built
 checkout's broker instead of this one (an A/B of two trees; alternate the runs).
 
     .venv/bin/python perf/metrics_scrape.py [--partitions 10000] [--scrapes 5] [--tree DIR]
@@ -43,6 +45,7 @@ import http.client
 import http.server
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -242,6 +245,23 @@ def start_null_server(body: bytes, tmp: str) -> tuple[subprocess.Popen, str]:
             time.sleep(0.05)
 
 
+def ratio_interval(xs: list[float], ys: list[float], f: float, rounds: int = 2000,
+                   seed: int = 1) -> list[float] | None:
+    """A 95% bootstrap interval of the ratio of the `f` quantile of `xs` to that of `ys`
+    (each resampled with replacement, `rounds` times): an interval holding 1 means these
+    samples do not tell the two apart."""
+    if len(xs) < 10 or len(ys) < 10:
+        return None
+    rng = random.Random(seed)
+
+    def quantile(zs):
+        zs = sorted(zs)
+        return zs[min(len(zs) - 1, int(f * len(zs)))]
+    ratios = sorted(quantile(rng.choices(xs, k=len(xs))) / quantile(rng.choices(ys, k=len(ys)))
+                    for _ in range(rounds))
+    return [round(ratios[int(0.025 * rounds)], 2), round(ratios[int(0.975 * rounds) - 1], 2)]
+
+
 def _ratio(a: float, b: float) -> float | None:
     return round(a / b, 2) if b > 0 and a == a and b == b else None
 
@@ -394,7 +414,9 @@ def main() -> int:
             # > 1: the broker's scrape delays the probe more than the same work done by
             # another process at the same moment
             "in_scrape_vs_null_p50": _ratio(q(during, .5), q(in_null, .5)),
-            "in_scrape_vs_null_p90": _ratio(q(during, .9), q(in_null, .9))}),
+            "in_scrape_vs_null_p90": _ratio(q(during, .9), q(in_null, .9)),
+            "in_scrape_vs_null_p50_ci95": ratio_interval(during, in_null, .5),
+            "in_scrape_vs_null_p90_ci95": ratio_interval(during, in_null, .9)}),
     }))
     return 0
 

@@ -41,7 +41,8 @@
 # And hand_over, the sleep of the scrape's breaks (metrics.GilBreaks): the interpreter lock
 # released for as long as the request loop's thread keeps running; every stretch here
 # without the lock ends the same way when the loop ran during it (set_scrape_loop,
-# _polite_return), so the scrape does not ask for the lock while the loop is mid-request.
+# _polite_return), so the scrape does not ask for the lock while the loop is mid-request;
+# polite_epoll_wait, the HTTP thread's wait for its sockets, ends the same way.
 # Called from: the HTTP endpoint's thread (fastlog/server/metrics.py, BrokerCollector),
 # one GaugeRows per scrape; not shared between threads. Every walk holds the interpreter
 # lock and calls the caller's pause (metrics.GilBreaks) every `every` rows.
@@ -49,9 +50,10 @@
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_XDECREF
-from libc.stdint cimport int32_t, int64_t, uint64_t
+from libc.errno cimport EINTR, errno
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, qsort, realloc
-from libc.string cimport memcpy
+from libc.string cimport memcpy, strerror
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, nanosleep, timespec
 from posix.types cimport clockid_t
 
@@ -1022,3 +1024,57 @@ def hand_over(long loop_clock, int64_t pause_ns, int most):
     with nogil:
         sleeps = _rest(<clockid_t>loop_clock, pause_ns, most, &slept)
     return sleeps, slept
+
+
+cdef extern from "<sys/epoll.h>" nogil:
+    ctypedef union epoll_data_t:
+        void* ptr
+        int fd
+        uint32_t u32
+        uint64_t u64
+
+    struct epoll_event:
+        uint32_t events
+        epoll_data_t data
+
+    int epoll_wait(int epfd, epoll_event* events, int maxevents, int timeout)
+
+cdef enum:
+    # the events one wait returns at most (the HTTP thread has a listener and 64
+    # connections)
+    POLITE_WAIT_EVENTS = 128
+
+
+def polite_epoll_wait(int epfd, int timeout_ms, int maxevents, loop_clock,
+                      int64_t pause_ns, int most):
+    """The HTTP thread's wait for its sockets (fastlog/server/http.py's selector): waits
+    on the epoll instance `epfd` (Python's select.epoll, which registers each file with its
+    descriptor as the event's data) as select.epoll.poll does, then, when events came and
+    the request loop's thread (CPU clock `loop_clock`; None: none) ran during the wait, rests
+    while it keeps running (_rest: `pause_ns` at a time, at most `most`) before the
+    interpreter lock is asked for again. Woken by a request while the loop is mid-request,
+    the thread would otherwise win the lock at the loop's next release (its pwrite, CRC or
+    send) and keep it through the Python that starts answering. Returns [(fd, events)];
+    [] when interrupted by a signal."""
+    cdef epoll_event events[POLITE_WAIT_EVENTS]
+    cdef int n, err = 0
+    cdef bint watched = loop_clock is not None
+    cdef clockid_t clock = <clockid_t>(loop_clock if watched else 0)
+    cdef int64_t mark = -1, slept
+    if maxevents < 1:
+        maxevents = 1
+    elif maxevents > POLITE_WAIT_EVENTS:
+        maxevents = POLITE_WAIT_EVENTS
+    with nogil:
+        if watched:
+            mark = _clock_ns(clock)
+        n = epoll_wait(epfd, events, maxevents, timeout_ms)
+        if n < 0:
+            err = errno
+        elif n > 0 and mark >= 0 and _clock_ns(clock) != mark:
+            _rest(clock, pause_ns, most, &slept)
+    if n < 0:
+        if err == EINTR:
+            return []
+        raise OSError(err, strerror(err))
+    return [(events[i].data.fd, events[i].events) for i in range(n)]

@@ -15,16 +15,19 @@
 # callbacks and the dispatch here. That matters because this thread shares the
 # interpreter lock with the request loop: aiohttp's server ran about 65 us more Python per
 # request, all of it holding the lock, which a Kafka request arriving meanwhile waited for.
+# For the same reason the loop's selector (PoliteSelector) ends a wait that a request
+# woke by resting while the request loop is busy, before it takes the lock.
 # Bounds: a request's line and headers at most MAX_HEAD_BYTES (414 or 431 and the
 # connection closed; what the parser holds of an unfinished head is at most that plus one
 # read), a body (GET has none) at most MAX_BODY_BYTES (413), at most MAX_PIPELINED
-# requests queued per connection (the rest unanswered, the connection closed after those),
-# a head finished within HEAD_TIMEOUT_S, and a connection making no progress (nothing
-# read, nothing written) for KEEPALIVE_TIMEOUT_S closed; a malformed request gets 400 and a
-# closed connection. At most MAX_CONNECTIONS HTTP connections are open at once (the
-# process's file handles are the Kafka listeners' too): one more is closed as soon as it is
-# accepted. A response is written a piece at a time (each piece once the previous one is
-# in the socket), so a client that reads slowly holds only its own response's pieces.
+# requests queued per connection (the rest unanswered, the connection closed after
+# those), a request received whole within REQUEST_TIMEOUT_S of its first byte, and a
+# connection making no progress (nothing read, nothing written) for KEEPALIVE_TIMEOUT_S
+# closed; a malformed request gets 400 and a closed connection. At most MAX_CONNECTIONS
+# HTTP connections are open at once (the process's file handles are the Kafka listeners'
+# too): one more is closed as soon as it is accepted. A response is written a piece at a
+# time (each piece once the previous one is in the socket), so a client that reads slowly
+# holds only its own response's pieces.
 # Called from: BrokerServer.startup / shutdown on the broker's loop (start, stop), which
 # wait for this thread with a bound.
 """The broker's HTTP endpoint: /metrics, /health/live, /health/ready."""
@@ -33,6 +36,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import select
+import selectors
 import threading
 import time
 from collections import deque
@@ -42,7 +48,8 @@ from urllib.parse import unquote_to_bytes
 import httptools
 
 from fastlog.logs import RateLimitedLog
-from fastlog.server.metrics import readiness
+from fastlog.server._exposition import polite_epoll_wait
+from fastlog.server.metrics import GIL_BREAK_S, GIL_BREAKS_IN_A_ROW, readiness
 
 log = logging.getLogger("fastlog.server.http")
 
@@ -51,8 +58,8 @@ STOP_TIMEOUT_S = 5.0
 # A connection with nothing read or written for this long is closed (an idle keep-alive
 # connection, or a client that stopped reading its response).
 KEEPALIVE_TIMEOUT_S = 30.0
-# A request's line and headers must arrive within this long of its first byte.
-HEAD_TIMEOUT_S = 30.0
+# A request must arrive whole within this long of its first byte.
+REQUEST_TIMEOUT_S = 30.0
 # How often the connections are checked against the two timeouts.
 SWEEP_INTERVAL_S = 1.0
 # Open HTTP connections at most (scrapers, probes and a browser need a handful).
@@ -164,8 +171,9 @@ class _Connection(asyncio.Protocol):
         self._final = False  # the last response (Connection: close) is answered
         self._last = time.monotonic()  # last progress: a read, a piece sent, an answer
         # the request being received
-        self._in_head = False
-        self._head_began = 0.0
+        self._receiving = False  # from its first byte to its end
+        self._began = 0.0  # when its first byte came
+        self._in_head = False  # its line and headers not all read yet
         self._head_fed = 0  # bytes read since the read its head began in
         self._head_seen = 0  # bytes of its target and headers parsed
         self._url = b""
@@ -195,9 +203,9 @@ class _Connection(asyncio.Protocol):
         self._out.clear()
 
     def data_received(self, data: bytes) -> None:
-        self._last = time.monotonic()
         if not self._reading:
-            return
+            return  # (not progress: a client that only sends cannot keep its connection)
+        self._last = time.monotonic()
         if self._in_head:
             self._head_fed += len(data)
         try:
@@ -228,8 +236,8 @@ class _Connection(asyncio.Protocol):
 
     # ------------------------------------------------------------ httptools' callbacks
     def on_message_begin(self) -> None:
-        self._in_head = True
-        self._head_began = time.monotonic()
+        self._in_head = self._receiving = True
+        self._began = time.monotonic()
         self._head_fed = self._head_seen = self._body_bytes = 0
         self._url = b""
         self._accept = None
@@ -257,6 +265,7 @@ class _Connection(asyncio.Protocol):
             self._refusal = self._refusal or 413
 
     def on_message_complete(self) -> None:
+        self._receiving = False
         if self._refusal or not self._reading:
             return
         if len(self._requests) >= MAX_PIPELINED:
@@ -376,13 +385,43 @@ class _Connection(asyncio.Protocol):
 
     def overdue(self, now: float) -> bool:
         """Whether the sweep should close this connection (see the module comment)."""
-        if self._in_head and now - self._head_began > HEAD_TIMEOUT_S:
+        if self._receiving and now - self._began > REQUEST_TIMEOUT_S:
             return True
         return now - self._last > KEEPALIVE_TIMEOUT_S
 
     def abort(self) -> None:
         if self._transport is not None:
             self._transport.abort()
+
+
+class PoliteSelector(selectors.EpollSelector):
+    """The HTTP loop's selector: epoll, whose wait ends with a rest while the request
+    loop runs when it ran during the wait (_exposition.polite_epoll_wait), so a request
+    that wakes this thread does not take the interpreter lock from a Kafka request being
+    served. `loop_clock`: the request loop thread's CPU clock (None: a plain wait)."""
+
+    def __init__(self, loop_clock: int | None):
+        super().__init__()
+        self._loop_clock = loop_clock
+        self._pause_ns = int(GIL_BREAK_S * 1e9)
+
+    def select(self, timeout: float | None = None):
+        if timeout is None:
+            ms = -1
+        elif timeout <= 0:
+            ms = 0
+        else:
+            ms = math.ceil(timeout * 1e3)
+        keys = self.get_map()
+        ready = []
+        for fd, event in polite_epoll_wait(self.fileno(), ms, len(keys), self._loop_clock,
+                                           self._pause_ns, GIL_BREAKS_IN_A_ROW):
+            key = keys.get(fd)
+            if key is not None:
+                events = ((selectors.EVENT_WRITE if event & ~select.EPOLLIN else 0)
+                          | (selectors.EVENT_READ if event & ~select.EPOLLOUT else 0))
+                ready.append((key, events & key.events))
+        return ready
 
 
 class HttpServer:
@@ -426,7 +465,7 @@ class HttpServer:
             log.warning("the HTTP server thread did not stop within %g s", STOP_TIMEOUT_S)
 
     def _run(self) -> None:
-        loop = asyncio.new_event_loop()
+        loop = asyncio.SelectorEventLoop(PoliteSelector(self.metrics.loop_clock))
         self._loop = loop
         try:
             loop.run_until_complete(self._serve())

@@ -1152,6 +1152,11 @@ class BrokerMetrics:
         clock_of = getattr(time, "pthread_getcpuclockid", None)  # (Linux, not macOS)
         self._loop_clock = clock_of(self._loop_ident) if clock_of is not None else None
 
+    @property
+    def loop_clock(self) -> int | None:
+        """The request loop thread's CPU clock (time.pthread_getcpuclockid), or None."""
+        return self._loop_clock
+
     def render(self, accept: str | None) -> tuple[bytes, str]:
         """The exposition (Prometheus text, or OpenMetrics when `accept` asks for it) and
         its content type (see render_chunks)."""

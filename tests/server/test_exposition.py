@@ -8,7 +8,8 @@ compiled gathers (add_log_rows over real logs, add_offset_rows and the order of 
 add_offset_figure_rows against it);
 metrics.encode_family's pieces against the library's text of the whole family; the
 counters and the request-time histogram the collector writes itself (CounterLines,
-_request_series) against the library's; hand_over, the sleep of the scrape's breaks."""
+_request_series) against the library's; hand_over, the sleep of the scrape's breaks, and
+polite_epoll_wait, the HTTP thread's wait that ends as the breaks do."""
 
 from __future__ import annotations
 
@@ -488,6 +489,72 @@ def test_hand_over_sleeps_while_the_loops_thread_runs_and_stops_once_it_rests():
             break
         time.sleep(0.01)
     assert hand_over(clock, 1000, 4)[0] == -1
+
+
+def test_polite_epoll_wait_returns_epolls_events_and_rests_while_the_loop_runs():
+    """polite_epoll_wait answers what select.epoll's poll answers (a readable and a
+    writable socket, nothing within a zero timeout); with events and a thread that ran
+    during the wait and keeps running, it rests (`most` sleeps at most) before it returns,
+    and does not rest for a thread that did not run or without a clock."""
+    import select
+    import socket
+
+    from fastlog.server._exposition import polite_epoll_wait
+
+    a, b = socket.socketpair()
+    ep = select.epoll()
+    stop, block = threading.Event(), bytes(1 << 20)
+
+    def run():  # (hashing a large block releases the lock: it runs whoever holds it)
+        while not stop.is_set():
+            hashlib.sha256(block).digest()
+
+    idle = threading.Thread(target=stop.wait)
+    running = threading.Thread(target=run)
+    idle.start()
+    try:
+        ep.register(a.fileno(), select.EPOLLIN)
+        assert polite_epoll_wait(ep.fileno(), 0, 8, None, 1000, 4) == []
+        b.sendall(b"x")
+        ep.register(b.fileno(), select.EPOLLOUT)
+        expected = sorted(ep.poll(0, 8))
+        assert sorted(polite_epoll_wait(ep.fileno(), 1000, 8, None, 1000, 4)) == expected
+        assert expected == [(a.fileno(), select.EPOLLIN), (b.fileno(), select.EPOLLOUT)]
+        # an idle thread's clock does not move: no rest (at most one sleep to see it)
+        t0 = time.monotonic()
+        assert sorted(polite_epoll_wait(ep.fileno(), 1000, 8,
+                                        time.pthread_getcpuclockid(idle.ident),
+                                        200_000_000, 4)) == expected
+        assert time.monotonic() - t0 < 0.2, "rested for a thread that did not run"
+        running.start()
+        ep.unregister(b.fileno())
+        # (on a loaded machine the running thread may miss a whole sleep now and then)
+        for _ in range(20):
+            a.recv(100)  # (nothing ready: the wait waits until the byte comes)
+            sent = []
+
+            def send(sent=sent):
+                sent.append(time.monotonic())
+                b.sendall(b"y")
+            later = threading.Timer(0.01, send)
+            later.start()
+            assert polite_epoll_wait(ep.fileno(), 5000, 8,
+                                     time.pthread_getcpuclockid(running.ident),
+                                     2_000_000, 4) == [(a.fileno(), select.EPOLLIN)]
+            returned = time.monotonic()
+            later.join(10)
+            if returned - sent[0] >= 4 * 0.002:
+                break
+        else:
+            raise AssertionError("no rest while the thread kept running")
+    finally:
+        stop.set()
+        idle.join(10)
+        if running.is_alive():
+            running.join(10)
+        ep.close()
+        a.close()
+        b.close()
 
 
 def _samples(text: bytes, openmetrics: bool):

@@ -194,7 +194,7 @@ def test_requests_past_a_bound_are_refused_and_their_connection_closed(tmp_path)
 def test_idle_unfinished_and_unread_connections_are_closed_by_the_timeouts(
         tmp_path, monkeypatch):
     monkeypatch.setattr(http, "KEEPALIVE_TIMEOUT_S", 1.0)
-    monkeypatch.setattr(http, "HEAD_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(http, "REQUEST_TIMEOUT_S", 1.0)
     monkeypatch.setattr(http, "SWEEP_INTERVAL_S", 0.1)
 
     def client(port):
@@ -209,14 +209,14 @@ def test_idle_unfinished_and_unread_connections_are_closed_by_the_timeouts(
             wait_until(lambda: any(c._paused for c in connections), 10,
                        what="the unread responses filling the sockets' buffers")
             request = b"GET /health/live HTTP/1.1\r\nHost: trickled\r\n"
-            for i in range(40):  # (bytes keep coming, so only the head's timeout ends it)
+            for i in range(40):  # (bytes keep coming: only the request's timeout ends it)
                 try:
                     trickling.sendall(request[i % len(request):][:1])
                 except OSError:
                     break
                 time.sleep(0.1)
             else:
-                raise AssertionError("an unfinished head was kept past its timeout")
+                raise AssertionError("an unfinished request was kept past its timeout")
             wait_until(lambda: not connections, 10, what="all three connections closed")
             assert closed(idle)
             # and others are served meanwhile
