@@ -42,7 +42,9 @@
 # released for as long as the request loop's thread keeps running; every stretch here
 # without the lock ends the same way when the loop ran during it (set_scrape_loop,
 # _polite_return), so the scrape does not ask for the lock while the loop is mid-request;
-# polite_epoll_wait, the HTTP thread's wait for its sockets, ends the same way.
+# the scrape's Python between two breaks rests the same way (_polite_profile, the
+# thread's profile hook while it scrapes, looking at the loop's clock every few
+# microseconds), and so does polite_epoll_wait, the HTTP thread's wait for its sockets.
 # Called from: the HTTP endpoint's thread (fastlog/server/metrics.py, BrokerCollector),
 # one GaugeRows per scrape; not shared between threads. Every walk holds the interpreter
 # lock and calls the caller's pause (metrics.GilBreaks) every `every` rows.
@@ -89,6 +91,13 @@ cdef extern from *:
         fl_scrape_rests = 0;
     }
     static void fl_count_rest(void) { fl_scrape_rests += 1; }
+    /* The profile hook's (_polite_profile): events since its last look at the loop's
+       clock, and the clock then (-1: not looked yet). */
+    static __thread unsigned fl_prof_events = 0;
+    static __thread long long fl_prof_seen = -1;
+    static __thread int fl_prof_installed = 0;  /* set_scrape_loop installed the hook */
+    static int fl_prof_due(unsigned every) { return ++fl_prof_events % every == 0; }
+    static void fl_prof_set_seen(long long seen) { fl_prof_seen = seen; }
     """
     int fl_scrape_watched
     long fl_scrape_loop_clock
@@ -97,6 +106,22 @@ cdef extern from *:
     long fl_scrape_rests
     void fl_set_scrape_loop(int watched, long clock, long long rest_ns, int most) noexcept nogil
     void fl_count_rest() noexcept nogil
+    long long fl_prof_seen
+    int fl_prof_installed
+    int fl_prof_due(unsigned every) noexcept nogil
+    void fl_prof_set_seen(long long seen) noexcept nogil
+
+cdef extern from "Python.h":
+    ctypedef struct PyFrameObject:
+        pass
+    ctypedef int (*Py_tracefunc)(PyObject*, PyFrameObject*, int, PyObject*) noexcept
+    void PyEval_SetProfile(Py_tracefunc func, PyObject* obj)
+
+cdef enum:
+    # the profile hook looks at the loop's clock once every this many of its events
+    # (calls and returns of Python and C functions: a few microseconds of the scrape's
+    # Python)
+    PROFILE_EVERY = 32
 
 # Rows allocated at first, and the most values a row holds.
 cdef Py_ssize_t _FIRST_CAPACITY = 256
@@ -993,14 +1018,48 @@ cdef inline void _polite_return(int64_t mark) noexcept nogil:
     _rest(<clockid_t>fl_scrape_loop_clock, fl_scrape_rest_ns, fl_scrape_rest_most, &slept)
 
 
+cdef int _polite_profile(PyObject* obj, PyFrameObject* frame, int what,
+                         PyObject* arg) noexcept:
+    """The scrape thread's profile hook while a loop is watched (set_scrape_loop): every
+    PROFILE_EVERY events, when the request loop's clock has moved since the last look
+    (it woke and waits for the interpreter lock, or runs between its releases of it),
+    rests while it runs (_rest), the lock released. The breaks (metrics.GilBreaks) come
+    only where the scrape calls them, between families; Python between two of them held
+    the lock for tens of microseconds, and a loop that woke meanwhile waited for the
+    switch interval and then, at each of its own releases, again."""
+    cdef int64_t now, slept
+    if not fl_prof_due(PROFILE_EVERY):
+        return 0
+    now = _clock_ns(<clockid_t>fl_scrape_loop_clock)
+    if now == fl_prof_seen:
+        return 0
+    if fl_prof_seen >= 0 and now >= 0:
+        with nogil:
+            fl_count_rest()
+            _rest(<clockid_t>fl_scrape_loop_clock, fl_scrape_rest_ns, fl_scrape_rest_most,
+                  &slept)
+        now = _clock_ns(<clockid_t>fl_scrape_loop_clock)
+    fl_prof_set_seen(now)
+    return 0
+
+
 def set_scrape_loop(loop_clock=None, int64_t pause_ns=0, int most=0) -> None:
     """While this thread scrapes: the request loop thread's CPU clock (None when done or
     none), and the rest of every stretch without the interpreter lock here that the loop
-    ran during (_polite_return: `pause_ns` at a time, at most `most` times)."""
+    ran during (_polite_return: `pause_ns` at a time, at most `most` times); with a
+    clock, the thread's Python rests the same way (_polite_profile, this thread's profile
+    hook until the next call)."""
+    global fl_prof_installed
     if loop_clock is None:
         fl_set_scrape_loop(0, 0, 0, 0)
+        if fl_prof_installed:  # (a profiler of someone else's is left alone)
+            PyEval_SetProfile(NULL, NULL)
+            fl_prof_installed = 0
     else:
         fl_set_scrape_loop(1, loop_clock, pause_ns, most)
+        fl_prof_set_seen(_clock_ns(<clockid_t>fl_scrape_loop_clock))
+        PyEval_SetProfile(_polite_profile, NULL)
+        fl_prof_installed = 1
 
 
 def scrape_rests() -> int:

@@ -56,7 +56,11 @@
 # (add_offset_figure_rows), not by sorted(). The compiled steps' stretches without the
 # lock end as a break does when the loop ran during them (_exposition.set_scrape_loop):
 # a thread asking for the lock while the loop holds it mid-request would win it at the
-# loop's next release (a pwrite, a CRC, a send) and keep the loop waiting.
+# loop's next release (a pwrite, a CRC, a send) and keep the loop waiting. Between two
+# breaks, the scrape's Python rests the same way (set_scrape_loop installs a profile hook
+# on the scrape's thread that looks at the loop's clock every few microseconds): the
+# stretches between breaks were tens of microseconds, which a loop that woke meanwhile
+# waited for, at the switch interval and again at each of its releases.
 # Called from: `BrokerMetrics(broker)` on the broker's asyncio loop at startup (it notes
 # that thread for the idle figures); `collect` / `render` / `readiness` on the HTTP
 # server's thread (fastlog/server/http.py). Broker state is read without locks: the

@@ -8,8 +8,9 @@ compiled gathers (add_log_rows over real logs, add_offset_rows and the order of 
 add_offset_figure_rows against it);
 metrics.encode_family's pieces against the library's text of the whole family; the
 counters and the request-time histogram the collector writes itself (CounterLines,
-_request_series) against the library's; hand_over, the sleep of the scrape's breaks, and
-polite_epoll_wait, the HTTP thread's wait that ends as the breaks do."""
+_request_series) against the library's; hand_over, the sleep of the scrape's breaks, the
+scrape's profile hook and polite_epoll_wait, the HTTP thread's wait, which rest as the
+breaks do."""
 
 from __future__ import annotations
 
@@ -489,6 +490,56 @@ def test_hand_over_sleeps_while_the_loops_thread_runs_and_stops_once_it_rests():
             break
         time.sleep(0.01)
     assert hand_over(clock, 1000, 4)[0] == -1
+
+
+def test_a_scrapes_python_rests_while_the_loop_runs_and_not_while_it_idles():
+    """set_scrape_loop with the loop's clock makes this thread's Python rest (its profile
+    hook) whenever the loop's thread has run since the hook last looked, and never while
+    that thread idles; set_scrape_loop() removes the hook, and leaves a profiler someone
+    else set alone."""
+    import sys
+
+    from fastlog.server._exposition import scrape_rests, set_scrape_loop
+
+    stop, block = threading.Event(), bytes(1 << 20)
+
+    def run():  # (hashing a large block releases the lock: it runs whoever holds it)
+        while not stop.is_set():
+            hashlib.sha256(block).digest()
+
+    def work():  # calls: the profile hook's events
+        return sum(abs(-i) for i in range(3000))
+
+    idle = threading.Thread(target=stop.wait)
+    running = threading.Thread(target=run)
+    idle.start()
+    try:
+        set_scrape_loop(time.pthread_getcpuclockid(idle.ident), 100_000, 4)
+        try:
+            work()
+            assert scrape_rests() == 0
+        finally:
+            set_scrape_loop()
+        running.start()
+        set_scrape_loop(time.pthread_getcpuclockid(running.ident), 100_000, 4)
+        try:
+            work()
+            assert scrape_rests() > 0
+        finally:
+            set_scrape_loop()
+        assert sys.getprofile() is None
+        seen = []
+        sys.setprofile(lambda frame, event, arg: seen.append(event))
+        try:
+            set_scrape_loop()
+            work()
+        finally:
+            sys.setprofile(None)
+        assert "call" in seen
+    finally:
+        stop.set()
+        idle.join(10)
+        running.join(10)
 
 
 def test_polite_epoll_wait_returns_epolls_events_and_rests_while_the_loop_runs():
