@@ -14,9 +14,13 @@ breaks do."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import random
+import select
+import socket
+import sys
 import threading
 import time
 
@@ -30,6 +34,7 @@ from fastlog.server._exposition import (
     add_offset_rows,
     hand_over,
     offline_partitions,
+    polite_epoll_wait,
     replica_counts,
     scrape_rests,
     set_scrape_loop,
@@ -449,21 +454,36 @@ def test_offset_rows_take_hosted_watermarks_from_the_replica_walk(tmp_path):
             p.log.close()
 
 
-def test_hand_over_sleeps_while_the_loops_thread_runs_and_stops_once_it_rests():
-    """hand_over sleeps with the interpreter lock released: once when the loop's thread
-    rests (its clock does not move over the sleep), `most` times while it keeps running,
-    and answers -1 for a thread that has ended."""
+@contextlib.contextmanager
+def loop_threads():
+    """Two threads whose CPU clocks stand for a request loop's: `idle` waits (its clock
+    still) and is started; `running` keeps its clock moving once the test starts it
+    (hashing a large block releases the lock: it runs whoever holds it). Both end on
+    exit."""
     stop, block = threading.Event(), bytes(1 << 20)
 
-    def run():  # (hashing a large block releases the lock: it runs whoever holds it)
+    def run():
         while not stop.is_set():
             hashlib.sha256(block).digest()
 
     idle = threading.Thread(target=stop.wait)
     running = threading.Thread(target=run)
     idle.start()
-    running.start()
     try:
+        yield idle, running
+    finally:
+        stop.set()
+        idle.join(10)
+        if running.is_alive():
+            running.join(10)
+
+
+def test_hand_over_sleeps_while_the_loops_thread_runs_and_stops_once_it_rests():
+    """hand_over sleeps with the interpreter lock released: once when the loop's thread
+    rests (its clock does not move over the sleep), `most` times while it keeps running,
+    and answers -1 for a thread that has ended."""
+    with loop_threads() as (idle, running):
+        running.start()
         for _ in range(5):
             sleeps, slept_ns = hand_over(time.pthread_getcpuclockid(idle.ident), 100_000, 4)
             assert sleeps == 1 and slept_ns >= 100_000
@@ -475,10 +495,6 @@ def test_hand_over_sleeps_while_the_loops_thread_runs_and_stops_once_it_rests():
             if sleeps == 4:
                 break
         assert sleeps == 4
-    finally:
-        stop.set()
-        idle.join(10)
-        running.join(10)
     release = threading.Event()
     ended = threading.Thread(target=release.wait)
     ended.start()
@@ -497,23 +513,10 @@ def test_a_scrapes_python_rests_while_the_loop_runs_and_not_while_it_idles():
     hook) whenever the loop's thread has run since the hook last looked, and never while
     that thread idles; set_scrape_loop() removes the hook, and leaves a profiler someone
     else set alone."""
-    import sys
-
-    from fastlog.server._exposition import scrape_rests, set_scrape_loop
-
-    stop, block = threading.Event(), bytes(1 << 20)
-
-    def run():  # (hashing a large block releases the lock: it runs whoever holds it)
-        while not stop.is_set():
-            hashlib.sha256(block).digest()
-
     def work():  # calls: the profile hook's events
         return sum(abs(-i) for i in range(3000))
 
-    idle = threading.Thread(target=stop.wait)
-    running = threading.Thread(target=run)
-    idle.start()
-    try:
+    with loop_threads() as (idle, running):
         set_scrape_loop(time.pthread_getcpuclockid(idle.ident), 100_000, 4)
         try:
             work()
@@ -527,19 +530,15 @@ def test_a_scrapes_python_rests_while_the_loop_runs_and_not_while_it_idles():
             assert scrape_rests() > 0
         finally:
             set_scrape_loop()
-        assert sys.getprofile() is None
-        seen = []
-        sys.setprofile(lambda frame, event, arg: seen.append(event))
-        try:
-            set_scrape_loop()
-            work()
-        finally:
-            sys.setprofile(None)
-        assert "call" in seen
+    assert sys.getprofile() is None
+    seen = []
+    sys.setprofile(lambda frame, event, arg: seen.append(event))
+    try:
+        set_scrape_loop()
+        work()
     finally:
-        stop.set()
-        idle.join(10)
-        running.join(10)
+        sys.setprofile(None)
+    assert "call" in seen
 
 
 def test_polite_epoll_wait_returns_epolls_events_and_rests_while_the_loop_runs():
@@ -547,23 +546,9 @@ def test_polite_epoll_wait_returns_epolls_events_and_rests_while_the_loop_runs()
     writable socket, nothing within a zero timeout); with events and a thread that ran
     during the wait and keeps running, it rests (`most` sleeps at most) before it returns,
     and does not rest for a thread that did not run or without a clock."""
-    import select
-    import socket
-
-    from fastlog.server._exposition import polite_epoll_wait
-
     a, b = socket.socketpair()
     ep = select.epoll()
-    stop, block = threading.Event(), bytes(1 << 20)
-
-    def run():  # (hashing a large block releases the lock: it runs whoever holds it)
-        while not stop.is_set():
-            hashlib.sha256(block).digest()
-
-    idle = threading.Thread(target=stop.wait)
-    running = threading.Thread(target=run)
-    idle.start()
-    try:
+    with a, b, ep, loop_threads() as (idle, running):
         ep.register(a.fileno(), select.EPOLLIN)
         assert polite_epoll_wait(ep.fileno(), 0, 8, None, 1000, 4) == []
         b.sendall(b"x")
@@ -598,14 +583,6 @@ def test_polite_epoll_wait_returns_epolls_events_and_rests_while_the_loop_runs()
                 break
         else:
             raise AssertionError("no rest while the thread kept running")
-    finally:
-        stop.set()
-        idle.join(10)
-        if running.is_alive():
-            running.join(10)
-        ep.close()
-        a.close()
-        b.close()
 
 
 def _samples(text: bytes, openmetrics: bool):
@@ -734,20 +711,11 @@ def test_a_stretch_without_the_lock_rests_after_the_loop_ran_during_it():
     """While a thread scrapes (set_scrape_loop), the compiled steps' stretches without the
     interpreter lock (here GaugeRows.text) end with a rest when the loop's thread ran
     during the stretch, none when it rested throughout, and none outside a scrape."""
-    stop, block = threading.Event(), bytes(1 << 20)
-
-    def run():  # (hashing a large block releases the lock: it runs whoever holds it)
-        while not stop.is_set():
-            hashlib.sha256(block).digest()
-
     rows = GaugeRows(1)
     for i in range(20_000):
         rows.add(0, i, i)
-    idle = threading.Thread(target=stop.wait)
-    running = threading.Thread(target=run)
-    idle.start()
-    running.start()
-    try:
+    with loop_threads() as (idle, running):
+        running.start()
         set_scrape_loop(time.pthread_getcpuclockid(idle.ident), 50_000, 4)
         for _ in range(5):
             rows.text(0, b"m", [b'topic="a",'])
@@ -763,8 +731,3 @@ def test_a_stretch_without_the_lock_rests_after_the_loop_ran_during_it():
         set_scrape_loop()
         rows.text(0, b"m", [b'topic="a",'])
         assert scrape_rests() == 0
-    finally:
-        set_scrape_loop()
-        stop.set()
-        idle.join(10)
-        running.join(10)
