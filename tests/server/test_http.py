@@ -59,8 +59,16 @@ def with_broker(tmp_path, client, partitions: int = 0):
     return asyncio.run(main())
 
 
-def connect(port: int) -> socket.socket:
-    return socket.create_connection(("127.0.0.1", port), timeout=10)
+def connect(port: int, receive_buffer: int = 0) -> socket.socket:
+    """A connection to the endpoint; with `receive_buffer`, a receive buffer of about that
+    size set before connecting (the kernel then does not grow it: what the client does
+    not read soon fills the sockets' buffers)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(10)
+    if receive_buffer:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    s.connect(("127.0.0.1", port))
+    return s
 
 
 def read_response(f, head_only: bool = False) -> tuple[int, dict[str, str], bytes]:
@@ -199,7 +207,7 @@ def test_idle_unfinished_and_unread_connections_are_closed_by_the_timeouts(
 
     def client(port):
         connections = client.server.connections
-        idle, trickling, unread = connect(port), connect(port), connect(port)
+        idle, trickling, unread = connect(port), connect(port), connect(port, 1 << 16)
         try:
             with idle.makefile("rb") as f:
                 idle.sendall(b"GET /health/live HTTP/1.1\r\n\r\n")
@@ -235,7 +243,7 @@ def test_large_expositions_read_slowly_arrive_whole_and_in_order(tmp_path):
     a time: each arrives whole (as many bytes as its Content-Length says) and parses, the
     connection is served in order and stays open."""
     def client(port):
-        with connect(port) as s, s.makefile("rb") as f:
+        with connect(port, 1 << 16) as s, s.makefile("rb") as f:
             s.sendall(b"GET /metrics HTTP/1.1\r\n\r\n" * 15
                       + b"GET /health/live HTTP/1.1\r\n\r\n")
             wait_until(lambda: any(c._paused for c in client.server.connections), 10,
