@@ -53,7 +53,10 @@ def test_echo_probe_answered_by_its_own_process_under_a_paced_load():
     for seg in lines[:-1]:
         assert seg["quiet"]["count"] > 100 and seg["loaded"]["count"] > 100
         # paced at 4 a second: at most 4 answered in the one-second window (+1 in flight)
-        assert 0 < seg["loaded"]["large_requests"] <= 5
+        assert seg["loaded"]["large_requests"] <= 5
+    # and the load ran (in one window or both: on a busy machine a 300 KB batch's answer
+    # can take a window's second, as the broker checks it in a worker process)
+    assert sum(seg["loaded"]["large_requests"] for seg in lines[:-1]) > 0
 
 
 def test_bad_options_are_one_sentence_and_exit_2():
