@@ -11,7 +11,8 @@ partitions), then:
     bodies never competes with the probe for this process's interpreter lock), on one
     HTTP connection kept open from scrape to scrape as Prometheus keeps it
     (--new-connections: a new one per scrape, as curl makes them; accepting it is Python
-    work on the HTTP thread that the scrape's breaks do not reach); per scrape, the wall time of the GET, the broker's CPU (the run time of its threads in
+    work on the HTTP thread that the scrape's breaks do not reach); per scrape, the wall
+    time of the GET, the broker's CPU (the run time of its threads in
     /proc/PID/task/*/schedstat, nanoseconds, around it), of it the HTTP thread's (the
     busiest thread but the loop's: an upper bound on the scrape's hold of the
     interpreter lock) and the body's size;
@@ -24,15 +25,15 @@ partitions), then:
   - the anchor (unless --no-anchor): 0.25 s after each scrape the child makes the same
     GET of a null server, another process that spends the CPU the broker's HTTP thread
     just spent on the scrape (a copy of the body, then a busy loop on its own CPU clock)
-    and then sends the same body. The machine does the same work at the same moment, only outside the broker's
-    process: the probes that overlapped a null scrape show what any scrape's CPU and
-    bytes cost the probe on this machine (two cores, shared), and the probes that
-    overlapped the broker's scrapes, compared with them, what the broker's own scrape
-    adds (its hold of the interpreter lock the request loop needs).
+    and then sends the same body. The machine does the same work at the same moment,
+    only outside the broker's process: the probes that overlapped a null scrape show
+    what any scrape's CPU and bytes cost the probe on this machine (two cores, shared),
+    and the probes that overlapped the broker's scrapes, compared with them, what the
+    broker's own scrape adds (its hold of the interpreter lock the request loop needs).
 Prints one row per scrape and a JSON line of medians, with a 95% bootstrap interval of
 each in-scrape vs null ratio (an interval holding 1: the run does not tell the broker's
-scrape from the null one). --tree runs another built
-checkout's broker instead of this one (an A/B of two trees; alternate the runs).
+scrape from the null one). --tree runs another built checkout's broker instead of this
+one (an A/B of two trees; alternate the runs).
 
     .venv/bin/python perf/metrics_scrape.py [--partitions 10000] [--scrapes 5] [--tree DIR]
                                             [--probe produce|fetch|apiversions] [--no-anchor]
@@ -201,7 +202,7 @@ class NullScrape(http.server.BaseHTTPRequestHandler):
     it."""
 
     body = b""
-    protocol_version = "HTTP/1.1"  # (keep-alive, as aiohttp serves /metrics)
+    protocol_version = "HTTP/1.1"  # (keep-alive, as the broker serves /metrics)
 
     def do_GET(self):  # noqa: N802 (http.server's name)
         _, _, query = self.path.partition("?cpu_ns=")
@@ -245,6 +246,19 @@ def start_null_server(body: bytes, tmp: str) -> tuple[subprocess.Popen, str]:
             time.sleep(0.05)
 
 
+def quantile(xs: list[float], f: float) -> float:
+    """The `f` quantile of `xs` (the value at that rank of the sorted samples; NaN for
+    none)."""
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(f * len(xs)))] if xs else float("nan")
+
+
+def spread(xs: list[float], f: float) -> list[float]:
+    """The median, the `f` quantile and the largest of `xs`, rounded (NaN for none)."""
+    return [round(quantile(xs, .5), 2), round(quantile(xs, f), 2),
+            round(max(xs, default=float("nan")), 2)]
+
+
 def ratio_interval(xs: list[float], ys: list[float], f: float, rounds: int = 2000,
                    seed: int = 1) -> list[float] | None:
     """A 95% bootstrap interval of the ratio of the `f` quantile of `xs` to that of `ys`
@@ -253,12 +267,8 @@ def ratio_interval(xs: list[float], ys: list[float], f: float, rounds: int = 200
     if len(xs) < 10 or len(ys) < 10:
         return None
     rng = random.Random(seed)
-
-    def quantile(zs):
-        zs = sorted(zs)
-        return zs[min(len(zs) - 1, int(f * len(zs)))]
-    ratios = sorted(quantile(rng.choices(xs, k=len(xs))) / quantile(rng.choices(ys, k=len(ys)))
-                    for _ in range(rounds))
+    ratios = sorted(quantile(rng.choices(xs, k=len(xs)), f)
+                    / quantile(rng.choices(ys, k=len(ys)), f) for _ in range(rounds))
     return [round(ratios[int(0.025 * rounds)], 2), round(ratios[int(0.975 * rounds) - 1], 2)]
 
 
@@ -384,10 +394,6 @@ def main() -> int:
             between.append(lat)
     rows = scrapes["broker"]
 
-    def q(xs, f):
-        xs = sorted(xs)
-        return xs[min(len(xs) - 1, int(f * len(xs)))] if xs else float("nan")
-
     print(json.dumps({
         "partitions": n, "tree": str(args.tree or "."), "probe": args.probe,
         "connections": "new per scrape" if args.new_connections else "kept",
@@ -396,25 +402,18 @@ def main() -> int:
         "scrape_http_thread_cpu_ms_median": round(
             statistics.median(r[3] for r in rows) * 1000, 1),
         "body_mb": round(rows[-1][2] / 1e6, 2),
-        "probe_ms_quiet_p50_p99_max": [round(q(quiet, .5), 2), round(q(quiet, .99), 2),
-                                       round(max(quiet), 2)],
-        "probe_ms_scraping_p50_p99_max": [round(q(busy, .5), 2), round(q(busy, .99), 2),
-                                          round(max(busy), 2)],
+        "probe_ms_quiet_p50_p99_max": spread(quiet, .99),
+        "probe_ms_scraping_p50_p99_max": spread(busy, .99),
         "probes_in_scrapes": len(during),
-        "probe_ms_in_scrapes_p50_p90_max": [round(q(during, .5), 2), round(q(during, .9), 2),
-                                            round(max(during, default=float("nan")), 2)],
-        "probe_ms_between_scrapes_p50_p90_max": [
-            round(q(between, .5), 2), round(q(between, .9), 2),
-            round(max(between, default=float("nan")), 2)],
+        "probe_ms_in_scrapes_p50_p90_max": spread(during, .9),
+        "probe_ms_between_scrapes_p50_p90_max": spread(between, .9),
         **({} if args.no_anchor else {
             "probes_in_null_scrapes": len(in_null),
-            "probe_ms_in_null_scrapes_p50_p90_max": [
-                round(q(in_null, .5), 2), round(q(in_null, .9), 2),
-                round(max(in_null, default=float("nan")), 2)],
+            "probe_ms_in_null_scrapes_p50_p90_max": spread(in_null, .9),
             # > 1: the broker's scrape delays the probe more than the same work done by
             # another process at the same moment
-            "in_scrape_vs_null_p50": _ratio(q(during, .5), q(in_null, .5)),
-            "in_scrape_vs_null_p90": _ratio(q(during, .9), q(in_null, .9)),
+            "in_scrape_vs_null_p50": _ratio(quantile(during, .5), quantile(in_null, .5)),
+            "in_scrape_vs_null_p90": _ratio(quantile(during, .9), quantile(in_null, .9)),
             "in_scrape_vs_null_p50_ci95": ratio_interval(during, in_null, .5),
             "in_scrape_vs_null_p90_ci95": ratio_interval(during, in_null, .9)}),
     }))

@@ -1004,18 +1004,27 @@ cdef inline int64_t _loop_mark() noexcept nogil:
     return _clock_ns(<clockid_t>fl_scrape_loop_clock)
 
 
+cdef inline bint _rest_if_ran(clockid_t clock, int64_t mark, int64_t pause_ns,
+                              int most) noexcept nogil:
+    """When the thread whose CPU clock is `clock` has run since `mark` (a reading of that
+    clock; -1: none), rests while it keeps running (_rest); whether it rested."""
+    cdef int64_t slept
+    if mark < 0 or _clock_ns(clock) == mark:
+        return False
+    _rest(clock, pause_ns, most, &slept)
+    return True
+
+
 cdef inline void _polite_return(int64_t mark) noexcept nogil:
     """At the end of a stretch without the interpreter lock that began at `mark`
     (_loop_mark): when the request loop has run meanwhile, rests while it keeps running
-    (_rest) before the lock is asked for again. A thread that asks for the lock while the
-    loop holds it mid-request wins it at the loop's next release (its pwrite, CRC or
-    send), and the loop then waits for the scrape's next break; resting first leaves the
-    loop its request."""
-    cdef int64_t slept
-    if mark < 0 or _clock_ns(<clockid_t>fl_scrape_loop_clock) == mark:
-        return
-    fl_count_rest()
-    _rest(<clockid_t>fl_scrape_loop_clock, fl_scrape_rest_ns, fl_scrape_rest_most, &slept)
+    before the lock is asked for again. A thread that asks for the lock while the loop
+    holds it mid-request wins it at the loop's next release (its pwrite, CRC or send),
+    and the loop then waits for the scrape's next break; resting first leaves the loop its
+    request."""
+    if _rest_if_ran(<clockid_t>fl_scrape_loop_clock, mark, fl_scrape_rest_ns,
+                    fl_scrape_rest_most):
+        fl_count_rest()
 
 
 cdef int _polite_profile(PyObject* obj, PyFrameObject* frame, int what,
@@ -1119,7 +1128,7 @@ def polite_epoll_wait(int epfd, int timeout_ms, int maxevents, loop_clock,
     cdef int n, err = 0
     cdef bint watched = loop_clock is not None
     cdef clockid_t clock = <clockid_t>(loop_clock if watched else 0)
-    cdef int64_t mark = -1, slept
+    cdef int64_t mark = -1
     if maxevents < 1:
         maxevents = 1
     elif maxevents > POLITE_WAIT_EVENTS:
@@ -1130,8 +1139,8 @@ def polite_epoll_wait(int epfd, int timeout_ms, int maxevents, loop_clock,
         n = epoll_wait(epfd, events, maxevents, timeout_ms)
         if n < 0:
             err = errno
-        elif n > 0 and mark >= 0 and _clock_ns(clock) != mark:
-            _rest(clock, pause_ns, most, &slept)
+        elif n > 0:
+            _rest_if_ran(clock, mark, pause_ns, most)
     if n < 0:
         if err == EINTR:
             return []

@@ -49,7 +49,7 @@ import httptools
 
 from fastlog.logs import RateLimitedLog
 from fastlog.server._exposition import polite_epoll_wait
-from fastlog.server.metrics import GIL_BREAK_S, GIL_BREAKS_IN_A_ROW, readiness
+from fastlog.server.metrics import GIL_BREAK_NS, GIL_BREAKS_IN_A_ROW, readiness
 
 log = logging.getLogger("fastlog.server.http")
 
@@ -403,7 +403,6 @@ class PoliteSelector(selectors.EpollSelector):
     def __init__(self, loop_clock: int | None):
         super().__init__()
         self._loop_clock = loop_clock
-        self._pause_ns = int(GIL_BREAK_S * 1e9)
 
     def select(self, timeout: float | None = None):
         if timeout is None:
@@ -415,7 +414,7 @@ class PoliteSelector(selectors.EpollSelector):
         keys = self.get_map()
         ready = []
         for fd, event in polite_epoll_wait(self.fileno(), ms, len(keys), self._loop_clock,
-                                           self._pause_ns, GIL_BREAKS_IN_A_ROW):
+                                           GIL_BREAK_NS, GIL_BREAKS_IN_A_ROW):
             key = keys.get(fd)
             if key is not None:
                 events = ((selectors.EVENT_WRITE if event & ~select.EPOLLIN else 0)

@@ -137,6 +137,7 @@ GIL_HOLD_S = 0.00025
 # How long the scrape thread sleeps to hand the lock over: long enough for a thread
 # woken by its release to take it (a futex wake and a reschedule).
 GIL_BREAK_S = 0.00005
+GIL_BREAK_NS = int(GIL_BREAK_S * 1e9)
 # The least a scrape holds the interpreter lock between breaks (GilBreaks).
 GIL_LEAST_HOLD_S = 0.00002
 # A break's sleep that gets the lock back this late found the loop busy throughout; the
@@ -1179,7 +1180,7 @@ class BrokerMetrics:
             pause = self.collector.pause = GilBreaks(loop_clock=loop_clock)
             # the compiled steps' stretches without the lock end as the breaks do: after
             # the loop has rested, when it ran meanwhile (_exposition._polite_return)
-            set_scrape_loop(loop_clock, int(GIL_BREAK_S * 1e9), GIL_BREAKS_IN_A_ROW)
+            set_scrape_loop(loop_clock, GIL_BREAK_NS, GIL_BREAKS_IN_A_ROW)
             try:
                 small = []
                 for family in self.registry.collect():

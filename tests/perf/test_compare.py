@@ -155,7 +155,9 @@ def test_cpu_ns_keeps_the_time_of_threads_that_exited():
         after, live_after = compare.cpu_ns(p.pid), _schedstat_sum(p.pid)
         assert after - before >= burned
         assert live_after - live_before < burned     # what a schedstat sum would lose
-        assert compare.Broker("x", "127.0.0.1:1", p.pid).cpu_seconds() * 1e9 >= after
+        # the broker's figure is that clock: the idle process's two readings agree
+        broker_ns = compare.Broker("x", "127.0.0.1:1", p.pid).cpu_seconds() * 1e9
+        assert abs(broker_ns - after) < 1_000_000
     finally:
         p.kill()
         p.wait(10)
@@ -210,9 +212,9 @@ def test_floors_keep_the_cadence_they_are_given(tmp_path):
                                                         600, interval=0.02), interval_ms=20.0)
     produced, fetched = rows
     assert produced["produce_requests"] == 6 and fetched["fetches"] >= 6
-    # five intervals at least between the first request and the last answer
-    assert produced["records"] / produced["records_per_s"] >= 0.1 * 0.99
-    assert fetched["records"] / fetched["records_per_s"] >= (fetched["fetches"] - 1) * 0.02 * 0.99
+    # the requests were at least the interval apart (the run's time over its gaps)
+    assert compare._interval(produced, produced["produce_requests"] - 1) >= 0.02 * 0.99
+    assert compare._interval(fetched, fetched["fetches"] - 1) >= 0.02 * 0.99
     assert produced["interval_ms"] == fetched["interval_ms"] == 20.0
 
 
