@@ -2,7 +2,8 @@
 # `readiness`, the answer of /health/ready.
 #
 # Owns: one prometheus_client CollectorRegistry per broker with the library's process,
-# platform and GC collectors and BrokerCollector, which reads broker state at scrape
+# platform and GC collectors (the first and last as ProcessCPUCollector and
+# GCStatsCollector) and BrokerCollector, which reads broker state at scrape
 # time and names every series as the Prometheus JMX exporter's common Kafka rules
 # (Strimzi's) would name Kafka's MBean (kafka_server_brokertopicmetrics_messagesin_total,
 # kafka_log_log_size{topic,partition}, ...), consumer lag as kafka-exporter does
@@ -11,8 +12,10 @@
 # Nothing here runs on the request path: the hot paths bump plain integers
 # (topic_stats.BrokerTopicStats, request_metrics.RequestMetrics, ReplicaManager.metrics,
 # the log verifier's stats), and this module turns them into samples when scraped.
-# Rendering: the library's encoder writes the families of a few samples each, one family
-# at a time; the per-topic counters and the requests per API are rows of integers written
+# Rendering: the families of a few samples each are written to text by
+# metric_text.FamilyText from the collectors' write() calls (the same calls make the
+# library's families for the registry's collect()); the platform's, which never change,
+# by the library's encoder once per format; the per-topic counters and the requests per API are rows of integers written
 # as the log rows are (CounterLines), the request-time histogram's lines are written here
 # (the library's encoder spent about 5 us per sample holding the interpreter lock); the
 # families of one sample per partition or per committed offset
@@ -51,9 +54,8 @@
 # on while the loop goes on running, so the loop waits about the time between two calls
 # of the breaks rather than the switch interval (a break comes at the first call too: a
 # loop waiting since before the scrape began does not move its clock). No step between
-# two breaks may be long: a family of many samples is written in pieces (encode_family),
-# a group's committed offsets are copied and ordered in compiled code without the lock
-# (add_offset_figure_rows), not by sorted(). The compiled steps' stretches without the
+# two breaks may be long: a group's committed offsets are copied and ordered in
+# compiled code without the lock (add_offset_figure_rows), not by sorted(). The compiled steps' stretches without the
 # lock end as a break does when the loop ran during them (_exposition.set_scrape_loop):
 # a thread asking for the lock while the loop holds it mid-request would win it at the
 # loop's next release (a pwrite, a CRC, a send) and keep the loop waiting. Between two
@@ -72,10 +74,9 @@
 from __future__ import annotations
 
 import asyncio
-import copy
+import gc
 import logging
 import os
-import re
 import resource
 import threading
 import time
@@ -85,10 +86,6 @@ from prometheus_client import (
     GCCollector,
     PlatformCollector,
     ProcessCollector,
-)
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
 )
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.utils import floatToGoString
@@ -110,6 +107,7 @@ from fastlog.server._exposition import (
     set_scrape_loop,
 )
 from fastlog.server.lag import RemoteHighWatermarks
+from fastlog.server.metric_text import FamilyText, help_text, label_value, library_families
 from fastlog.server.producer_state import WITH_OPEN_TXNS
 from fastlog.server.request_metrics import TIME_BUCKETS_MS, request_name
 from fastlog.server.topic_stats import BROKER_COUNTERS, TOPIC_COUNTERS
@@ -126,6 +124,12 @@ _GROUP_STATE_GAUGES = (
     ("Stable", "numgroupsstable"),
     ("Dead", "numgroupsdead"),
     ("Empty", "numgroupsempty"),
+)
+# The library's GC collector's families: name, the key of gc.get_stats(), help.
+_GC_FAMILIES = (
+    ("python_gc_objects_collected", "collected", "Objects collected during gc"),
+    ("python_gc_objects_uncollectable", "uncollectable", "Uncollectable objects found during GC"),
+    ("python_gc_collections", "collections", "Number of times this generation was collected"),
 )
 # Client quota -> the requests it throttles, as Kafka names its throttle-time sensors.
 QUOTA_FAMILIES = ((PRODUCER_BYTE_RATE, "produce"), (CONSUMER_BYTE_RATE, "fetch"),
@@ -151,13 +155,6 @@ ROWS_PER_PAUSE = 16
 # The same for the log rows' copy from the log figures: no Python object per row, about
 # 10 ns a row.
 FIGURE_ROWS_PER_PAUSE = 512
-# The most samples of one family the library's encoder writes in one call (it holds the
-# interpreter lock throughout: the request-time histogram, 20 samples per API served,
-# took 0.4-0.5 ms in one go); a larger family is encoded in pieces with pauses between.
-SAMPLES_PER_PIECE = 16
-# Samples the Prometheus text format moves to the end of their family under a HELP and
-# TYPE of their own: a family holding any is encoded whole.
-_MOVED_SUFFIXES = ("_created", "_gsum", "_gcount")
 _OPENMETRICS_EOF = b"# EOF\n"
 # Every this many scrapes, the replica manager's kept counts and the log manager's kept
 # figures are checked against walks over its partitions and logs (BrokerCollector.
@@ -244,13 +241,6 @@ class GilBreaks:
         self.last = time.perf_counter()
 
 
-def label_value(value: str) -> str:
-    """A label value escaped for the exposition formats (backslash, quote, newline)."""
-    if "\\" in value or '"' in value or "\n" in value:
-        return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return value
-
-
 class GaugeLines:
     """A gauge family of integer samples with labels, written straight to exposition
     text: its samples are column `column` of `rows` (a compiled GaugeRows), a row's labels
@@ -271,7 +261,7 @@ class GaugeLines:
 
     def chunks(self, openmetrics: bool) -> tuple[bytes, bytes]:
         """The family's HELP and TYPE lines, and its samples' lines."""
-        head = (f"# HELP {self.name} {_help_text(self.doc, openmetrics)}\n"
+        head = (f"# HELP {self.name} {help_text(self.doc, openmetrics)}\n"
                 f"# TYPE {self.name} gauge\n").encode()
         return head, self.rows.text(self.column, self.name.encode(), self.heads)
 
@@ -293,7 +283,7 @@ class CounterLines(GaugeLines):
     def chunks(self, openmetrics: bool) -> tuple[bytes, bytes]:
         sample = self.name + "_total"
         typed = self.name if openmetrics else sample
-        head = f"# HELP {typed} {_help_text(self.doc, openmetrics)}\n# TYPE {typed} counter\n"
+        head = f"# HELP {typed} {help_text(self.doc, openmetrics)}\n# TYPE {typed} counter\n"
         if self.total is not None:
             head += f"{sample} {int(self.total)}\n"
         return head.encode(), self.rows.text(self.column, sample.encode(), self.heads)
@@ -313,15 +303,9 @@ class HistogramLines:
         self.body = body
 
     def chunks(self, openmetrics: bool) -> tuple[bytes, bytes]:
-        head = (f"# HELP {self.name} {_help_text(self.doc, openmetrics)}\n"
+        head = (f"# HELP {self.name} {help_text(self.doc, openmetrics)}\n"
                 f"# TYPE {self.name} histogram\n")
         return head.encode(), self.body
-
-
-def _help_text(doc: str, openmetrics: bool) -> str:
-    """A HELP line's text escaped as the library escapes it in either format."""
-    doc = doc.replace("\\", r"\\").replace("\n", r"\n")
-    return doc.replace('"', r'\"') if openmetrics else doc
 
 
 class LabelHeads:
@@ -345,106 +329,6 @@ class LabelHeads:
         def new_head(key) -> int:
             return self.add(key, text_of(key))
         return new_head
-
-
-def encode_family(encoder, family, openmetrics: bool, pause) -> list[bytes]:
-    """The library's encoding of one collected family (without OpenMetrics' closing
-    EOF line), as pieces whose concatenation it is: a family of more than
-    SAMPLES_PER_PIECE samples is encoded that many samples at a time, its HELP and TYPE
-    lines written once, with pause() between the pieces. Gauges and counters are
-    written here (family_pieces), the others by `encoder`."""
-    pieces = family_pieces(family, openmetrics, pause)
-    if pieces is not None:
-        return pieces
-    samples = family.samples
-    if (len(samples) <= SAMPLES_PER_PIECE
-            or any(s.name.endswith(_MOVED_SUFFIXES) for s in samples)):
-        return [_encoded(encoder, family, openmetrics)]
-    part = copy.copy(family)
-    part.samples = []
-    head = _encoded(encoder, part, openmetrics)
-    pieces = []
-    for start in range(0, len(samples), SAMPLES_PER_PIECE):
-        pause()
-        part.samples = samples[start:start + SAMPLES_PER_PIECE]
-        text = _encoded(encoder, part, openmetrics)
-        if not text.startswith(head):  # (never: the head depends on the family alone)
-            return [_encoded(encoder, family, openmetrics)]
-        pieces.append(text if start == 0 else text[len(head):])
-    return pieces
-
-
-def family_pieces(family, openmetrics: bool, pause) -> list[bytes] | None:
-    """The text the library's encoder writes of a gauge or counter family (without
-    OpenMetrics' EOF line), written here in the pieces encode_family makes, with the same
-    pauses: the library's encoder spent about 5 us per sample holding the interpreter
-    lock (HELP and TYPE as the format wants them, a counter's under NAME_total in the
-    Prometheus text format; labels sorted by name, their values escaped; values as
-    floatToGoString writes them). None for a family the library writes otherwise: another
-    type, a unit, a sample with a timestamp, an exemplar or a native histogram, a sample
-    the text format moves to the family's end (_created), a name that needs escaping."""
-    kind = family.type
-    if kind not in ("gauge", "counter") or family.unit or not _plain_name(family.name):
-        return None
-    samples = family.samples
-    for s in samples:
-        if (s.timestamp is not None or s.exemplar is not None or s.native_histogram is not None
-                or s.name.endswith(_MOVED_SUFFIXES) or not _plain_name(s.name)
-                or not all(map(_plain_name, s.labels))):
-            return None
-    typed = family.name + "_total" if kind == "counter" and not openmetrics else family.name
-    head = f"# HELP {typed} {_help_text(family.documentation, openmetrics)}\n# TYPE {typed} {kind}\n"
-    if len(samples) <= SAMPLES_PER_PIECE:
-        return [(head + "".join(map(_sample_line, samples))).encode()]
-    pieces = []
-    for start in range(0, len(samples), SAMPLES_PER_PIECE):
-        pause()
-        text = "".join(map(_sample_line, samples[start:start + SAMPLES_PER_PIECE]))
-        pieces.append((head + text if start == 0 else text).encode())
-    return pieces
-
-
-def _sample_line(s) -> str:
-    """One sample's line as the library writes it (see family_pieces)."""
-    if s.labels:
-        labels = ",".join([f'{k}="{label_value(v)}"' for k, v in sorted(s.labels.items())])
-        return f"{s.name}{{{labels}}} {floatToGoString(s.value)}\n"
-    return f"{s.name} {floatToGoString(s.value)}\n"
-
-
-# Metric and label names the library writes as they are (its legacy character set; a
-# label name may not hold ':', which the collectors here never use in one), remembered.
-_PLAIN_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*").fullmatch
-_PLAIN_NAMES: set[str] = set()
-
-
-def _plain_name(name: str) -> bool:
-    if name in _PLAIN_NAMES:
-        return True
-    if _PLAIN_NAME(name) is None:
-        return False
-    if len(_PLAIN_NAMES) < 100_000:  # (names come from the collectors' code: a few hundred)
-        _PLAIN_NAMES.add(name)
-    return True
-
-
-def _encoded(encoder, family, openmetrics: bool) -> bytes:
-    text = encoder(_OneFamily(family))
-    if openmetrics and text.endswith(_OPENMETRICS_EOF):
-        text = text[:-len(_OPENMETRICS_EOF)]
-    return text
-
-
-class _OneFamily:
-    """One collected family, as the encoders' registry argument."""
-
-    __slots__ = ("family",)
-
-    def __init__(self, family):
-        self.family = family
-
-    def collect(self):
-        return (self.family,)
 
 
 def thread_cpu_seconds(native_id: int) -> float | None:
@@ -560,26 +444,40 @@ class BrokerCollector:
         return []  # collected at scrape time only (the registry must not call collect)
 
     def collect(self):
+        """The library's families of the gauges and counters write() writes (for the
+        registry; a scrape writes them as text, BrokerMetrics.render_chunks)."""
+        return library_families(self.write)
+
+    def write(self, out) -> None:
+        """The families of a few samples each, given to `out` (metric_text.FamilyText or
+        LibraryFamilies), with a pause between groups of them."""
         b = self.broker
+        pause = self.pause
         self.scrapes += 1
-        yield from self._topic_metrics(b.topic_stats)
-        yield from self._network_metrics(b)
-        yield self._gauge("kafka_server_kafkaserver_brokerstate",
-                          "Kafka's BrokerState: 1 starting, 3 running, 7 shutting down.", _broker_state(b))
+        self._topic_metrics(out, b.topic_stats)
+        self._network_metrics(out, b)
+        out.gauge("kafka_server_kafkaserver_brokerstate",
+                  "Kafka's BrokerState: 1 starting, 3 running, 7 shutting down.", _broker_state(b))
+        pause()
         if b.replica_manager is not None:
-            yield from self._replica_metrics(b)
+            self._replica_metrics(out, b)
+            pause()
         if b.metadata is not None:
-            yield from self._controller_metrics(b)
+            self._controller_metrics(out, b)
+            pause()
         if b.log_manager is not None:
-            yield from self._log_metrics(b)
+            self._log_metrics(out, b)
+            pause()
         if b.group_coordinator is not None:
-            yield from self._group_metrics(b)
-            yield from self._load_time_metrics("group", b.group_coordinator)
+            self._group_metrics(out, b)
+            self._load_time_metrics(out, "group", b.group_coordinator)
+            pause()
         if getattr(b, "txn_coordinator", None) is not None:
-            yield from self._txn_metrics(b.txn_coordinator)
-            yield from self._load_time_metrics("transaction", b.txn_coordinator)
-        yield from self._quota_metrics(b.quotas)
-        yield from self._fetch_session_metrics(b.fetch_manager.cache)
+            self._txn_metrics(out, b.txn_coordinator)
+            self._load_time_metrics(out, "transaction", b.txn_coordinator)
+            pause()
+        self._quota_metrics(out, b.quotas)
+        self._fetch_session_metrics(out, b.fetch_manager.cache)
 
     def series(self):
         """The families of one sample per topic, request, partition or committed offset,
@@ -594,30 +492,15 @@ class BrokerCollector:
             yield from self._group_series(b)
 
     # ------------------------------------------------------------------ families
-    @staticmethod
-    def _gauge(name, doc, value, labels=None, label_values=()):
-        g = GaugeMetricFamily(name, doc, labels=labels)
-        if labels:
-            g.add_metric(list(label_values), value)
-        else:
-            g.add_metric([], value)
-        return g
-
-    @staticmethod
-    def _counter(name, doc, value):
-        c = CounterMetricFamily(name, doc)
-        c.add_metric([], value)
-        return c
-
-    def _topic_metrics(self, stats):
+    def _topic_metrics(self, out, stats):
         every = stats.all_topics
         for attr, part, doc in BROKER_COUNTERS:
-            yield self._counter(f"kafka_server_brokertopicmetrics_{part}", doc,
-                                getattr(every, attr))
-        yield self._counter("fastlog_fetch_compiled_requests",
-                            "Fetch requests answered in compiled code (a consumer's "
-                            "sessionless fetch of one partition with data at once).",
-                            stats.compiled_fetch_requests)
+            out.counter(f"kafka_server_brokertopicmetrics_{part}", doc,
+                        getattr(every, attr))
+        out.counter("fastlog_fetch_compiled_requests",
+                    "Fetch requests answered in compiled code (a consumer's "
+                    "sessionless fetch of one partition with data at once).",
+                    stats.compiled_fetch_requests)
 
     def _topic_series(self, stats):
         """The per-topic counters (TOPIC_COUNTERS), each with the broker's figure first
@@ -677,29 +560,25 @@ class BrokerCollector:
                              "handler until the response is queued for writing.",
                              "".join(lines).encode())
 
-    def _quota_metrics(self, quotas):
-        totals = dict(quotas.throttle_ms_total)
+    def _quota_metrics(self, out, quotas):
+        totals = sorted(dict(quotas.throttle_ms_total).items())
         for kind, family in QUOTA_FAMILIES:
-            c = CounterMetricFamily(
-                f"kafka_server_{family}_throttle_time_ms",
+            out.labelled(
+                "counter", f"kafka_server_{family}_throttle_time_ms",
                 f"Time in ms {family} requests of a client were throttled by its "
                 f"{kind} quota (Kafka's {family.capitalize()} throttle-time), per user and "
-                "client id.", labels=["user", "client_id"])
-            for (k, user, client_id), ms in sorted(totals.items()):
-                if k == kind:
-                    c.add_metric([user, client_id], ms)
-            yield c
+                "client id.", ("user", "client_id"),
+                [((user, client_id), ms) for (k, user, client_id), ms in totals if k == kind])
 
-    def _network_metrics(self, b):
+    def _network_metrics(self, out, b):
         servers = list(b.socket_servers)
-        conns = GaugeMetricFamily("kafka_server_socketservermetrics_connection_count",
-                                  "Open client connections, per listener.", labels=["listener"])
-        for (listener, _, _), server in zip(list(b.bound), servers, strict=False):
-            conns.add_metric([listener], server.connection_count)
-        yield conns
+        out.labelled("gauge", "kafka_server_socketservermetrics_connection_count",
+                     "Open client connections, per listener.", ("listener",),
+                     [((listener,), server.connection_count)
+                      for (listener, _, _), server in zip(list(b.bound), servers, strict=False)])
         loop_idle = self.idle.read([self.loop_thread_id])
         if loop_idle is not None:
-            yield self._gauge(
+            out.gauge(
                 "kafka_server_kafkarequesthandlerpool_requesthandleravgidlepercent",
                 "Share (0-1) of wall time the request loop's thread was off the CPU since the "
                 "previous scrape.", loop_idle)
@@ -707,13 +586,13 @@ class BrokerCollector:
                        if t.name.startswith("fastlog-network-") and t.native_id is not None]
         net_idle = self.idle.read(network_ids) if network_ids else loop_idle
         if net_idle is not None:
-            yield self._gauge(
+            out.gauge(
                 "kafka_network_socketserver_networkprocessoravgidlepercent",
                 "Share (0-1) of wall time the network threads were off the CPU since the "
                 "previous scrape (the request loop's thread when it does the socket work "
                 "itself, num.network.threads=1).", net_idle)
 
-    def _replica_metrics(self, b):
+    def _replica_metrics(self, out, b):
         rm = b.replica_manager
         counts = rm.counts
 
@@ -732,36 +611,36 @@ class BrokerCollector:
         late = late_transactions(rm.partitions, int(time.time() * 1000),
                                  int(b.config["transaction.max.timeout.ms"]))
         prefix = "kafka_server_replicamanager_"
-        yield self._gauge(prefix + "partitioncount", "Partitions hosted here.", hosted)
-        yield self._gauge(prefix + "leadercount", "Partitions this broker leads.", leaders)
-        yield self._gauge(prefix + "underreplicatedpartitions",
-                          "Led partitions whose ISR is smaller than their replica set.", under)
-        yield self._gauge(prefix + "underminisrpartitioncount",
-                          "Led partitions whose ISR is smaller than min.insync.replicas.",
-                          under_min)
-        yield self._gauge(prefix + "offlinereplicacount",
-                          "Hosted replicas in a failed log dir.", offline)
-        yield self._gauge(prefix + "partitionswithlatetransactionscount",
-                          "Led partitions with a transaction open past "
-                          "transaction.max.timeout.ms plus 5 minutes (KIP-664).", late)
+        out.gauge(prefix + "partitioncount", "Partitions hosted here.", hosted)
+        out.gauge(prefix + "leadercount", "Partitions this broker leads.", leaders)
+        out.gauge(prefix + "underreplicatedpartitions",
+                  "Led partitions whose ISR is smaller than their replica set.", under)
+        out.gauge(prefix + "underminisrpartitioncount",
+                  "Led partitions whose ISR is smaller than min.insync.replicas.",
+                  under_min)
+        out.gauge(prefix + "offlinereplicacount",
+                  "Hosted replicas in a failed log dir.", offline)
+        out.gauge(prefix + "partitionswithlatetransactionscount",
+                  "Led partitions with a transaction open past "
+                  "transaction.max.timeout.ms plus 5 minutes (KIP-664).", late)
         m = dict(rm.metrics)
-        yield self._counter(prefix + "isrshrinks", "ISR shrinks written by this broker.",
-                            m.get("isr_shrinks", 0))
-        yield self._counter(prefix + "isrexpands", "ISR expands written by this broker.",
-                            m.get("isr_expands", 0))
-        yield self._counter(prefix + "failedisrupdates",
-                            "ISR changes ZooKeeper refused (a stale leader epoch or version).",
-                            m.get("isr_update_failures", 0))
-        yield self._counter("fastlog_replica_fenced_leaderships",
-                            "Times this broker found its leadership fenced.",
-                            m.get("fenced_leaderships", 0))
-        yield self._counter("fastlog_replica_follower_truncations",
-                            "Follower log truncations (to the leader's epoch end offset).",
-                            m.get("follower_truncations", 0))
-        yield self._counter("fastlog_replica_unclean_truncated_records",
-                            "Records a follower removed below its high watermark (committed "
-                            "data lost: only an unclean election or a lost disk does this).",
-                            m.get("unclean_truncated_records", 0))
+        out.counter(prefix + "isrshrinks", "ISR shrinks written by this broker.",
+                    m.get("isr_shrinks", 0))
+        out.counter(prefix + "isrexpands", "ISR expands written by this broker.",
+                    m.get("isr_expands", 0))
+        out.counter(prefix + "failedisrupdates",
+                    "ISR changes ZooKeeper refused (a stale leader epoch or version).",
+                    m.get("isr_update_failures", 0))
+        out.counter("fastlog_replica_fenced_leaderships",
+                    "Times this broker found its leadership fenced.",
+                    m.get("fenced_leaderships", 0))
+        out.counter("fastlog_replica_follower_truncations",
+                    "Follower log truncations (to the leader's epoch end offset).",
+                    m.get("follower_truncations", 0))
+        out.counter("fastlog_replica_unclean_truncated_records",
+                    "Records a follower removed below its high watermark (committed "
+                    "data lost: only an unclean election or a lost disk does this).",
+                    m.get("unclean_truncated_records", 0))
 
     def _check_counts(self, rm, min_isr_of) -> bool:
         """The replica manager's kept counts against a walk over its partitions (the
@@ -831,17 +710,17 @@ class BrokerCollector:
                     self.loop.call_soon_threadsafe(g.rebuild_offset_figures)
         return len(apart)
 
-    def _fetch_session_metrics(self, cache):
+    def _fetch_session_metrics(self, out, cache):
         prefix = "kafka_server_fetchsessioncache_"
-        yield self._gauge(prefix + "numincrementalfetchsessions",
-                          "Incremental fetch sessions (KIP-227) cached.", len(cache))
-        yield self._gauge(prefix + "numincrementalfetchpartitionscached",
-                          "Partitions in all cached fetch sessions.", cache.num_partitions)
-        yield self._counter(prefix + "incrementalfetchsessionevictions",
-                            "Fetch sessions evicted to make room for new ones.",
-                            cache.evictions)
+        out.gauge(prefix + "numincrementalfetchsessions",
+                  "Incremental fetch sessions (KIP-227) cached.", len(cache))
+        out.gauge(prefix + "numincrementalfetchpartitionscached",
+                  "Partitions in all cached fetch sessions.", cache.num_partitions)
+        out.counter(prefix + "incrementalfetchsessionevictions",
+                    "Fetch sessions evicted to make room for new ones.",
+                    cache.evictions)
 
-    def _controller_metrics(self, b):
+    def _controller_metrics(self, out, b):
         active = b.cluster is None or b.is_controller()
         topics = partitions = offline = 0
         if active:
@@ -859,26 +738,23 @@ class BrokerCollector:
                     ROWS_PER_PAUSE)
                 self._controller_counts = (every_topic, live, (topics, partitions, offline))
         prefix = "kafka_controller_kafkacontroller_"
-        yield self._gauge(prefix + "activecontrollercount",
-                          "1 on the active controller, else 0 (one node: always 1).",
-                          1 if active else 0)
-        yield self._gauge(prefix + "offlinepartitionscount",
-                          "Partitions without a live leader (active controller only).", offline)
-        yield self._gauge(prefix + "globaltopiccount", "Topics (active controller only).",
-                          topics)
-        yield self._gauge(prefix + "globalpartitioncount",
-                          "Partitions (active controller only).", partitions)
+        out.gauge(prefix + "activecontrollercount",
+                  "1 on the active controller, else 0 (one node: always 1).",
+                  1 if active else 0)
+        out.gauge(prefix + "offlinepartitionscount",
+                  "Partitions without a live leader (active controller only).", offline)
+        out.gauge(prefix + "globaltopiccount", "Topics (active controller only).",
+                  topics)
+        out.gauge(prefix + "globalpartitioncount",
+                  "Partitions (active controller only).", partitions)
 
-    def _log_metrics(self, b):
+    def _log_metrics(self, out, b):
         lm = b.log_manager
         offline_dirs = set(lm.dir_failure_channel.offline)
-        yield self._gauge("kafka_log_logmanager_offlinelogdirectorycount",
-                          "Log dirs that failed.", len(offline_dirs))
-        dirs = GaugeMetricFamily("fastlog_log_dir_offline", "1 for a failed log dir, else 0.",
-                                 labels=["log_dir"])
-        for d in lm.log_dirs:
-            dirs.add_metric([d], 1 if d in offline_dirs else 0)
-        yield dirs
+        out.gauge("kafka_log_logmanager_offlinelogdirectorycount",
+                  "Log dirs that failed.", len(offline_dirs))
+        out.labelled("gauge", "fastlog_log_dir_offline", "1 for a failed log dir, else 0.",
+                     ("log_dir",), [((d,), 1 if d in offline_dirs else 0) for d in lm.log_dirs])
         v = dict(lm.verification_stats)
         for key, doc in (("passes", "Passes of the background CRC check over sealed segments."),
                          ("segments", "Sealed segments the background check verified."),
@@ -886,7 +762,7 @@ class BrokerCollector:
                          ("corrupt_batches", "Corrupt batches the background check found "
                                              "(never served)."),
                          ("cpu_seconds", "CPU seconds the background check used.")):
-            yield self._counter(f"fastlog_log_verification_{key}", doc, v.get(key, 0))
+            out.counter(f"fastlog_log_verification_{key}", doc, v.get(key, 0))
 
     def _log_series(self, b):
         lm, rm = b.log_manager, b.replica_manager
@@ -944,7 +820,7 @@ class BrokerCollector:
                 GaugeLines("kafka_log_log_numlogsegments", "Segments of the log.", rows, 3,
                            texts))
 
-    def _group_metrics(self, b):
+    def _group_metrics(self, out, b):
         groups = list(b.group_coordinator.groups.values())
         by_state = dict.fromkeys((s for s, _ in _GROUP_STATE_GAUGES), 0)
         offsets_count = 0
@@ -954,11 +830,11 @@ class BrokerCollector:
                 by_state[state] += 1
             offsets_count += len(g.offsets)
         prefix = "kafka_coordinator_group_groupmetadatamanager_"
-        yield self._gauge(prefix + "numgroups", "Groups this broker coordinates.",
-                          len(groups))
+        out.gauge(prefix + "numgroups", "Groups this broker coordinates.",
+                  len(groups))
         for state, part in _GROUP_STATE_GAUGES:
-            yield self._gauge(prefix + part, f"Groups in state {state}.", by_state[state])
-        yield self._gauge(prefix + "numoffsets", "Committed offsets held.", offsets_count)
+            out.gauge(prefix + part, f"Groups in state {state}.", by_state[state])
+        out.gauge(prefix + "numoffsets", "Committed offsets held.", offsets_count)
 
     def _group_series(self, b):
         groups = list(b.group_coordinator.groups.values())
@@ -1011,33 +887,30 @@ class BrokerCollector:
                            "The group's lag summed over a topic's partitions.", lag_sum, 0,
                            sum_heads.texts))
 
-    def _load_time_metrics(self, kind: str, coordinator):
+    def _load_time_metrics(self, out, kind: str, coordinator):
         """Kafka's partition-load-time-max/avg of the group- or transaction-coordinator-
         metrics group, as the JMX exporter names an attribute of a bean without a name
         key."""
         most, avg = coordinator.partition_load_time()
         prefix = f"kafka_server_{kind}_coordinator_metrics_partition_load_time_"
-        yield self._gauge(prefix + "max", f"Longest load of a {kind} coordinator partition "
-                          "in the last minute, ms (NaN: none).", most)
-        yield self._gauge(prefix + "avg", f"Average load of a {kind} coordinator partition "
-                          "in the last minute, ms (NaN: none).", avg)
+        out.gauge(prefix + "max", f"Longest load of a {kind} coordinator partition "
+                  "in the last minute, ms (NaN: none).", most)
+        out.gauge(prefix + "avg", f"Average load of a {kind} coordinator partition "
+                  "in the last minute, ms (NaN: none).", avg)
 
-    def _txn_metrics(self, tc):
+    def _txn_metrics(self, out, tc):
         by_state: dict[str, int] = {}
         for txn in list(tc.txns.values()):
             if not txn.fresh:
                 name = txn.state.kafka_name
                 by_state[name] = by_state.get(name, 0) + 1
-        ids = GaugeMetricFamily("fastlog_transaction_coordinator_transactional_ids",
-                                "Transactional ids this broker coordinates, by state.",
-                                labels=["state"])
-        for name in (s.kafka_name for s in TxnState):
-            ids.add_metric([name], by_state.get(name, 0))
-        yield ids
-        yield self._counter("kafka_server_addpartitionstotxnmanager_verificationfailurerate",
-                            "Partitions of transactional writes refused because they were "
-                            "not added to the transaction (KIP-890).",
-                            tc.verification_failures)
+        out.labelled("gauge", "fastlog_transaction_coordinator_transactional_ids",
+                     "Transactional ids this broker coordinates, by state.", ("state",),
+                     [((s.kafka_name,), by_state.get(s.kafka_name, 0)) for s in TxnState])
+        out.counter("kafka_server_addpartitionstotxnmanager_verificationfailurerate",
+                    "Partitions of transactional writes refused because they were "
+                    "not added to the transaction (KIP-890).",
+                    tc.verification_failures)
 
 
 def _no_pause() -> None:
@@ -1089,41 +962,53 @@ class ProcessCPUCollector(ProcessCollector):
     that size is 0 (older kernels) the directory is listed."""
 
     def collect(self):
+        return library_families(self.write)
+
+    def write(self, out) -> None:
+        """The families, given to `out` (metric_text.FamilyText or LibraryFamilies)."""
         if not self._btime:
-            return []
+            return
         pid = os.path.join(self._proc, str(self._pid()).strip())
         prefix = self._prefix
-        result = []
         try:
             # (os.open and os.read: the buffered file object cost twice the syscalls' time)
             parts = _read_proc(os.path.join(pid, "stat")).split(b")")[-1].split()
-            result += [
-                GaugeMetricFamily(prefix + "virtual_memory_bytes", "Virtual memory size in bytes.",
-                                  value=float(parts[20])),
-                GaugeMetricFamily(prefix + "resident_memory_bytes",
-                                  "Resident memory size in bytes.",
-                                  value=float(parts[21]) * self._pagesize),
-                GaugeMetricFamily(prefix + "start_time_seconds",
-                                  "Start time of the process since unix epoch in seconds.",
-                                  value=float(parts[19]) / self._ticks + self._btime),
-                CounterMetricFamily(prefix + "cpu_seconds_total",
-                                    "Total user and system CPU time spent in seconds.",
-                                    value=time.process_time())]
         except OSError:
             pass
+        else:
+            out.gauge(prefix + "virtual_memory_bytes", "Virtual memory size in bytes.",
+                      float(parts[20]))
+            out.gauge(prefix + "resident_memory_bytes", "Resident memory size in bytes.",
+                      float(parts[21]) * self._pagesize)
+            out.gauge(prefix + "start_time_seconds",
+                      "Start time of the process since unix epoch in seconds.",
+                      float(parts[19]) / self._ticks + self._btime)
+            out.counter(prefix + "cpu_seconds", "Total user and system CPU time spent in seconds.",
+                        time.process_time())
         try:
             fd_dir = os.path.join(pid, "fd")
             count = os.stat(fd_dir).st_size or len(os.listdir(fd_dir))
-            result.append(GaugeMetricFamily(prefix + "open_fds", "Number of open file descriptors.",
-                                            count))
             # the soft limit, which /proc/PID/limits shows as "Max open files"
             soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-            result.append(GaugeMetricFamily(
-                prefix + "max_fds", "Maximum number of open file descriptors.",
-                value=float("inf") if soft == resource.RLIM_INFINITY else float(soft)))
         except OSError:
-            pass
-        return result
+            return
+        out.gauge(prefix + "open_fds", "Number of open file descriptors.", count)
+        out.gauge(prefix + "max_fds", "Maximum number of open file descriptors.",
+                  float("inf") if soft == resource.RLIM_INFINITY else float(soft))
+
+
+class GCStatsCollector(GCCollector):
+    """The library's GC collector (the same families, names and help) writing its
+    families to a metric_text writer."""
+
+    def collect(self):
+        return library_families(self.write)
+
+    def write(self, out) -> None:
+        stats = [(str(gen), stat) for gen, stat in enumerate(gc.get_stats())]
+        for name, key, doc in _GC_FAMILIES:
+            out.labelled("counter", name, doc, ("generation",),
+                         [((gen,), stat[key]) for gen, stat in stats])
 
 
 def _read_proc(path: str) -> bytes:
@@ -1140,9 +1025,13 @@ class BrokerMetrics:
 
     def __init__(self, broker):
         self.registry = CollectorRegistry(auto_describe=False)
-        ProcessCPUCollector(registry=self.registry)
-        PlatformCollector(registry=self.registry)
-        GCCollector(registry=self.registry)
+        # (the registry's order of families, which a scrape writes in too)
+        self.process = ProcessCPUCollector(registry=self.registry)
+        self.platform = PlatformCollector(registry=self.registry)
+        self.gc_stats = GCStatsCollector(registry=self.registry)
+        # the platform's families (the interpreter's version: never changed) as text, by
+        # format, made at the first scrape in each
+        self._platform_text: dict[bool, bytes] = {}
         self.remote_high_watermarks = RemoteHighWatermarks(broker)
         self.collector = BrokerCollector(broker, threading.get_native_id(),
                                          self.remote_high_watermarks)
@@ -1156,6 +1045,16 @@ class BrokerMetrics:
         self._loop_ident = threading.get_ident()
         clock_of = getattr(time, "pthread_getcpuclockid", None)  # (Linux, not macOS)
         self._loop_clock = clock_of(self._loop_ident) if clock_of is not None else None
+
+    def _platform_families(self, encoder, openmetrics: bool) -> bytes:
+        """The platform collector's families as the library writes them (made once)."""
+        text = self._platform_text.get(openmetrics)
+        if text is None:
+            text = encoder(self.platform)  # (a collector is all the encoder reads)
+            if openmetrics and text.endswith(_OPENMETRICS_EOF):
+                text = text[:-len(_OPENMETRICS_EOF)]
+            self._platform_text[openmetrics] = text
+        return text
 
     @property
     def loop_clock(self) -> int | None:
@@ -1182,11 +1081,15 @@ class BrokerMetrics:
             # the loop has rested, when it ran meanwhile (_exposition._polite_return)
             set_scrape_loop(loop_clock, GIL_BREAK_NS, GIL_BREAKS_IN_A_ROW)
             try:
-                small = []
-                for family in self.registry.collect():
-                    small.extend(encode_family(encoder, family, openmetrics, pause))
-                    pause()
-                out = [b"".join(small)]
+                # the registry's order: the process's, the platform's, the GC's and the
+                # broker's families
+                process, rest = FamilyText(openmetrics), FamilyText(openmetrics)
+                self.process.write(process)
+                self.gc_stats.write(rest)
+                self.collector.write(rest)
+                out = [process.text() + self._platform_families(encoder, openmetrics)
+                       + rest.text()]
+                pause()
                 for lines in self.collector.series():
                     out.extend(lines.chunks(openmetrics))
                     pause()

@@ -6,8 +6,8 @@ formats allow), and what the library's parsers read back; and
 metrics.ProcessCPUCollector's families against the library's ProcessCollector; the
 compiled gathers (add_log_rows over real logs, add_offset_rows and the order of its rows,
 add_offset_figure_rows against it);
-metrics.encode_family's pieces against the library's text of the whole family; the
-counters and the request-time histogram the collector writes itself (CounterLines,
+metric_text.FamilyText's text of every small family a broker writes against the library's
+text of the same families; the counters and the request-time histogram the collector writes itself (CounterLines,
 _request_series) against the library's; hand_over, the sleep of the scrape's breaks, the
 scrape's profile hook and polite_epoll_wait, the HTTP thread's wait, which rest as the
 breaks do."""
@@ -52,13 +52,11 @@ from fastlog.server.group.group import GroupMetadata
 from fastlog.server.group.schemas import OffsetAndMetadata
 from fastlog.server.lag import RemoteHighWatermarks
 from fastlog.server.metrics import (
-    SAMPLES_PER_PIECE,
     BrokerCollector,
     CounterLines,
     GaugeLines,
     LabelHeads,
     ProcessCPUCollector,
-    encode_family,
     label_value,
 )
 from fastlog.server.partition import Partition
@@ -314,41 +312,6 @@ def test_offset_figure_rows_are_the_offset_rows_of_the_same_offsets():
                               by_group)
     assert texts[True] == texts[False]
     assert texts[True][0].count(b"\n") == 2 * 40 and texts[True][1].count(b"\n") > 10
-
-
-def _families():
-    hist = HistogramMetricFamily("kafka_network_requestmetrics_totaltimems", 'Time "in" ms.\n',
-                                 labels=["request"])
-    for i in range(30):
-        buckets = [(repr(float(b)), i * b) for b in (1, 5, 10, 50)] + [("+Inf", i * 100)]
-        hist.add_metric([f'api{i}"\\'], buckets, i * 2.5)
-    counter = CounterMetricFamily("kafka_server_brokertopicmetrics_messagesin", "Records.",
-                                  labels=["topic"])
-    for i in range(3 * SAMPLES_PER_PIECE + 5):
-        counter.add_metric([f"t{i}"], i)
-    created = CounterMetricFamily("fastlog_made", "With created.", labels=["x"])
-    for i in range(SAMPLES_PER_PIECE + 1):
-        created.add_metric([str(i)], i, created=1000.0 + i)
-    small = GaugeMetricFamily("fastlog_small", "Few.", value=3)
-    return hist, counter, created, small
-
-
-@pytest.mark.parametrize("openmetrics", [False, True])
-def test_families_encoded_in_pieces_are_the_librarys_text(openmetrics):
-    """encode_family's pieces join to the library's own text of the whole family (HELP
-    and TYPE once), large families in more than one piece with a pause before each;
-    a family with samples the text format moves to its end (_created) is encoded whole."""
-    encoder = om_latest if openmetrics else generate_latest
-    for family in _families():
-        pauses: list[int] = []
-        pieces = encode_family(encoder, family, openmetrics, lambda p=pauses: p.append(1))
-        whole = encoder(_Registry(family))
-        if openmetrics:
-            whole = whole[:-len(b"# EOF\n")]
-        assert b"".join(pieces) == whole
-        big = len(family.samples) > SAMPLES_PER_PIECE and family.name != "fastlog_made"
-        assert len(pieces) == (-(-len(family.samples) // SAMPLES_PER_PIECE) if big else 1)
-        assert len(pauses) == (len(pieces) if big else 0)
 
 
 def _python_replica_counts(parts, min_isr, now_ms, max_timeout_ms):
@@ -671,45 +634,64 @@ def test_request_series_are_the_librarys_counter_and_histogram(openmetrics):
     assert len(_samples(ours, openmetrics)) == 6 + 5 * (len(TIME_BUCKETS_MS) + 3)
 
 
+class _Recorder:
+    """Takes a collector's write() calls (gauge, counter, labelled), to give them again
+    to FamilyText and LibraryFamilies (the same figures to both)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __getattr__(self, method):
+        return lambda *args: self.calls.append((method, args))
+
+    def replay(self, out):
+        for method, args in self.calls:
+            getattr(out, method)(*args)
+        return out
+
+
 @pytest.mark.parametrize("openmetrics", [False, True])
-def test_every_gauge_and_counter_a_broker_collects_is_written_as_the_library_writes_it(
-        tmp_path, openmetrics):
-    """A real broker's registry (the process, platform and GC collectors and the broker's
-    own, with a topic): every gauge and counter family is written by
-    family_pieces, and its text is the library encoder's text of that family; awkward
-    help and label values too (quotes, backslashes, newlines)."""
+def test_every_family_a_broker_writes_as_text_is_the_librarys_text(tmp_path, openmetrics):
+    """A real broker's collectors that write their families as text (the process's, the
+    GC's and the broker's own, with a topic): what FamilyText writes of their figures is
+    the library encoder's text of the families LibraryFamilies makes of the same
+    figures, and the registry's collect() yields those families; awkward help and label
+    values too (quotes, backslashes, newlines, labels to be sorted), and integers past
+    the float's exact range."""
     import asyncio
 
     from fastlog.server.broker import BrokerServer
-    from fastlog.server.metrics import BrokerMetrics, family_pieces
+    from fastlog.server.metric_text import FamilyText, LibraryFamilies
+    from fastlog.server.metrics import BrokerMetrics
     from tests.replication.test_replica_manager import _config
 
     encoder = om_latest if openmetrics else generate_latest
-    odd = GaugeMetricFamily("fastlog_odd", 'Help "with"\\ a\nnewline.', labels=["b", "a"])
-    odd.add_metric(['q"\\\n', "x"], 1.5)
-    odd.add_metric(["", "y"], float("inf"))
+    recorder = _Recorder()
 
-    async def families():
+    async def write():
         b = BrokerServer(_config(1, tmp_path / "d1"))
         await b.startup()
         try:
             await b.create_topic('t"1', 3, 1, {})
-            return list(BrokerMetrics(b).registry.collect())
+            m = BrokerMetrics(b)
+            names = {f.name for f in m.registry.collect()}
+            for collector in (m.process, m.gc_stats, m.collector):
+                collector.write(recorder)
+            return names
         finally:
             await b.shutdown()
 
-    written = 0
-    for family in asyncio.run(families()) + [odd]:
-        pieces = family_pieces(family, openmetrics, lambda: None)
-        if family.type not in ("gauge", "counter"):
-            assert pieces is None
-            continue
-        whole = encoder(_Registry(family))
-        if openmetrics:
-            whole = whole[:-len(b"# EOF\n")]
-        assert pieces is not None and b"".join(pieces) == whole, family.name
-        written += 1
-    assert written > 40
+    collected = asyncio.run(write())
+    recorder.labelled("gauge", "fastlog_odd", 'Help "with"\\ a\nnewline.', ("b", "a"),
+                      [(('q"\\\n', "x"), 1.5), (("", "y"), float("inf")),
+                       (("z", "w"), 2**60), (("n", "m"), -(2**53) + 1)])
+    recorder.counter("fastlog_odd_count", "Counted.", 10**6)
+    recorder.gauge("fastlog_odd_nan", "Not a number.", float("nan"))
+    families = recorder.replay(LibraryFamilies()).families
+    assert collected <= {f.name for f in families} | {"python_info"}
+    assert len(families) > 40
+    theirs = b"".join(encoder(_Registry(f)).removesuffix(b"# EOF\n") for f in families)
+    assert recorder.replay(FamilyText(openmetrics)).text() == theirs
 
 
 def test_a_stretch_without_the_lock_rests_after_the_loop_ran_during_it():
