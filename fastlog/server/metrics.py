@@ -76,10 +76,12 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import operator
 import os
 import resource
 import threading
 import time
+from itertools import accumulate
 
 from prometheus_client import (
     CollectorRegistry,
@@ -335,8 +337,7 @@ def thread_cpu_seconds(native_id: int) -> float | None:
     """CPU time (user + system) of one thread of this process, from /proc; None when
     the thread is gone or /proc cannot say."""
     try:
-        with open(f"/proc/self/task/{native_id}/stat", "rb") as f:
-            stat = f.read()
+        stat = _read_proc(f"/proc/self/task/{native_id}/stat")
     except OSError:
         return None
     fields = stat[stat.rfind(b")") + 2:].split()
@@ -353,12 +354,13 @@ class IdleMeter:
         self._last: dict[int, tuple[float, float]] = {}
         self._lock = threading.Lock()
 
-    def read(self, native_ids: list[int]) -> float | None:
+    def read(self, native_ids: list[int], cpu_of=thread_cpu_seconds) -> float | None:
+        """The share for the threads `native_ids`, whose CPU seconds cpu_of(id) gives."""
         now = time.monotonic()
         shares = []
         with self._lock:
             for tid in native_ids:
-                cpu = thread_cpu_seconds(tid)
+                cpu = cpu_of(tid)
                 if cpu is None:
                     continue
                 last = self._last.get(tid)
@@ -416,6 +418,13 @@ class BrokerCollector:
         self.broker = broker
         self.loop_thread_id = loop_thread_id
         self.idle = IdleMeter()
+        # the loop thread's CPU clock (BrokerMetrics sets it), read for its idle share
+        # instead of its /proc stat file
+        self.loop_clock: int | None = None
+        # per (API key, version) its label text; per API the text before each number of
+        # its request-time histogram (_request_series)
+        self._request_heads: dict[tuple[int, int], tuple[str, bytes]] = {}
+        self._histogram_heads: dict[str, tuple[list[str], str, str]] = {}
         # high watermarks of partitions led elsewhere (cluster mode), for consumer lag
         self.remote_high_watermarks = remote_high_watermarks
         # called in every loop over partitions (BrokerMetrics.render sets a GilBreaks)
@@ -530,32 +539,40 @@ class BrokerCollector:
         pause = self.pause
         counts, heads = GaugeRows(1, partitioned=False), []
         per_api: dict[str, list] = {}
-        for i, ((key, version), s) in enumerate(table):
+        request_heads = self._request_heads
+        for i, (key, s) in enumerate(table):
             if i % ROWS_PER_PAUSE == 0:
                 pause()
-            name = request_name(key)
-            count = s.count
-            heads.append(f'request="{name}",version="{version}"'.encode())
-            counts.add(i, -1, count)
+            named = request_heads.get(key)
+            if named is None:  # (keys are bounded: RequestMetrics.stats)
+                name = request_name(key[0])
+                named = request_heads[key] = (
+                    name, f'request="{name}",version="{key[1]}"'.encode())
+            name = named[0]
+            heads.append(named[1])
+            counts.add(i, -1, s.count)
             acc = per_api.get(name)
             if acc is None:
-                acc = per_api[name] = [0.0, [0] * len(s.buckets)]
-            acc[0] += s.time_ms
-            acc_buckets = acc[1]
-            for j, n in enumerate(list(s.buckets)):
-                acc_buckets[j] += n
+                per_api[name] = [s.time_ms, list(s.buckets)]
+            else:
+                acc[0] += s.time_ms
+                acc[1] = list(map(operator.add, acc[1], s.buckets))
         yield CounterLines("kafka_network_requestmetrics_requests",
                            "Requests received, per API and version.", counts, 0, heads)
         family = "kafka_network_requestmetrics_totaltimems"
         lines = []
         for name, (total_ms, buckets) in sorted(per_api.items()):
             pause()
-            labels, cumulative = f'request="{name}"', 0
-            for le, n in zip(_TIME_BUCKET_LABELS, buckets, strict=True):
-                cumulative += n
-                lines.append(f'{family}_bucket{{{labels},le="{le}"}} {cumulative}\n')
-            lines.append(f"{family}_count{{{labels}}} {cumulative}\n")
-            lines.append(f"{family}_sum{{{labels}}} {floatToGoString(total_ms)}\n")
+            made = self._histogram_heads.get(name)
+            if made is None:
+                labels = f'request="{name}"'
+                made = self._histogram_heads[name] = (
+                    [f'{family}_bucket{{{labels},le="{le}"}} ' for le in _TIME_BUCKET_LABELS],
+                    f"{family}_count{{{labels}}} ", f"{family}_sum{{{labels}}} ")
+            bucket_heads, count_head, sum_head = made
+            cumulative = list(accumulate(buckets))
+            lines.extend([f"{h}{n}\n" for h, n in zip(bucket_heads, cumulative, strict=True)])
+            lines.append(f"{count_head}{cumulative[-1]}\n{sum_head}{floatToGoString(total_ms)}\n")
         yield HistogramLines(family, "Request time in ms, from the frame's hand-off to the "
                              "handler until the response is queued for writing.",
                              "".join(lines).encode())
@@ -576,7 +593,7 @@ class BrokerCollector:
                      "Open client connections, per listener.", ("listener",),
                      [((listener,), server.connection_count)
                       for (listener, _, _), server in zip(list(b.bound), servers, strict=False)])
-        loop_idle = self.idle.read([self.loop_thread_id])
+        loop_idle = self.idle.read([self.loop_thread_id], self._thread_cpu)
         if loop_idle is not None:
             out.gauge(
                 "kafka_server_kafkarequesthandlerpool_requesthandleravgidlepercent",
@@ -591,6 +608,15 @@ class BrokerCollector:
                 "Share (0-1) of wall time the network threads were off the CPU since the "
                 "previous scrape (the request loop's thread when it does the socket work "
                 "itself, num.network.threads=1).", net_idle)
+
+    def _thread_cpu(self, native_id: int) -> float | None:
+        """A thread's CPU seconds: the loop's from its CPU clock, others' from /proc."""
+        if native_id == self.loop_thread_id and self.loop_clock is not None:
+            try:
+                return time.clock_gettime(self.loop_clock)
+            except OSError:  # (the loop's thread has ended)
+                self.loop_clock = None
+        return thread_cpu_seconds(native_id)
 
     def _replica_metrics(self, out, b):
         rm = b.replica_manager
@@ -1045,6 +1071,7 @@ class BrokerMetrics:
         self._loop_ident = threading.get_ident()
         clock_of = getattr(time, "pthread_getcpuclockid", None)  # (Linux, not macOS)
         self._loop_clock = clock_of(self._loop_ident) if clock_of is not None else None
+        self.collector.loop_clock = self._loop_clock
 
     def _platform_families(self, encoder, openmetrics: bool) -> bytes:
         """The platform collector's families as the library writes them (made once)."""
