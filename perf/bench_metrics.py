@@ -68,6 +68,7 @@ def synthetic_broker(n: int, offset_figures: bool = True):
     figures = LogFigures()  # (the log manager's: each log's figures in its slot)
     for log in logs:
         slot = figures.take(log.topic, log.partition)
+        log._figures, log._figure_slot = figures, slot  # (as the log keeps them)
         figures.put(slot, sum(s.size for s in log.segments), log.log_end_offset,
                     log.log_start_offset, len(log.segments), log.high_watermark)
     group = NS(group_id="g", state=GroupState.STABLE, members={}, offsets=offsets)
