@@ -10,10 +10,11 @@
 # numbers as floatToGoString writes them), and LibraryFamilies, which takes the same
 # calls and makes the library's families, so the registry's collect() (and a test
 # comparing both texts) sees what a scrape writes. Why: building a library family and
-# encoding it held the interpreter lock 7-8 us per family of one sample; a scrape writes
-# about 70 of them, and the request loop waits for a scrape's Python (metrics.py's
-# module comment). Here a family costs about a microsecond: its HELP and TYPE lines are
-# made once per name and format (_head), and the sample lines are one f-string each.
+# encoding it held the interpreter lock about 10 us per family of one sample (hot); a
+# scrape writes about 70 of them, and the request loop waits for a scrape's Python
+# (metrics.py's module comment). Here a family costs one or two microseconds: its HELP
+# and TYPE lines are made once per name and format (_head), and each sample line is one
+# f-string.
 # Metric and label names must be plain (letters, digits, underscores): they come from
 # the collectors' code. Label values may be anything (escaped here).
 # Called from: the HTTP server's thread (a scrape) or any thread calling a collector's

@@ -15,10 +15,10 @@
 # Rendering: the families of a few samples each are written to text by
 # metric_text.FamilyText from the collectors' write() calls (the same calls make the
 # library's families for the registry's collect()); the platform's, which never change,
-# by the library's encoder once per format; the per-topic counters and the requests per API are rows of integers written
-# as the log rows are (CounterLines), the request-time histogram's lines are written here
-# (the library's encoder spent about 5 us per sample holding the interpreter lock); the
-# families of one sample per partition or per committed offset
+# by the library's encoder once per format; the per-topic counters and the requests per
+# API are rows of integers written as the log rows are (CounterLines), the request-time
+# histogram's lines are written here (the library's encoder spent about 5 us per sample
+# holding the interpreter lock); the families of one sample per partition or per committed offset
 # (kafka_log_log_*, kafka_consumergroup_*) are gathered as rows of integers in compiled
 # code (fastlog/server/_exposition.pyx: add_figure_rows copies the log rows from the
 # figures each log keeps in its slot of the log manager's LogFigures, contiguous C arrays
@@ -54,15 +54,16 @@
 # on while the loop goes on running, so the loop waits about the time between two calls
 # of the breaks rather than the switch interval (a break comes at the first call too: a
 # loop waiting since before the scrape began does not move its clock). No step between
-# two breaks may be long: a group's committed offsets are copied and ordered in
-# compiled code without the lock (add_offset_figure_rows), not by sorted(). The compiled steps' stretches without the
-# lock end as a break does when the loop ran during them (_exposition.set_scrape_loop):
-# a thread asking for the lock while the loop holds it mid-request would win it at the
-# loop's next release (a pwrite, a CRC, a send) and keep the loop waiting. Between two
-# breaks, the scrape's Python rests the same way (set_scrape_loop installs a profile hook
-# on the scrape's thread that looks at the loop's clock every few microseconds): the
-# stretches between breaks were tens of microseconds, which a loop that woke meanwhile
-# waited for, at the switch interval and again at each of its releases.
+# two breaks may be long: a group's committed offsets are copied and ordered in compiled
+# code without the lock (add_offset_figure_rows), not by sorted(). The compiled steps'
+# stretches without the lock end as a break does when the loop ran during them
+# (_exposition.set_scrape_loop): a thread asking for the lock while the loop holds it
+# mid-request would win it at the loop's next release (a pwrite, a CRC, a send) and keep
+# the loop waiting. Between two breaks, the scrape's Python rests the same way
+# (set_scrape_loop installs a profile hook on the scrape's thread that looks at the
+# loop's clock every few microseconds): the stretches between breaks were tens of
+# microseconds, which a loop that woke meanwhile waited for, at the switch interval and
+# again at each of its releases.
 # Called from: `BrokerMetrics(broker)` on the broker's asyncio loop at startup (it notes
 # that thread for the idle figures); `collect` / `render` / `readiness` on the HTTP
 # server's thread (fastlog/server/http.py). Broker state is read without locks: the

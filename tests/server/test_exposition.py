@@ -4,13 +4,12 @@ text format and in OpenMetrics, but for the value's spelling (the library writes
 value as a float, 42.0 and 9.223372036854776e+18; we write integers exactly, as the
 formats allow), and what the library's parsers read back; and
 metrics.ProcessCPUCollector's families against the library's ProcessCollector; the
-compiled gathers (add_log_rows over real logs, add_offset_rows and the order of its rows,
-add_offset_figure_rows against it);
-metric_text.FamilyText's text of every small family a broker writes against the library's
-text of the same families; the counters and the request-time histogram the collector writes itself (CounterLines,
-_request_series) against the library's; hand_over, the sleep of the scrape's breaks, the
-scrape's profile hook and polite_epoll_wait, the HTTP thread's wait, which rest as the
-breaks do."""
+compiled gathers (add_log_rows over real logs, add_offset_rows and the order of its
+rows, add_offset_figure_rows against it); metric_text.FamilyText's text of every small
+family a broker writes against the library's text of the same families; the counters and
+the request-time histogram the collector writes itself (CounterLines, _request_series)
+against the library's; hand_over, the sleep of the scrape's breaks, the scrape's profile
+hook and polite_epoll_wait, the HTTP thread's wait, which rest as the breaks do."""
 
 from __future__ import annotations
 
