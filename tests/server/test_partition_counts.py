@@ -21,6 +21,7 @@ from fastlog.server._exposition import (
 )
 
 from fastlog.server.broker import BrokerServer
+from fastlog.server.metric_text import LibraryFamilies
 from fastlog.server.metrics import BrokerMetrics, late_transactions
 from fastlog.server.partition import Partition, PartitionCounts
 from fastlog.server.producer_state import LATE_TRANSACTION_BUFFER_MS, ProducerStateEntry
@@ -319,7 +320,9 @@ def test_the_controllers_counts_follow_topics_and_live_brokers(tmp_path):
             collector = BrokerMetrics(b).collector
 
             def counts():
-                got = {f.name: f.samples[0].value for f in collector._controller_metrics(b)}
+                out = LibraryFamilies()
+                collector._controller_metrics(out, b)
+                got = {f.name: f.samples[0].value for f in out.families}
                 prefix = "kafka_controller_kafkacontroller_"
                 return tuple(int(got[prefix + k]) for k in
                              ("globaltopiccount", "globalpartitioncount",
