@@ -42,6 +42,7 @@ from fastlog.server.metrics import BrokerMetrics  # noqa: E402
 from fastlog.server.partition import PartitionCounts  # noqa: E402
 from fastlog.server.request_metrics import RequestMetrics  # noqa: E402
 from fastlog.server.topic_stats import BrokerTopicStats  # noqa: E402
+from perf.metrics_scrape import quantile  # noqa: E402
 
 NL = b"\n"
 
@@ -106,11 +107,6 @@ def lateness(stop: threading.Event, out: list[float]) -> None:
         t0 = time.perf_counter()
         time.sleep(0.001)
         out.append((time.perf_counter() - t0 - 0.001) * 1000)
-
-
-def quantile(xs: list[float], f: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(f * len(xs)))] if xs else float("nan")
 
 
 def busy_loop(partitions: int, reps: int) -> int:

@@ -8,13 +8,13 @@
 # CounterMetricFamily: HELP and TYPE as the format wants them, a counter's under
 # NAME_total in the Prometheus text format; labels sorted by name, values escaped;
 # numbers as floatToGoString writes them), and LibraryFamilies, which takes the same
-# calls and makes the library's families, so the registry's collect() (and a test
-# comparing both texts) sees what a scrape writes. Why: building a library family and
+# calls and makes the library's families, so the registry's collect() (WrittenFamilies,
+# the collectors' base; and a test comparing both texts) sees what a scrape writes. Why: building a library family and
 # encoding it held the interpreter lock about 10 us per family of one sample (hot); a
 # scrape writes about 70 of them, and the request loop waits for a scrape's Python
 # (metrics.py's module comment). Here a family costs one or two microseconds: its HELP
-# and TYPE lines are made once per name and format (_head), and each sample line is one
-# f-string.
+# and TYPE lines are made once per name and format (family_head, which the big families'
+# writers in metrics.py use too), and each sample line is one f-string.
 # Metric and label names must be plain (letters, digits, underscores): they come from
 # the collectors' code. Label values may be anything (escaped here).
 # Called from: the HTTP server's thread (a scrape) or any thread calling a collector's
@@ -56,8 +56,9 @@ def number(value) -> str:
     return floatToGoString(value)
 
 
-def _head(name: str, doc: str, kind: str, openmetrics: bool) -> str:
-    """A family's HELP and TYPE lines (a counter's under NAME_total in the text format)."""
+def family_head(name: str, doc: str, kind: str, openmetrics: bool) -> str:
+    """A family's HELP and TYPE lines as the library writes them (a counter's under
+    NAME_total in the text format), made once per name and format."""
     key = (name, doc, kind, openmetrics)
     head = _HEADS.get(key)
     if head is None:
@@ -80,12 +81,12 @@ class FamilyText:
 
     def gauge(self, name: str, doc: str, value) -> None:
         """A gauge of one sample without labels."""
-        self.parts.append(f"{_head(name, doc, 'gauge', self.openmetrics)}"
+        self.parts.append(f"{family_head(name, doc, 'gauge', self.openmetrics)}"
                           f"{name} {number(value)}\n")
 
     def counter(self, name: str, doc: str, value) -> None:
         """A counter of one sample without labels (written as NAME_total)."""
-        self.parts.append(f"{_head(name, doc, 'counter', self.openmetrics)}"
+        self.parts.append(f"{family_head(name, doc, 'counter', self.openmetrics)}"
                           f"{name}_total {number(value)}\n")
 
     def labelled(self, kind: str, name: str, doc: str, labels: tuple[str, ...],
@@ -93,7 +94,7 @@ class FamilyText:
         """A gauge or counter (`kind`) with label names `labels` and `samples`, pairs of
         (label values in the order of `labels`, value)."""
         parts = self.parts
-        parts.append(_head(name, doc, kind, self.openmetrics))
+        parts.append(family_head(name, doc, kind, self.openmetrics))
         sample = name + "_total" if kind == "counter" else name
         order = sorted(range(len(labels)), key=labels.__getitem__)
         for values, value in samples:
@@ -127,8 +128,14 @@ class LibraryFamilies:
         self.families.append(family)
 
 
-def library_families(write) -> list:
-    """The library's families of what `write(out)` writes (a collector's collect())."""
-    out = LibraryFamilies()
-    write(out)
-    return out.families
+class WrittenFamilies:
+    """A collector whose write(out) gives its families (to FamilyText in a scrape): its
+    collect(), for the registry, is the library's families of the same calls."""
+
+    def write(self, out) -> None:
+        raise NotImplementedError
+
+    def collect(self) -> list:
+        out = LibraryFamilies()
+        self.write(out)
+        return out.families

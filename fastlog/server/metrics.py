@@ -110,7 +110,7 @@ from fastlog.server._exposition import (
     set_scrape_loop,
 )
 from fastlog.server.lag import RemoteHighWatermarks
-from fastlog.server.metric_text import FamilyText, help_text, label_value, library_families
+from fastlog.server.metric_text import FamilyText, WrittenFamilies, family_head, label_value
 from fastlog.server.producer_state import WITH_OPEN_TXNS
 from fastlog.server.request_metrics import TIME_BUCKETS_MS, request_name
 from fastlog.server.topic_stats import BROKER_COUNTERS, TOPIC_COUNTERS
@@ -264,8 +264,7 @@ class GaugeLines:
 
     def chunks(self, openmetrics: bool) -> tuple[bytes, bytes]:
         """The family's HELP and TYPE lines, and its samples' lines."""
-        head = (f"# HELP {self.name} {help_text(self.doc, openmetrics)}\n"
-                f"# TYPE {self.name} gauge\n").encode()
+        head = family_head(self.name, self.doc, "gauge", openmetrics).encode()
         return head, self.rows.text(self.column, self.name.encode(), self.heads)
 
 
@@ -285,8 +284,7 @@ class CounterLines(GaugeLines):
 
     def chunks(self, openmetrics: bool) -> tuple[bytes, bytes]:
         sample = self.name + "_total"
-        typed = self.name if openmetrics else sample
-        head = f"# HELP {typed} {help_text(self.doc, openmetrics)}\n# TYPE {typed} counter\n"
+        head = family_head(self.name, self.doc, "counter", openmetrics)
         if self.total is not None:
             head += f"{sample} {int(self.total)}\n"
         return head.encode(), self.rows.text(self.column, sample.encode(), self.heads)
@@ -306,9 +304,7 @@ class HistogramLines:
         self.body = body
 
     def chunks(self, openmetrics: bool) -> tuple[bytes, bytes]:
-        head = (f"# HELP {self.name} {help_text(self.doc, openmetrics)}\n"
-                f"# TYPE {self.name} histogram\n")
-        return head.encode(), self.body
+        return family_head(self.name, self.doc, "histogram", openmetrics).encode(), self.body
 
 
 class LabelHeads:
@@ -412,7 +408,7 @@ def readiness(broker) -> str | None:
     return None
 
 
-class BrokerCollector:
+class BrokerCollector(WrittenFamilies):
     """A prometheus_client collector of the broker's figures (see the module comment)."""
 
     def __init__(self, broker, loop_thread_id: int, remote_high_watermarks=None):
@@ -452,11 +448,6 @@ class BrokerCollector:
 
     def describe(self):
         return []  # collected at scrape time only (the registry must not call collect)
-
-    def collect(self):
-        """The library's families of the gauges and counters write() writes (for the
-        registry; a scrape writes them as text, BrokerMetrics.render_chunks)."""
-        return library_families(self.write)
 
     def write(self, out) -> None:
         """The families of a few samples each, given to `out` (metric_text.FamilyText or
@@ -976,7 +967,7 @@ def _broker_state(b) -> int:
 _TIME_BUCKET_LABELS = tuple(repr(float(b)) for b in TIME_BUCKETS_MS) + ("+Inf",)
 
 
-class ProcessCPUCollector(ProcessCollector):
+class ProcessCPUCollector(WrittenFamilies, ProcessCollector):
     """The library's process collector (the same families, names and help), of this
     process only, with three figures read differently: process_max_fds from getrlimit
     (the soft limit /proc/self/limits shows, without reading and parsing that file;
@@ -987,9 +978,6 @@ class ProcessCPUCollector(ProcessCollector):
     count, Linux 6.2+) instead of listing the directory, which took 2 ms of CPU per scrape
     with 3,000 partitions' files open (and counted the listing's own descriptor). Where
     that size is 0 (older kernels) the directory is listed."""
-
-    def collect(self):
-        return library_families(self.write)
 
     def write(self, out) -> None:
         """The families, given to `out` (metric_text.FamilyText or LibraryFamilies)."""
@@ -1024,12 +1012,9 @@ class ProcessCPUCollector(ProcessCollector):
                   float("inf") if soft == resource.RLIM_INFINITY else float(soft))
 
 
-class GCStatsCollector(GCCollector):
+class GCStatsCollector(WrittenFamilies, GCCollector):
     """The library's GC collector (the same families, names and help) writing its
     families to a metric_text writer."""
-
-    def collect(self):
-        return library_families(self.write)
 
     def write(self, out) -> None:
         stats = [(str(gen), stat) for gen, stat in enumerate(gc.get_stats())]
