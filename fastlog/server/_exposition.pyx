@@ -43,8 +43,10 @@
 # without the lock ends the same way when the loop ran during it (set_scrape_loop,
 # _polite_return), so the scrape does not ask for the lock while the loop is mid-request;
 # the scrape's Python between two breaks rests the same way (_polite_profile, the
-# thread's profile hook while it scrapes, looking at the loop's clock every few
-# microseconds), and so does polite_epoll_wait, the HTTP thread's wait for its sockets.
+# thread's profile hook while it watches the loop, all its life on the HTTP thread,
+# looking at the loop's clock every few microseconds), and so do polite_epoll_wait, the
+# HTTP thread's wait for its sockets, and send_polite, its writes to them (an answer
+# handed to the socket without the lock).
 # Called from: the HTTP endpoint's thread (fastlog/server/metrics.py, BrokerCollector),
 # one GaugeRows per scrape; not shared between threads. Every walk holds the interpreter
 # lock and calls the caller's pause (metrics.GilBreaks) every `every` rows.
@@ -55,7 +57,7 @@ from cpython.ref cimport Py_XDECREF
 from libc.errno cimport EINTR, errno
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, qsort, realloc
-from libc.string cimport memcpy, strerror
+from libc.string cimport memcpy, memset, strerror
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, nanosleep, timespec
 from posix.types cimport clockid_t
 
@@ -1071,6 +1073,11 @@ def set_scrape_loop(loop_clock=None, int64_t pause_ns=0, int most=0) -> None:
         fl_prof_installed = 1
 
 
+def scrape_loop_watched() -> bool:
+    """Whether this thread watches a request loop (set_scrape_loop with a clock)."""
+    return fl_scrape_watched != 0
+
+
 def scrape_rests() -> int:
     """The rests this thread has taken at the end of a stretch without the interpreter
     lock since its last set_scrape_loop."""
@@ -1146,3 +1153,107 @@ def polite_epoll_wait(int epfd, int timeout_ms, int maxevents, loop_clock,
             return []
         raise OSError(err, strerror(err))
     return [(events[i].data.fd, events[i].events) for i in range(n)]
+
+
+cdef extern from "<sys/uio.h>" nogil:
+    struct iovec:
+        void* iov_base
+        size_t iov_len
+
+cdef extern from "<sys/socket.h>" nogil:
+    struct msghdr:
+        void* msg_name
+        unsigned msg_namelen
+        iovec* msg_iov
+        size_t msg_iovlen
+        void* msg_control
+        size_t msg_controllen
+        int msg_flags
+    ssize_t sendmsg(int fd, const msghdr* msg, int flags)
+    int MSG_NOSIGNAL
+    int MSG_DONTWAIT
+
+cdef extern from "<poll.h>" nogil:
+    struct pollfd:
+        int fd
+        short events
+        short revents
+    int poll(pollfd* fds, unsigned long nfds, int timeout)
+    short POLLOUT
+
+cdef extern from "<errno.h>" nogil:
+    int EAGAIN
+    int EWOULDBLOCK
+
+cdef enum:
+    # the pieces one sendmsg hands the socket at most (Linux's IOV_MAX is 1024)
+    SEND_IOVECS = 512
+
+
+def send_polite(int fd, chunks, int wait_ms) -> int:
+    """Writes the byte strings `chunks` in order to the non-blocking socket `fd` with the
+    interpreter lock released throughout (the HTTP thread's answers: an asyncio transport
+    runs Python, holding the lock, for every piece the socket takes, and takes the lock
+    back after every send), waiting for the socket to take more at most `wait_ms` ms in
+    all; then, when the request loop ran meanwhile, rests while it keeps running before
+    the lock is asked for again (_polite_return). Returns the bytes sent: fewer than all
+    when the peer reads slowly or the socket failed (the caller hands the rest to its
+    transport, which reports the failure as it does for its own writes)."""
+    cdef tuple held = tuple(chunks)  # keeps every chunk alive while the lock is released
+    cdef Py_ssize_t count = len(held), i, at = 0, sent = 0
+    cdef iovec* vecs
+    cdef msghdr msg
+    cdef pollfd pfd
+    cdef ssize_t n
+    cdef int64_t mark, start, now, left_ms
+    cdef int err
+    for chunk in held:
+        if not isinstance(chunk, bytes):
+            raise TypeError("send_polite writes bytes")
+    if count == 0:
+        return 0
+    vecs = <iovec*>malloc(count * sizeof(iovec))
+    if vecs == NULL:
+        raise MemoryError()
+    for i in range(count):
+        vecs[i].iov_base = <void*>PyBytes_AS_STRING(held[i])
+        vecs[i].iov_len = <size_t>PyBytes_GET_SIZE(held[i])
+    pfd.fd = fd
+    pfd.events = POLLOUT
+    try:
+        with nogil:
+            mark = _loop_mark()
+            start = _clock_ns(CLOCK_MONOTONIC)
+            while at < count:
+                if vecs[at].iov_len == 0:
+                    at += 1
+                    continue
+                memset(&msg, 0, sizeof(msg))
+                msg.msg_iov = vecs + at
+                msg.msg_iovlen = <size_t>(count - at if count - at < SEND_IOVECS
+                                          else SEND_IOVECS)
+                n = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT)
+                if n >= 0:
+                    sent += n
+                    while n > 0 and at < count:  # past what the socket took
+                        if <size_t>n >= vecs[at].iov_len:
+                            n -= vecs[at].iov_len
+                            at += 1
+                        else:
+                            vecs[at].iov_base = <char*>vecs[at].iov_base + n
+                            vecs[at].iov_len -= n
+                            n = 0
+                    continue
+                err = errno
+                if err == EINTR:
+                    continue
+                if err != EAGAIN and err != EWOULDBLOCK:
+                    break  # (the transport meets the same failure and closes)
+                now = _clock_ns(CLOCK_MONOTONIC)
+                left_ms = wait_ms - (now - start) // 1000000
+                if left_ms <= 0 or poll(&pfd, 1, <int>left_ms) <= 0:
+                    break  # a slow reader: the rest goes through the transport
+            _polite_return(mark)
+    finally:
+        free(vecs)
+    return sent

@@ -25,9 +25,15 @@
 # connection making no progress (nothing read, nothing written) for KEEPALIVE_TIMEOUT_S
 # closed; a malformed request gets 400 and a closed connection. At most MAX_CONNECTIONS
 # HTTP connections are open at once (the process's file handles are the Kafka listeners'
-# too): one more is closed as soon as it is accepted. A response is written a piece at a
-# time (each piece once the previous one is in the socket), so a client that reads slowly
-# holds only its own response's pieces.
+# too): one more is closed as soon as it is accepted. A response is handed to the socket
+# in compiled code with the lock released (_exposition.send_polite: a transport runs
+# Python holding the lock for every piece the socket takes, and takes the lock back after
+# every send); what a slow reader has not taken within SEND_WAIT_MS goes through the
+# transport a piece at a time (each piece once the previous one is in the socket), so
+# such a client holds this thread at most that long per response, and holds only its own
+# response's pieces. The thread watches the request loop all its life
+# (_exposition.set_scrape_loop): its Python rests while the loop runs, a request's
+# arrival and answer as well as a scrape.
 # Called from: BrokerServer.startup / shutdown on the broker's loop (start, stop), which
 # wait for this thread with a bound.
 """The broker's HTTP endpoint: /metrics, /health/live, /health/ready."""
@@ -48,7 +54,7 @@ from urllib.parse import unquote_to_bytes
 import httptools
 
 from fastlog.logs import RateLimitedLog
-from fastlog.server._exposition import polite_epoll_wait
+from fastlog.server._exposition import polite_epoll_wait, send_polite, set_scrape_loop
 from fastlog.server.metrics import GIL_BREAK_NS, GIL_BREAKS_IN_A_ROW, readiness
 
 log = logging.getLogger("fastlog.server.http")
@@ -75,6 +81,10 @@ MAX_PIPELINED = 16
 WRITE_PIECE_BYTES = 1 << 16
 # ... and of at most this many (a longer chunk is written as views of this size).
 MAX_PIECE_BYTES = 1 << 18
+# A response is first written straight to the socket, the interpreter lock released
+# (_exposition.send_polite), waiting at most this long in all for a slow reader; what the
+# socket has not taken by then goes through the transport, a piece at a time.
+SEND_WAIT_MS = 20
 
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
             413: "Content Too Large", 414: "URI Too Long",
@@ -140,6 +150,19 @@ def response_head(date: bytes, status: int, content_type: str, length: int,
             f"{extra}{connection}").encode() + date + b"\r\n"
 
 
+def unsent(pieces: list[bytes], sent: int) -> list:
+    """What is left of `pieces` after their first `sent` bytes (a piece begun: a view
+    of its rest)."""
+    for i, piece in enumerate(pieces):
+        if sent < len(piece):
+            rest = pieces[i:]
+            if sent:
+                rest[0] = memoryview(piece)[sent:]
+            return rest
+        sent -= len(piece)
+    return []
+
+
 def sliced(pieces: list[bytes], most: int) -> list:
     """`pieces` with each longer than `most` bytes cut into views of at most `most`: what
     the socket does not take of one is copied into the transport's buffer holding the
@@ -161,6 +184,7 @@ class _Connection(asyncio.Protocol):
     def __init__(self, server: HttpServer):
         self._server = server
         self._transport: asyncio.Transport | None = None
+        self._fd = -1  # the transport's socket
         self._parser = httptools.HttpRequestParser(self)
         # (method, path, Accept, keep-alive) not yet answered; a refusal is (None, status, ..)
         self._requests: deque = deque()
@@ -190,6 +214,7 @@ class _Connection(asyncio.Protocol):
             transport.abort()
             return
         self._transport = transport
+        self._fd = transport.get_extra_info("socket").fileno()
         # paused as soon as the socket takes less than a whole piece: the rest of the
         # response waits in _out, not copied into the transport's buffer
         transport.set_write_buffer_limits(high=0)
@@ -350,14 +375,19 @@ class _Connection(asyncio.Protocol):
         """Write a response (body: bytes, or the chunks it is made of; HEAD: only its
         head); not keep_alive: the last on this connection."""
         chunks = [body] if isinstance(body, bytes) else body
-        self._out.append(response_head(self._server.date.line(), status, content_type,
-                                       sum(len(c) for c in chunks), keep_alive, extra))
+        pieces = [response_head(self._server.date.line(), status, content_type,
+                                sum(len(c) for c in chunks), keep_alive, extra)]
         if not head:
-            self._out.extend(sliced(write_pieces(chunks, WRITE_PIECE_BYTES),
-                                    MAX_PIECE_BYTES))
+            pieces.extend(chunks)
         if not keep_alive:
             self._final = True
         self._busy = True
+        transport = self._transport
+        if transport is not None and not self._out and not self._paused \
+                and transport.get_write_buffer_size() == 0:
+            # the socket takes what it can straight from the pieces, the lock released
+            pieces = unsent(pieces, send_polite(self._fd, pieces, SEND_WAIT_MS))
+        self._out.extend(sliced(write_pieces(pieces, WRITE_PIECE_BYTES), MAX_PIECE_BYTES))
         self._pump()
 
     def _pump(self) -> bool:
@@ -464,14 +494,20 @@ class HttpServer:
             log.warning("the HTTP server thread did not stop within %g s", STOP_TIMEOUT_S)
 
     def _run(self) -> None:
-        loop = asyncio.SelectorEventLoop(PoliteSelector(self.metrics.loop_clock))
+        loop_clock = self.metrics.loop_clock
+        loop = asyncio.SelectorEventLoop(PoliteSelector(loop_clock))
         self._loop = loop
+        if loop_clock is not None:
+            # all of this thread's Python rests while the request loop runs, not only a
+            # scrape's: a request's arrival and its answer hold the lock too
+            set_scrape_loop(loop_clock, GIL_BREAK_NS, GIL_BREAKS_IN_A_ROW)
         try:
             loop.run_until_complete(self._serve())
         except BaseException as e:  # noqa: BLE001 - handed to start()
             if not self._started.is_set():
                 self._error = e
         finally:
+            set_scrape_loop()
             self._started.set()
             loop.close()
 

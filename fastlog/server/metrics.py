@@ -107,6 +107,7 @@ from fastlog.server._exposition import (
     hosted_slots,
     offline_partitions,
     replica_counts,
+    scrape_loop_watched,
     set_scrape_loop,
 )
 from fastlog.server.lag import RemoteHighWatermarks
@@ -1091,8 +1092,11 @@ class BrokerMetrics:
             loop_clock = None if on_loop else self._loop_clock
             pause = self.collector.pause = GilBreaks(loop_clock=loop_clock)
             # the compiled steps' stretches without the lock end as the breaks do: after
-            # the loop has rested, when it ran meanwhile (_exposition._polite_return)
-            set_scrape_loop(loop_clock, GIL_BREAK_NS, GIL_BREAKS_IN_A_ROW)
+            # the loop has rested, when it ran meanwhile (_exposition._polite_return); the
+            # HTTP thread watches the loop all its life (http.HttpServer)
+            watched = scrape_loop_watched()
+            if not watched:
+                set_scrape_loop(loop_clock, GIL_BREAK_NS, GIL_BREAKS_IN_A_ROW)
             try:
                 # the registry's order: the process's, the platform's, the GC's and the
                 # broker's families
@@ -1108,7 +1112,8 @@ class BrokerMetrics:
                     pause()
             finally:
                 self.collector.pause = _no_pause
-                set_scrape_loop()
+                if not watched:
+                    set_scrape_loop()
             if openmetrics:
                 out.append(_OPENMETRICS_EOF)
             return out, content_type

@@ -9,7 +9,8 @@ rows, add_offset_figure_rows against it); metric_text.FamilyText's text of every
 family a broker writes against the library's text of the same families; the counters and
 the request-time histogram the collector writes itself (CounterLines, _request_series)
 against the library's; hand_over, the sleep of the scrape's breaks, the scrape's profile
-hook and polite_epoll_wait, the HTTP thread's wait, which rest as the breaks do."""
+hook and polite_epoll_wait, the HTTP thread's wait, which rest as the breaks do; and
+send_polite, the HTTP thread's writes."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from fastlog.server._exposition import (
     polite_epoll_wait,
     replica_counts,
     scrape_rests,
+    send_polite,
     set_scrape_loop,
 )
 from prometheus_client import CollectorRegistry, ProcessCollector
@@ -717,3 +719,53 @@ def test_a_stretch_without_the_lock_rests_after_the_loop_ran_during_it():
         set_scrape_loop()
         rows.text(0, b"m", [b'topic="a",'])
         assert scrape_rests() == 0
+
+
+def test_send_polite_writes_every_chunk_in_order_to_a_reader():
+    """send_polite hands the socket every chunk, in order (more than one sendmsg's worth
+    of pieces, and more bytes than its buffer holds, so it waits for the reader), and
+    returns their length."""
+    chunks = [bytes([i % 251]) * (1 + i * 37 % 5000) for i in range(1500)] + [b""]
+    whole = b"".join(chunks)
+    a, b = socket.socketpair()
+    got = bytearray()
+
+    def read():
+        while len(got) < len(whole):
+            data = b.recv(1 << 16)
+            if not data:
+                return
+            got.extend(data)
+
+    reader = threading.Thread(target=read)
+    with a, b:
+        a.setblocking(False)
+        reader.start()
+        assert send_polite(a.fileno(), chunks, 10_000) == len(whole)
+        reader.join(10)
+    assert bytes(got) == whole
+
+
+def test_send_polite_stops_at_a_reader_that_reads_nothing_and_at_a_closed_peer():
+    """A peer that does not read gets what the socket's buffer takes (a prefix of the
+    chunks) once the wait is over; a closed peer ends the write without an exception;
+    only bytes are written."""
+    chunk = bytes(range(256)) * 4096
+    a, b = socket.socketpair()
+    with a, b:
+        a.setblocking(False)
+        started = time.monotonic()
+        sent = send_polite(a.fileno(), [chunk] * 8, 50)
+        assert time.monotonic() - started >= 0.05
+        assert 0 < sent < 8 * len(chunk)
+        b.setblocking(False)
+        got = bytearray()
+        with contextlib.suppress(BlockingIOError):
+            while len(got) < sent:
+                got.extend(b.recv(1 << 20))
+        assert bytes(got) == (chunk * 8)[:sent]
+        b.close()
+        assert send_polite(a.fileno(), [chunk] * 8, 50) < 8 * len(chunk)
+        with pytest.raises(TypeError):
+            send_polite(a.fileno(), ["text"], 50)
+

@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import random
 import socket
+import threading
 import time
 
+from fastlog.server._exposition import scrape_loop_watched
 from prometheus_client.parser import text_string_to_metric_families
 
 from fastlog.server import http
@@ -260,3 +262,19 @@ def test_large_expositions_read_slowly_arrive_whole_and_in_order(tmp_path):
             assert len(client.server.connections) == 1
 
     with_broker(tmp_path, client, partitions=2000)
+
+
+def test_the_http_thread_watches_the_request_loop_all_its_life(tmp_path):
+    """The broker's HTTP thread watches the request loop's clock (its Python rests while
+    the loop runs) from its start, not only while it scrapes; other threads do not."""
+    def client(port):
+        server = client.server
+        on_thread = server._loop.call_soon_threadsafe  # (runs on the HTTP thread)
+        seen = []
+        done = threading.Event()
+        on_thread(lambda: (seen.append(scrape_loop_watched()), done.set()))
+        assert done.wait(10)
+        assert seen == [True]
+        assert not scrape_loop_watched()
+
+    with_broker(tmp_path, client)
