@@ -1233,7 +1233,9 @@ def send_polite(int fd, chunks, int wait_ms) -> int:
                 msg.msg_iovlen = <size_t>(count - at if count - at < SEND_IOVECS
                                           else SEND_IOVECS)
                 n = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT)
-                if n >= 0:
+                if n == 0:
+                    break  # (nothing taken of a non-empty piece: left to the transport)
+                if n > 0:
                     sent += n
                     while n > 0 and at < count:  # past what the socket took
                         if <size_t>n >= vecs[at].iov_len:
