@@ -1190,14 +1190,15 @@ cdef enum:
     SEND_IOVECS = 512
 
 
-def send_polite(int fd, chunks, int wait_ms) -> int:
+def send_polite(int fd, chunks, int wait_ms, int stall_ms) -> int:
     """Writes the byte strings `chunks` in order to the non-blocking socket `fd` with the
     interpreter lock released throughout (the HTTP thread's answers: an asyncio transport
     runs Python, holding the lock, for every piece the socket takes, and takes the lock
-    back after every send), waiting for the socket to take more at most `wait_ms` ms in
-    all; then, when the request loop ran meanwhile, rests while it keeps running before
-    the lock is asked for again (_polite_return). Returns the bytes sent: fewer than all
-    when the peer reads slowly or the socket failed (the caller hands the rest to its
+    back after every send), waiting for the socket to take more at most `stall_ms` ms at
+    a time and `wait_ms` ms in all (a peer that reads nothing costs the thread one stall);
+    then, when the request loop ran meanwhile, rests while it keeps running before the
+    lock is asked for again (_polite_return). Returns the bytes sent: fewer than all when
+    the peer reads slowly or the socket failed (the caller hands the rest to its
     transport, which reports the failure as it does for its own writes)."""
     cdef tuple held = tuple(chunks)  # keeps every chunk alive while the lock is released
     cdef Py_ssize_t count = len(held), i, at = 0, sent = 0
@@ -1253,6 +1254,8 @@ def send_polite(int fd, chunks, int wait_ms) -> int:
                     break  # (the transport meets the same failure and closes)
                 now = _clock_ns(CLOCK_MONOTONIC)
                 left_ms = wait_ms - (now - start) // 1000000
+                if left_ms > stall_ms:
+                    left_ms = stall_ms
                 if left_ms <= 0 or poll(&pfd, 1, <int>left_ms) <= 0:
                     break  # a slow reader: the rest goes through the transport
             _polite_return(mark)

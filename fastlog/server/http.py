@@ -28,10 +28,10 @@
 # too): one more is closed as soon as it is accepted. A response is handed to the socket
 # in compiled code with the lock released (_exposition.send_polite: a transport runs
 # Python holding the lock for every piece the socket takes, and takes the lock back after
-# every send); what a slow reader has not taken within SEND_WAIT_MS goes through the
-# transport a piece at a time (each piece once the previous one is in the socket), so
-# such a client holds this thread at most that long per response, and holds only its own
-# response's pieces. The thread watches the request loop all its life
+# every send); what a slow reader has not taken within SEND_WAIT_MS (or after a stall of
+# SEND_STALL_MS) goes through the transport a piece at a time (each piece once the
+# previous one is in the socket), so such a client holds this thread at most that long
+# per response, and holds only its own response's pieces. The thread watches the request loop all its life
 # (_exposition.set_scrape_loop): its Python rests while the loop runs, a request's
 # arrival and answer as well as a scrape.
 # Called from: BrokerServer.startup / shutdown on the broker's loop (start, stop), which
@@ -82,9 +82,13 @@ WRITE_PIECE_BYTES = 1 << 16
 # ... and of at most this many (a longer chunk is written as views of this size).
 MAX_PIECE_BYTES = 1 << 18
 # A response is first written straight to the socket, the interpreter lock released
-# (_exposition.send_polite), waiting at most this long in all for a slow reader; what the
-# socket has not taken by then goes through the transport, a piece at a time.
+# (_exposition.send_polite), waiting for a slow reader at most this long in all, and at
+# most SEND_STALL_MS for the socket to take anything more: a client that reads nothing
+# holds this thread that long once per connection (its next answer waits for this one),
+# so the most connections there are hold it 128 ms; what the socket has not taken by
+# then goes through the transport, a piece at a time.
 SEND_WAIT_MS = 20
+SEND_STALL_MS = 2
 
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
             413: "Content Too Large", 414: "URI Too Long",
@@ -386,7 +390,7 @@ class _Connection(asyncio.Protocol):
         if transport is not None and not self._out and not self._paused \
                 and transport.get_write_buffer_size() == 0:
             # the socket takes what it can straight from the pieces, the lock released
-            pieces = unsent(pieces, send_polite(self._fd, pieces, SEND_WAIT_MS))
+            pieces = unsent(pieces, send_polite(self._fd, pieces, SEND_WAIT_MS, SEND_STALL_MS))
         self._out.extend(sliced(write_pieces(pieces, WRITE_PIECE_BYTES), MAX_PIECE_BYTES))
         self._pump()
 

@@ -741,22 +741,23 @@ def test_send_polite_writes_every_chunk_in_order_to_a_reader():
     with a, b:
         a.setblocking(False)
         reader.start()
-        assert send_polite(a.fileno(), chunks, 10_000) == len(whole)
+        assert send_polite(a.fileno(), chunks, 10_000, 10_000) == len(whole)
         reader.join(10)
     assert bytes(got) == whole
 
 
 def test_send_polite_stops_at_a_reader_that_reads_nothing_and_at_a_closed_peer():
     """A peer that does not read gets what the socket's buffer takes (a prefix of the
-    chunks) once the wait is over; a closed peer ends the write without an exception;
-    only bytes are written."""
+    chunks) once a stall has lasted its bound, well within the whole wait's; a closed peer
+    ends the write without an exception; only bytes are written."""
     chunk = bytes(range(256)) * 4096
     a, b = socket.socketpair()
     with a, b:
         a.setblocking(False)
         started = time.monotonic()
-        sent = send_polite(a.fileno(), [chunk] * 8, 50)
-        assert time.monotonic() - started >= 0.05
+        sent = send_polite(a.fileno(), [chunk] * 8, 60_000, 50)
+        waited = time.monotonic() - started
+        assert 0.05 <= waited < 30  # (one stall of 50 ms, not the minute)
         assert 0 < sent < 8 * len(chunk)
         b.setblocking(False)
         got = bytearray()
@@ -765,7 +766,7 @@ def test_send_polite_stops_at_a_reader_that_reads_nothing_and_at_a_closed_peer()
                 got.extend(b.recv(1 << 20))
         assert bytes(got) == (chunk * 8)[:sent]
         b.close()
-        assert send_polite(a.fileno(), [chunk] * 8, 50) < 8 * len(chunk)
+        assert send_polite(a.fileno(), [chunk] * 8, 50, 50) < 8 * len(chunk)
         with pytest.raises(TypeError):
-            send_polite(a.fileno(), ["text"], 50)
+            send_polite(a.fileno(), ["text"], 50, 50)
 
