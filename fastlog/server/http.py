@@ -31,9 +31,9 @@
 # every send); what a slow reader has not taken within SEND_WAIT_MS (or after a stall of
 # SEND_STALL_MS) goes through the transport a piece at a time (each piece once the
 # previous one is in the socket), so such a client holds this thread at most that long
-# per response, and holds only its own response's pieces. The thread watches the request loop all its life
-# (_exposition.set_scrape_loop): its Python rests while the loop runs, a request's
-# arrival and answer as well as a scrape.
+# per response, and holds only its own response's pieces. The thread watches the request
+# loop all its life (metrics.watch_request_loop): its Python rests while the loop runs, a
+# request's arrival and answer as well as a scrape.
 # Called from: BrokerServer.startup / shutdown on the broker's loop (start, stop), which
 # wait for this thread with a bound.
 """The broker's HTTP endpoint: /metrics, /health/live, /health/ready."""
@@ -54,8 +54,13 @@ from urllib.parse import unquote_to_bytes
 import httptools
 
 from fastlog.logs import RateLimitedLog
-from fastlog.server._exposition import polite_epoll_wait, send_polite, set_scrape_loop
-from fastlog.server.metrics import GIL_BREAK_NS, GIL_BREAKS_IN_A_ROW, readiness
+from fastlog.server._exposition import polite_epoll_wait, send_polite
+from fastlog.server.metrics import (
+    GIL_BREAK_NS,
+    GIL_BREAKS_IN_A_ROW,
+    readiness,
+    watch_request_loop,
+)
 
 log = logging.getLogger("fastlog.server.http")
 
@@ -390,7 +395,8 @@ class _Connection(asyncio.Protocol):
         if transport is not None and not self._out and not self._paused \
                 and transport.get_write_buffer_size() == 0:
             # the socket takes what it can straight from the pieces, the lock released
-            pieces = unsent(pieces, send_polite(self._fd, pieces, SEND_WAIT_MS, SEND_STALL_MS))
+            sent = send_polite(self._fd, pieces, SEND_WAIT_MS, SEND_STALL_MS)
+            pieces = unsent(pieces, sent)
         self._out.extend(sliced(write_pieces(pieces, WRITE_PIECE_BYTES), MAX_PIECE_BYTES))
         self._pump()
 
@@ -501,17 +507,16 @@ class HttpServer:
         loop_clock = self.metrics.loop_clock
         loop = asyncio.SelectorEventLoop(PoliteSelector(loop_clock))
         self._loop = loop
-        if loop_clock is not None:
-            # all of this thread's Python rests while the request loop runs, not only a
-            # scrape's: a request's arrival and its answer hold the lock too
-            set_scrape_loop(loop_clock, GIL_BREAK_NS, GIL_BREAKS_IN_A_ROW)
+        # all of this thread's Python rests while the request loop runs, not only a
+        # scrape's: a request's arrival and its answer hold the lock too
+        watch_request_loop(loop_clock)
         try:
             loop.run_until_complete(self._serve())
         except BaseException as e:  # noqa: BLE001 - handed to start()
             if not self._started.is_set():
                 self._error = e
         finally:
-            set_scrape_loop()
+            watch_request_loop(None)
             self._started.set()
             loop.close()
 

@@ -9,12 +9,13 @@
 # NAME_total in the Prometheus text format; labels sorted by name, values escaped;
 # numbers as floatToGoString writes them), and LibraryFamilies, which takes the same
 # calls and makes the library's families, so the registry's collect() (WrittenFamilies,
-# the collectors' base; and a test comparing both texts) sees what a scrape writes. Why: building a library family and
-# encoding it held the interpreter lock about 10 us per family of one sample (hot); a
-# scrape writes about 70 of them, and the request loop waits for a scrape's Python
-# (metrics.py's module comment). Here a family costs one or two microseconds: its HELP
-# and TYPE lines are made once per name and format (family_head, which the big families'
-# writers in metrics.py use too), and each sample line is one f-string.
+# the collectors' base; and a test comparing both texts) sees what a scrape writes.
+# Why: building a library family and encoding it held the interpreter lock about 10 us
+# per family of one sample (hot); a scrape writes about 70 of them, and the request loop
+# waits for a scrape's Python (metrics.py's module comment). Here a family costs one or
+# two microseconds: its HELP and TYPE lines are made once per name and format
+# (family_head, which the big families' writers in metrics.py use too), and each sample
+# line is one f-string.
 # Metric and label names must be plain (letters, digits, underscores): they come from
 # the collectors' code. Label values may be anything (escaped here).
 # Called from: the HTTP server's thread (a scrape) or any thread calling a collector's

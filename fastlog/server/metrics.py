@@ -60,10 +60,10 @@
 # (_exposition.set_scrape_loop): a thread asking for the lock while the loop holds it
 # mid-request would win it at the loop's next release (a pwrite, a CRC, a send) and keep
 # the loop waiting. Between two breaks, the scrape's Python rests the same way
-# (set_scrape_loop installs a profile hook on the scrape's thread that looks at the
-# loop's clock every few microseconds): the stretches between breaks were tens of
-# microseconds, which a loop that woke meanwhile waited for, at the switch interval and
-# again at each of its releases.
+# (watch_request_loop installs a profile hook on the scrape's thread, for its whole life
+# on the HTTP thread, that looks at the loop's clock every few microseconds): the
+# stretches between breaks were tens of microseconds, which a loop that woke meanwhile
+# waited for, at the switch interval and again at each of its releases.
 # Called from: `BrokerMetrics(broker)` on the broker's asyncio loop at startup (it notes
 # that thread for the idle figures); `collect` / `render` / `readiness` on the HTTP
 # server's thread (fastlog/server/http.py). Broker state is read without locks: the
@@ -1024,6 +1024,16 @@ class GCStatsCollector(WrittenFamilies, GCCollector):
                          [((gen,), stat[key]) for gen, stat in stats])
 
 
+def watch_request_loop(loop_clock: int | None) -> None:
+    """Makes this thread rest while the request loop (CPU clock `loop_clock`) runs: its
+    Python, and its compiled stretches without the lock, with the scrape's breaks'
+    rests (_exposition.set_scrape_loop); None: stops watching."""
+    if loop_clock is None:
+        set_scrape_loop()
+    else:
+        set_scrape_loop(loop_clock, GIL_BREAK_NS, GIL_BREAKS_IN_A_ROW)
+
+
 def _read_proc(path: str) -> bytes:
     """A small /proc file's contents, in one read."""
     fd = os.open(path, os.O_RDONLY)
@@ -1096,7 +1106,7 @@ class BrokerMetrics:
             # HTTP thread watches the loop all its life (http.HttpServer)
             watched = scrape_loop_watched()
             if not watched:
-                set_scrape_loop(loop_clock, GIL_BREAK_NS, GIL_BREAKS_IN_A_ROW)
+                watch_request_loop(loop_clock)
             try:
                 # the registry's order: the process's, the platform's, the GC's and the
                 # broker's families
@@ -1113,7 +1123,7 @@ class BrokerMetrics:
             finally:
                 self.collector.pause = _no_pause
                 if not watched:
-                    set_scrape_loop()
+                    watch_request_loop(None)
             if openmetrics:
                 out.append(_OPENMETRICS_EOF)
             return out, content_type

@@ -769,4 +769,3 @@ def test_send_polite_stops_at_a_reader_that_reads_nothing_and_at_a_closed_peer()
         assert send_polite(a.fileno(), [chunk] * 8, 50, 50) < 8 * len(chunk)
         with pytest.raises(TypeError):
             send_polite(a.fileno(), ["text"], 50, 50)
-
