@@ -433,6 +433,17 @@ def loop_threads():
     idle = threading.Thread(target=stop.wait)
     running = threading.Thread(target=run)
     idle.start()
+    # (until its clock stands still: a thread just started still runs its start-up,
+    # which a test reading its clock would take for a loop at work)
+    clock = time.pthread_getcpuclockid(idle.ident)
+    deadline = time.monotonic() + 10
+    before = time.clock_gettime_ns(clock)
+    while time.monotonic() < deadline:
+        time.sleep(0.02)
+        now = time.clock_gettime_ns(clock)
+        if now == before:
+            break
+        before = now
     try:
         yield idle, running
     finally:
